@@ -1,0 +1,49 @@
+// Tracked allocation: every long-lived buffer is charged to a category, and the
+// tracker keeps current and peak bytes per category and in total. The peaks are
+// what the memory reports and the ZeRO/SP/CP memory benchmarks compare with the
+// analytic expectation.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace mt {
+
+enum class MemKind : int {
+  param = 0,    // model parameters
+  grad,         // parameter gradients
+  optim,        // optimizer state (AdamW m and v)
+  activation,   // activations saved for backward, and their gradients
+  scratch,      // temporary workspace
+  comm,         // communication buffers
+  count_
+};
+
+inline constexpr int kNumMemKinds = static_cast<int>(MemKind::count_);
+
+std::string_view mem_kind_name(MemKind kind);
+
+struct MemStats {
+  std::array<int64_t, kNumMemKinds> current{};
+  std::array<int64_t, kNumMemKinds> peak{};
+  int64_t total_current = 0;
+  int64_t total_peak = 0;
+};
+
+// Process-wide counters (one process is one rank). Thread-safe.
+class MemoryTracker {
+ public:
+  static void on_alloc(MemKind kind, int64_t bytes);
+  static void on_free(MemKind kind, int64_t bytes);
+  static MemStats stats();
+  // Peaks restart from the current values (e.g. to measure one step).
+  static void reset_peaks();
+};
+
+// 64-byte aligned, tracked, zero-initialised buffer of `bytes` bytes.
+void* tracked_alloc(int64_t bytes, MemKind kind);
+void tracked_free(void* ptr, int64_t bytes, MemKind kind);
+
+}  // namespace mt
