@@ -9,6 +9,17 @@ namespace mt {
 void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
            const float* B, int64_t ldb, float* C, int64_t ldc, Out out) {
   if (M == 0 || N == 0) return;
+  if (K == 0) {
+    // An empty sum: BLAS would reject lda = 0 and leave C untouched, but the
+    // contract says C = 0 (assign) or C unchanged (add).
+    if (out == Out::assign) {
+      for (int64_t i = 0; i < M; ++i) {
+        for (int64_t j = 0; j < N; ++j)
+          C[i * ldc + j] = 0.0f;
+      }
+    }
+    return;
+  }
   const float beta = out == Out::add ? 1.0f : 0.0f;
   cblas_sgemm(CblasRowMajor, trans_a == Trans::yes ? CblasTrans : CblasNoTrans,
               trans_b == Trans::yes ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),

@@ -1,0 +1,135 @@
+// RMSNorm (Hugging Face Llama semantics) forward and backward.
+#include <gtest/gtest.h>
+
+#include "ops/reference.h"
+#include "ops/rmsnorm.h"
+#include "test_helpers.h"
+
+namespace mt {
+namespace {
+
+using testing::project;
+using testing::random_floats;
+using testing::rel_error;
+using testing::to_double;
+
+constexpr float kEps = 1e-5f;
+
+TEST(RmsNorm, HandComputedExample) {
+  // x = [2, −2, 2, −2]: mean(x²) = 4, so with eps = 0 rstd = 1/2 and y = x/2 · w.
+  const std::vector<float> x = {2, -2, 2, -2}, w = {1, 2, 3, 4};
+  std::vector<float> y(4), rstd(1);
+  rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), 1, 4, 0.0f);
+  EXPECT_EQ(rstd[0], 0.5f);
+  EXPECT_EQ(y, (std::vector<float>{1, -2, 3, -4}));
+  // eps enters under the square root: x = [3, 4] (mean 12.5) with eps = 3.5 gives rstd = 1/4.
+  const std::vector<float> x2 = {3, 4}, w2 = {1, 1};
+  std::vector<float> y2(2);
+  rmsnorm_forward(y2.data(), rstd.data(), x2.data(), w2.data(), 1, 2, 3.5f);
+  EXPECT_EQ(rstd[0], 0.25f);
+  EXPECT_EQ(y2, (std::vector<float>{0.75f, 1.0f}));
+}
+
+struct Shape {
+  int64_t N, C;
+};
+
+class RmsNormTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(RmsNormTest, ForwardMatchesReference) {
+  const auto [N, C] = GetParam();
+  const auto x = random_floats(N * C, 1, -2, 2);
+  const auto w = random_floats(C, 2, 0.5, 1.5);
+  std::vector<float> y(N * C, 1e30f), rstd(N);
+  rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, kEps);
+  std::vector<double> ey(N * C), erstd(N);
+  ref::rmsnorm_forward(ey.data(), erstd.data(), to_double(x).data(), to_double(w).data(), N, C, kEps);
+  EXPECT_LE(rel_error(y, ey), 1e-6);
+  EXPECT_LE(rel_error(rstd, erstd), 1e-6);
+}
+
+TEST_P(RmsNormTest, BackwardMatchesFiniteDifferencesAndReference) {
+  const auto [N, C] = GetParam();
+  const auto x = random_floats(N * C, 3, -2, 2);
+  const auto w = random_floats(C, 4, 0.5, 1.5);
+  const auto r = random_floats(N * C, 5);
+  const auto x_d = to_double(x), w_d = to_double(w), r_d = to_double(r);
+
+  auto forward = [&](const std::vector<double>& xx, const std::vector<double>& ww) {
+    std::vector<double> y(N * C), rs(N);
+    ref::rmsnorm_forward(y.data(), rs.data(), xx.data(), ww.data(), N, C, kEps);
+    return project(r_d, y);
+  };
+  const auto fd_x =
+      testing::numeric_grad([&](const std::vector<double>& xx) { return forward(xx, w_d); }, x_d);
+  const auto fd_w =
+      testing::numeric_grad([&](const std::vector<double>& ww) { return forward(x_d, ww); }, w_d);
+
+  std::vector<double> ry(N * C), rrstd(N), ref_dx(N * C), ref_dw(C, 0.0);
+  ref::rmsnorm_forward(ry.data(), rrstd.data(), x_d.data(), w_d.data(), N, C, kEps);
+  ref::rmsnorm_backward(ref_dx.data(), ref_dw.data(), r_d.data(), x_d.data(), w_d.data(), rrstd.data(), N, C);
+  EXPECT_LE(rel_error(ref_dx, fd_x), 1e-7);
+  EXPECT_LE(rel_error(ref_dw, fd_w), 1e-7);
+
+  std::vector<float> y(N * C), rstd(N);
+  rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, kEps);
+  std::vector<float> dx(N * C, 3e20f);  // assigned
+  const auto dw_prior = random_floats(C, 6);
+  std::vector<float> dw = dw_prior;  // accumulated
+  rmsnorm_backward(dx.data(), dw.data(), r.data(), x.data(), w.data(), rstd.data(), N, C);
+  std::vector<double> dw_delta(C);
+  for (int64_t c = 0; c < C; ++c)
+    dw_delta[c] = static_cast<double>(dw[c]) - dw_prior[c];
+  EXPECT_LE(rel_error(dx, fd_x), 1e-5);
+  EXPECT_LE(rel_error(dx, ref_dx), 1e-5);
+  EXPECT_LE(rel_error(dw_delta, fd_w), 1e-5);
+  EXPECT_LE(rel_error(dw_delta, ref_dw), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormTest,
+                         ::testing::Values(Shape{1, 13}, Shape{5, 13}, Shape{3, 2}, Shape{70, 7},
+                                           Shape{2, 130}));
+
+// More rows than one 64-row chunk and more channels than one 64-channel block:
+// the dweight reduction is checked for accuracy and for bitwise independence
+// of the thread count.
+TEST(RmsNorm, WeightGradientIsAccurateAndBitwiseIndependentOfThreadCount) {
+  const int64_t N = 300, C = 200;
+  const auto x = random_floats(N * C, 7, -2, 2);
+  const auto w = random_floats(C, 8, 0.5, 1.5);
+  const auto dy = random_floats(N * C, 9);
+  std::vector<float> y(N * C), rstd(N);
+  rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, kEps);
+
+  std::vector<double> ref_dx(N * C), ref_dw(C, 0.0);
+  ref::rmsnorm_backward(ref_dx.data(), ref_dw.data(), to_double(dy).data(), to_double(x).data(),
+                        to_double(w).data(), to_double(rstd).data(), N, C);
+  std::vector<float> first_dx, first_dw;
+  for (int threads : {1, 2, 3, 4}) {
+    testing::ThreadScope scope(threads);
+    std::vector<float> dx(N * C), dw(C, 0.0f);
+    rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
+    if (first_dw.empty()) {
+      first_dx = dx;
+      first_dw = dw;
+      EXPECT_LE(rel_error(dx, ref_dx), 1e-5);
+      EXPECT_LE(rel_error(dw, ref_dw), 1e-5);
+    } else {
+      EXPECT_EQ(dx, first_dx) << threads << " threads";
+      EXPECT_EQ(dw, first_dw) << threads << " threads";
+    }
+  }
+}
+
+TEST(RmsNorm, NullWeightGradientIsSkipped) {
+  const int64_t N = 4, C = 13;
+  const auto x = random_floats(N * C, 10), w = random_floats(C, 11), dy = random_floats(N * C, 12);
+  std::vector<float> y(N * C), rstd(N), dx(N * C), dx2(N * C), dw(C, 0.0f);
+  rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, kEps);
+  rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
+  rmsnorm_backward(dx2.data(), nullptr, dy.data(), x.data(), w.data(), rstd.data(), N, C);
+  EXPECT_EQ(dx, dx2);
+}
+
+}  // namespace
+}  // namespace mt
