@@ -35,8 +35,20 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 // Backward. out and lse are those of the attention over *all* key blocks the
 // query sees, so that several key/value blocks can be processed one at a time
 // and their contributions summed: dq, dk and dv are ACCUMULATED (+=).
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
-                        const float* q, const float* k, const float* v, const int32_t* q_pos,
-                        const int32_t* k_pos, const AttentionDims& d);
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                        const float* lse, const float* q, const float* k, const float* v,
+                        const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d);
+
+// Merges the attention of the same queries over another key block into (out,
+// lse), by the online-softmax rule (ring attention / context parallelism):
+//   lse_new = logaddexp(lse, lse_part)
+//   out     = out·exp(lse − lse_new) + out_part·exp(lse_part − lse_new)
+// out, out_part [B, Tq, out_stride] (head h at [h·D, (h+1)·D)); lse, lse_part
+// [B, H, Tq]; both pairs as written by attention_forward. Uses batch, q_len,
+// n_heads, head_dim and out_stride of d. A side with lse = −inf (no visible key)
+// contributes nothing; when both are −inf, out is set to 0 and lse stays −inf.
+// out/lse are updated in place; out_part/lse_part must not overlap them.
+void attention_merge(float* out, float* lse, const float* out_part, const float* lse_part,
+                     const AttentionDims& d);
 
 }  // namespace mt

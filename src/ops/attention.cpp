@@ -1,0 +1,339 @@
+// Blockwise causal GQA attention (FlashAttention-2 schedule) on the CPU.
+//
+// Forward: one task per (batch, head, query tile). The task walks the key
+// tiles its queries can see, keeps a running max m, running sum l and an
+// unnormalised output accumulator per query (online softmax), and writes
+// out = acc / l and lse = m + log l at the end.
+//
+// Backward: one task per (batch, kv head). The task owns dk and dv of its kv
+// head and dq of the H/KV query heads that read it, so every output element has
+// exactly one writer: no atomics, and the result does not depend on the thread
+// count. P is recomputed from q, k and the saved lse.
+//
+// Tile products go through sgemm; called inside an OpenMP parallel region the
+// OpenMP build of OpenBLAS runs them on the calling thread.
+#include "ops/attention.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/gemm.h"
+
+namespace mt {
+namespace {
+
+constexpr int64_t kTileQ = 64;  // queries per tile
+constexpr int64_t kTileK = 64;  // keys per tile; also the row stride of the score scratch
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// exp(x) in fp32 to about 1 ulp for x in [−87, 88], exactly 0 below −87 (so
+// exp(−inf) = 0), with no calls or branches so that loops over it vectorise.
+// exp(x) = 2^n · exp(r), n = round(x / ln 2), |r| ≤ ln(2)/2, exp(r) by its
+// Taylor series to degree 7 (truncation error < 6e-9).
+inline float exp_approx(float x) {
+  const float xc = std::min(std::max(x, -87.0f), 88.0f);
+  const float kRound = 12582912.0f;  // 1.5·2^23: adding and subtracting it rounds to an integer
+  const float n = (xc * 1.44269504088896341f + kRound) - kRound;
+  const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;  // ln 2 = 0.693359375 − 2.12194440e-4
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const float two_n = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  return x < -87.0f ? 0.0f : p * two_n;
+}
+
+// Smallest and largest position in one tile of one sequence.
+struct PosRange {
+  int32_t lo;
+  int32_t hi;
+};
+
+// ranges[b · n_tiles + t] for the tiles of `tile` positions of each sequence.
+std::vector<PosRange> tile_ranges(const int32_t* pos, int64_t B, int64_t T, int64_t tile) {
+  const int64_t n_tiles = (T + tile - 1) / tile;
+  std::vector<PosRange> ranges(static_cast<size_t>(B * n_tiles));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < n_tiles; ++t) {
+      PosRange r{std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()};
+      for (int64_t i = t * tile; i < std::min(T, (t + 1) * tile); ++i) {
+        r.lo = std::min(r.lo, pos[b * T + i]);
+        r.hi = std::max(r.hi, pos[b * T + i]);
+      }
+      ranges[static_cast<size_t>(b * n_tiles + t)] = r;
+    }
+  }
+  return ranges;
+}
+
+void validate(const AttentionDims& d) {
+  MT_REQUIRE(d.batch >= 0 && d.q_len >= 0 && d.kv_len >= 0, ConfigError, "attention: batch (", d.batch,
+             "), q_len (", d.q_len, ") and kv_len (", d.kv_len, ") must be non-negative");
+  MT_REQUIRE(d.n_heads >= 1 && d.n_kv_heads >= 1 && d.head_dim >= 1, ConfigError, "attention: n_heads (",
+             d.n_heads, "), n_kv_heads (", d.n_kv_heads, ") and head_dim (", d.head_dim,
+             ") must be positive");
+  MT_REQUIRE(d.n_heads % d.n_kv_heads == 0, ConfigError, "attention: n_heads (", d.n_heads,
+             ") must be divisible by n_kv_heads (", d.n_kv_heads, ")");
+  MT_REQUIRE(d.q_stride >= d.n_heads * d.head_dim, ConfigError, "attention: q_stride (", d.q_stride,
+             ") must be at least n_heads × head_dim (", d.n_heads * d.head_dim, ")");
+  MT_REQUIRE(d.out_stride >= d.n_heads * d.head_dim, ConfigError, "attention: out_stride (", d.out_stride,
+             ") must be at least n_heads × head_dim (", d.n_heads * d.head_dim, ")");
+  MT_REQUIRE(d.kv_stride >= d.n_kv_heads * d.head_dim, ConfigError, "attention: kv_stride (", d.kv_stride,
+             ") must be at least n_kv_heads × head_dim (", d.n_kv_heads * d.head_dim, ")");
+}
+
+// Scales one row of scores and hides the keys the query cannot see (−inf).
+inline void scale_and_mask(float* s, int64_t nk, float scale, bool all_visible, const int32_t* k_pos,
+                           int32_t q_pos) {
+  if (all_visible) {
+#pragma omp simd
+    for (int64_t c = 0; c < nk; ++c)
+      s[c] *= scale;
+  } else {
+#pragma omp simd
+    for (int64_t c = 0; c < nk; ++c)
+      s[c] = k_pos[c] <= q_pos ? s[c] * scale : kNegInf;
+  }
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                       const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d) {
+  validate(d);
+  const int64_t B = d.batch, Tq = d.q_len, Tk = d.kv_len, H = d.n_heads, D = d.head_dim;
+  const int64_t group = H / d.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int64_t nq_tiles = (Tq + kTileQ - 1) / kTileQ;
+  const int64_t nk_tiles = (Tk + kTileK - 1) / kTileK;
+  const std::vector<PosRange> q_ranges = tile_ranges(q_pos, B, Tq, kTileQ);
+  const std::vector<PosRange> k_ranges = tile_ranges(k_pos, B, Tk, kTileK);
+  const int64_t n_tasks = B * H * nq_tiles;
+
+#pragma omp parallel
+  {
+    // Per thread, once per call: scores/probabilities [kTileQ, kTileK], output
+    // accumulator [kTileQ, D], running max and sum [kTileQ].
+    std::vector<float> s_buf(static_cast<size_t>(kTileQ * kTileK));
+    std::vector<float> acc_buf(static_cast<size_t>(kTileQ * D));
+    std::vector<float> m_buf(kTileQ), l_buf(kTileQ);
+    float* S = s_buf.data();
+    float* acc = acc_buf.data();
+    float* m = m_buf.data();
+    float* l = l_buf.data();
+
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < n_tasks; ++task) {
+      // Query tiles in reverse so that the longest (latest) tiles start first.
+      const int64_t qt = nq_tiles - 1 - task % nq_tiles;
+      const int64_t h = (task / nq_tiles) % H;
+      const int64_t b = task / (nq_tiles * H);
+      const int64_t g = h / group;
+      const int64_t q0 = qt * kTileQ, nq = std::min(kTileQ, Tq - q0);
+      const PosRange qr = q_ranges[static_cast<size_t>(b * nq_tiles + qt)];
+      const float* qb = q + (b * Tq + q0) * d.q_stride + h * D;
+      const int32_t* qp = q_pos + b * Tq + q0;
+
+      std::fill(acc, acc + nq * D, 0.0f);
+      std::fill(m, m + nq, kNegInf);
+      std::fill(l, l + nq, 0.0f);
+      for (int64_t kt = 0; kt < nk_tiles; ++kt) {
+        const PosRange kr = k_ranges[static_cast<size_t>(b * nk_tiles + kt)];
+        if (kr.lo > qr.hi) continue;  // no query of the tile sees any key of the tile
+        const bool all_visible = kr.hi <= qr.lo;
+        const int64_t k0 = kt * kTileK, nk = std::min(kTileK, Tk - k0);
+        const float* kb = k + (b * Tk + k0) * d.kv_stride + g * D;
+        const float* vb = v + (b * Tk + k0) * d.kv_stride + g * D;
+        const int32_t* kp = k_pos + b * Tk + k0;
+
+        // S[nq, nk] = Q · Kᵀ
+        sgemm(Trans::no, Trans::yes, nq, nk, D, qb, d.q_stride, kb, d.kv_stride, S, kTileK, Out::assign);
+        for (int64_t r = 0; r < nq; ++r) {
+          float* s = S + r * kTileK;
+          scale_and_mask(s, nk, scale, all_visible, kp, qp[r]);
+          float tile_max = kNegInf;
+#pragma omp simd reduction(max : tile_max)
+          for (int64_t c = 0; c < nk; ++c)
+            tile_max = std::max(tile_max, s[c]);
+          if (tile_max == kNegInf) {  // this query sees no key of the tile
+            std::fill(s, s + nk, 0.0f);
+            continue;
+          }
+          const float m_new = std::max(m[r], tile_max);
+          const float alpha = exp_approx(m[r] - m_new);  // 0 when m[r] = −inf
+          float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+          for (int64_t c = 0; c < nk; ++c) {
+            const float p = exp_approx(s[c] - m_new);
+            s[c] = p;
+            sum += p;
+          }
+          l[r] = l[r] * alpha + sum;
+          m[r] = m_new;
+          if (alpha != 1.0f) {
+            float* a = acc + r * D;
+#pragma omp simd
+            for (int64_t c = 0; c < D; ++c)
+              a[c] *= alpha;
+          }
+        }
+        // acc[nq, D] += P · V
+        sgemm(Trans::no, Trans::no, nq, D, nk, S, kTileK, vb, d.kv_stride, acc, D, Out::add);
+      }
+      for (int64_t r = 0; r < nq; ++r) {
+        float* o = out + (b * Tq + q0 + r) * d.out_stride + h * D;
+        const float* a = acc + r * D;
+        float& L = lse[(b * H + h) * Tq + q0 + r];
+        if (l[r] == 0.0f) {  // the query sees no key at all
+          std::fill(o, o + D, 0.0f);
+          L = kNegInf;
+          continue;
+        }
+        const float inv = 1.0f / l[r];
+#pragma omp simd
+        for (int64_t c = 0; c < D; ++c)
+          o[c] = a[c] * inv;
+        L = m[r] + std::log(l[r]);
+      }
+    }
+  }
+}
+
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                        const float* lse, const float* q, const float* k, const float* v,
+                        const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d) {
+  validate(d);
+  const int64_t B = d.batch, Tq = d.q_len, Tk = d.kv_len, H = d.n_heads, KV = d.n_kv_heads, D = d.head_dim;
+  const int64_t group = H / KV;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int64_t nq_tiles = (Tq + kTileQ - 1) / kTileQ;
+  const int64_t nk_tiles = (Tk + kTileK - 1) / kTileK;
+  const std::vector<PosRange> q_ranges = tile_ranges(q_pos, B, Tq, kTileQ);
+  const std::vector<PosRange> k_ranges = tile_ranges(k_pos, B, Tk, kTileK);
+  const int64_t n_tasks = B * KV;
+
+#pragma omp parallel
+  {
+    // Per thread, once per call: P and dP/dS tiles [kTileQ, kTileK]; Di = rowsum(dout ∘ out)
+    // and the lse (+inf for a query that sees nothing, so that its P is 0) of the group's heads.
+    std::vector<float> p_buf(static_cast<size_t>(kTileQ * kTileK));
+    std::vector<float> ds_buf(static_cast<size_t>(kTileQ * kTileK));
+    std::vector<float> di_buf(static_cast<size_t>(group * Tq));
+    std::vector<float> lse_buf(static_cast<size_t>(group * Tq));
+    float* P = p_buf.data();
+    float* dS = ds_buf.data();
+
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < n_tasks; ++task) {
+      const int64_t b = task / KV, g = task % KV;
+      for (int64_t hh = 0; hh < group; ++hh) {
+        const int64_t h = g * group + hh;
+        for (int64_t i = 0; i < Tq; ++i) {
+          const float* o = out + (b * Tq + i) * d.out_stride + h * D;
+          const float* go = dout + (b * Tq + i) * d.out_stride + h * D;
+          float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+          for (int64_t c = 0; c < D; ++c)
+            acc += o[c] * go[c];
+          di_buf[static_cast<size_t>(hh * Tq + i)] = acc;
+          const float L = lse[(b * H + h) * Tq + i];
+          lse_buf[static_cast<size_t>(hh * Tq + i)] =
+              L == kNegInf ? std::numeric_limits<float>::infinity() : L;
+        }
+      }
+
+      for (int64_t kt = 0; kt < nk_tiles; ++kt) {
+        const PosRange kr = k_ranges[static_cast<size_t>(b * nk_tiles + kt)];
+        const int64_t k0 = kt * kTileK, nk = std::min(kTileK, Tk - k0);
+        const float* kb = k + (b * Tk + k0) * d.kv_stride + g * D;
+        const float* vb = v + (b * Tk + k0) * d.kv_stride + g * D;
+        float* dkb = dk + (b * Tk + k0) * d.kv_stride + g * D;
+        float* dvb = dv + (b * Tk + k0) * d.kv_stride + g * D;
+        const int32_t* kp = k_pos + b * Tk + k0;
+
+        for (int64_t hh = 0; hh < group; ++hh) {
+          const int64_t h = g * group + hh;
+          for (int64_t qt = 0; qt < nq_tiles; ++qt) {
+            const PosRange qr = q_ranges[static_cast<size_t>(b * nq_tiles + qt)];
+            if (kr.lo > qr.hi) continue;
+            const bool all_visible = kr.hi <= qr.lo;
+            const int64_t q0 = qt * kTileQ, nq = std::min(kTileQ, Tq - q0);
+            const float* qb = q + (b * Tq + q0) * d.q_stride + h * D;
+            float* dqb = dq + (b * Tq + q0) * d.q_stride + h * D;
+            const float* dob = dout + (b * Tq + q0) * d.out_stride + h * D;
+            const int32_t* qp = q_pos + b * Tq + q0;
+            const float* Lq = lse_buf.data() + hh * Tq + q0;
+            const float* Dq = di_buf.data() + hh * Tq + q0;
+
+            // P = exp(scale · Q·Kᵀ − lse), 0 where hidden
+            sgemm(Trans::no, Trans::yes, nq, nk, D, qb, d.q_stride, kb, d.kv_stride, P, kTileK, Out::assign);
+            // dP = dO · Vᵀ
+            sgemm(Trans::no, Trans::yes, nq, nk, D, dob, d.out_stride, vb, d.kv_stride, dS, kTileK,
+                  Out::assign);
+            for (int64_t r = 0; r < nq; ++r) {
+              float* p = P + r * kTileK;
+              float* ds = dS + r * kTileK;
+              scale_and_mask(p, nk, scale, all_visible, kp, qp[r]);
+              const float L = Lq[r], Di = Dq[r];
+#pragma omp simd
+              for (int64_t c = 0; c < nk; ++c) {
+                const float pc = exp_approx(p[c] - L);
+                p[c] = pc;
+                ds[c] = pc * (ds[c] - Di) * scale;  // dS, with the score scale folded in
+              }
+            }
+            // dV += Pᵀ · dO;  dK += dSᵀ · Q;  dQ += dS · K
+            sgemm(Trans::yes, Trans::no, nk, D, nq, P, kTileK, dob, d.out_stride, dvb, d.kv_stride, Out::add);
+            sgemm(Trans::yes, Trans::no, nk, D, nq, dS, kTileK, qb, d.q_stride, dkb, d.kv_stride, Out::add);
+            sgemm(Trans::no, Trans::no, nq, D, nk, dS, kTileK, kb, d.kv_stride, dqb, d.q_stride, Out::add);
+          }
+        }
+      }
+    }
+  }
+}
+
+void attention_merge(float* out, float* lse, const float* out_part, const float* lse_part,
+                     const AttentionDims& d) {
+  MT_REQUIRE(d.batch >= 0 && d.q_len >= 0 && d.n_heads >= 1 && d.head_dim >= 1, ConfigError,
+             "attention_merge: batch (", d.batch, "), q_len (", d.q_len, "), n_heads (", d.n_heads,
+             ") and head_dim (", d.head_dim, ") must be valid");
+  MT_REQUIRE(d.out_stride >= d.n_heads * d.head_dim, ConfigError, "attention_merge: out_stride (",
+             d.out_stride, ") must be at least n_heads × head_dim (", d.n_heads * d.head_dim, ")");
+  const int64_t B = d.batch, T = d.q_len, H = d.n_heads, D = d.head_dim;
+#pragma omp parallel for schedule(static)
+  for (int64_t bt = 0; bt < B * T; ++bt) {
+    const int64_t b = bt / T, t = bt % T;
+    for (int64_t h = 0; h < H; ++h) {
+      float& L = lse[(b * H + h) * T + t];
+      const float Lp = lse_part[(b * H + h) * T + t];
+      float* o = out + bt * d.out_stride + h * D;
+      const float* op = out_part + bt * d.out_stride + h * D;
+      if (Lp == kNegInf) {  // the part sees nothing: keep (out, lse)
+        if (L == kNegInf) std::fill(o, o + D, 0.0f);
+        continue;
+      }
+      if (L == kNegInf) {  // only the part sees keys
+        std::copy(op, op + D, o);
+        L = Lp;
+        continue;
+      }
+      const float mx = std::max(L, Lp);
+      const float L_new = mx + std::log(std::exp(L - mx) + std::exp(Lp - mx));
+      const float w = std::exp(L - L_new), wp = std::exp(Lp - L_new);
+      for (int64_t c = 0; c < D; ++c)
+        o[c] = o[c] * w + op[c] * wp;
+      L = L_new;
+    }
+  }
+}
+
+}  // namespace mt

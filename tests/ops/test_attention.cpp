@@ -1,0 +1,429 @@
+// Blockwise attention (ops/attention.h) against the double-precision reference
+// (ops/attention_reference.h), and both backwards against central finite
+// differences of the reference forward.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/threads.h"
+#include "core/timer.h"
+#include "grad_check.h"
+#include "ops/attention.h"
+#include "ops/attention_reference.h"
+#include "ops/gemm.h"
+
+namespace mt {
+namespace {
+
+using testing::max_scaled_error;
+using testing::numeric_grad;
+using testing::to_double;
+
+// q, k and v live in one input buffer x: either a fused QKV GEMM output
+// [B, T, (H + 2·KV)·D] or three separate regions, rows padded by `pad` floats.
+struct Problem {
+  AttentionDims d;
+  int64_t q_off = 0, k_off = 0, v_off = 0, n_in = 0;
+  std::vector<int32_t> q_pos, k_pos;
+  int64_t n_out() const { return d.batch * d.q_len * d.out_stride; }
+  int64_t n_lse() const { return d.batch * d.n_heads * d.q_len; }
+};
+
+// Causal positions 0..T−1 unless q_first/k_first shift them (queries at q_first.., keys at k_first..).
+Problem make_problem(int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t KV, int64_t D, bool fused,
+                     int64_t pad = 0, int32_t q_first = 0, int32_t k_first = 0) {
+  Problem p;
+  p.d = AttentionDims{B, Tq, Tk, H, KV, D, 0, 0, H * D + pad};
+  if (fused) {
+    EXPECT_EQ(Tq, Tk) << "a fused QKV buffer has one length";
+    const int64_t w = (H + 2 * KV) * D + pad;
+    p.d.q_stride = p.d.kv_stride = w;
+    p.k_off = H * D;
+    p.v_off = (H + KV) * D;
+    p.n_in = B * Tq * w;
+  } else {
+    p.d.q_stride = H * D + pad;
+    p.d.kv_stride = KV * D + pad;
+    p.k_off = B * Tq * p.d.q_stride;
+    p.v_off = p.k_off + B * Tk * p.d.kv_stride;
+    p.n_in = p.v_off + B * Tk * p.d.kv_stride;
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t i = 0; i < Tq; ++i)
+      p.q_pos.push_back(q_first + static_cast<int32_t>(i));
+    for (int64_t j = 0; j < Tk; ++j)
+      p.k_pos.push_back(k_first + static_cast<int32_t>(j));
+  }
+  return p;
+}
+
+std::vector<float> random_vec(int64_t n, uint32_t seed, float stddev = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v)
+    x = dist(gen);
+  return v;
+}
+
+void fast_forward(const Problem& p, const std::vector<float>& x, std::vector<float>& out,
+                  std::vector<float>& lse) {
+  out.assign(static_cast<size_t>(p.n_out()), 7.0f);  // padding must stay untouched
+  lse.assign(static_cast<size_t>(p.n_lse()), 7.0f);
+  attention_forward(out.data(), lse.data(), x.data() + p.q_off, x.data() + p.k_off, x.data() + p.v_off,
+                    p.q_pos.data(), p.k_pos.data(), p.d);
+}
+
+void ref_forward(const Problem& p, const std::vector<double>& x, std::vector<double>& out,
+                 std::vector<double>& lse) {
+  out.assign(static_cast<size_t>(p.n_out()), 7.0);
+  lse.assign(static_cast<size_t>(p.n_lse()), 7.0);
+  ref::attention_forward(out.data(), lse.data(), x.data() + p.q_off, x.data() + p.k_off, x.data() + p.v_off,
+                         p.q_pos.data(), p.k_pos.data(), p.d);
+}
+
+// Accumulates the gradient of Σ dout·out into gx (the layout of x).
+void fast_backward(const Problem& p, const std::vector<float>& x, const std::vector<float>& dout,
+                   const std::vector<float>& out, const std::vector<float>& lse, std::vector<float>& gx) {
+  attention_backward(gx.data() + p.q_off, gx.data() + p.k_off, gx.data() + p.v_off, dout.data(), out.data(),
+                     lse.data(), x.data() + p.q_off, x.data() + p.k_off, x.data() + p.v_off, p.q_pos.data(),
+                     p.k_pos.data(), p.d);
+}
+
+void ref_backward(const Problem& p, const std::vector<double>& x, const std::vector<double>& dout,
+                  const std::vector<double>& out, const std::vector<double>& lse, std::vector<double>& gx) {
+  ref::attention_backward(gx.data() + p.q_off, gx.data() + p.k_off, gx.data() + p.v_off, dout.data(),
+                          out.data(), lse.data(), x.data() + p.q_off, x.data() + p.k_off, x.data() + p.v_off,
+                          p.q_pos.data(), p.k_pos.data(), p.d);
+}
+
+// |a − b| / (atol + |b|) ≤ rtol elementwise, with atol = 1e-2 · max|b| so that
+// elements that cancel to near zero are held to 1e-2·rtol of the scale. −inf
+// must match exactly; any NaN fails. fp32 kernels land at 1e-5..3e-5 against
+// double (the same with std::exp in place of the fast exp: it is the fp32 sums
+// of 64-term dot products), so rtol 5e-5 for out and gradients, 5e-6 for lse;
+// a wrong mask, scale or rescaling shows up at 1e-2 or worse.
+template <typename A>
+void expect_close(const std::vector<A>& a, const std::vector<double>& b, double rtol,
+                  const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  double scale = 0;
+  for (double x : b) {
+    if (std::isfinite(x)) scale = std::max(scale, std::abs(x));
+  }
+  const double atol = std::max(1e-2 * scale, 1e-12);
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double ai = static_cast<double>(a[i]);
+    if (!std::isfinite(b[i])) {
+      ASSERT_EQ(ai, b[i]) << what << " element " << i;
+      continue;
+    }
+    ASSERT_TRUE(std::isfinite(ai)) << what << " element " << i << " is " << ai << ", expected " << b[i];
+    worst = std::max(worst, max_scaled_error(&ai, &b[i], 1, atol));
+  }
+  EXPECT_LE(worst, rtol) << what << " (atol " << atol << ")";
+}
+
+struct Shape {
+  const char* name;
+  int64_t B, T, H, KV, D;
+  bool fused;
+  int64_t pad;
+};
+
+void PrintTo(const Shape& s, std::ostream* os) {
+  *os << s.name;
+}
+
+class AttentionShapes : public ::testing::TestWithParam<Shape> {};
+
+// Forward (out and lse) and backward (into prefilled gradients) against the reference.
+TEST_P(AttentionShapes, MatchesDoubleReference) {
+  const Shape s = GetParam();
+  const Problem p = make_problem(s.B, s.T, s.T, s.H, s.KV, s.D, s.fused, s.pad);
+  const std::vector<float> x = random_vec(p.n_in, 1, 1.5f);
+  const std::vector<float> dout = random_vec(p.n_out(), 2);
+  const std::vector<float> prefill = random_vec(p.n_in, 3);
+
+  std::vector<float> out, lse;
+  std::vector<double> out_ref, lse_ref;
+  fast_forward(p, x, out, lse);
+  ref_forward(p, to_double(x), out_ref, lse_ref);
+  expect_close(out, out_ref, 5e-5, "out");
+  expect_close(lse, lse_ref, 5e-6, "lse");
+
+  std::vector<float> gx = prefill;
+  std::vector<double> gx_ref = to_double(prefill);
+  fast_backward(p, x, dout, out, lse, gx);
+  ref_backward(p, to_double(x), to_double(dout), out_ref, lse_ref, gx_ref);
+  expect_close(gx, gx_ref, 5e-5, "dq, dk, dv");
+}
+
+INSTANTIATE_TEST_SUITE_P(Attention, AttentionShapes,
+                         ::testing::Values(Shape{"T1", 2, 1, 4, 1, 2, true, 0},
+                                           Shape{"T37_H4_KV1_D6", 2, 37, 4, 1, 6, true, 0},
+                                           Shape{"T67_H6_KV2_D64", 2, 67, 6, 2, 64, true, 0},
+                                           Shape{"T130_H4_KV4_D64", 1, 130, 4, 4, 64, false, 0},
+                                           Shape{"T130_H6_KV2_D6_fused", 2, 130, 6, 2, 6, true, 3},
+                                           Shape{"T64_H2_KV1_D2_padded", 1, 64, 2, 1, 2, false, 5},
+                                           Shape{"T200_H2_KV2_D64", 1, 200, 2, 2, 64, false, 1}),
+                         [](const ::testing::TestParamInfo<Shape>& param_info) {
+                           return std::string(param_info.param.name);
+                         });
+
+// Both backwards against central finite differences of the double reference
+// forward, loss = Σ r·out: one FD gradient checks dq, dk and dv together, and
+// the padding columns of the fused buffer get no gradient.
+void check_against_finite_differences(const Problem& p) {
+  const std::vector<float> x = random_vec(p.n_in, 11, 1.5f);
+  const std::vector<float> r = random_vec(p.n_out(), 12);
+  const std::vector<float> prefill = random_vec(p.n_in, 13);
+  const std::vector<double> rd = to_double(r);
+  auto loss = [&](const std::vector<double>& xd) {
+    std::vector<double> o, l;
+    ref_forward(p, xd, o, l);
+    double s = 0;
+    for (size_t i = 0; i < o.size(); ++i)
+      s += rd[i] * o[i];  // padding holds a constant
+    return s;
+  };
+  const std::vector<double> fd = numeric_grad(loss, to_double(x));
+  std::vector<double> expected(fd.size());
+  for (size_t i = 0; i < fd.size(); ++i)
+    expected[i] = prefill[i] + fd[i];
+
+  std::vector<float> out, lse;
+  fast_forward(p, x, out, lse);
+  std::vector<float> gx = prefill;
+  fast_backward(p, x, r, out, lse, gx);
+  expect_close(gx, expected, 5e-5, "fast backward vs finite differences");
+
+  std::vector<double> out_ref, lse_ref;
+  ref_forward(p, to_double(x), out_ref, lse_ref);
+  std::vector<double> gx_ref = to_double(prefill);
+  ref_backward(p, to_double(x), rd, out_ref, lse_ref, gx_ref);
+  expect_close(gx_ref, expected, 1e-7, "reference backward vs finite differences");
+}
+
+TEST(Attention, BackwardMatchesFiniteDifferencesT1) {
+  check_against_finite_differences(make_problem(2, 1, 1, 4, 1, 2, true));
+}
+TEST(Attention, BackwardMatchesFiniteDifferencesGqaFused) {
+  check_against_finite_differences(make_problem(2, 37, 37, 6, 2, 2, true, 1));
+}
+TEST(Attention, BackwardMatchesFiniteDifferencesTwoTiles) {
+  check_against_finite_differences(make_problem(1, 70, 70, 2, 1, 6, false));
+}
+TEST(Attention, BackwardMatchesFiniteDifferencesHeadDim64) {
+  check_against_finite_differences(make_problem(1, 9, 9, 2, 2, 64, true));
+}
+TEST(Attention, BackwardMatchesFiniteDifferencesQueriesAfterKeys) {
+  // Queries at positions 4..7 against keys at 0..7 (a later chunk of the sequence).
+  check_against_finite_differences(make_problem(2, 4, 8, 4, 2, 6, false, 0, 4, 0));
+}
+
+TEST(Attention, QueriesAfterKeysMatchReference) {
+  const Problem p = make_problem(2, 4, 8, 4, 2, 64, false, 0, 4, 0);
+  const std::vector<float> x = random_vec(p.n_in, 21, 1.5f);
+  std::vector<float> out, lse;
+  std::vector<double> out_ref, lse_ref;
+  fast_forward(p, x, out, lse);
+  ref_forward(p, to_double(x), out_ref, lse_ref);
+  expect_close(out, out_ref, 5e-5, "out");
+  expect_close(lse, lse_ref, 5e-6, "lse");
+  const std::vector<float> dout = random_vec(p.n_out(), 22);
+  const std::vector<float> prefill = random_vec(p.n_in, 23);
+  std::vector<float> gx = prefill;
+  std::vector<double> gx_ref = to_double(prefill);
+  fast_backward(p, x, dout, out, lse, gx);
+  ref_backward(p, to_double(x), to_double(dout), out_ref, lse_ref, gx_ref);
+  expect_close(gx, gx_ref, 5e-5, "dq, dk, dv");
+}
+
+TEST(Attention, QueryThatSeesNoKey) {
+  // Keys at positions 3..12, queries at 0..9: queries 0, 1 and 2 see nothing.
+  const Problem p = make_problem(2, 10, 10, 4, 2, 6, false, 0, 0, 3);
+  const std::vector<float> x = random_vec(p.n_in, 31, 1.5f);
+  std::vector<float> out, lse;
+  fast_forward(p, x, out, lse);
+  std::vector<double> out_ref, lse_ref;
+  ref_forward(p, to_double(x), out_ref, lse_ref);
+  expect_close(out, out_ref, 5e-5, "out");
+  expect_close(lse, lse_ref, 5e-6, "lse");
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t h = 0; h < 4; ++h) {
+      for (int64_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(lse[static_cast<size_t>((b * 4 + h) * 10 + i)], -std::numeric_limits<float>::infinity());
+        for (int64_t c = 0; c < 6; ++c) {
+          EXPECT_EQ(out[static_cast<size_t>((b * 10 + i) * p.d.out_stride + h * 6 + c)], 0.0f);
+        }
+      }
+    }
+  }
+  const std::vector<float> dout = random_vec(p.n_out(), 32);
+  const std::vector<float> prefill = random_vec(p.n_in, 33);
+  std::vector<float> gx = prefill;
+  fast_backward(p, x, dout, out, lse, gx);
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t i = 0; i < 3; ++i) {
+      for (int64_t c = 0; c < 4 * 6; ++c) {
+        const size_t at = static_cast<size_t>(p.q_off + (b * 10 + i) * p.d.q_stride + c);
+        EXPECT_EQ(gx[at], prefill[at]) << "dq of a query that sees nothing";
+      }
+    }
+  }
+  check_against_finite_differences(p);
+}
+
+// Ring attention's decomposition: keys split into two blocks held in their own
+// buffers. Forward per block + attention_merge (in either order) equals the full
+// forward; backward per block with the FULL out/lse, dq accumulated across the
+// blocks, equals the full backward.
+TEST(Attention, KeyBlocksMergeAndAccumulateToFullAttention) {
+  const int64_t B = 2, T = 130, H = 6, KV = 2, D = 64, split = 70;
+  const Problem p = make_problem(B, T, T, H, KV, D, false, 0, 0, 2);  // queries 0 and 1 see no key
+  const std::vector<float> x = random_vec(p.n_in, 41, 1.5f);
+  const std::vector<float> dout = random_vec(p.n_out(), 42);
+  const std::vector<float> prefill = random_vec(p.n_in, 43);
+  std::vector<double> out_ref, lse_ref;
+  ref_forward(p, to_double(x), out_ref, lse_ref);
+  std::vector<double> gx_ref = to_double(prefill);
+  ref_backward(p, to_double(x), to_double(dout), out_ref, lse_ref, gx_ref);
+
+  struct Block {
+    int64_t j0, n;
+    AttentionDims d;
+    std::vector<float> k, v, dk, dv, out, lse;
+    std::vector<int32_t> pos;
+  };
+  std::vector<Block> blocks;
+  const int64_t w = p.d.kv_stride;
+  for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, split}, {split, T}}) {
+    Block blk{j0, j1 - j0, p.d, {}, {}, {}, {}, {}, {}, {}};
+    blk.d.kv_len = blk.n;
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t j = j0; j < j1; ++j) {
+        const auto row = [&](int64_t off) { return static_cast<size_t>(off + (b * T + j) * w); };
+        blk.k.insert(blk.k.end(), x.begin() + row(p.k_off), x.begin() + row(p.k_off) + w);
+        blk.v.insert(blk.v.end(), x.begin() + row(p.v_off), x.begin() + row(p.v_off) + w);
+        blk.dk.insert(blk.dk.end(), prefill.begin() + row(p.k_off), prefill.begin() + row(p.k_off) + w);
+        blk.dv.insert(blk.dv.end(), prefill.begin() + row(p.v_off), prefill.begin() + row(p.v_off) + w);
+        blk.pos.push_back(p.k_pos[static_cast<size_t>(b * T + j)]);
+      }
+    }
+    blk.out.assign(static_cast<size_t>(p.n_out()), 0.0f);
+    blk.lse.assign(static_cast<size_t>(p.n_lse()), 0.0f);
+    attention_forward(blk.out.data(), blk.lse.data(), x.data() + p.q_off, blk.k.data(), blk.v.data(),
+                      p.q_pos.data(), blk.pos.data(), blk.d);
+    blocks.push_back(std::move(blk));
+  }
+
+  for (int first : {0, 1}) {  // the second block is invisible to the first 68 queries: −inf on either side
+    std::vector<float> out = blocks[first].out, lse = blocks[first].lse;
+    attention_merge(out.data(), lse.data(), blocks[1 - first].out.data(), blocks[1 - first].lse.data(), p.d);
+    expect_close(out, out_ref, 5e-5, "merged out, first block " + std::to_string(first));
+    expect_close(lse, lse_ref, 5e-6, "merged lse, first block " + std::to_string(first));
+  }
+
+  std::vector<float> out, lse;
+  fast_forward(p, x, out, lse);
+  std::vector<float> gx = prefill;
+  for (Block& blk : blocks) {
+    attention_backward(gx.data() + p.q_off, blk.dk.data(), blk.dv.data(), dout.data(), out.data(), lse.data(),
+                       x.data() + p.q_off, blk.k.data(), blk.v.data(), p.q_pos.data(), blk.pos.data(), blk.d);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t j = 0; j < blk.n; ++j) {
+        const auto src = static_cast<size_t>((b * blk.n + j) * w);
+        const auto dst = static_cast<size_t>((b * T + blk.j0 + j) * w);
+        std::copy_n(blk.dk.begin() + src, w, gx.begin() + p.k_off + dst);
+        std::copy_n(blk.dv.begin() + src, w, gx.begin() + p.v_off + dst);
+      }
+    }
+  }
+  expect_close(gx, gx_ref, 5e-5, "blockwise dq, dk, dv");
+}
+
+TEST(Attention, MergeOfTwoEmptyPartsStaysEmpty) {
+  const AttentionDims d{1, 1, 1, 1, 1, 2, 2, 2, 2};
+  const float inf = std::numeric_limits<float>::infinity();
+  float out[2] = {0.0f, 0.0f}, lse[1] = {-inf};
+  const float part[2] = {0.0f, 0.0f}, lse_part[1] = {-inf};
+  attention_merge(out, lse, part, lse_part, d);
+  EXPECT_EQ(lse[0], -inf);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], 0.0f);
+  // Equal weights: lse = log(e^1 + e^1) = 1 + log 2, out = the mean.
+  float out2[2] = {1.0f, 3.0f}, lse2[1] = {1.0f};
+  const float part2[2] = {3.0f, 5.0f}, lse_part2[1] = {1.0f};
+  attention_merge(out2, lse2, part2, lse_part2, d);
+  EXPECT_NEAR(lse2[0], 1.0 + std::log(2.0), 1e-6);
+  EXPECT_NEAR(out2[0], 2.0f, 1e-6);
+  EXPECT_NEAR(out2[1], 4.0f, 1e-6);
+}
+
+TEST(Attention, RejectsBadDims) {
+  const Problem p = make_problem(1, 4, 4, 6, 4, 2, false);  // 6 heads over 4 kv heads
+  const std::vector<float> x(static_cast<size_t>(p.n_in), 0.0f);
+  std::vector<float> out, lse;
+  EXPECT_THROW(fast_forward(p, x, out, lse), ConfigError);
+}
+
+// Print-only benchmark (no timed assertion): the benchmark shape with 2 threads,
+// against a 1024³ cblas_sgemm measured in the same process.
+TEST(AttentionPerf, PrintsRatesAtBenchmarkShape) {
+  const int saved = num_threads();
+  set_num_threads(2);
+  const auto best_of = [](int reps, auto&& fn) {
+    double best = 1e30;
+    for (int i = 0; i < reps; ++i) {
+      Timer t;
+      fn();
+      best = std::min(best, t.seconds());
+    }
+    return best;
+  };
+  const int64_t n = 1024;
+  const std::vector<float> a = random_vec(n * n, 51), bm = random_vec(n * n, 52);
+  std::vector<float> c(static_cast<size_t>(n * n));
+  const auto gemm = [&] {
+    sgemm(Trans::no, Trans::no, n, n, n, a.data(), n, bm.data(), n, c.data(), n, Out::assign);
+  };
+  gemm();
+  const double gemm_rate = 2.0 * n * n * n / best_of(3, gemm) / 1e9;
+
+  const int64_t B = 8, T = 256, H = 8, KV = 8, D = 64;
+  const Problem p = make_problem(B, T, T, H, KV, D, true);
+  const std::vector<float> x = random_vec(p.n_in, 53);
+  const std::vector<float> dout = random_vec(p.n_out(), 54);
+  std::vector<float> out, lse, gx(static_cast<size_t>(p.n_in), 0.0f);
+  fast_forward(p, x, out, lse);
+  fast_backward(p, x, dout, out, lse, gx);
+  const double t_fwd = best_of(5, [&] { fast_forward(p, x, out, lse); });
+  const double t_bwd = best_of(5, [&] { fast_backward(p, x, dout, out, lse, gx); });
+  const double fwd_flops = 2.0 * (2.0 * B * H * D * T * T / 2.0), bwd_flops = 2.5 * fwd_flops;
+  const double fwd_rate = fwd_flops / t_fwd / 1e9, bwd_rate = bwd_flops / t_bwd / 1e9;
+  const double total_rate = (fwd_flops + bwd_flops) / (t_fwd + t_bwd) / 1e9;
+  std::printf("threads %d; sgemm 1024^3: %.1f GFLOP/s\n", num_threads(), gemm_rate);
+  std::printf("attention B=%lld T=%lld H=%lld KV=%lld D=%lld causal\n", static_cast<long long>(B),
+              static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(KV),
+              static_cast<long long>(D));
+  std::printf("  forward  %.3f ms  %.1f GFLOP/s (%.0f%% of sgemm)\n", t_fwd * 1e3, fwd_rate,
+              100 * fwd_rate / gemm_rate);
+  std::printf("  backward %.3f ms  %.1f GFLOP/s (%.0f%% of sgemm)\n", t_bwd * 1e3, bwd_rate,
+              100 * bwd_rate / gemm_rate);
+  std::printf("  fwd+bwd  %.3f ms  %.1f GFLOP/s (%.0f%% of sgemm)\n", (t_fwd + t_bwd) * 1e3, total_rate,
+              100 * total_rate / gemm_rate);
+  set_num_threads(saved);
+}
+
+}  // namespace
+}  // namespace mt
