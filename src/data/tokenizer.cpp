@@ -70,8 +70,11 @@ void train_bpe(std::span<const std::string> texts, const std::string& model_path
   LineIterator lines(texts);
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &model);
-  MT_REQUIRE(status.ok(), DataError, "training the tokenizer for ", model_path, " failed (vocab_size ",
-             options.vocab_size, "): ", status.ToString());
+  MT_REQUIRE(
+      status.ok(), DataError, "training the tokenizer for ", model_path, " failed (vocab_size ",
+      options.vocab_size,
+      "; it must cover 256 byte pieces, <unk>, <s>, </s> and one piece per distinct character, and the ",
+      "text must yield enough merges to fill it): ", status.ToString());
   write_file_atomic(model_path, model.data(), std::ssize(model));
 }
 

@@ -72,6 +72,12 @@ TEST(Tokenizer, MissingModelIsIoError) {
   EXPECT_THROW_WITH(Tokenizer::load(path), IoError, path);
 }
 
+TEST(Tokenizer, GarbageModelIsIoError) {
+  const auto path = (testing_data::fresh_dir() / "garbage.model").string();
+  testing_data::write_text(path, "this is not a sentencepiece model");
+  EXPECT_THROW_WITH(Tokenizer::load(path), IoError, path);
+}
+
 TEST(Tokenizer, DecodeRejectsOutOfRangeId) {
   const auto model = (testing_data::fresh_dir() / "tok.model").string();
   const std::vector<std::string> texts{small_text()};
