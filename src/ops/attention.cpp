@@ -90,18 +90,30 @@ void validate(const AttentionDims& d) {
              ") must be at least n_kv_heads × head_dim (", d.n_kv_heads * d.head_dim, ")");
 }
 
-// Scales one row of scores and hides the keys the query cannot see (−inf).
-inline void scale_and_mask(float* s, int64_t nk, float scale, bool all_visible, const int32_t* k_pos,
-                           int32_t q_pos) {
-  if (all_visible) {
+// Hides the keys of one row of scores that the query cannot see (−inf).
+inline void mask_row(float* s, int64_t nk, const int32_t* k_pos, int32_t q_pos) {
 #pragma omp simd
-    for (int64_t c = 0; c < nk; ++c)
-      s[c] *= scale;
-  } else {
-#pragma omp simd
-    for (int64_t c = 0; c < nk; ++c)
-      s[c] = k_pos[c] <= q_pos ? s[c] * scale : kNegInf;
+  for (int64_t c = 0; c < nk; ++c)
+    s[c] = k_pos[c] <= q_pos ? s[c] : kNegInf;
+}
+
+// max of s[0, n) (−inf when n = 0), in 16 independent lanes so that it
+// vectorises without reassociation flags.
+inline float row_max(const float* s, int64_t n) {
+  constexpr int64_t kLanes = 16;
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, kNegInf);
+  int64_t c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    for (int64_t u = 0; u < kLanes; ++u)
+      lanes[u] = lanes[u] < s[c + u] ? s[c + u] : lanes[u];
   }
+  for (; c < n; ++c)
+    lanes[0] = lanes[0] < s[c] ? s[c] : lanes[0];
+  float mx = kNegInf;
+  for (int64_t u = 0; u < kLanes; ++u)
+    mx = mx < lanes[u] ? lanes[u] : mx;
+  return mx;
 }
 
 }  // namespace
@@ -158,12 +170,9 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
         sgemm(Trans::no, Trans::yes, nq, nk, D, qb, d.q_stride, kb, d.kv_stride, S, kTileK, Out::assign);
         for (int64_t r = 0; r < nq; ++r) {
           float* s = S + r * kTileK;
-          scale_and_mask(s, nk, scale, all_visible, kp, qp[r]);
-          float tile_max = kNegInf;
-#pragma omp simd reduction(max : tile_max)
-          for (int64_t c = 0; c < nk; ++c)
-            tile_max = std::max(tile_max, s[c]);
-          if (tile_max == kNegInf) {  // this query sees no key of the tile
+          if (!all_visible) mask_row(s, nk, kp, qp[r]);
+          const float tile_max = scale * row_max(s, nk);  // scale > 0 commutes with max
+          if (tile_max == kNegInf) {                      // this query sees no key of the tile
             std::fill(s, s + nk, 0.0f);
             continue;
           }
@@ -172,7 +181,7 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
           float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
           for (int64_t c = 0; c < nk; ++c) {
-            const float p = exp_approx(s[c] - m_new);
+            const float p = exp_approx(s[c] * scale - m_new);
             s[c] = p;
             sum += p;
           }
@@ -281,11 +290,11 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
             for (int64_t r = 0; r < nq; ++r) {
               float* p = P + r * kTileK;
               float* ds = dS + r * kTileK;
-              scale_and_mask(p, nk, scale, all_visible, kp, qp[r]);
+              if (!all_visible) mask_row(p, nk, kp, qp[r]);
               const float L = Lq[r], Di = Dq[r];
 #pragma omp simd
               for (int64_t c = 0; c < nk; ++c) {
-                const float pc = exp_approx(p[c] - L);
+                const float pc = exp_approx(p[c] * scale - L);
                 p[c] = pc;
                 ds[c] = pc * (ds[c] - Di) * scale;  // dS, with the score scale folded in
               }
