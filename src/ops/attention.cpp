@@ -5,14 +5,19 @@
 // unnormalised output accumulator per query (online softmax), and writes
 // out = acc / l and lse = m + log l at the end.
 //
-// Backward: one task per (batch, kv head). The task owns dk and dv of its kv
-// head and dq of the H/KV query heads that read it, so every output element has
-// exactly one writer: no atomics, and the result does not depend on the thread
-// count. P is recomputed from q, k and the saved lse.
+// Backward: P is recomputed from q, k and the saved lse. Every output element
+// has exactly one writer and sees its terms in a fixed order (key tiles
+// ascending for dq; heads, then query tiles ascending for dk and dv), so there
+// are no atomics and the result does not depend on the thread count. With
+// enough (batch, kv head) pairs, one task per pair owns dk, dv of the pair and
+// dq of its query heads; otherwise dk/dv tasks per key tile and dq tasks per
+// query tile share the work (see attention_backward).
 //
 // Tile products go through sgemm; called inside an OpenMP parallel region the
 // OpenMP build of OpenBLAS runs them on the calling thread.
 #include "ops/attention.h"
+
+#include <omp.h>
 
 #include <algorithm>
 #include <bit>
@@ -216,6 +221,45 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
   }
 }
 
+namespace {
+
+// What the backward of one (query tile, key tile) pair reads.
+struct BackwardTile {
+  const float* q;     // [nq, q_stride]
+  const float* dout;  // [nq, out_stride]
+  const float* k;     // [nk, kv_stride]
+  const float* v;     // [nk, kv_stride]
+  const float* lse;   // [nq], +inf for a query that sees nothing
+  const float* di;    // [nq], rowsum(dout ∘ out)
+  const int32_t* q_pos;
+  const int32_t* k_pos;
+  int64_t nq, nk;
+  bool all_visible;
+};
+
+// P = exp(scale · Q·Kᵀ − lse) (0 where hidden) and dS = P ∘ (dO·Vᵀ − Di) · scale,
+// both [nq, nk] with row stride kTileK.
+void probs_and_dscores(float* P, float* dS, const BackwardTile& t, const AttentionDims& d, float scale) {
+  sgemm(Trans::no, Trans::yes, t.nq, t.nk, d.head_dim, t.q, d.q_stride, t.k, d.kv_stride, P, kTileK,
+        Out::assign);
+  sgemm(Trans::no, Trans::yes, t.nq, t.nk, d.head_dim, t.dout, d.out_stride, t.v, d.kv_stride, dS, kTileK,
+        Out::assign);
+  for (int64_t r = 0; r < t.nq; ++r) {
+    float* p = P + r * kTileK;
+    float* ds = dS + r * kTileK;
+    if (!t.all_visible) mask_row(p, t.nk, t.k_pos, t.q_pos[r]);
+    const float L = t.lse[r], Di = t.di[r];
+#pragma omp simd
+    for (int64_t c = 0; c < t.nk; ++c) {
+      const float pc = exp_approx(p[c] * scale - L);
+      p[c] = pc;
+      ds[c] = pc * (ds[c] - Di) * scale;
+    }
+  }
+}
+
+}  // namespace
+
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
                         const float* lse, const float* q, const float* k, const float* v,
                         const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d) {
@@ -227,83 +271,112 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   const int64_t nk_tiles = (Tk + kTileK - 1) / kTileK;
   const std::vector<PosRange> q_ranges = tile_ranges(q_pos, B, Tq, kTileQ);
   const std::vector<PosRange> k_ranges = tile_ranges(k_pos, B, Tk, kTileK);
-  const int64_t n_tasks = B * KV;
+
+  // Di = rowsum(dout ∘ out) and the lse with −inf replaced by +inf (so that a
+  // query that sees nothing gets P = 0), both [B, H, Tq].
+  std::vector<float> di(static_cast<size_t>(B * H * Tq)), lse_eff(static_cast<size_t>(B * H * Tq));
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < B * H; ++bh) {
+    const int64_t b = bh / H, h = bh % H;
+    for (int64_t i = 0; i < Tq; ++i) {
+      const float* o = out + (b * Tq + i) * d.out_stride + h * D;
+      const float* go = dout + (b * Tq + i) * d.out_stride + h * D;
+      float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t c = 0; c < D; ++c)
+        acc += o[c] * go[c];
+      di[static_cast<size_t>(bh * Tq + i)] = acc;
+      const float L = lse[bh * Tq + i];
+      lse_eff[static_cast<size_t>(bh * Tq + i)] = L == kNegInf ? std::numeric_limits<float>::infinity() : L;
+    }
+  }
+
+  const auto tile = [&](int64_t b, int64_t h, int64_t qt, int64_t kt, BackwardTile& t) {
+    const PosRange qr = q_ranges[static_cast<size_t>(b * nq_tiles + qt)];
+    const PosRange kr = k_ranges[static_cast<size_t>(b * nk_tiles + kt)];
+    if (kr.lo > qr.hi) return false;  // fully hidden
+    const int64_t q0 = qt * kTileQ, k0 = kt * kTileK, g = h / group;
+    t.q = q + (b * Tq + q0) * d.q_stride + h * D;
+    t.dout = dout + (b * Tq + q0) * d.out_stride + h * D;
+    t.k = k + (b * Tk + k0) * d.kv_stride + g * D;
+    t.v = v + (b * Tk + k0) * d.kv_stride + g * D;
+    t.lse = lse_eff.data() + (b * H + h) * Tq + q0;
+    t.di = di.data() + (b * H + h) * Tq + q0;
+    t.q_pos = q_pos + b * Tq + q0;
+    t.k_pos = k_pos + b * Tk + k0;
+    t.nq = std::min(kTileQ, Tq - q0);
+    t.nk = std::min(kTileK, Tk - k0);
+    t.all_visible = kr.hi <= qr.lo;
+    return true;
+  };
+  const auto dq_at = [&](int64_t b, int64_t h, int64_t qt) {
+    return dq + (b * Tq + qt * kTileQ) * d.q_stride + h * D;
+  };
+  const auto dkv_at = [&](float* base, int64_t b, int64_t g, int64_t kt) {
+    return base + (b * Tk + kt * kTileK) * d.kv_stride + g * D;
+  };
+
+  // One writer per output element either way. With at least two (batch, kv
+  // head) pairs per thread, one task per pair owns dk, dv of the pair and dq of
+  // its query heads (five tile products per tile pair). With fewer, the work is
+  // split into dk/dv tasks per key tile and dq tasks per query tile, which
+  // recompute P and dS (seven products per tile pair, but all threads busy).
+  const bool fused = B * KV >= 2 * static_cast<int64_t>(omp_get_max_threads());
 
 #pragma omp parallel
   {
-    // Per thread, once per call: P and dP/dS tiles [kTileQ, kTileK]; Di = rowsum(dout ∘ out)
-    // and the lse (+inf for a query that sees nothing, so that its P is 0) of the group's heads.
-    std::vector<float> p_buf(static_cast<size_t>(kTileQ * kTileK));
+    std::vector<float> p_buf(static_cast<size_t>(kTileQ * kTileK));  // per thread, once per call
     std::vector<float> ds_buf(static_cast<size_t>(kTileQ * kTileK));
-    std::vector<float> di_buf(static_cast<size_t>(group * Tq));
-    std::vector<float> lse_buf(static_cast<size_t>(group * Tq));
     float* P = p_buf.data();
     float* dS = ds_buf.data();
-
+    BackwardTile t{};
+    if (fused) {
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < n_tasks; ++task) {
-      const int64_t b = task / KV, g = task % KV;
-      for (int64_t hh = 0; hh < group; ++hh) {
-        const int64_t h = g * group + hh;
-        for (int64_t i = 0; i < Tq; ++i) {
-          const float* o = out + (b * Tq + i) * d.out_stride + h * D;
-          const float* go = dout + (b * Tq + i) * d.out_stride + h * D;
-          float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-          for (int64_t c = 0; c < D; ++c)
-            acc += o[c] * go[c];
-          di_buf[static_cast<size_t>(hh * Tq + i)] = acc;
-          const float L = lse[(b * H + h) * Tq + i];
-          lse_buf[static_cast<size_t>(hh * Tq + i)] =
-              L == kNegInf ? std::numeric_limits<float>::infinity() : L;
+      for (int64_t task = 0; task < B * KV; ++task) {
+        const int64_t b = task / KV, g = task % KV;
+        for (int64_t kt = 0; kt < nk_tiles; ++kt) {
+          float* dkb = dkv_at(dk, b, g, kt);
+          float* dvb = dkv_at(dv, b, g, kt);
+          for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+            for (int64_t qt = 0; qt < nq_tiles; ++qt) {
+              if (!tile(b, h, qt, kt, t)) continue;
+              probs_and_dscores(P, dS, t, d, scale);
+              // dV += Pᵀ · dO;  dK += dSᵀ · Q;  dQ += dS · K
+              sgemm(Trans::yes, Trans::no, t.nk, D, t.nq, P, kTileK, t.dout, d.out_stride, dvb, d.kv_stride,
+                    Out::add);
+              sgemm(Trans::yes, Trans::no, t.nk, D, t.nq, dS, kTileK, t.q, d.q_stride, dkb, d.kv_stride,
+                    Out::add);
+              sgemm(Trans::no, Trans::no, t.nq, D, t.nk, dS, kTileK, t.k, d.kv_stride, dq_at(b, h, qt),
+                    d.q_stride, Out::add);
+            }
+          }
         }
       }
-
-      for (int64_t kt = 0; kt < nk_tiles; ++kt) {
-        const PosRange kr = k_ranges[static_cast<size_t>(b * nk_tiles + kt)];
-        const int64_t k0 = kt * kTileK, nk = std::min(kTileK, Tk - k0);
-        const float* kb = k + (b * Tk + k0) * d.kv_stride + g * D;
-        const float* vb = v + (b * Tk + k0) * d.kv_stride + g * D;
-        float* dkb = dk + (b * Tk + k0) * d.kv_stride + g * D;
-        float* dvb = dv + (b * Tk + k0) * d.kv_stride + g * D;
-        const int32_t* kp = k_pos + b * Tk + k0;
-
-        for (int64_t hh = 0; hh < group; ++hh) {
-          const int64_t h = g * group + hh;
+    } else {
+#pragma omp for schedule(dynamic, 1) nowait
+      for (int64_t task = 0; task < B * KV * nk_tiles; ++task) {
+        const int64_t kt = task % nk_tiles, g = (task / nk_tiles) % KV, b = task / (nk_tiles * KV);
+        float* dkb = dkv_at(dk, b, g, kt);
+        float* dvb = dkv_at(dv, b, g, kt);
+        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
           for (int64_t qt = 0; qt < nq_tiles; ++qt) {
-            const PosRange qr = q_ranges[static_cast<size_t>(b * nq_tiles + qt)];
-            if (kr.lo > qr.hi) continue;
-            const bool all_visible = kr.hi <= qr.lo;
-            const int64_t q0 = qt * kTileQ, nq = std::min(kTileQ, Tq - q0);
-            const float* qb = q + (b * Tq + q0) * d.q_stride + h * D;
-            float* dqb = dq + (b * Tq + q0) * d.q_stride + h * D;
-            const float* dob = dout + (b * Tq + q0) * d.out_stride + h * D;
-            const int32_t* qp = q_pos + b * Tq + q0;
-            const float* Lq = lse_buf.data() + hh * Tq + q0;
-            const float* Dq = di_buf.data() + hh * Tq + q0;
-
-            // P = exp(scale · Q·Kᵀ − lse), 0 where hidden
-            sgemm(Trans::no, Trans::yes, nq, nk, D, qb, d.q_stride, kb, d.kv_stride, P, kTileK, Out::assign);
-            // dP = dO · Vᵀ
-            sgemm(Trans::no, Trans::yes, nq, nk, D, dob, d.out_stride, vb, d.kv_stride, dS, kTileK,
-                  Out::assign);
-            for (int64_t r = 0; r < nq; ++r) {
-              float* p = P + r * kTileK;
-              float* ds = dS + r * kTileK;
-              if (!all_visible) mask_row(p, nk, kp, qp[r]);
-              const float L = Lq[r], Di = Dq[r];
-#pragma omp simd
-              for (int64_t c = 0; c < nk; ++c) {
-                const float pc = exp_approx(p[c] * scale - L);
-                p[c] = pc;
-                ds[c] = pc * (ds[c] - Di) * scale;  // dS, with the score scale folded in
-              }
-            }
-            // dV += Pᵀ · dO;  dK += dSᵀ · Q;  dQ += dS · K
-            sgemm(Trans::yes, Trans::no, nk, D, nq, P, kTileK, dob, d.out_stride, dvb, d.kv_stride, Out::add);
-            sgemm(Trans::yes, Trans::no, nk, D, nq, dS, kTileK, qb, d.q_stride, dkb, d.kv_stride, Out::add);
-            sgemm(Trans::no, Trans::no, nq, D, nk, dS, kTileK, kb, d.kv_stride, dqb, d.q_stride, Out::add);
+            if (!tile(b, h, qt, kt, t)) continue;
+            probs_and_dscores(P, dS, t, d, scale);
+            sgemm(Trans::yes, Trans::no, t.nk, D, t.nq, P, kTileK, t.dout, d.out_stride, dvb, d.kv_stride,
+                  Out::add);
+            sgemm(Trans::yes, Trans::no, t.nk, D, t.nq, dS, kTileK, t.q, d.q_stride, dkb, d.kv_stride,
+                  Out::add);
           }
+        }
+      }
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < B * H * nq_tiles; ++task) {
+        const int64_t qt = task % nq_tiles, h = (task / nq_tiles) % H, b = task / (nq_tiles * H);
+        for (int64_t kt = 0; kt < nk_tiles; ++kt) {
+          if (!tile(b, h, qt, kt, t)) continue;
+          probs_and_dscores(P, dS, t, d, scale);
+          sgemm(Trans::no, Trans::no, t.nq, D, t.nk, dS, kTileK, t.k, d.kv_stride, dq_at(b, h, qt),
+                d.q_stride, Out::add);
         }
       }
     }
