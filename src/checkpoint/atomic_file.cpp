@@ -1,0 +1,84 @@
+#include "checkpoint/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "core/error.h"
+
+namespace mt {
+namespace {
+
+std::string sys_message(int err) {
+  return std::system_category().message(err);
+}
+
+// Unique within this process (counter) and across processes (pid).
+std::string temporary_name(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+}
+
+}  // namespace
+
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_path_(temporary_name(path_)) {
+  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    MT_THROW(IoError, "cannot create '", tmp_path_, "' (temporary file for '", path_,
+             "'): ", sys_message(errno));
+  }
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(tmp_path_.c_str());
+}
+
+void AtomicFile::write(const void* data, size_t bytes) {
+  MT_REQUIRE(fd_ >= 0, IoError, "write to '", path_, "' after it was committed or failed");
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) MT_THROW(IoError, "cannot write '", tmp_path_, "' (for '", path_, "'): ", sys_message(errno));
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+void AtomicFile::commit() {
+  MT_REQUIRE(fd_ >= 0, IoError, "commit of '", path_, "' after it was committed or failed");
+  if (::fsync(fd_) != 0) MT_THROW(IoError, "cannot flush '", tmp_path_, "' to disk: ", sys_message(errno));
+  const int fd = std::exchange(fd_, -1);
+  if (::close(fd) != 0) MT_THROW(IoError, "cannot close '", tmp_path_, "': ", sys_message(errno));
+  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
+    MT_THROW(IoError, "cannot rename '", tmp_path_, "' to '", path_, "': ", sys_message(errno));
+  }
+  committed_ = true;
+  // Make the rename itself durable. Some file systems cannot fsync a directory
+  // (EINVAL); the file is complete either way, so only real I/O errors count.
+  std::filesystem::path dir = std::filesystem::path(path_).parent_path();
+  if (dir.empty()) dir = ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    const int rc = ::fsync(dfd);
+    const int err = errno;
+    ::close(dfd);
+    if (rc != 0 && err == EIO)
+      MT_THROW(IoError, "cannot flush directory '", dir.string(), "': ", sys_message(err));
+  }
+}
+
+void write_file_atomic(const std::string& path, std::string_view contents) {
+  AtomicFile file(path);
+  file.write(contents.data(), contents.size());
+  file.commit();
+}
+
+}  // namespace mt

@@ -1,0 +1,155 @@
+#include "checkpoint/hf_config.h"
+
+#include <cerrno>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <system_error>
+
+#include "checkpoint/atomic_file.h"
+#include "core/error.h"
+
+namespace mt {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// Reads keys of one config.json, reporting the file and key on failure.
+class Reader {
+ public:
+  Reader(const Json& root, const std::string& path) : root_(root), path_(path) {}
+
+  // Absent and null both mean "use the default" (transformers passes None on).
+  bool present(const char* key) const { return root_.contains(key) && !root_[key].is_null(); }
+
+  int64_t integer(const char* key) const {
+    const Json& v = get(key);
+    if (!v.is_number_integer()) fail(key, "must be an integer, got ", v.dump());
+    return v.get<int64_t>();
+  }
+  double number(const char* key) const {
+    const Json& v = get(key);
+    if (!v.is_number()) fail(key, "must be a number, got ", v.dump());
+    return v.get<double>();
+  }
+  bool boolean(const char* key) const {
+    const Json& v = get(key);
+    if (!v.is_boolean()) fail(key, "must be true or false, got ", v.dump());
+    return v.get<bool>();
+  }
+  std::string string(const char* key) const {
+    const Json& v = get(key);
+    if (!v.is_string()) fail(key, "must be a string, got ", v.dump());
+    return v.get<std::string>();
+  }
+
+  template <typename... Args>
+  [[noreturn]] void fail(const char* key, Args&&... args) const {
+    MT_THROW(ConfigError, "config '", path_, "': key '", key, "' ", std::forward<Args>(args)...);
+  }
+
+ private:
+  const Json& get(const char* key) const {
+    if (!present(key)) fail(key, "is required but missing");
+    return root_[key];
+  }
+
+  const Json& root_;
+  const std::string& path_;
+};
+
+}  // namespace
+
+void check_hf_config(const HfLlamaConfig& c, const std::string& source) {
+  const std::pair<const char*, int64_t> sizes[] = {{"vocab_size", c.vocab_size},
+                                                   {"hidden_size", c.hidden_size},
+                                                   {"intermediate_size", c.intermediate_size},
+                                                   {"num_hidden_layers", c.num_hidden_layers},
+                                                   {"num_attention_heads", c.num_attention_heads},
+                                                   {"num_key_value_heads", c.num_key_value_heads},
+                                                   {"max_position_embeddings", c.max_position_embeddings}};
+  for (const auto& [key, v] : sizes) {
+    MT_REQUIRE(v > 0, ConfigError, "config '", source, "': ", key, " (", v, ") must be positive");
+  }
+  MT_REQUIRE(c.rope_theta > 0, ConfigError, "config '", source, "': rope_theta (", c.rope_theta,
+             ") must be positive");
+  MT_REQUIRE(c.rms_norm_eps > 0, ConfigError, "config '", source, "': rms_norm_eps (", c.rms_norm_eps,
+             ") must be positive");
+  MT_REQUIRE(c.hidden_size % c.num_attention_heads == 0, ConfigError, "config '", source, "': hidden_size (",
+             c.hidden_size, ") must be divisible by num_attention_heads (", c.num_attention_heads, ")");
+  MT_REQUIRE(c.num_attention_heads % c.num_key_value_heads == 0, ConfigError, "config '", source,
+             "': num_attention_heads (", c.num_attention_heads,
+             ") must be divisible by num_key_value_heads (", c.num_key_value_heads, ")");
+}
+
+void write_hf_config(const std::string& path, const HfLlamaConfig& c) {
+  check_hf_config(c, path);
+  Json j = {{"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"vocab_size", c.vocab_size},
+            {"hidden_size", c.hidden_size},
+            {"intermediate_size", c.intermediate_size},
+            {"num_hidden_layers", c.num_hidden_layers},
+            {"num_attention_heads", c.num_attention_heads},
+            {"num_key_value_heads", c.num_key_value_heads},
+            {"max_position_embeddings", c.max_position_embeddings},
+            {"rope_theta", c.rope_theta},
+            {"rms_norm_eps", c.rms_norm_eps},
+            {"tie_word_embeddings", c.tie_word_embeddings},
+            {"hidden_act", "silu"},
+            {"attention_bias", false},
+            {"mlp_bias", false},
+            {"torch_dtype", "float32"}};
+  write_file_atomic(path, j.dump(2) + "\n");
+}
+
+HfLlamaConfig read_hf_config(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) MT_THROW(IoError, "cannot open '", path, "': ", std::system_category().message(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) MT_THROW(IoError, "cannot read '", path, "': ", std::system_category().message(errno));
+  Json root;
+  try {
+    root = Json::parse(text.str());
+  } catch (const Json::exception& e) {
+    MT_THROW(ConfigError, "config '", path, "' is not valid JSON: ", e.what());
+  }
+  MT_REQUIRE(root.is_object(), ConfigError, "config '", path, "' must be a JSON object, got ",
+             root.type_name());
+  const Reader r(root, path);
+
+  // Features that change the computation but that our model does not have:
+  // refuse them rather than load a model that silently computes something else.
+  if (r.present("model_type") && r.string("model_type") != "llama") {
+    r.fail("model_type", "is '", r.string("model_type"), "'; only 'llama' is supported");
+  }
+  if (r.present("hidden_act") && r.string("hidden_act") != "silu") {
+    r.fail("hidden_act", "is '", r.string("hidden_act"), "'; only 'silu' is supported");
+  }
+  for (const char* key : {"attention_bias", "mlp_bias"}) {
+    if (r.present(key) && r.boolean(key)) r.fail(key, "is true; biases are not supported");
+  }
+  if (r.present("rope_scaling")) r.fail("rope_scaling", "is set; RoPE scaling is not supported");
+
+  HfLlamaConfig c;
+  c.vocab_size = r.integer("vocab_size");
+  c.hidden_size = r.integer("hidden_size");
+  c.intermediate_size = r.integer("intermediate_size");
+  c.num_hidden_layers = r.integer("num_hidden_layers");
+  c.num_attention_heads = r.integer("num_attention_heads");
+  c.num_key_value_heads =
+      r.present("num_key_value_heads") ? r.integer("num_key_value_heads") : c.num_attention_heads;
+  c.max_position_embeddings = r.integer("max_position_embeddings");
+  c.rms_norm_eps = r.number("rms_norm_eps");
+  c.rope_theta = r.present("rope_theta") ? r.number("rope_theta") : 10000.0;
+  c.tie_word_embeddings = r.present("tie_word_embeddings") ? r.boolean("tie_word_embeddings") : false;
+  check_hf_config(c, path);
+  if (r.present("head_dim") && r.integer("head_dim") != c.hidden_size / c.num_attention_heads) {
+    r.fail("head_dim", "(", r.integer("head_dim"), ") must equal hidden_size / num_attention_heads (",
+           c.hidden_size / c.num_attention_heads, ")");
+  }
+  return c;
+}
+
+}  // namespace mt

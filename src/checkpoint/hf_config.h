@@ -1,0 +1,43 @@
+// config.json of a Hugging Face Llama model (transformers' LlamaConfig): the
+// keys our model understands, so that a model directory we write loads with
+// LlamaForCausalLM.from_pretrained and one published on the Hub loads here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace mt {
+
+struct HfLlamaConfig {
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;
+  int64_t max_position_embeddings = 0;
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-5;
+  bool tie_word_embeddings = false;
+};
+
+// ConfigError naming `source` and the value unless every size is positive,
+// hidden_size is divisible by num_attention_heads and num_attention_heads by
+// num_key_value_heads.
+void check_hf_config(const HfLlamaConfig& cfg, const std::string& source);
+
+// Writes config.json atomically: the fields above plus "architectures":
+// ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+// "torch_dtype": "float32", "attention_bias": false, "mlp_bias": false.
+void write_hf_config(const std::string& path, const HfLlamaConfig& cfg);
+
+// Reads config.json. As in transformers, an absent (or null)
+// num_key_value_heads means num_attention_heads, rope_theta 10000 and
+// tie_word_embeddings false; the other fields are required. ConfigError naming
+// the key for a missing key or a wrong type, and for features our model does
+// not implement (model_type other than llama, hidden_act other than silu,
+// attention or MLP biases, rope_scaling, a head_dim other than
+// hidden_size / num_attention_heads); IoError if the file cannot be read.
+HfLlamaConfig read_hf_config(const std::string& path);
+
+}  // namespace mt
