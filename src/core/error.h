@@ -54,10 +54,10 @@ std::string concat(Args&&... args) {
   } while (0)
 
 // Internal invariant (a bug in meshtrain, not bad input): reports file:line.
-#define MT_CHECK(cond, ...)                                                                           \
-  do {                                                                                                \
-    if (!(cond)) {                                                                                    \
-      MT_THROW(Error, __FILE__, ":", __LINE__, ": internal check failed: " #cond " " __VA_OPT__(, ) \
-                   __VA_ARGS__);                                                                      \
-    }                                                                                                 \
+#define MT_CHECK(cond, ...)                                                       \
+  do {                                                                            \
+    if (!(cond)) {                                                                \
+      MT_THROW(Error, __FILE__, ":", __LINE__,                                    \
+               ": internal check failed: " #cond " " __VA_OPT__(, ) __VA_ARGS__); \
+    }                                                                             \
   } while (0)

@@ -16,13 +16,20 @@ MemStats g_stats;
 
 std::string_view mem_kind_name(MemKind kind) {
   switch (kind) {
-    case MemKind::param: return "param";
-    case MemKind::grad: return "grad";
-    case MemKind::optim: return "optim";
-    case MemKind::activation: return "activation";
-    case MemKind::scratch: return "scratch";
-    case MemKind::comm: return "comm";
-    case MemKind::count_: break;
+    case MemKind::param:
+      return "param";
+    case MemKind::grad:
+      return "grad";
+    case MemKind::optim:
+      return "optim";
+    case MemKind::activation:
+      return "activation";
+    case MemKind::scratch:
+      return "scratch";
+    case MemKind::comm:
+      return "comm";
+    case MemKind::count_:
+      break;
   }
   return "?";
 }

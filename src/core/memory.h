@@ -12,12 +12,12 @@
 namespace mt {
 
 enum class MemKind : int {
-  param = 0,    // model parameters
-  grad,         // parameter gradients
-  optim,        // optimizer state (AdamW m and v)
-  activation,   // activations saved for backward, and their gradients
-  scratch,      // temporary workspace
-  comm,         // communication buffers
+  param = 0,   // model parameters
+  grad,        // parameter gradients
+  optim,       // optimizer state (AdamW m and v)
+  activation,  // activations saved for backward, and their gradients
+  scratch,     // temporary workspace
+  comm,        // communication buffers
   count_
 };
 

@@ -49,9 +49,9 @@ PhiloxKey philox_key(uint64_t seed, std::string_view name) {
   // Mix the seed through one Philox evaluation so that nearby seeds and names
   // give unrelated keys.
   const uint64_t h = fnv1a64(name);
-  const PhiloxCounter c = philox4x32(
-      {static_cast<uint32_t>(h), static_cast<uint32_t>(h >> 32), 0x6d657368u, 0x74726169u},
-      {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+  const PhiloxCounter c =
+      philox4x32({static_cast<uint32_t>(h), static_cast<uint32_t>(h >> 32), 0x6d657368u, 0x74726169u},
+                 {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
   return {c[0], c[1]};
 }
 

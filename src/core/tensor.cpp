@@ -21,7 +21,9 @@ Tensor::Tensor(std::vector<int64_t> shape, MemKind kind)
   data_ = static_cast<float*>(tracked_alloc(nbytes(), kind_));
 }
 
-Tensor::~Tensor() { release(); }
+Tensor::~Tensor() {
+  release();
+}
 
 Tensor::Tensor(Tensor&& other) noexcept
     : shape_(std::move(other.shape_)), numel_(other.numel_), kind_(other.kind_), data_(other.data_) {

@@ -11,9 +11,11 @@ TEST(Philox, KnownAnswerFromRandom123) {
   // Known-answer vectors of Philox4x32-10 published with Random123 (kat_vectors).
   PhiloxCounter zero = philox4x32({0, 0, 0, 0}, {0, 0});
   EXPECT_EQ(zero, (PhiloxCounter{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}));
-  PhiloxCounter ones = philox4x32({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu});
+  PhiloxCounter ones =
+      philox4x32({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu});
   EXPECT_EQ(ones, (PhiloxCounter{0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}));
-  PhiloxCounter pi = philox4x32({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u});
+  PhiloxCounter pi =
+      philox4x32({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}, {0xa4093822u, 0x299f31d0u});
   EXPECT_EQ(pi, (PhiloxCounter{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
 }
 
@@ -22,7 +24,8 @@ TEST(Philox, ShardEqualsSliceOfFullTensor) {
   std::vector<float> full(1000), shard(300);
   fill_normal(full.data(), 1000, key, 0, 0.02f);
   fill_normal(shard.data(), 300, key, 450, 0.02f);
-  for (int i = 0; i < 300; ++i) EXPECT_EQ(shard[i], full[450 + i]);
+  for (int i = 0; i < 300; ++i)
+    EXPECT_EQ(shard[i], full[450 + i]);
 }
 
 TEST(Philox, NormalMoments) {

@@ -1,0 +1,88 @@
+#include "cli/commands.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "core/threads.h"
+#include "data/prepare.h"
+#include "data/token_file.h"
+#include "data/tokenizer.h"
+#include "train/evaluate.h"
+#include "train/model_io.h"
+
+namespace mt {
+
+int run_train_command(const TrainArgs& a) {
+  std::vector<std::string> overrides = a.overrides;
+  auto shorthand = [&](const char* key, const std::optional<int64_t>& v) {
+    if (v) overrides.push_back(std::string(key) + "=" + std::to_string(*v));
+  };
+  shorthand("parallel.dp", a.dp);
+  shorthand("parallel.tp", a.tp);
+  shorthand("parallel.pp", a.pp);
+  shorthand("parallel.cp", a.cp);
+  shorthand("parallel.zero", a.zero);
+  const Config cfg = load_config(a.config, overrides);
+  const RunResult r = run_training(cfg, a.run);
+  if (a.run.profile) {
+    double total = 0;
+    for (const auto& [name, sec] : r.kernel_seconds)
+      total += sec;
+    std::printf("time per kernel (forward + backward, all steps):\n");
+    for (const auto& [name, sec] : r.kernel_seconds) {
+      std::printf("  %-14s %8.3f s  %5.1f%%\n", name.c_str(), sec, total > 0 ? 100 * sec / total : 0.0);
+    }
+  }
+  return 0;
+}
+
+int run_prepare_command(const PrepareArgs& a) {
+  PrepareOptions o;
+  o.text_paths = a.text;
+  if (o.text_paths.empty()) {
+    require_default_corpus();
+    o.text_paths = default_corpus_paths();
+  }
+  o.out_dir = a.out;
+  o.vocab_size = static_cast<int>(a.vocab_size);
+  const PrepareResult r = prepare_dataset(o);
+  std::printf("wrote %s: vocabulary %lld, %lld train tokens, %lld validation tokens\n", a.out.c_str(),
+              static_cast<long long>(r.vocab_size), static_cast<long long>(r.train_tokens),
+              static_cast<long long>(r.val_tokens));
+  return 0;
+}
+
+int run_eval_command(const EvalArgs& a) {
+  set_num_threads(a.threads > 0 ? static_cast<int>(a.threads) : hardware_threads());
+  const ModelConfig cfg = read_model_config(a.model);
+  const int64_t T = a.seq_len > 0 ? a.seq_len : cfg.max_seq_len;
+  MT_REQUIRE(T <= cfg.max_seq_len, ConfigError, "--seq-len (", T,
+             ") must not exceed the model's max_seq_len (", cfg.max_seq_len, ")");
+  const TokenFile file = TokenFile::open(a.data);
+  MT_REQUIRE(file.vocab_size() <= cfg.vocab_size, ConfigError, a.data, " was written for a ",
+             file.vocab_size(), "-token vocabulary but the model has ", cfg.vocab_size);
+  ModelOptions mo;
+  mo.max_batch = 4;
+  mo.max_seq = T;
+  Llama model(cfg, mo);
+  load_model_dir(a.model, model);
+  const double loss = evaluate_loss(model, file, T, a.max_windows, mo.max_batch);
+  std::printf("loss %.6f\n", loss);
+  return 0;
+}
+
+int run_sample_command(const SampleArgs& a) {
+  set_num_threads(hardware_threads());
+  const Tokenizer tok = Tokenizer::load(a.tokenizer);
+  const ModelConfig cfg = read_model_config(a.model);
+  Llama model(cfg, ModelOptions{});
+  load_model_dir(a.model, model);
+  std::vector<int32_t> ids = tok.encode(a.prompt);
+  const size_t n_prompt = ids.size();
+  ids = generate_greedy(model, ids, a.tokens);
+  std::printf("%s[%s]\n", a.prompt.c_str(),
+              tok.decode(std::span<const int32_t>(ids).subspan(n_prompt)).c_str());
+  return 0;
+}
+
+}  // namespace mt

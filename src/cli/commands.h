@@ -1,0 +1,41 @@
+// The subcommands of the meshtrain binary.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "train/trainer.h"
+
+namespace mt {
+
+struct TrainArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::optional<int64_t> dp, tp, pp, cp, zero;
+  RunOptions run;
+};
+int run_train_command(const TrainArgs& args);
+
+struct PrepareArgs {
+  std::vector<std::string> text;
+  std::string out;
+  int64_t vocab_size = 8192;
+};
+int run_prepare_command(const PrepareArgs& args);
+
+struct EvalArgs {
+  std::string model, data;
+  int64_t seq_len = 0, max_windows = 0, threads = 0;
+};
+int run_eval_command(const EvalArgs& args);
+
+struct SampleArgs {
+  std::string model, tokenizer;
+  std::string prompt = "The ";
+  int64_t tokens = 48;
+};
+int run_sample_command(const SampleArgs& args);
+
+}  // namespace mt

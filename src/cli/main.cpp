@@ -1,0 +1,75 @@
+// meshtrain: the command line. Each subcommand parses its options, then calls
+// into the libraries; every mt::Error becomes a one-line message and exit 1.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "config/config.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"meshtrain: train decoder-only Transformer language models, exactly, on many processes"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show the help of every subcommand");
+
+  mt::TrainArgs train;
+  CLI::App* tr = app.add_subcommand("train", "Train a model (single process in this build)");
+  tr->add_option("--config", train.config, "TOML config file (configs/demo.toml, configs/bench.toml)");
+  tr->add_option("--set", train.overrides, "Override a config key: --set section.key=value (repeatable)")
+      ->take_all();
+  tr->add_option("--metrics", train.run.metrics_path, "Write one JSON object per step to this file");
+  tr->add_option("--save", train.run.save_dir, "Write a Hugging Face model directory here at the end");
+  tr->add_option("--init-from", train.run.init_from, "Start from this model directory");
+  tr->add_option("--dp", train.dp, "Shorthand for --set parallel.dp=N");
+  tr->add_option("--tp", train.tp, "Shorthand for --set parallel.tp=N");
+  tr->add_option("--pp", train.pp, "Shorthand for --set parallel.pp=N");
+  tr->add_option("--cp", train.cp, "Shorthand for --set parallel.cp=N");
+  tr->add_option("--zero", train.zero, "Shorthand for --set parallel.zero=S");
+  tr->add_flag("--profile", train.run.profile, "Print the share of time per kernel at the end");
+  tr->add_flag("--quiet", train.run.quiet, "No per-step log lines");
+  tr->footer("Config keys ([section] key = default  type: meaning):\n\n" + mt::config_help());
+
+  mt::PrepareArgs prep;
+  CLI::App* pr = app.add_subcommand("prepare", "Train a BPE tokenizer on text and write token files");
+  pr->add_option("--text", prep.text, "Text files or folders (default: Debian's fortunes)")->take_all();
+  pr->add_option("--out", prep.out, "Output folder: tokenizer.model, train.bin, val.bin")->required();
+  pr->add_option("--vocab-size", prep.vocab_size, "Vocabulary size")->capture_default_str();
+
+  mt::EvalArgs ev;
+  CLI::App* e = app.add_subcommand("eval", "Mean next-token loss of a model over a token file");
+  e->add_option("--model", ev.model, "Model directory (config.json, model.safetensors)")->required();
+  e->add_option("--data", ev.data, "Token file (.bin)")->required();
+  e->add_option("--seq-len", ev.seq_len, "Window length (default: the model's max_seq_len)");
+  e->add_option("--max-windows", ev.max_windows, "Evaluate at most this many windows (0: all)");
+  e->add_option("--threads", ev.threads, "Threads (0: all cores)");
+
+  mt::SampleArgs sa;
+  CLI::App* s = app.add_subcommand("sample", "Greedy text generation from a model");
+  s->add_option("--model", sa.model, "Model directory")->required();
+  s->add_option("--tokenizer", sa.tokenizer, "tokenizer.model written by prepare")->required();
+  s->add_option("--prompt", sa.prompt, "Prompt text")->capture_default_str();
+  s->add_option("--tokens", sa.tokens, "Tokens to generate")->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& err) {
+    return app.exit(err);
+  }
+  try {
+    if (*tr) return mt::run_train_command(train);
+    if (*pr) return mt::run_prepare_command(prep);
+    if (*e) return mt::run_eval_command(ev);
+    if (*s) return mt::run_sample_command(sa);
+  } catch (const mt::Error& err) {
+    std::fprintf(stderr, "meshtrain: error: %s\n", err.what());
+    return 1;
+  } catch (const std::exception& err) {
+    std::fprintf(stderr, "meshtrain: internal error: %s\n", err.what());
+    return 2;
+  }
+  return 0;
+}

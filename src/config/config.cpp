@@ -1,0 +1,312 @@
+#include "config/config.h"
+
+#include <toml++/toml.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+#include <variant>
+
+#include "core/error.h"
+
+namespace mt {
+
+namespace {
+
+using Field = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*>;
+
+struct Entry {
+  ConfigKey key;
+  std::function<Field(Config&)> field;
+};
+
+#define MT_KEY(section, member, type, help)                                                  \
+  Entry {                                                                                    \
+    {#section "." #member, type, help}, [](Config& c) -> Field { return &c.section.member; } \
+  }
+
+const std::vector<Entry>& entries() {
+  static const std::vector<Entry> table = {
+      MT_KEY(model, vocab_size, "int", "vocabulary size (token ids are 0 .. vocab_size-1)"),
+      MT_KEY(model, d_model, "int", "hidden size"),
+      MT_KEY(model, n_layers, "int", "number of decoder blocks"),
+      MT_KEY(model, n_heads, "int", "query heads; head_dim = d_model / n_heads must be even"),
+      MT_KEY(model, n_kv_heads, "int", "key/value heads (grouped-query attention); divides n_heads"),
+      MT_KEY(model, ffn_hidden, "int", "SwiGLU MLP hidden size (intermediate_size)"),
+      MT_KEY(model, max_seq_len, "int", "longest sequence the model accepts (max_position_embeddings)"),
+      MT_KEY(model, rope_theta, "float", "RoPE base frequency"),
+      MT_KEY(model, norm_eps, "float", "RMSNorm epsilon"),
+      MT_KEY(model, tie_embeddings, "bool", "share the input embedding and the LM head"),
+      MT_KEY(model, init_std, "float",
+             "std of the normal initialisation (output projections also / sqrt(2 n_layers))"),
+      MT_KEY(train, steps, "int", "optimizer steps"),
+      MT_KEY(train, batch_size, "int", "global batch: sequences per step, over all data-parallel ranks"),
+      MT_KEY(train, microbatch_size, "int",
+             "sequences per rank per forward/backward; accumulation fills the rest"),
+      MT_KEY(train, seq_len, "int", "tokens per sequence (<= model.max_seq_len)"),
+      MT_KEY(train, lr, "float", "peak learning rate"),
+      MT_KEY(train, min_lr, "float", "learning rate at the end of the cosine decay"),
+      MT_KEY(train, warmup_steps, "int", "linear warm-up steps"),
+      MT_KEY(train, weight_decay, "float", "AdamW decoupled weight decay (not on norms and embeddings)"),
+      MT_KEY(train, beta1, "float", "AdamW beta1"),
+      MT_KEY(train, beta2, "float", "AdamW beta2"),
+      MT_KEY(train, adam_eps, "float", "AdamW epsilon"),
+      MT_KEY(train, grad_clip, "float", "clip the global gradient norm to this (0: no clipping)"),
+      MT_KEY(train, seed, "int", "seed of the initialisation and of the data sampler"),
+      MT_KEY(train, eval_every, "int", "validation loss every N steps and at the end (0: never)"),
+      MT_KEY(train, eval_windows, "int", "validation windows of seq_len tokens per evaluation"),
+      MT_KEY(train, recompute, "bool", "recompute each block's activations in its backward (saves memory)"),
+      MT_KEY(train, max_bad_steps, "int",
+             "stop after this many consecutive steps with a NaN/Inf loss or grad norm"),
+      MT_KEY(train, log_every, "int", "print a log line every N steps"),
+      MT_KEY(train, threads, "int", "threads per rank (0: this machine's cores / ranks on it)"),
+      MT_KEY(data, dir, "string", "folder with train.bin and val.bin (written by `meshtrain prepare`)"),
+      MT_KEY(parallel, dp, "int", "data-parallel degree (not yet implemented: must be 1)"),
+      MT_KEY(parallel, tp, "int", "tensor-parallel degree (not yet implemented: must be 1)"),
+      MT_KEY(parallel, pp, "int", "pipeline-parallel degree (not yet implemented: must be 1)"),
+      MT_KEY(parallel, cp, "int", "context-parallel degree (not yet implemented: must be 1)"),
+      MT_KEY(parallel, zero, "int", "ZeRO stage 0-3 (not yet implemented: must be 0)"),
+      MT_KEY(parallel, sp, "bool", "sequence parallelism with tp (not yet implemented: must be false)"),
+      MT_KEY(parallel, schedule, "string", "pipeline schedule: gpipe | 1f1b | interleaved"),
+      MT_KEY(parallel, virtual_stages, "int", "virtual stages per rank for the interleaved schedule"),
+      MT_KEY(parallel, cp_impl, "string", "context-parallel attention: ring | allgather"),
+  };
+  return table;
+}
+#undef MT_KEY
+
+const Entry& find_entry(const std::string& key) {
+  for (const auto& e : entries()) {
+    if (e.key.name == key) return e;
+  }
+  const std::string section = key.substr(0, key.find('.'));
+  std::string known;
+  for (const auto& e : entries()) {
+    if (e.key.name.compare(0, section.size() + 1, section + ".") == 0)
+      known += (known.empty() ? "" : ", ") + e.key.name;
+  }
+  if (known.empty()) {
+    MT_THROW(ConfigError, "unknown config key '", key,
+             "' (sections are model, train, data, parallel; `meshtrain train --help` lists every key)");
+  }
+  MT_THROW(ConfigError, "unknown config key '", key, "' (keys of [", section, "]: ", known, ")");
+}
+
+template <typename T>
+T parse_number(const std::string& key, const std::string& text, const char* what) {
+  T value{};
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(first, last, value);
+  MT_REQUIRE(ec == std::errc() && ptr == last, ConfigError, "config key ", key, ": '", text, "' is not ",
+             what);
+  return value;
+}
+
+std::string format_double(double v) {
+  std::ostringstream os;
+  os.precision(17);
+  os << v;
+  // The shortest text that reads back to the same double.
+  for (int p = 1; p <= 17; ++p) {
+    std::ostringstream t;
+    t.precision(p);
+    t << v;
+    if (std::strtod(t.str().c_str(), nullptr) == v) return t.str();
+  }
+  return os.str();
+}
+
+}  // namespace
+
+const std::vector<ConfigKey>& config_keys() {
+  static const std::vector<ConfigKey> keys = [] {
+    std::vector<ConfigKey> k;
+    for (const auto& e : entries())
+      k.push_back(e.key);
+    return k;
+  }();
+  return keys;
+}
+
+std::string config_get(const Config& c, const std::string& key) {
+  Config& mc = const_cast<Config&>(c);  // the accessor is shared with config_set; nothing is written
+  return std::visit(
+      [](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, bool>)
+          return *p ? "true" : "false";
+        else if constexpr (std::is_same_v<T, double>)
+          return format_double(*p);
+        else if constexpr (std::is_same_v<T, std::string>)
+          return *p;
+        else
+          return std::to_string(*p);
+      },
+      find_entry(key).field(mc));
+}
+
+void config_set(Config& c, const std::string& key, const std::string& value) {
+  std::visit(
+      [&](auto* p) {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          MT_REQUIRE(value == "true" || value == "false", ConfigError, "config key ", key, ": '", value,
+                     "' is not a boolean (true or false)");
+          *p = value == "true";
+        } else if constexpr (std::is_same_v<T, double>) {
+          char* end = nullptr;
+          errno = 0;
+          const double v = std::strtod(value.c_str(), &end);
+          MT_REQUIRE(!value.empty() && end == value.c_str() + value.size() && errno == 0 && std::isfinite(v),
+                     ConfigError, "config key ", key, ": '", value, "' is not a finite number");
+          *p = v;
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          *p = value;
+        } else if constexpr (std::is_same_v<T, uint64_t>) {
+          *p = parse_number<uint64_t>(key, value, "a non-negative integer");
+        } else {
+          *p = parse_number<int64_t>(key, value, "an integer");
+        }
+      },
+      find_entry(key).field(c));
+}
+
+Config parse_config_text(const std::string& toml_text, const std::string& source_name,
+                         const std::vector<std::string>& overrides) {
+  Config c;
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source_name);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    MT_THROW(ConfigError, source_name, ":", where.line, ":", where.column, ": ", e.description());
+  }
+  for (const auto& [section, node] : root) {
+    const std::string sec(section.str());
+    const toml::table* tbl = node.as_table();
+    MT_REQUIRE(tbl != nullptr, ConfigError, source_name, ": '", sec,
+               "' must be a section ([model], [train], [data] or [parallel]), not a value");
+    for (const auto& [name, value] : *tbl) {
+      const std::string key = sec + "." + std::string(name.str());
+      const Entry& e = find_entry(key);
+      std::string text;
+      if (auto v = value.value_exact<int64_t>())
+        text = std::to_string(*v);
+      else if (auto d = value.value_exact<double>())
+        text = format_double(*d);
+      else if (auto b = value.value_exact<bool>())
+        text = *b ? "true" : "false";
+      else if (auto s = value.value_exact<std::string>())
+        text = *s;
+      else
+        MT_THROW(ConfigError, source_name, ": ", key, " must be of type ", e.key.type);
+      // A TOML string where a number is expected (or the reverse) is an error, not a conversion.
+      const bool is_string = value.is_string();
+      MT_REQUIRE(is_string == (e.key.type == "string"), ConfigError, source_name, ": ", key, " = ", text,
+                 " must be of type ", e.key.type,
+                 (is_string ? " (found a quoted string)" : " (quote strings)"));
+      MT_REQUIRE(!(e.key.type == "int" && value.is_floating_point()), ConfigError, source_name, ": ", key,
+                 " = ", text, " must be an integer");
+      config_set(c, key, text);
+    }
+  }
+  for (const auto& o : overrides) {
+    const auto eq = o.find('=');
+    MT_REQUIRE(eq != std::string::npos && eq > 0, ConfigError, "--set '", o,
+               "' must have the form section.key=value");
+    config_set(c, o.substr(0, eq), o.substr(eq + 1));
+  }
+  return c;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::string text;
+  if (!path.empty()) {
+    FILE* f = std::fopen(path.c_str(), "rb");
+    MT_REQUIRE(f != nullptr, IoError, "cannot open config file '", path, "': ", std::strerror(errno));
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
+      text.append(buf, n);
+    std::fclose(f);
+  }
+  return parse_config_text(text, path.empty() ? "(defaults)" : path, overrides);
+}
+
+std::string config_help() {
+  const Config defaults;
+  std::ostringstream os;
+  std::string section;
+  for (const auto& k : config_keys()) {
+    const std::string sec = k.name.substr(0, k.name.find('.'));
+    if (sec != section) {
+      os << (section.empty() ? "" : "\n") << "[" << sec << "]\n";
+      section = sec;
+    }
+    std::string left = "  " + k.name + " = " + config_get(defaults, k.name);
+    if (left.size() < 40) left.resize(40, ' ');
+    os << left << " " << k.type << ": " << k.help << "\n";
+  }
+  return os.str();
+}
+
+void Config::validate() const {
+  model.validate();
+  const TrainConfig& t = train;
+  auto positive = [](const char* name, int64_t v) {
+    MT_REQUIRE(v > 0, ConfigError, name, " (", v, ") must be positive");
+  };
+  positive("train.steps", t.steps);
+  positive("train.batch_size", t.batch_size);
+  positive("train.microbatch_size", t.microbatch_size);
+  positive("train.seq_len", t.seq_len);
+  MT_REQUIRE(t.seq_len <= model.max_seq_len, ConfigError, "train.seq_len (", t.seq_len,
+             ") must not exceed model.max_seq_len (", model.max_seq_len, ")");
+  MT_REQUIRE(t.lr > 0, ConfigError, "train.lr (", t.lr, ") must be positive");
+  MT_REQUIRE(t.min_lr >= 0 && t.min_lr <= t.lr, ConfigError, "train.min_lr (", t.min_lr,
+             ") must be between 0 and train.lr (", t.lr, ")");
+  MT_REQUIRE(t.warmup_steps >= 0, ConfigError, "train.warmup_steps (", t.warmup_steps,
+             ") must not be negative");
+  MT_REQUIRE(t.weight_decay >= 0, ConfigError, "train.weight_decay (", t.weight_decay,
+             ") must not be negative");
+  MT_REQUIRE(t.beta1 >= 0 && t.beta1 < 1, ConfigError, "train.beta1 (", t.beta1, ") must be in [0, 1)");
+  MT_REQUIRE(t.beta2 >= 0 && t.beta2 < 1, ConfigError, "train.beta2 (", t.beta2, ") must be in [0, 1)");
+  MT_REQUIRE(t.adam_eps > 0, ConfigError, "train.adam_eps (", t.adam_eps, ") must be positive");
+  MT_REQUIRE(t.grad_clip >= 0, ConfigError, "train.grad_clip (", t.grad_clip, ") must not be negative");
+  MT_REQUIRE(t.eval_every >= 0, ConfigError, "train.eval_every (", t.eval_every, ") must not be negative");
+  positive("train.eval_windows", t.eval_windows);
+  positive("train.max_bad_steps", t.max_bad_steps);
+  positive("train.log_every", t.log_every);
+  MT_REQUIRE(t.threads >= 0, ConfigError, "train.threads (", t.threads, ") must not be negative");
+
+  const ParallelConfig& p = parallel;
+  const int64_t dp = p.dp;
+  positive("parallel.dp", p.dp);
+  MT_REQUIRE(p.schedule == "gpipe" || p.schedule == "1f1b" || p.schedule == "interleaved", ConfigError,
+             "parallel.schedule ('", p.schedule, "') must be gpipe, 1f1b or interleaved");
+  MT_REQUIRE(p.cp_impl == "ring" || p.cp_impl == "allgather", ConfigError, "parallel.cp_impl ('", p.cp_impl,
+             "') must be ring or allgather");
+  MT_REQUIRE(p.zero >= 0 && p.zero <= 3, ConfigError, "parallel.zero (", p.zero, ") must be 0, 1, 2 or 3");
+  // Axes that later milestones implement are refused, never ignored.
+  auto not_yet = [](const char* name, int64_t v) {
+    MT_REQUIRE(v == 1, ConfigError, name, " = ", v,
+               " is not supported yet: this build trains in one process (set it to 1)");
+  };
+  not_yet("parallel.dp", p.dp);
+  not_yet("parallel.tp", p.tp);
+  not_yet("parallel.pp", p.pp);
+  not_yet("parallel.cp", p.cp);
+  not_yet("parallel.virtual_stages", p.virtual_stages);
+  MT_REQUIRE(p.zero == 0, ConfigError, "parallel.zero = ", p.zero,
+             " is not supported yet: ZeRO needs data parallelism (set it to 0)");
+  MT_REQUIRE(!p.sp, ConfigError, "parallel.sp = true is not supported yet: it needs tensor parallelism");
+  MT_REQUIRE(t.batch_size % (dp * t.microbatch_size) == 0, ConfigError, "train.batch_size (", t.batch_size,
+             ") must be divisible by parallel.dp (", dp, ") x train.microbatch_size (", t.microbatch_size,
+             ")");
+}
+
+}  // namespace mt

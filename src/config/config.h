@@ -1,0 +1,83 @@
+// The run configuration: a TOML file with sections [model], [train], [data] and
+// [parallel], every key overridable with `--set section.key=value`. Each key is
+// declared once in the key table (config.cpp) with its default and meaning; the
+// table drives parsing, `meshtrain train --help` and docs/CONFIG.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace mt {
+
+struct TrainConfig {
+  int64_t steps = 200;
+  int64_t batch_size = 8;       // global sequences per step
+  int64_t microbatch_size = 8;  // sequences per rank per forward/backward
+  int64_t seq_len = 256;
+  double lr = 3e-3;
+  double min_lr = 3e-4;
+  int64_t warmup_steps = 10;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double adam_eps = 1e-8;
+  double grad_clip = 1.0;
+  uint64_t seed = 1234;
+  int64_t eval_every = 50;
+  int64_t eval_windows = 16;
+  bool recompute = false;
+  int64_t max_bad_steps = 5;
+  int64_t log_every = 1;
+  int64_t threads = 0;  // 0: all cores (divided among the ranks on this machine)
+};
+
+struct DataConfig {
+  std::string dir = "data/fortunes";
+};
+
+struct ParallelConfig {
+  int64_t dp = 1, tp = 1, pp = 1, cp = 1;
+  int64_t zero = 0;
+  bool sp = false;
+  std::string schedule = "1f1b";
+  int64_t virtual_stages = 1;
+  std::string cp_impl = "ring";
+};
+
+struct Config {
+  ModelConfig model;
+  TrainConfig train;
+  DataConfig data;
+  ParallelConfig parallel;
+
+  // Every rule that involves more than one key, checked once at start-up.
+  void validate() const;
+};
+
+// One configuration key.
+struct ConfigKey {
+  std::string name;  // "section.key"
+  std::string type;  // int | float | bool | string
+  std::string help;
+};
+const std::vector<ConfigKey>& config_keys();
+
+// Current value of a key as text ("256", "0.0003", "true", "data/fortunes").
+std::string config_get(const Config& c, const std::string& key);
+// Sets a key from text; ConfigError names the key, the value and the expected type.
+void config_set(Config& c, const std::string& key, const std::string& value);
+
+// Reads a TOML file (ConfigError on syntax errors with line and column, unknown
+// sections or keys, wrong types), then applies "key=value" overrides in order.
+// Does not validate: call Config::validate() once everything is set.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+Config parse_config_text(const std::string& toml_text, const std::string& source_name,
+                         const std::vector<std::string>& overrides);
+
+// The key table as text: one line per key with its default and meaning.
+std::string config_help();
+
+}  // namespace mt

@@ -1,0 +1,31 @@
+#include "model/config.h"
+
+#include "core/error.h"
+
+namespace mt {
+
+void ModelConfig::validate() const {
+  auto positive = [](const char* name, int64_t v) {
+    MT_REQUIRE(v > 0, ConfigError, "model.", name, " (", v, ") must be positive");
+  };
+  positive("vocab_size", vocab_size);
+  positive("d_model", d_model);
+  positive("n_layers", n_layers);
+  positive("n_heads", n_heads);
+  positive("n_kv_heads", n_kv_heads);
+  positive("ffn_hidden", ffn_hidden);
+  positive("max_seq_len", max_seq_len);
+  MT_REQUIRE(vocab_size <= (int64_t{1} << 31) - 1, ConfigError, "model.vocab_size (", vocab_size,
+             ") must fit in a 32-bit token id");
+  MT_REQUIRE(d_model % n_heads == 0, ConfigError, "model.d_model (", d_model,
+             ") must be divisible by model.n_heads (", n_heads, ")");
+  MT_REQUIRE(n_heads % n_kv_heads == 0, ConfigError, "model.n_heads (", n_heads,
+             ") must be divisible by model.n_kv_heads (", n_kv_heads, ")");
+  MT_REQUIRE(head_dim() % 2 == 0, ConfigError, "head_dim = d_model / n_heads = ", d_model, " / ", n_heads,
+             " = ", head_dim(), " must be even (RoPE rotates pairs of dimensions)");
+  MT_REQUIRE(rope_theta > 0, ConfigError, "model.rope_theta (", rope_theta, ") must be positive");
+  MT_REQUIRE(norm_eps > 0, ConfigError, "model.norm_eps (", norm_eps, ") must be positive");
+  MT_REQUIRE(init_std > 0, ConfigError, "model.init_std (", init_std, ") must be positive");
+}
+
+}  // namespace mt

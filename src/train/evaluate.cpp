@@ -1,0 +1,39 @@
+#include "train/evaluate.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "data/sampler.h"
+
+namespace mt {
+
+double evaluate_loss(Llama& model, const TokenFile& file, int64_t seq_len, int64_t max_windows,
+                     int64_t microbatch) {
+  const EvalWindows windows(file, seq_len);
+  const int64_t n = max_windows > 0 ? std::min(max_windows, windows.count()) : windows.count();
+  std::vector<int32_t> inputs(static_cast<size_t>(microbatch * seq_len)), targets(inputs.size());
+  double sum = 0.0;
+  int64_t count = 0;
+  for (int64_t w = 0; w < n; w += microbatch) {
+    const int64_t k = std::min(microbatch, n - w);
+    windows.windows(w, k, inputs.data(), targets.data());
+    sum += model.forward(inputs.data(), targets.data(), k, seq_len);
+    count += k * seq_len;
+  }
+  return sum / static_cast<double>(count);
+}
+
+std::vector<int32_t> generate_greedy(Llama& model, std::vector<int32_t> tokens, int64_t n_new) {
+  MT_REQUIRE(!tokens.empty(), ConfigError, "generation needs at least one prompt token");
+  const int64_t V = model.config().vocab_size;
+  const int64_t max_ctx = model.config().max_seq_len;
+  for (int64_t i = 0; i < n_new; ++i) {
+    const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), max_ctx);
+    model.forward(tokens.data() + tokens.size() - static_cast<size_t>(T), nullptr, 1, T);
+    const float* last = model.logits() + (T - 1) * V;
+    tokens.push_back(static_cast<int32_t>(std::max_element(last, last + V) - last));
+  }
+  return tokens;
+}
+
+}  // namespace mt

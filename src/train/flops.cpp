@@ -1,0 +1,37 @@
+#include "train/flops.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/timer.h"
+#include "ops/gemm.h"
+
+namespace mt {
+
+int64_t matmul_params(const ModelConfig& c) {
+  const int64_t C = c.d_model;
+  const int64_t per_layer = c.qkv_dim() * C + C * c.q_dim() + 3 * c.ffn_hidden * C;
+  return c.n_layers * per_layer + c.vocab_size * C;
+}
+
+double train_flops_per_token(const ModelConfig& c, int64_t seq_len) {
+  return 6.0 * static_cast<double>(matmul_params(c)) +
+         6.0 * static_cast<double>(c.n_layers * c.n_heads * c.head_dim() * seq_len);
+}
+
+double measure_sgemm_gflops(int64_t n, double seconds) {
+  std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(a.size(), 0.25f), c(a.size());
+  sgemm(Trans::no, Trans::no, n, n, n, a.data(), n, b.data(), n, c.data(), n, Out::assign);  // warm-up
+  double best = 1e30;
+  Timer total;
+  int reps = 0;
+  while (reps < 3 || (total.seconds() < seconds && reps < 100)) {
+    Timer t;
+    sgemm(Trans::no, Trans::no, n, n, n, a.data(), n, b.data(), n, c.data(), n, Out::assign);
+    best = std::min(best, t.seconds());
+    ++reps;
+  }
+  return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / best / 1e9;
+}
+
+}  // namespace mt

@@ -1,0 +1,23 @@
+// A model directory in Hugging Face's layout: config.json (LlamaConfig keys)
+// and model.safetensors (fp32, Hugging Face tensor names). Loadable by
+// transformers' LlamaForCausalLM.from_pretrained, and by `--init-from`.
+#pragma once
+
+#include <string>
+
+#include "model/config.h"
+#include "model/llama.h"
+
+namespace mt {
+
+void save_model_dir(const std::string& dir, const Llama& model);
+
+// The model configuration stored in dir/config.json (init_std is not stored).
+ModelConfig read_model_config(const std::string& dir);
+
+// Loads dir/model.safetensors into the model's parameters. ConfigError if the
+// directory's configuration differs from the model's (naming the key and both
+// values), DataError for a missing tensor or a shape mismatch.
+void load_model_dir(const std::string& dir, Llama& model);
+
+}  // namespace mt

@@ -1,0 +1,195 @@
+#include "train/trainer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/threads.h"
+#include "core/timer.h"
+#include "data/sampler.h"
+#include "data/token_file.h"
+#include "model/llama.h"
+#include "optim/adamw.h"
+#include "optim/clip.h"
+#include "optim/schedule.h"
+#include "train/evaluate.h"
+#include "train/flops.h"
+#include "train/model_io.h"
+
+namespace mt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<DecayRange> decay_ranges(const ParamTable& t) {
+  std::vector<DecayRange> r;
+  for (const auto& s : t.specs) {
+    if (!r.empty() && r.back().decay == s.weight_decay)
+      r.back().numel += s.numel;
+    else
+      r.push_back({s.offset, s.numel, s.weight_decay});
+  }
+  return r;
+}
+
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const std::string& path) {
+    if (path.empty()) return;
+    out_.open(path, std::ios::out | std::ios::trunc);
+    MT_REQUIRE(out_.good(), IoError, "cannot open metrics file '", path, "' for writing");
+  }
+  void write(const nlohmann::json& j) {
+    if (!out_.is_open()) return;
+    out_ << j.dump() << "\n";
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+}  // namespace
+
+RunResult run_training(const Config& cfg, const RunOptions& opts) {
+  cfg.validate();
+  const TrainConfig& tc = cfg.train;
+  set_num_threads(tc.threads > 0 ? static_cast<int>(tc.threads) : hardware_threads());
+
+  const std::string train_path = (fs::path(cfg.data.dir) / "train.bin").string();
+  const std::string val_path = (fs::path(cfg.data.dir) / "val.bin").string();
+  const TokenFile train_file = TokenFile::open(train_path);
+  MT_REQUIRE(train_file.vocab_size() <= cfg.model.vocab_size, ConfigError, train_path, " was written for a ",
+             train_file.vocab_size(), "-token vocabulary but model.vocab_size is ", cfg.model.vocab_size);
+  const bool do_eval = tc.eval_every > 0 && fs::exists(val_path);
+  TokenFile val_file;
+  if (do_eval) val_file = TokenFile::open(val_path);
+
+  ModelOptions mo;
+  mo.max_batch = tc.microbatch_size;
+  mo.max_seq = tc.seq_len;
+  mo.recompute = tc.recompute;
+  mo.profile = opts.profile;
+  Llama model(cfg.model, mo);
+  if (opts.init_from.empty())
+    model.init(tc.seed);
+  else
+    load_model_dir(opts.init_from, model);
+
+  AdamW opt(model.num_params(), {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay},
+            decay_ranges(model.param_table()));
+  const LrSchedule sched{tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
+
+  RunResult result;
+  result.sgemm_gflops = measure_sgemm_gflops(1024, 0.3);
+  const double flops_per_token = train_flops_per_token(cfg.model, tc.seq_len);
+  if (!opts.quiet) {
+    std::printf(
+        "model: %lld parameters (%lld in matrix products), %lld layers, d_model %lld; %d threads; "
+        "SGEMM ceiling %.1f GFLOP/s\n",
+        static_cast<long long>(model.num_params()), static_cast<long long>(matmul_params(cfg.model)),
+        static_cast<long long>(cfg.model.n_layers), static_cast<long long>(cfg.model.d_model), num_threads(),
+        result.sgemm_gflops);
+    std::fflush(stdout);
+  }
+
+  MetricsWriter metrics(opts.metrics_path);
+  const int64_t B = tc.batch_size, T = tc.seq_len, mb = tc.microbatch_size;
+  std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(inputs.size());
+  int64_t bad_streak = 0;
+
+  auto evaluate_now = [&](int64_t step) {
+    const double v = evaluate_loss(model, val_file, T, tc.eval_windows, mb);
+    result.val_losses.emplace_back(step, v);
+    metrics.write({{"step", step}, {"val_loss", v}});
+    if (!opts.quiet) std::printf("step %5lld | val loss %.4f\n", static_cast<long long>(step), v);
+  };
+
+  for (int64_t step = 0; step < tc.steps; ++step) {
+    Timer timer;
+    MemoryTracker::reset_peaks();
+    const double lr = sched.at(step);
+    sample_rows(train_file, tc.seed, step, B, T, 0, B, inputs.data(), targets.data());
+    int64_t valid = 0;
+    for (int32_t t : targets)
+      valid += t != kIgnoreIndex;
+    model.zero_grads();
+    double loss_sum = 0.0;
+    if (valid > 0) {
+      const float dloss = static_cast<float>(1.0 / static_cast<double>(valid));
+      for (int64_t r = 0; r < B; r += mb) {
+        const size_t off = static_cast<size_t>(r * T);
+        loss_sum += model.forward(inputs.data() + off, targets.data() + off, mb, T);
+        model.backward(dloss);
+      }
+    }
+    const double loss = valid > 0 ? loss_sum / static_cast<double>(valid) : 0.0;
+    const double gnorm = std::sqrt(sum_squares(model.grads(), model.num_params()));
+
+    StepStats s;
+    s.step = step;
+    s.loss = loss;
+    s.lr = lr;
+    s.grad_norm = gnorm;
+    s.tokens = valid;
+    if (!std::isfinite(loss) || !std::isfinite(gnorm)) {
+      s.skipped = true;
+      ++bad_streak;
+      std::fprintf(stderr,
+                   "step %lld: loss %g, gradient norm %g is not finite: update skipped (%lld of at most %lld "
+                   "in a row)\n",
+                   static_cast<long long>(step), loss, gnorm, static_cast<long long>(bad_streak),
+                   static_cast<long long>(tc.max_bad_steps));
+      MT_REQUIRE(bad_streak < tc.max_bad_steps, Error, "stopping at step ", step, ": ", bad_streak,
+                 " consecutive steps with a non-finite loss or gradient norm (train.max_bad_steps = ",
+                 tc.max_bad_steps, ")");
+    } else {
+      bad_streak = 0;
+      clip_by_norm(model.grads(), model.num_params(), gnorm, tc.grad_clip);
+      opt.step(model.params(), model.grads(), lr);
+    }
+    s.step_time_s = timer.seconds();
+    s.tokens_per_s = static_cast<double>(B * T) / s.step_time_s;
+    s.mfu = s.tokens_per_s * flops_per_token / (result.sgemm_gflops * 1e9);
+    s.mem_peak_bytes = MemoryTracker::stats().total_peak;
+    result.steps.push_back(s);
+    metrics.write({{"step", s.step},
+                   {"loss", s.loss},
+                   {"lr", s.lr},
+                   {"grad_norm", s.grad_norm},
+                   {"tokens", s.tokens},
+                   {"step_time_s", s.step_time_s},
+                   {"tokens_per_s", s.tokens_per_s},
+                   {"mfu", s.mfu},
+                   {"mem_peak_bytes", s.mem_peak_bytes},
+                   {"skipped", s.skipped}});
+    if (!opts.quiet && (step % tc.log_every == 0 || step + 1 == tc.steps)) {
+      std::printf(
+          "step %5lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU %.2f | peak mem %.1f MiB%s\n",
+          static_cast<long long>(step), loss, lr, gnorm, s.tokens_per_s, s.mfu,
+          static_cast<double>(s.mem_peak_bytes) / (1 << 20), s.skipped ? " | SKIPPED" : "");
+      std::fflush(stdout);
+    }
+    if (do_eval && (step + 1) % tc.eval_every == 0) evaluate_now(step);
+  }
+  if (do_eval && tc.steps % tc.eval_every != 0) evaluate_now(tc.steps - 1);
+  if (opts.profile) {
+    const KernelTimes& kt = model.kernel_times();
+    for (int k = 0; k < static_cast<int>(Kernel::count_); ++k) {
+      result.kernel_seconds.emplace_back(kernel_name(static_cast<Kernel>(k)),
+                                         kt.seconds[static_cast<size_t>(k)]);
+    }
+  }
+  if (!opts.save_dir.empty()) {
+    save_model_dir(opts.save_dir, model);
+    if (!opts.quiet) std::printf("saved %s\n", opts.save_dir.c_str());
+  }
+  return result;
+}
+
+}  // namespace mt

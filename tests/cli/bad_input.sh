@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Every bad input gets a clear message naming the value and the rule, and a
+# non-zero exit (1), never a crash (which would exit 2 or by a signal).
+set -u
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+
+# expect_error "what" "expected text in stderr" command...
+expect_error() {
+  local what=$1 want=$2
+  shift 2
+  local err rc
+  err=$("$@" 2>&1 >/dev/null)
+  rc=$?
+  if [ "$rc" -ne 1 ]; then
+    echo "FAIL [$what]: exit status $rc (want 1); stderr: $err"
+    failures=$((failures + 1))
+  elif ! grep -qF -- "$want" <<<"$err"; then
+    echo "FAIL [$what]: stderr lacks '$want': $err"
+    failures=$((failures + 1))
+  else
+    echo "ok   [$what]: $err"
+  fi
+}
+
+# A valid little data set, so that only the value under test is wrong.
+mkdir -p "$tmp/corpus" "$tmp/data"
+for i in $(seq 1 400); do
+  echo "fortune number $i says the quick brown fox jumps over the lazy dog $((i * 7))"
+  echo "%"
+done >"$tmp/corpus/fortunes"
+"$bin" prepare --text "$tmp/corpus" --out "$tmp/data" --vocab-size 300 >/dev/null || { echo "prepare failed"; exit 1; }
+cfg="$tmp/tiny.toml"
+cat >"$cfg" <<TOML
+[model]
+vocab_size = 300
+d_model = 16
+n_layers = 1
+n_heads = 2
+n_kv_heads = 1
+ffn_hidden = 24
+max_seq_len = 16
+[train]
+steps = 1
+batch_size = 2
+microbatch_size = 2
+seq_len = 16
+eval_every = 0
+[data]
+dir = "$tmp/data"
+TOML
+train() { "$bin" train --config "$cfg" --quiet "$@"; }
+
+# Sanity: the config itself is fine.
+if ! train >/dev/null 2>&1; then echo "FAIL: the base config does not train"; exit 1; fi
+
+expect_error "unknown key" "unknown config key 'train.stpes'" train --set train.stpes=3
+expect_error "unknown section" "unknown config key 'trian.steps'" train --set trian.steps=3
+expect_error "malformed integer" "train.steps: '3x' is not an integer" train --set train.steps=3x
+expect_error "malformed float" "train.lr: 'fast' is not a finite number" train --set train.lr=fast
+expect_error "malformed bool" "model.tie_embeddings: 'yes' is not a boolean" train --set model.tie_embeddings=yes
+expect_error "override syntax" "must have the form section.key=value" train --set train.steps
+expect_error "seq_len > max_seq_len" "train.seq_len (32) must not exceed model.max_seq_len (16)" train --set train.seq_len=32
+expect_error "d_model % n_heads" "model.d_model (16) must be divisible by model.n_heads (3)" train --set model.n_heads=3 --set model.n_kv_heads=1
+expect_error "n_heads % n_kv_heads" "model.n_heads (2) must be divisible by model.n_kv_heads (3)" train --set model.n_kv_heads=3
+expect_error "odd head_dim" "head_dim = d_model / n_heads = 18 / 2 = 9 must be even" train --set model.d_model=18
+expect_error "batch % (dp x microbatch)" "train.batch_size (3) must be divisible by parallel.dp (1) x train.microbatch_size (2)" train --set train.batch_size=3
+expect_error "dp not yet" "parallel.dp = 2 is not supported yet" train --dp 2
+expect_error "tp not yet" "parallel.tp = 2 is not supported yet" train --tp 2
+expect_error "zero out of range" "parallel.zero (4) must be 0, 1, 2 or 3" train --zero 4
+expect_error "vocab too small for data" "written for a 300-token vocabulary but model.vocab_size is 100" train --set model.vocab_size=100
+
+printf 'steps = [1, 2\n' >"$tmp/broken.toml"
+expect_error "TOML syntax" "broken.toml:1:" "$bin" train --config "$tmp/broken.toml"
+printf '[train]\nsteps = "ten"\n' >"$tmp/typed.toml"
+expect_error "TOML type" "train.steps = ten must be of type int" "$bin" train --config "$tmp/typed.toml"
+expect_error "missing config" "cannot open config file" "$bin" train --config "$tmp/nope.toml"
+
+expect_error "missing corpus" "$tmp/missing" "$bin" prepare --text "$tmp/missing" --out "$tmp/out1"
+mkdir -p "$tmp/empty"
+expect_error "empty corpus" "empty" "$bin" prepare --text "$tmp/empty" --out "$tmp/out2"
+
+printf 'NOTMAGIC0000000000000000000000000000' >"$tmp/bad.bin"
+cp "$tmp/data/train.bin" "$tmp/data/train.good"
+cp "$tmp/bad.bin" "$tmp/data/train.bin"
+expect_error "wrong magic" "magic" train
+head -c 100 "$tmp/data/train.good" >"$tmp/data/train.bin"
+expect_error "truncated token file" "truncated" train
+cp "$tmp/data/train.good" "$tmp/data/train.bin"
+# A token id >= vocab_size: patch the first token (offset 32, uint16) to 65000.
+printf '\xe8\xfd' | dd of="$tmp/data/train.bin" bs=1 seek=32 conv=notrunc status=none
+expect_error "token id >= vocab" "65000" train
+cp "$tmp/data/train.good" "$tmp/data/train.bin"
+
+mkdir -p "$tmp/model"
+"$bin" train --config "$cfg" --quiet --save "$tmp/model" >/dev/null
+expect_error "eval seq too long" "--seq-len (64) must not exceed the model's max_seq_len (16)" "$bin" eval --model "$tmp/model" --data "$tmp/data/val.bin" --seq-len 64
+expect_error "eval missing model" "config.json" "$bin" eval --model "$tmp/nomodel" --data "$tmp/data/val.bin"
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures bad-input case(s) failed"
+  exit 1
+fi
+echo "all bad-input cases give clear errors"

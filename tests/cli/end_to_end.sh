@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# prepare -> train (with metrics and save) -> eval -> sample, through the binary.
+set -euo pipefail
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/corpus"
+for i in $(seq 1 300); do
+  echo "the cat sat on the mat number $i and the dog sat on the log"
+  echo "%"
+done >"$tmp/corpus/c"
+"$bin" prepare --text "$tmp/corpus" --out "$tmp/data" --vocab-size 300
+"$bin" train --config /dev/null --set data.dir="$tmp/data" --set model.vocab_size=300 --set model.d_model=32 \
+  --set model.n_layers=2 --set model.n_heads=2 --set model.n_kv_heads=2 --set model.ffn_hidden=64 \
+  --set model.max_seq_len=32 --set train.seq_len=32 --set train.batch_size=4 --set train.microbatch_size=2 \
+  --set train.steps=30 --set train.eval_every=10 --set train.eval_windows=4 --set train.lr=1e-2 \
+  --metrics "$tmp/m.jsonl" --save "$tmp/model" --quiet
+test "$(grep -c '"loss"' "$tmp/m.jsonl")" -eq 30
+test "$(grep -c '"val_loss"' "$tmp/m.jsonl")" -eq 3
+test -s "$tmp/model/config.json" && test -s "$tmp/model/model.safetensors"
+out=$("$bin" eval --model "$tmp/model" --data "$tmp/data/val.bin" --seq-len 32)
+echo "$out"
+loss=$(tail -n1 <<<"$out" | awk '$1 == "loss" {print $2}')
+first=$(head -n1 "$tmp/m.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
+echo "first training loss $first, final eval loss $loss"
+awk -v a="$loss" -v b="$first" 'BEGIN { exit !(a < 0.7 * b) }'
+"$bin" sample --model "$tmp/model" --tokenizer "$tmp/data/tokenizer.model" --prompt "the cat" --tokens 8
+"$bin" train --help | grep -q "train.microbatch_size"
+echo "end to end ok"

@@ -1,0 +1,195 @@
+// The whole model against an independent PyTorch implementation in float64
+// (tests/python/llama_reference.py), through a saved Hugging Face directory:
+// loss, logits and every parameter gradient. Skipped when Debian's python3-torch
+// is not installed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/llama.h"
+#include "train/model_io.h"
+
+namespace mt {
+namespace {
+
+namespace fs = std::filesystem;
+
+ModelConfig tiny_config(bool tied) {
+  ModelConfig c;
+  c.vocab_size = 61;
+  c.d_model = 24;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;  // grouped-query attention
+  c.ffn_hidden = 40;
+  c.max_seq_len = 16;
+  c.rope_theta = 500.0;
+  c.norm_eps = 1e-5;
+  c.tie_embeddings = tied;
+  c.init_std = 0.2;  // large enough that every part of the model matters
+  return c;
+}
+
+struct Batch {
+  int64_t B = 3, T = 11;
+  std::vector<int32_t> inputs, targets;
+};
+
+Batch make_batch(int64_t vocab) {
+  Batch b;
+  for (int64_t i = 0; i < b.B * b.T; ++i) {
+    b.inputs.push_back(static_cast<int32_t>((i * 37 + 5) % vocab));
+    b.targets.push_back(static_cast<int32_t>((i * 53 + 11) % vocab));
+  }
+  b.targets[3] = kIgnoreIndex;  // ignored tokens count neither in the loss nor in its denominator
+  b.targets[20] = kIgnoreIndex;
+  return b;
+}
+
+std::vector<double> read_f64(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary | std::ios::ate);
+  const auto n = static_cast<size_t>(f.tellg()) / sizeof(double);
+  std::vector<double> v(n);
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(double)));
+  return v;
+}
+
+double rel_l2(const float* a, const double* b, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+void check_against_pytorch(bool tied, bool recompute) {
+  const ModelConfig cfg = tiny_config(tied);
+  const Batch b = make_batch(cfg.vocab_size);
+  ModelOptions mo;
+  mo.max_batch = b.B;
+  mo.max_seq = b.T;
+  mo.recompute = recompute;
+  Llama model(cfg, mo);
+  model.init(7);
+  int64_t valid = 0;
+  for (int32_t t : b.targets)
+    valid += t != kIgnoreIndex;
+  model.zero_grads();
+  const double loss = model.forward(b.inputs.data(), b.targets.data(), b.B, b.T) / static_cast<double>(valid);
+  const std::vector<float> logits(model.logits(), model.logits() + b.B * b.T * cfg.vocab_size);
+  model.backward(static_cast<float>(1.0 / static_cast<double>(valid)));
+
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / ("llama_ref_" + std::to_string(tied) + std::to_string(recompute));
+  fs::create_directories(dir);
+  save_model_dir((dir / "model").string(), model);
+  {
+    std::ofstream f(dir / "tokens.i32", std::ios::binary);
+    f.write(reinterpret_cast<const char*>(b.inputs.data()),
+            static_cast<std::streamsize>(b.inputs.size() * 4));
+    f.write(reinterpret_cast<const char*>(b.targets.data()),
+            static_cast<std::streamsize>(b.targets.size() * 4));
+  }
+  const std::string cmd = "/usr/bin/python3 " MT_PYTHON_DIR "/llama_reference.py " +
+                          (dir / "model").string() + " " + (dir / "tokens.i32").string() + " " +
+                          std::to_string(b.B) + " " + std::to_string(b.T) + " " + (dir / "out").string();
+  const int status = std::system(cmd.c_str());
+  if (!fs::exists("/usr/bin/python3") || (WIFEXITED(status) && WEXITSTATUS(status) == 3)) {
+    GTEST_SKIP() << "Debian's python3-torch is not installed (scripts/install-deps.sh installs it)";
+  }
+  ASSERT_EQ(status, 0) << cmd;
+
+  const double ref_loss = read_f64(dir / "out" / "loss.f64").at(0);
+  EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
+  const std::vector<double> ref_logits = read_f64(dir / "out" / "logits.f64");
+  ASSERT_EQ(ref_logits.size(), logits.size());
+  EXPECT_LT(rel_l2(logits.data(), ref_logits.data(), static_cast<int64_t>(logits.size())), 1e-5);
+  const std::vector<double> ref_grads = read_f64(dir / "out" / "grads.f64");
+  ASSERT_EQ(static_cast<int64_t>(ref_grads.size()), model.num_params());
+  for (const auto& s : model.param_table().specs) {
+    EXPECT_LT(rel_l2(model.grads() + s.offset, ref_grads.data() + s.offset, s.numel), 1e-4) << s.name;
+  }
+}
+
+TEST(LlamaVsPyTorch, LossLogitsAndGradients) {
+  check_against_pytorch(false, false);
+}
+TEST(LlamaVsPyTorch, TiedEmbeddingsWithRecompute) {
+  check_against_pytorch(true, true);
+}
+
+TEST(Llama, RecomputationIsBitwiseIdentical) {
+  const ModelConfig cfg = tiny_config(false);
+  const Batch b = make_batch(cfg.vocab_size);
+  std::vector<std::vector<float>> grads;
+  std::vector<double> losses;
+  for (bool recompute : {false, true}) {
+    ModelOptions mo;
+    mo.max_batch = b.B;
+    mo.max_seq = b.T;
+    mo.recompute = recompute;
+    Llama m(cfg, mo);
+    m.init(3);
+    m.zero_grads();
+    losses.push_back(m.forward(b.inputs.data(), b.targets.data(), b.B, b.T));
+    m.backward(0.01f);
+    grads.emplace_back(m.grads(), m.grads() + m.num_params());
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(grads[0], grads[1]);
+}
+
+TEST(Llama, GradientAccumulationOverMicrobatchesEqualsOneBatch) {
+  // The global-mean loss makes microbatch gradients plain sums.
+  const ModelConfig cfg = tiny_config(false);
+  const Batch b = make_batch(cfg.vocab_size);
+  int64_t valid = 0;
+  for (int32_t t : b.targets)
+    valid += t != kIgnoreIndex;
+  const float dloss = static_cast<float>(1.0 / static_cast<double>(valid));
+  ModelOptions mo;
+  mo.max_batch = b.B;
+  mo.max_seq = b.T;
+  Llama whole(cfg, mo);
+  whole.init(5);
+  whole.zero_grads();
+  const double l1 = whole.forward(b.inputs.data(), b.targets.data(), b.B, b.T);
+  whole.backward(dloss);
+  mo.max_batch = 1;
+  Llama parts(cfg, mo);
+  parts.init(5);
+  parts.zero_grads();
+  double l2 = 0;
+  for (int64_t r = 0; r < b.B; ++r) {
+    l2 += parts.forward(b.inputs.data() + r * b.T, b.targets.data() + r * b.T, 1, b.T);
+    parts.backward(dloss);
+  }
+  EXPECT_NEAR(l1, l2, 1e-9 * std::abs(l1) + 1e-4);
+  for (const auto& s : whole.param_table().specs) {
+    double num = 0, den = 0;
+    for (int64_t i = s.offset; i < s.offset + s.numel; ++i) {
+      num += std::pow(whole.grads()[i] - parts.grads()[i], 2);
+      den += std::pow(whole.grads()[i], 2);
+    }
+    EXPECT_LT(std::sqrt(num / den), 1e-5) << s.name;
+  }
+}
+
+TEST(Llama, RejectsSequencesLongerThanItsBuffers) {
+  ModelConfig cfg = tiny_config(false);
+  ModelOptions mo;
+  mo.max_seq = 32;  // > max_seq_len 16
+  EXPECT_THROW({ Llama m(cfg, mo); }, ConfigError);
+}
+
+}  // namespace
+}  // namespace mt

@@ -1,0 +1,81 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+#include <vector>
+
+#include "optim/adamw.h"
+#include "optim/clip.h"
+#include "optim/schedule.h"
+
+namespace mt {
+namespace {
+
+TEST(AdamW, Seed004FirstStepMovesBothCoordinatesEqually) {
+  // Seed 004 §4: L = ½(100x² + y²) at [1, 1] has gradient [100, 1]; after bias
+  // correction m̂ = [100, 1], v̂ = [10000, 1], so m̂/√v̂ = [1, 1]: both move by lr.
+  std::vector<float> p = {1.0f, 1.0f}, g = {100.0f, 1.0f}, m(2, 0.0f), v(2, 0.0f);
+  adamw_update(p.data(), g.data(), m.data(), v.data(), 2, /*lr=*/0.1, 0.9, /*beta2 as in the seed=*/0.99,
+               1e-8, 0.0, /*t=*/1);
+  EXPECT_NEAR(1.0f - p[0], 0.1f, 1e-6);
+  EXPECT_NEAR(1.0f - p[1], 0.1f, 1e-6);
+  EXPECT_NEAR(p[0], p[1], 1e-6);
+  // SGD with the same rate would move x by 10 and y by 0.1 (seed: [-9, 0.9]).
+}
+
+TEST(AdamW, MatchesDoubleReferenceOverStepsWithDecayRanges) {
+  const int64_t n = 10;
+  std::vector<float> p(n), g(n);
+  std::vector<double> rp(n), rm(n, 0.0), rv(n, 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    rp[i] = p[i] = 0.1f * static_cast<float>(i) - 0.3f;
+  AdamWOptions o{0.9, 0.95, 1e-8, 0.1};
+  AdamW opt(n, o, {{0, 4, false}, {4, 6, true}});
+  for (int t = 1; t <= 5; ++t) {
+    for (int64_t i = 0; i < n; ++i)
+      g[i] = std::sin(static_cast<float>(i * t)) * (i % 3 == 0 ? 10.0f : 0.01f);
+    const double lr = 1e-2 * t;
+    opt.step(p.data(), g.data(), lr);
+    for (int64_t i = 0; i < n; ++i) {
+      const double wd = i < 4 ? 0.0 : 0.1;
+      rm[i] = 0.9 * rm[i] + 0.1 * g[i];
+      rv[i] = 0.95 * rv[i] + 0.05 * static_cast<double>(g[i]) * g[i];
+      const double mh = rm[i] / (1 - std::pow(0.9, t)), vh = rv[i] / (1 - std::pow(0.95, t));
+      rp[i] = rp[i] - lr * wd * rp[i] - lr * mh / (std::sqrt(vh) + 1e-8);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_NEAR(p[i], rp[i], 1e-6) << "element " << i;
+  EXPECT_EQ(opt.steps_taken(), 5);
+}
+
+TEST(LrSchedule, WarmupThenCosineToMin) {
+  LrSchedule s{1.0, 0.1, 4, 14};
+  EXPECT_DOUBLE_EQ(s.at(0), 0.25);
+  EXPECT_DOUBLE_EQ(s.at(3), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(4), 1.0);     // start of decay
+  EXPECT_NEAR(s.at(13), 0.1, 1e-12);  // last step reaches min_lr
+  const double mid = 0.1 + 0.45 * (1 + std::cos(std::numbers::pi * 4.0 / 9.0));
+  EXPECT_NEAR(s.at(8), mid, 1e-12);
+  for (int64_t i = 4; i < 13; ++i)
+    EXPECT_GE(s.at(i), s.at(i + 1));
+}
+
+TEST(Clip, SumSquaresAndScale) {
+  std::vector<float> g(10001);
+  double ref = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    g[i] = static_cast<float>((i % 7) - 3) * 0.5f;
+    ref += static_cast<double>(g[i]) * g[i];
+  }
+  EXPECT_NEAR(sum_squares(g.data(), 10001), ref, 1e-9 * ref);
+  const double norm = std::sqrt(ref);
+  EXPECT_DOUBLE_EQ(clip_by_norm(g.data(), 10001, norm, 0.0), 1.0);
+  EXPECT_DOUBLE_EQ(clip_by_norm(g.data(), 10001, norm, norm * 2), 1.0);
+  const double f = clip_by_norm(g.data(), 10001, norm, 1.0);
+  EXPECT_NEAR(f, 1.0 / norm, 1e-9);
+  EXPECT_NEAR(std::sqrt(sum_squares(g.data(), 10001)), 1.0, 1e-5);
+}
+
+}  // namespace
+}  // namespace mt

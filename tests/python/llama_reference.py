@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""An independent Llama in PyTorch (float64), the oracle of meshtrain's model tests.
+
+Written from Hugging Face LlamaForCausalLM's semantics: RMSNorm, rotate-half
+RoPE, grouped-query attention (kv head g serves query heads g*r .. g*r+r-1),
+SwiGLU MLP, optional tied embeddings, cross-entropy mean over the tokens whose
+target is not -1.
+
+usage: llama_reference.py MODEL_DIR TOKENS_FILE B T OUT_DIR
+  TOKENS_FILE holds int32 inputs [B, T] then int32 targets [B, T].
+  Writes OUT_DIR/loss.f64 (1 value), OUT_DIR/logits.f64 ([B, T, V]) and
+  OUT_DIR/grads.f64 (every parameter's gradient, in the file order of
+  model.safetensors, flattened and concatenated).
+Exit status 3 when torch is not installed (the caller skips).
+"""
+import json
+import os
+import struct
+import sys
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    sys.exit(3)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    tensors = {}
+    order = sorted((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"][0])
+    for name in order:
+        meta = header[name]
+        assert meta["dtype"] == "F32", meta
+        b, e = meta["data_offsets"]
+        arr = np.frombuffer(data[b:e], dtype="<f4").reshape(meta["shape"])
+        tensors[name] = torch.tensor(arr.astype(np.float64), requires_grad=True)
+    return order, tensors
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope(x, theta):
+    # x [B, heads, T, D]; positions 0..T-1
+    T, D = x.shape[-2], x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    freqs = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    emb = torch.cat([freqs, freqs], dim=-1)
+    x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    return x * emb.cos() + torch.cat([-x2, x1], dim=-1) * emb.sin()
+
+
+def forward(cfg, p, inputs):
+    B, T = inputs.shape
+    C = cfg["hidden_size"]
+    H = cfg["num_attention_heads"]
+    KV = cfg.get("num_key_value_heads", H)
+    D = C // H
+    eps = cfg["rms_norm_eps"]
+    theta = cfg.get("rope_theta", 10000.0)
+    x = p["model.embed_tokens.weight"][inputs]
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    for layer in range(cfg["num_hidden_layers"]):
+        pre = f"model.layers.{layer}."
+        h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
+        q = (h @ p[pre + "self_attn.q_proj.weight"].T).view(B, T, H, D).transpose(1, 2)
+        k = (h @ p[pre + "self_attn.k_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
+        v = (h @ p[pre + "self_attn.v_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
+        q, k = rope(q, theta), rope(k, theta)
+        k = k.repeat_interleave(H // KV, dim=1)
+        v = v.repeat_interleave(H // KV, dim=1)
+        s = (q @ k.transpose(-1, -2)) / (D ** 0.5)
+        s = s.masked_fill(~mask, float("-inf"))
+        a = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * D)
+        x = x + a @ p[pre + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
+        g = h @ p[pre + "mlp.gate_proj.weight"].T
+        u = h @ p[pre + "mlp.up_proj.weight"].T
+        x = x + (F.silu(g) * u) @ p[pre + "mlp.down_proj.weight"].T
+    x = rms_norm(x, p["model.norm.weight"], eps)
+    head = p["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else p["lm_head.weight"]
+    return x @ head.T
+
+
+def main():
+    model_dir, tokens_path, B, T, out_dir = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    order, params = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+    tok = np.fromfile(tokens_path, dtype="<i4")
+    inputs = torch.tensor(tok[: B * T].reshape(B, T), dtype=torch.long)
+    targets = torch.tensor(tok[B * T: 2 * B * T].reshape(B, T), dtype=torch.long)
+    logits = forward(cfg, params, inputs)
+    V = logits.shape[-1]
+    valid = int((targets != -1).sum())
+    loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1, reduction="sum") / valid
+    loss.backward()
+    os.makedirs(out_dir, exist_ok=True)
+    np.array([loss.item()], dtype="<f8").tofile(os.path.join(out_dir, "loss.f64"))
+    logits.detach().numpy().astype("<f8").tofile(os.path.join(out_dir, "logits.f64"))
+    np.concatenate([params[n].grad.numpy().reshape(-1) for n in order]).astype("<f8").tofile(
+        os.path.join(out_dir, "grads.f64"))
+
+
+if __name__ == "__main__":
+    main()

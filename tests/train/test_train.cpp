@@ -1,0 +1,179 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/token_file.h"
+#include "model/llama.h"
+#include "train/model_io.h"
+#include "train/trainer.h"
+
+namespace mt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A corpus with structure to learn: token t is followed by (3t + 1) mod 61 most of the time.
+fs::path make_data(const std::string& name) {
+  const fs::path dir = fs::path(::testing::TempDir()) / name;
+  fs::create_directories(dir);
+  std::vector<int32_t> tokens;
+  int32_t t = 1;
+  for (int i = 0; i < 6000; ++i) {
+    tokens.push_back(t);
+    t = (i % 17 == 0) ? static_cast<int32_t>((t * 7 + i) % 61) : (3 * t + 1) % 61;
+  }
+  write_token_file((dir / "train.bin").string(), tokens, 61);
+  tokens.resize(1000);
+  write_token_file((dir / "val.bin").string(), tokens, 61);
+  return dir;
+}
+
+Config tiny(const fs::path& data) {
+  Config c;
+  c.model.vocab_size = 61;
+  c.model.d_model = 32;
+  c.model.n_layers = 2;
+  c.model.n_heads = 4;
+  c.model.n_kv_heads = 2;
+  c.model.ffn_hidden = 48;
+  c.model.max_seq_len = 32;
+  c.train.steps = 4;
+  c.train.batch_size = 4;
+  c.train.microbatch_size = 2;
+  c.train.seq_len = 32;
+  c.train.lr = 1e-2;
+  c.train.min_lr = 1e-3;
+  c.train.warmup_steps = 1;
+  c.train.eval_every = 2;
+  c.train.eval_windows = 4;
+  c.train.threads = 2;
+  c.data.dir = data.string();
+  return c;
+}
+
+std::string file_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), {}};
+}
+
+TEST(Training, SameConfigTwiceIsBitwiseIdentical) {
+  const fs::path data = make_data("det");
+  const Config cfg = tiny(data);
+  RunOptions o;
+  o.quiet = true;
+  o.save_dir = (data / "a").string();
+  const RunResult a = run_training(cfg, o);
+  o.save_dir = (data / "b").string();
+  const RunResult b = run_training(cfg, o);
+  ASSERT_EQ(a.steps.size(), 4u);
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << "step " << i;
+    EXPECT_EQ(a.steps[i].grad_norm, b.steps[i].grad_norm) << "step " << i;
+  }
+  EXPECT_EQ(a.val_losses, b.val_losses);
+  EXPECT_EQ(file_bytes(data / "a" / "model.safetensors"), file_bytes(data / "b" / "model.safetensors"));
+}
+
+TEST(Training, RecomputeGivesBitwiseTheSameRun) {
+  const fs::path data = make_data("recompute");
+  Config cfg = tiny(data);
+  RunOptions o;
+  o.quiet = true;
+  const RunResult a = run_training(cfg, o);
+  cfg.train.recompute = true;
+  const RunResult b = run_training(cfg, o);
+  for (size_t i = 0; i < a.steps.size(); ++i)
+    EXPECT_EQ(a.steps[i].loss, b.steps[i].loss);
+}
+
+TEST(Training, LossFallsOnALearnableCorpus) {
+  const fs::path data = make_data("learn");
+  Config cfg = tiny(data);
+  cfg.train.steps = 40;
+  cfg.train.eval_every = 40;
+  RunOptions o;
+  o.quiet = true;
+  const RunResult r = run_training(cfg, o);
+  EXPECT_NEAR(r.steps.front().loss, std::log(61.0), 0.3);  // uniform prediction at initialisation
+  EXPECT_LT(r.steps.back().loss, 0.6 * r.steps.front().loss);
+  ASSERT_EQ(r.val_losses.size(), 1u);
+  EXPECT_LT(r.val_losses[0].second, 0.6 * r.steps.front().loss);
+}
+
+TEST(Training, MetricsFileHasOneObjectPerStepAndValidation) {
+  const fs::path data = make_data("metrics");
+  const Config cfg = tiny(data);
+  RunOptions o;
+  o.quiet = true;
+  o.metrics_path = (data / "m.jsonl").string();
+  run_training(cfg, o);
+  std::ifstream f(o.metrics_path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(f, l);)
+    lines.push_back(l);
+  ASSERT_EQ(lines.size(), 6u);  // 4 steps + 2 validations
+  for (const char* key : {"\"step\":", "\"loss\":", "\"lr\":", "\"grad_norm\":", "\"tokens\":",
+                          "\"step_time_s\":", "\"tokens_per_s\":", "\"mfu\":", "\"mem_peak_bytes\":"}) {
+    EXPECT_NE(lines[0].find(key), std::string::npos) << key;
+  }
+  EXPECT_NE(lines[2].find("\"val_loss\":"), std::string::npos);
+}
+
+TEST(Training, InitFromContinuesFromASavedModel) {
+  const fs::path data = make_data("init");
+  Config cfg = tiny(data);
+  RunOptions o;
+  o.quiet = true;
+  o.save_dir = (data / "m").string();
+  const RunResult first = run_training(cfg, o);
+  o.save_dir.clear();
+  o.init_from = (data / "m").string();
+  cfg.train.steps = 1;
+  const RunResult second = run_training(cfg, o);
+  // The saved model was trained: its loss is below the fresh initialisation's.
+  EXPECT_LT(second.steps[0].loss, first.steps[0].loss);
+  cfg.model.d_model = 64;
+  EXPECT_THROW(run_training(cfg, o), ConfigError);
+}
+
+TEST(Training, NonFiniteStepsAreSkippedThenTheRunStops) {
+  const fs::path data = make_data("nan");
+  Config cfg = tiny(data);
+  {
+    ModelOptions mo;
+    mo.max_batch = 2;
+    mo.max_seq = 32;
+    Llama m(cfg.model, mo);
+    m.init(1);
+    m.params()[m.param_table().find("model.norm.weight").offset] = std::numeric_limits<float>::quiet_NaN();
+    save_model_dir((data / "poisoned").string(), m);
+  }
+  RunOptions o;
+  o.quiet = true;
+  o.init_from = (data / "poisoned").string();
+  cfg.train.steps = 2;
+  cfg.train.max_bad_steps = 3;
+  cfg.train.eval_every = 0;
+  const RunResult r = run_training(cfg, o);  // two bad steps: skipped, not fatal
+  ASSERT_EQ(r.steps.size(), 2u);
+  EXPECT_TRUE(r.steps[0].skipped);
+  EXPECT_TRUE(r.steps[1].skipped);
+  cfg.train.steps = 5;
+  try {
+    run_training(cfg, o);
+    FAIL() << "expected the run to stop";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("stopping at step 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("max_bad_steps = 3"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace mt
