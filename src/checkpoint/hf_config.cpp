@@ -6,8 +6,8 @@
 #include <sstream>
 #include <system_error>
 
-#include "checkpoint/atomic_file.h"
 #include "core/error.h"
+#include "core/file.h"
 
 namespace mt {
 namespace {

@@ -3,9 +3,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "checkpoint/atomic_file.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "core/tensor.h"
 
 namespace mt {

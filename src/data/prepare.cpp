@@ -6,7 +6,7 @@
 #include <system_error>
 
 #include "core/error.h"
-#include "data/file_util.h"
+#include "core/file.h"
 #include "data/token_file.h"
 #include "data/tokenizer.h"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/file_util.h"
+#include "core/file.h"
 
 namespace mt {
 

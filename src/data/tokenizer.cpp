@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
-#include "data/file_util.h"
+#include "core/file.h"
 
 namespace mt {
 

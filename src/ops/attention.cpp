@@ -20,13 +20,13 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "core/error.h"
 #include "ops/gemm.h"
+#include "ops/vec_math.h"
 
 namespace mt {
 namespace {
@@ -34,27 +34,6 @@ namespace {
 constexpr int64_t kTileQ = 64;  // queries per tile
 constexpr int64_t kTileK = 64;  // keys per tile; also the row stride of the score scratch
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// exp(x) in fp32 to about 1 ulp for x in [−87, 88], exactly 0 below −87 (so
-// exp(−inf) = 0), with no calls or branches so that loops over it vectorise.
-// exp(x) = 2^n · exp(r), n = round(x / ln 2), |r| ≤ ln(2)/2, exp(r) by its
-// Taylor series to degree 7 (truncation error < 6e-9).
-inline float exp_approx(float x) {
-  const float xc = std::min(std::max(x, -87.0f), 88.0f);
-  const float kRound = 12582912.0f;  // 1.5·2^23: adding and subtracting it rounds to an integer
-  const float n = (xc * 1.44269504088896341f + kRound) - kRound;
-  const float r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;  // ln 2 = 0.693359375 − 2.12194440e-4
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const float two_n = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  return x < -87.0f ? 0.0f : p * two_n;
-}
 
 // Smallest and largest position in one tile of one sequence.
 struct PosRange {
@@ -182,11 +161,11 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
             continue;
           }
           const float m_new = std::max(m[r], tile_max);
-          const float alpha = exp_approx(m[r] - m_new);  // 0 when m[r] = −inf
+          const float alpha = exp_vec(m[r] - m_new);  // 0 when m[r] = −inf
           float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
           for (int64_t c = 0; c < nk; ++c) {
-            const float p = exp_approx(s[c] * scale - m_new);
+            const float p = exp_vec(s[c] * scale - m_new);
             s[c] = p;
             sum += p;
           }
@@ -251,7 +230,7 @@ void probs_and_dscores(float* P, float* dS, const BackwardTile& t, const Attenti
     const float L = t.lse[r], Di = t.di[r];
 #pragma omp simd
     for (int64_t c = 0; c < t.nk; ++c) {
-      const float pc = exp_approx(p[c] * scale - L);
+      const float pc = exp_vec(p[c] * scale - L);
       p[c] = pc;
       ds[c] = pc * (ds[c] - Di) * scale;
     }

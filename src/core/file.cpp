@@ -1,4 +1,4 @@
-#include "checkpoint/atomic_file.h"
+#include "core/file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -15,6 +15,7 @@
 namespace mt {
 namespace {
 
+// The text of strerror(err), without strerror's shared buffer.
 std::string sys_message(int err) {
   return std::system_category().message(err);
 }
@@ -75,10 +76,35 @@ void AtomicFile::commit() {
   }
 }
 
-void write_file_atomic(const std::string& path, std::string_view contents) {
+void write_file_atomic(const std::string& path, const void* data, int64_t bytes) {
+  MT_CHECK(bytes >= 0, "negative size ", bytes, " for ", path);
   AtomicFile file(path);
-  file.write(contents.data(), contents.size());
+  file.write(data, static_cast<size_t>(bytes));
   file.commit();
+}
+
+void write_file_atomic(const std::string& path, std::string_view contents) {
+  write_file_atomic(path, contents.data(), static_cast<int64_t>(contents.size()));
+}
+
+std::string read_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  MT_REQUIRE(fd >= 0, IoError, "cannot open ", path, ": ", sys_message(errno));
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      MT_THROW(IoError, "cannot read ", path, ": ", sys_message(err));
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
 }
 
 }  // namespace mt

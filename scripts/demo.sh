@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The demo: tokenize Debian's fortunes, train configs/demo.toml, then sample
+# from the trained model. Called by `make demo` after the build.
+set -euo pipefail
+build=${1:-build}
+bin="$build/meshtrain"
+cd "$(dirname "$0")/.."
+
+if [ ! -s data/fortunes/train.bin ]; then
+  echo "== meshtrain prepare: BPE tokenizer and token files from /usr/share/games/fortunes"
+  "$bin" prepare --out data/fortunes --vocab-size 8192
+fi
+mkdir -p runs/demo
+echo "== meshtrain train --config configs/demo.toml"
+"$bin" train --config configs/demo.toml --metrics runs/demo/metrics.jsonl --save runs/demo/model
+echo "== meshtrain eval (validation windows)"
+"$bin" eval --model runs/demo/model --data data/fortunes/val.bin --max-windows 64
+echo "== meshtrain sample (greedy)"
+for prompt in "The meaning of life is" "Q: What is a computer?" "You will"; do
+  "$bin" sample --model runs/demo/model --tokenizer data/fortunes/tokenizer.model --prompt "$prompt" --tokens 40
+done
