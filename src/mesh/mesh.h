@@ -1,0 +1,66 @@
+// DeviceMesh: the world seen as a 4-axis grid (pp, dp, cp, tp) with one process
+// group per axis and per set of axes. A value passed to whoever needs it, never
+// a global. Rank order and the pure mapping are in mesh_shape.h.
+//
+//   DeviceMesh mesh(world, {/*pp*/ 2, /*dp*/ 2, /*cp*/ 1, /*tp*/ 2});
+//   mesh.group("tp").all_reduce(buf, n, "layer 3 mlp out");
+//   mesh.group({"dp", "cp"})  // gradient reduction over data and context
+#pragma once
+
+#include <array>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm/group.h"
+#include "mesh/mesh_shape.h"
+
+namespace mt {
+
+class DeviceMesh {
+ public:
+  // Validates the sizes against the world (ConfigError with the numbers) and
+  // builds every group with Group::split. Collective: every rank of `world`
+  // must construct the mesh with the same sizes.
+  DeviceMesh(const Group& world, MeshSizes sizes);
+
+  // Pure mapping (no communication).
+  static MeshCoords coords_of(int rank, const MeshSizes& sizes) { return mesh_coords_of(rank, sizes); }
+  static int rank_of(const MeshCoords& coords, const MeshSizes& sizes) { return mesh_rank_of(coords, sizes); }
+  static std::vector<std::vector<int>> group_ranks(const MeshSizes& sizes, std::string_view axes) {
+    return mesh_group_ranks(sizes, parse_axis_set(axes));
+  }
+  static std::string table(const MeshSizes& sizes) { return mesh_table(sizes); }
+
+  const MeshSizes& sizes() const { return sizes_; }
+  int size(Axis a) const { return sizes_[axis_index(a)]; }
+  int size(std::string_view axis) const { return size(parse_axis(axis)); }
+  int rank() const { return world_.rank(); }
+  int world_size() const { return world_.size(); }
+  const MeshCoords& coords() const { return coords_; }  // this rank's
+  int coord(Axis a) const { return coords_[axis_index(a)]; }
+  int coord(std::string_view axis) const { return coord(parse_axis(axis)); }
+
+  // The group of the ranks that differ from this one only in the named axes:
+  // group("tp"), group("dp+cp"), group({"dp", "cp"}) (any order). Its ranks are
+  // ordered by world rank; its axis name lists the axes in pp, dp, cp, tp order.
+  // Returned by value: a Group is a handle (backend and context are shared),
+  // and its collectives are non-const.
+  Group group(std::string_view axes) const { return group(parse_axis_set(axes)); }
+  Group group(std::initializer_list<std::string_view> axes) const;
+  Group group(AxisSet set) const;
+  Group world() const { return world_; }
+
+  // World ranks of every group of `axes` (see mesh_group_ranks).
+  std::vector<std::vector<int>> group_ranks(std::string_view axes) const { return group_ranks(sizes_, axes); }
+  std::string table() const { return mesh_table(sizes_); }
+
+ private:
+  Group world_;
+  MeshSizes sizes_;
+  MeshCoords coords_{};
+  std::array<Group, 1u << kNumAxes> groups_;  // indexed by AxisSet; [0] unused
+};
+
+}  // namespace mt

@@ -1,0 +1,67 @@
+// The shape of a device mesh and the rank ↔ coordinate mapping: pure
+// functions of the axis sizes, testable without MPI (DeviceMesh in mesh.h adds
+// the process groups).
+//
+// Axes are named pp, dp, cp, tp. Sizes and coordinates are arrays indexed by
+// Axis, in that order: MeshSizes{pp, dp, cp, tp}.
+//
+// Rank order (which axis varies fastest) follows seed 003 §08 and picotron's
+// arange(world).view(dp, pp, cp, tp): dp outermost, then pp, cp, tp innermost.
+//   rank = ((dp·PP + pp)·CP + cp)·TP + tp
+// So a TP group is a run of adjacent ranks (one node when ranks are packed per
+// node), a pipeline stage's TP groups sit next to each other, and a DP group
+// strides across replicas (for dp=2, pp=2, tp=2: TP {0,1}, PP {0,2}, DP {0,4}).
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace mt {
+
+enum class Axis : int { pp = 0, dp = 1, cp = 2, tp = 3 };
+inline constexpr int kNumAxes = 4;
+inline constexpr std::array<Axis, kNumAxes> kAllAxes = {Axis::pp, Axis::dp, Axis::cp, Axis::tp};
+// Outermost first: the order in which coordinates nest into a rank.
+inline constexpr std::array<Axis, kNumAxes> kRankOrder = {Axis::dp, Axis::pp, Axis::cp, Axis::tp};
+
+using MeshSizes = std::array<int, kNumAxes>;   // {pp, dp, cp, tp}
+using MeshCoords = std::array<int, kNumAxes>;  // {pp, dp, cp, tp}
+
+inline int axis_index(Axis a) {
+  return static_cast<int>(a);
+}
+const char* axis_name(Axis a);  // "pp", "dp", "cp", "tp"
+// "tp" → Axis::tp; throws ConfigError naming the known axes otherwise.
+Axis parse_axis(std::string_view name);
+
+// A set of axes as a bit mask (bit axis_index(a)). Named by its axes joined
+// with '+' in pp, dp, cp, tp order: "dp+cp".
+using AxisSet = unsigned;
+inline AxisSet axis_bit(Axis a) {
+  return 1u << axis_index(a);
+}
+std::string axis_set_name(AxisSet set);
+// "dp+cp" or "dp" → set; throws ConfigError on an unknown or repeated axis.
+AxisSet parse_axis_set(std::string_view names);
+
+int mesh_world_size(const MeshSizes& sizes);  // product of the sizes
+// Throws ConfigError with the numbers: a size < 1, or
+// "dp (2) × tp (2) × pp (2) = 8 but the world has 6 ranks".
+void validate_mesh(const MeshSizes& sizes, int world_size);
+
+MeshCoords mesh_coords_of(int rank, const MeshSizes& sizes);
+int mesh_rank_of(const MeshCoords& coords, const MeshSizes& sizes);
+
+// Every group of the axes in `set`: the ranks that differ only in those axes.
+// Groups are ordered by their lowest rank, each group's ranks ascending (the
+// order of the group's own ranks).
+std::vector<std::vector<int>> mesh_group_ranks(const MeshSizes& sizes, AxisSet set);
+
+// The rank map as a readable table (seed 003 §08): one row per dp replica, one
+// column per pipeline stage listing its TP groups; then the DP groups (and CP
+// and PP groups when those axes are > 1).
+std::string mesh_table(const MeshSizes& sizes);
+
+}  // namespace mt

@@ -1,0 +1,134 @@
+// mesh_table(): the rank map printed by `meshtrain train --print-mesh`.
+#include <algorithm>
+#include <sstream>
+
+#include "mesh/mesh_shape.h"
+
+namespace mt {
+namespace {
+
+std::string join(const std::vector<int>& ranks, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i) s += sep;
+    s += std::to_string(ranks[i]);
+  }
+  return s;
+}
+
+std::string braced(const std::vector<std::vector<int>>& groups) {
+  std::string s;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    s += i ? " {" : "{";
+    s += join(groups[i], ", ");
+    s += '}';
+  }
+  return s;
+}
+
+// "0 and 4" / "0, 4 and 8"
+std::string spoken_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) s += i + 1 == ranks.size() ? " and " : ", ";
+    s += std::to_string(ranks[i]);
+  }
+  return s;
+}
+
+void print_aligned(std::ostream& os, const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    width.resize(std::max(width.size(), row.size()), 0);
+    for (size_t c = 0; c < row.size(); ++c)
+      width[c] = std::max(width[c], row[c].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < row.size(); ++c) {
+      line += row[c];
+      if (c + 1 < row.size()) line += std::string(width[c] - row[c].size() + 3, ' ');
+    }
+    os << line << '\n';
+  }
+}
+
+}  // namespace
+
+std::string mesh_table(const MeshSizes& sizes) {
+  const int pp = sizes[axis_index(Axis::pp)], dp = sizes[axis_index(Axis::dp)];
+  const int cp = sizes[axis_index(Axis::cp)], tp = sizes[axis_index(Axis::tp)];
+  std::ostringstream os;
+  os << "mesh: dp " << dp << " × pp " << pp << " × cp " << cp << " × tp " << tp << " = "
+     << mesh_world_size(sizes)
+     << " ranks (dp outermost, tp innermost: a TP group is a run of adjacent ranks)\n\n";
+
+  // One row per replica, one column per stage; a cell lists the stage's TP
+  // groups (one per cp position).
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> header = {"replica"};
+  for (int s = 0; s < pp; ++s) {
+    std::string h = "stage " + std::to_string(s);
+    if (cp > 1) {
+      h += " TP groups (cp 0..";
+      h += std::to_string(cp - 1);
+      h += ')';
+    } else {
+      h += " TP group";
+    }
+    header.push_back(h);
+  }
+  rows.push_back(header);
+  for (int d = 0; d < dp; ++d) {
+    std::vector<std::string> row = {"dp " + std::to_string(d)};
+    for (int s = 0; s < pp; ++s) {
+      std::string cell;
+      for (int c = 0; c < cp; ++c) {
+        std::vector<int> group;
+        for (int t = 0; t < tp; ++t) {
+          MeshCoords co{};
+          co[axis_index(Axis::pp)] = s;
+          co[axis_index(Axis::dp)] = d;
+          co[axis_index(Axis::cp)] = c;
+          co[axis_index(Axis::tp)] = t;
+          group.push_back(mesh_rank_of(co, sizes));
+        }
+        if (cp == 1) {
+          cell += join(group, " ");
+        } else {
+          cell += c ? " {" : "{";
+          cell += join(group, " ");
+          cell += '}';
+        }
+      }
+      row.push_back(cell);
+    }
+    rows.push_back(row);
+  }
+  print_aligned(os, rows);
+
+  os << '\n';
+  const auto dp_groups = mesh_group_ranks(sizes, axis_bit(Axis::dp));
+  if (dp == 1) {
+    os << "DP groups: none (dp = 1: a single replica)\n";
+  } else {
+    os << "DP groups (same stage and shard in every replica; they sum gradients): " << braced(dp_groups)
+       << '\n';
+    os << "  ranks " << spoken_list(dp_groups[0]) << " hold the same shard";
+    for (size_t g = 1; g < dp_groups.size(); ++g) {
+      os << (g == 1 ? "; likewise " : ", ") << join(dp_groups[g], "-");
+    }
+    os << ".\n";
+  }
+  if (cp > 1) {
+    os << "CP groups (one sequence, split by tokens): " << braced(mesh_group_ranks(sizes, axis_bit(Axis::cp)))
+       << '\n';
+  }
+  if (pp > 1) {
+    os << "PP groups (the stages of one replica, point to point): "
+       << braced(mesh_group_ranks(sizes, axis_bit(Axis::pp))) << '\n';
+  }
+  return os.str();
+}
+
+}  // namespace mt

@@ -1,0 +1,109 @@
+// Pure layout tests: placements, the padded shard convention, local shapes,
+// and which collective each change of placement becomes.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "mesh/redistribute.h"
+
+namespace mt {
+namespace {
+
+using Range = std::pair<int64_t, int64_t>;
+const Placement R = Placement::replicate();
+const Placement P = Placement::partial();
+Placement S(int d) {
+  return Placement::shard(d);
+}
+
+TEST(Placement, Names) {
+  EXPECT_EQ(R.to_string(), "R");
+  EXPECT_EQ(S(0).to_string(), "S(0)");
+  EXPECT_EQ(S(1).to_string(), "S(1)");
+  EXPECT_EQ(P.to_string(), "P");
+  EXPECT_EQ(Placement(), R);
+  EXPECT_NE(S(0), S(1));
+  EXPECT_TRUE(S(1).is_shard(1));
+  EXPECT_FALSE(S(1).is_shard(0));
+}
+
+TEST(ShardRange, EvenAndUneven) {
+  EXPECT_EQ(padded_shard_size(8, 4), 2);
+  EXPECT_EQ(shard_range(8, 4, 3), Range(6, 8));
+  // 5 rows over 4 shards: 2 rows each; [0,2) [2,4) [4,5)+pad, all pad.
+  EXPECT_EQ(padded_shard_size(5, 4), 2);
+  EXPECT_EQ(shard_range(5, 4, 0), Range(0, 2));
+  EXPECT_EQ(shard_range(5, 4, 1), Range(2, 4));
+  EXPECT_EQ(shard_range(5, 4, 2), Range(4, 5));
+  EXPECT_EQ(shard_range(5, 4, 3), Range(5, 5));
+  // 7 over 3: 3 each; [0,3) [3,6) [6,7).
+  EXPECT_EQ(padded_shard_size(7, 3), 3);
+  EXPECT_EQ(shard_range(7, 3, 2), Range(6, 7));
+  EXPECT_EQ(padded_shard_size(0, 3), 0);
+  EXPECT_EQ(shard_range(0, 3, 1), Range(0, 0));
+  EXPECT_EQ(shard_range(3, 1, 0), Range(0, 3));
+}
+
+TEST(Layout, LocalShapeAndRange) {
+  const MeshSizes sizes = {1, 2, 1, 4};  // dp 2 × tp 4
+  const Layout col = Layout({7, 5}).with(Axis::tp, S(1));
+  EXPECT_EQ(local_shape(col, sizes), (std::vector<int64_t>{7, 2}));
+  EXPECT_EQ(local_numel(col, sizes), 14);
+  EXPECT_EQ(local_range(col, 1, sizes, {0, 0, 0, 2}), Range(4, 5));
+  EXPECT_EQ(local_range(col, 0, sizes, {0, 1, 0, 2}), Range(0, 7));
+  // dp and tp both shard dim 0: dp splits 7 into 4+pad, tp splits 4 into 1s.
+  const Layout both = Layout({7, 5}).with(Axis::dp, S(0)).with(Axis::tp, S(0));
+  EXPECT_EQ(local_shape(both, sizes), (std::vector<int64_t>{1, 5}));
+  EXPECT_EQ(local_range(both, 0, sizes, {0, 1, 0, 2}), Range(6, 7));
+  EXPECT_EQ(local_range(both, 0, sizes, {0, 1, 0, 3}), Range(7, 7));
+  EXPECT_EQ(local_range(both, 0, sizes, {0, 0, 0, 3}), Range(3, 4));
+  EXPECT_EQ(Layout({7, 5}).with(Axis::tp, P).to_string(), "[7, 5] tp:P");
+  EXPECT_EQ(Layout({3}).to_string(), "[3] R");
+  EXPECT_THROW(Layout({3}).with(Axis::tp, S(1)).validate(), ConfigError);
+}
+
+Layout tp(Placement p) {
+  return Layout({6, 5}).with(Axis::tp, p);
+}
+
+TEST(Redistribute, EachChangeIsTheCollectiveOfDesignTable) {
+  EXPECT_EQ(describe_redistribute(tp(P), tp(R)), "all_reduce over tp (P → R)");
+  EXPECT_EQ(describe_redistribute(tp(P), tp(S(0))), "reduce_scatter over tp (P → S(0))");
+  EXPECT_EQ(describe_redistribute(tp(P), tp(S(1))), "reduce_scatter over tp (P → S(1))");
+  EXPECT_EQ(describe_redistribute(tp(S(0)), tp(R)), "all_gather over tp (S(0) → R)");
+  EXPECT_EQ(describe_redistribute(tp(S(1)), tp(R)), "all_gather over tp (S(1) → R)");
+  EXPECT_EQ(describe_redistribute(tp(S(0)), tp(S(1))), "all_to_all over tp (S(0) → S(1))");
+  EXPECT_EQ(describe_redistribute(tp(R), tp(S(1))), "local_slice over tp (R → S(1))");
+  EXPECT_EQ(describe_redistribute(tp(S(1)), tp(S(1))), "copy (no change)");
+  EXPECT_EQ(describe_redistribute(tp(P), tp(P)), "copy (no change)");
+  EXPECT_EQ(redist_op_for(S(0), S(0)), RedistOp::copy);
+  EXPECT_EQ(redist_op_for(R, S(0)), RedistOp::local_slice);
+}
+
+TEST(Redistribute, IntoPartialIsRefused) {
+  EXPECT_THROW(describe_redistribute(tp(R), tp(P)), Error);
+  EXPECT_THROW(describe_redistribute(tp(S(0)), tp(P)), Error);
+  EXPECT_THROW(describe_redistribute(tp(R), Layout({6, 4})), ConfigError);  // shapes differ
+}
+
+TEST(Redistribute, OneStepPerAxisInNestingOrder) {
+  // Gradients of a TP-sharded weight: partial over dp, S(0) over tp → ZeRO
+  // shard over dp too. Removing shards goes inner first; adding goes outer first.
+  const Layout grad = Layout({6, 5}).with(Axis::dp, P).with(Axis::tp, S(0));
+  EXPECT_EQ(describe_redistribute(grad, grad.with(Axis::dp, S(1))), "reduce_scatter over dp (P → S(1))");
+  const Layout both = Layout({6, 5}).with(Axis::dp, S(0)).with(Axis::tp, S(0));
+  EXPECT_EQ(describe_redistribute(both, Layout({6, 5})),
+            "all_gather over tp (S(0) → R)\nall_gather over dp (S(0) → R)");
+  EXPECT_EQ(describe_redistribute(Layout({6, 5}), both),
+            "local_slice over dp (R → S(0))\nlocal_slice over tp (R → S(0))");
+  const auto steps = plan_redistribute(Layout({6, 5}).with(Axis::cp, P).with(Axis::dp, P), Layout({6, 5}));
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps[0].axis, Axis::cp);
+  EXPECT_EQ(steps[1].axis, Axis::dp);
+  // dp cannot regather dim 0 while tp, inside it, still splits dim 0...
+  EXPECT_THROW(plan_redistribute(both, both.with(Axis::dp, R)), Error);
+  // ...unless tp has one rank.
+  EXPECT_NO_THROW(plan_redistribute(both, both.with(Axis::dp, R), MeshSizes{1, 2, 1, 1}));
+}
+
+}  // namespace
+}  // namespace mt
