@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "train/compare.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"meshtrain: train decoder-only Transformer language models, exactly, on many processes"};
@@ -54,6 +55,15 @@ int main(int argc, char** argv) {
   s->add_option("--prompt", sa.prompt, "Prompt text")->capture_default_str();
   s->add_option("--tokens", sa.tokens, "Tokens to generate")->capture_default_str();
 
+  mt::CompareOptions cmp;
+  CLI::App* c = app.add_subcommand("compare",
+                                   "Compare two runs: per-step losses, and optionally two model directories");
+  c->add_option("metrics_a", cmp.metrics_a, "Metrics file (JSON lines) of run A")->required();
+  c->add_option("metrics_b", cmp.metrics_b, "Metrics file of run B (the reference)")->required();
+  c->add_option("--model-a", cmp.model_a, "Model directory of run A");
+  c->add_option("--model-b", cmp.model_b, "Model directory of run B");
+  c->add_option("--rtol", cmp.rtol, "Relative tolerance")->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {
@@ -64,6 +74,11 @@ int main(int argc, char** argv) {
     if (*pr) return mt::run_prepare_command(prep);
     if (*e) return mt::run_eval_command(ev);
     if (*s) return mt::run_sample_command(sa);
+    if (*c) {
+      const mt::CompareResult r = mt::compare_runs(cmp);
+      std::fputs(r.report.c_str(), stdout);
+      return r.ok ? 0 : 1;
+    }
   } catch (const mt::Error& err) {
     std::fprintf(stderr, "meshtrain: error: %s\n", err.what());
     return 1;

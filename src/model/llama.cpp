@@ -12,6 +12,7 @@
 #include "ops/gemm.h"
 #include "ops/rmsnorm.h"
 #include "ops/swiglu.h"
+#include "parallel/local_store.h"
 
 namespace mt {
 
@@ -62,15 +63,22 @@ struct Llama::Buffers {
   std::vector<int32_t> inputs, targets, pos;
 };
 
-Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts)
+Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<ParamStore> store)
     : cfg_(cfg),
       opts_(opts),
       table_(make_param_table(cfg)),
+      units_(make_units(table_, cfg)),
       rope_(cfg.max_seq_len, cfg.head_dim(), cfg.rope_theta),
-      params_({table_.total}, MemKind::param),
-      grads_({table_.total}, MemKind::grad),
+      store_(store ? std::move(store) : std::make_unique<LocalStore>(units_)),
       buf_(std::make_unique<Buffers>()) {
   cfg_.validate();
+  for (int64_t l = 0; l < cfg_.n_layers; ++l) {
+    const LayerParamOffsets& o = table_.layers[static_cast<size_t>(l)];
+    const int64_t b = units_[static_cast<size_t>(l + 1)].begin;
+    rel_.push_back({o.ln1 - b, o.qkv - b, o.o - b, o.ln2 - b, o.gate_up - b, o.down - b});
+  }
+  norm_rel_ = table_.norm - units_.back().begin;
+  head_rel_ = cfg_.tie_embeddings ? table_.lm_head - units_[0].begin : table_.lm_head - units_.back().begin;
   if (opts_.max_seq == 0) opts_.max_seq = cfg_.max_seq_len;
   MT_REQUIRE(opts_.max_seq <= cfg_.max_seq_len, ConfigError, "seq_len (", opts_.max_seq,
              ") must not exceed model.max_seq_len (", cfg_.max_seq_len, ")");
@@ -98,6 +106,12 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts)
 }
 
 Llama::~Llama() = default;
+
+void Llama::init(uint64_t seed) {
+  store_->init_params([&](const ParamSlot& p, int64_t first, int64_t n, float* out) {
+    init_param_slice(table_.find(p.name), cfg_, seed, first, n, out);
+  });
+}
 
 Llama::LayerActs& Llama::acts_for(int64_t l) {
   return buf_->layers[static_cast<size_t>(opts_.recompute ? 0 : l)];
@@ -127,9 +141,8 @@ void add_inplace(float* y, const float* x, int64_t n) {
 
 #define MT_TIMED(kernel) KernelScope scope_##__LINE__(times_, kernel, opts_.profile)
 
-void Llama::layer_forward(int64_t l, LayerActs& a, const float* x_in, float* x_out) {
-  const LayerParamOffsets& o = table_.layers[static_cast<size_t>(l)];
-  const float* P = params_.data();
+void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* x_in, float* x_out) {
+  const LayerParamOffsets& o = rel_[static_cast<size_t>(l)];
   const int64_t B = B_, T = T_, N = B * T, C = cfg_.d_model, F = cfg_.ffn_hidden;
   const int64_t QKV = cfg_.qkv_dim(), Q = cfg_.q_dim();
   const int32_t* pos = buf_->pos.data();
@@ -178,10 +191,9 @@ void Llama::layer_forward(int64_t l, LayerActs& a, const float* x_in, float* x_o
   }
 }
 
-void Llama::layer_backward(int64_t l, LayerActs& a, const float* x_in, float* dres) {
-  const LayerParamOffsets& o = table_.layers[static_cast<size_t>(l)];
-  const float* P = params_.data();
-  float* G = grads_.data();
+void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in,
+                           float* dres) {
+  const LayerParamOffsets& o = rel_[static_cast<size_t>(l)];
   const int64_t B = B_, T = T_, N = B * T, C = cfg_.d_model, F = cfg_.ffn_hidden;
   const int64_t QKV = cfg_.qkv_dim(), Q = cfg_.q_dim();
   const int32_t* pos = buf_->pos.data();
@@ -249,24 +261,32 @@ double Llama::forward(const int32_t* inputs, const int32_t* targets, int64_t B, 
   b.pos.resize(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i)
     b.pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % T);
-  const float* P = params_.data();
   {
+    const float* E = store_->acquire_params(0, Pass::forward);
     MT_TIMED(Kernel::embedding);
-    embedding_forward(b.resid[0].data(), b.inputs.data(), P + table_.embed, N, C);
+    embedding_forward(b.resid[0].data(), b.inputs.data(), E + (table_.embed - units_[0].begin), N, C);
   }
+  store_->release_params(0, Pass::forward);
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
-    layer_forward(l, acts_for(l), b.resid[static_cast<size_t>(l)].data(),
+    const int unit = static_cast<int>(l) + 1;
+    const float* P = store_->acquire_params(unit, Pass::forward);
+    layer_forward(l, P, acts_for(l), b.resid[static_cast<size_t>(l)].data(),
                   b.resid[static_cast<size_t>(l + 1)].data());
+    store_->release_params(unit, Pass::forward);
   }
+  const float* Fp = store_->acquire_params(final_unit(), Pass::forward);
+  const float* head = cfg_.tie_embeddings ? store_->acquire_params(0, Pass::forward) : Fp;
   {
     MT_TIMED(Kernel::rmsnorm);
-    rmsnorm_forward(b.lnf.data(), b.rstdf.data(), b.resid.back().data(), P + table_.norm, N, C,
+    rmsnorm_forward(b.lnf.data(), b.rstdf.data(), b.resid.back().data(), Fp + norm_rel_, N, C,
                     static_cast<float>(cfg_.norm_eps));
   }
   {
     MT_TIMED(Kernel::gemm);
-    linear_forward(b.logits.data(), b.lnf.data(), P + table_.lm_head, N, C, V);
+    linear_forward(b.logits.data(), b.lnf.data(), head + head_rel_, N, C, V);
   }
+  if (cfg_.tie_embeddings) store_->release_params(0, Pass::forward);
+  store_->release_params(final_unit(), Pass::forward);
   if (targets_ == nullptr) return 0.0;
   MT_TIMED(Kernel::cross_entropy);
   cross_entropy_forward(b.losses.data(), b.lse_ce.data(), b.logits.data(), targets_, N, V, kIgnoreIndex);
@@ -284,37 +304,53 @@ void Llama::backward(float dloss) {
   MT_CHECK(targets_ != nullptr, "backward needs a forward with targets");
   const int64_t N = B_ * T_, C = cfg_.d_model, V = cfg_.vocab_size;
   Buffers& b = *buf_;
-  const float* P = params_.data();
-  float* G = grads_.data();
+  const bool tied = cfg_.tie_embeddings;
   {
     MT_TIMED(Kernel::cross_entropy);
     cross_entropy_backward(b.logits.data(), b.logits.data(), b.lse_ce.data(), targets_, dloss, N, V,
                            kIgnoreIndex);
   }
+  // Final norm and LM head. A tied head's gradient goes to unit 0, which stays
+  // acquired until the embedding's backward has added its part too.
+  const float* Fp = store_->acquire_params(final_unit(), Pass::backward);
+  float* Fg = store_->acquire_grads(final_unit());
+  const float* head = tied ? store_->acquire_params(0, Pass::backward) : Fp;
+  float* Eg = tied ? store_->acquire_grads(0) : nullptr;
+  float* head_grad = tied ? Eg : Fg;
   {
     MT_TIMED(Kernel::gemm);
-    linear_backward(b.dtmp.data(), G + table_.lm_head, b.logits.data(), b.lnf.data(), P + table_.lm_head, N,
+    linear_backward(b.dtmp.data(), head_grad + head_rel_, b.logits.data(), b.lnf.data(), head + head_rel_, N,
                     C, V);
   }
   {
     MT_TIMED(Kernel::rmsnorm);
-    rmsnorm_backward(b.dres.data(), G + table_.norm, b.dtmp.data(), b.resid.back().data(), P + table_.norm,
+    rmsnorm_backward(b.dres.data(), Fg + norm_rel_, b.dtmp.data(), b.resid.back().data(), Fp + norm_rel_,
                      b.rstdf.data(), N, C);
   }
+  if (tied) store_->release_params(0, Pass::backward);
+  store_->release_grads(final_unit());
+  store_->release_params(final_unit(), Pass::backward);
   for (int64_t l = cfg_.n_layers - 1; l >= 0; --l) {
+    const int unit = static_cast<int>(l) + 1;
     const float* x_in = b.resid[static_cast<size_t>(l)].data();
+    const float* P = store_->acquire_params(unit, Pass::backward);
+    float* G = store_->acquire_grads(unit);
     LayerActs& a = acts_for(l);
     if (opts_.recompute) {
       // Same kernels on the same input: the recomputed activations are bitwise
       // the ones the forward produced.
-      layer_forward(l, a, x_in, nullptr);
+      layer_forward(l, P, a, x_in, nullptr);
     }
-    layer_backward(l, a, x_in, b.dres.data());
+    layer_backward(l, P, G, a, x_in, b.dres.data());
+    store_->release_grads(unit);
+    store_->release_params(unit, Pass::backward);
   }
+  if (!tied) Eg = store_->acquire_grads(0);
   {
     MT_TIMED(Kernel::embedding);
-    embedding_backward(G + table_.embed, b.dres.data(), b.inputs.data(), N, C);
+    embedding_backward(Eg + (table_.embed - units_[0].begin), b.dres.data(), b.inputs.data(), N, C);
   }
+  store_->release_grads(0);
   targets_ = nullptr;
 }
 

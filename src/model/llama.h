@@ -20,6 +20,7 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "ops/rope.h"
+#include "parallel/store.h"
 
 namespace mt {
 
@@ -42,20 +43,28 @@ struct ModelOptions {
 
 class Llama {
  public:
-  Llama(const ModelConfig& cfg, const ModelOptions& opts);
+  // With no store, the model keeps its parameters and gradients itself
+  // (LocalStore: one process). A distributed run passes the store of its layout.
+  Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<ParamStore> store = nullptr);
   ~Llama();
   Llama(const Llama&) = delete;
   Llama& operator=(const Llama&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
   const ParamTable& param_table() const { return table_; }
-  float* params() { return params_.data(); }
-  const float* params() const { return params_.data(); }
-  float* grads() { return grads_.data(); }
+  const std::vector<UnitSpec>& units() const { return units_; }
+  ParamStore& store() { return *store_; }
   int64_t num_params() const { return table_.total; }
 
-  void init(uint64_t seed) { init_params(params_.data(), table_, cfg_, seed); }
-  void zero_grads() { grads_.zero(); }
+  // This rank's share of the parameters and gradients. For a model with its own
+  // LocalStore that is the whole flat buffer, indexed by ParamSpec::offset.
+  float* params() { return store_->local_params(); }
+  const float* params() const { return store_->local_params(); }
+  float* grads() { return store_->local_grads(); }
+
+  // Initialisation by the pure rule of params.h; every rank generates only what it owns.
+  void init(uint64_t seed);
+  void zero_grads() { store_->begin_step(1); }
 
   // Forward of B sequences of T tokens (inputs, targets [B, T]; targets may hold
   // kIgnoreIndex). Returns the SUM of the valid tokens' losses (in double); the
@@ -77,16 +86,21 @@ class Llama {
   struct LayerActs;
   struct Buffers;
 
+  // P: the layer's unit parameters (unit-relative offsets in rel_[l]).
   // x_out may be null (recomputation): the layer output is then not computed.
-  void layer_forward(int64_t l, LayerActs& a, const float* x_in, float* x_out);
-  void layer_backward(int64_t l, LayerActs& a, const float* x_in, float* dres);
+  void layer_forward(int64_t l, const float* P, LayerActs& a, const float* x_in, float* x_out);
+  void layer_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in, float* dres);
   LayerActs& acts_for(int64_t l);
+  int final_unit() const { return static_cast<int>(cfg_.n_layers) + 1; }
 
   ModelConfig cfg_;
   ModelOptions opts_;
   ParamTable table_;
+  std::vector<UnitSpec> units_;
+  std::vector<LayerParamOffsets> rel_;   // per layer, offsets within its unit
+  int64_t norm_rel_ = 0, head_rel_ = 0;  // within the final unit (head: within unit 0 when tied)
   RopeTable rope_;
-  Tensor params_, grads_;
+  std::unique_ptr<ParamStore> store_;
   std::unique_ptr<Buffers> buf_;
   KernelTimes times_;
   int64_t B_ = 0, T_ = 0;  // shape of the last forward

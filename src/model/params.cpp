@@ -54,24 +54,53 @@ ParamTable make_param_table(const ModelConfig& cfg) {
   return t;
 }
 
-void init_params(float* params, const ParamTable& table, const ModelConfig& cfg, uint64_t seed) {
+void init_param_slice(const ParamSpec& s, const ModelConfig& cfg, uint64_t seed, int64_t first, int64_t n,
+                      float* out) {
   const double residual_scale = 1.0 / std::sqrt(2.0 * static_cast<double>(cfg.n_layers));
-  for (const auto& s : table.specs) {
-    float* p = params + s.offset;
-    switch (s.init) {
-      case ParamInit::ones:
-        for (int64_t i = 0; i < s.numel; ++i)
-          p[i] = 1.0f;
-        break;
-      case ParamInit::normal:
-        fill_normal(p, s.numel, philox_key(seed, s.name), 0, static_cast<float>(cfg.init_std));
-        break;
-      case ParamInit::residual_out:
-        fill_normal(p, s.numel, philox_key(seed, s.name), 0,
-                    static_cast<float>(cfg.init_std * residual_scale));
-        break;
-    }
+  switch (s.init) {
+    case ParamInit::ones:
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = 1.0f;
+      break;
+    case ParamInit::normal:
+      fill_normal(out, n, philox_key(seed, s.name), static_cast<uint64_t>(first),
+                  static_cast<float>(cfg.init_std));
+      break;
+    case ParamInit::residual_out:
+      fill_normal(out, n, philox_key(seed, s.name), static_cast<uint64_t>(first),
+                  static_cast<float>(cfg.init_std * residual_scale));
+      break;
   }
+}
+
+void init_params(float* params, const ParamTable& table, const ModelConfig& cfg, uint64_t seed) {
+  for (const auto& s : table.specs)
+    init_param_slice(s, cfg, seed, 0, s.numel, params + s.offset);
+}
+
+std::vector<UnitSpec> make_units(const ParamTable& table, const ModelConfig& cfg) {
+  std::vector<UnitSpec> units;
+  auto unit_of = [&](const ParamSpec& s) -> size_t {
+    if (s.offset < table.embed + cfg.vocab_size * cfg.d_model) return 0;
+    for (size_t l = 0; l < table.layers.size(); ++l) {
+      const int64_t begin = table.layers[l].ln1;
+      const int64_t end = l + 1 < table.layers.size() ? table.layers[l + 1].ln1 : table.norm;
+      if (s.offset >= begin && s.offset < end) return l + 1;
+    }
+    return table.layers.size() + 1;
+  };
+  units.resize(table.layers.size() + 2);
+  units[0].name = "embed";
+  for (size_t l = 0; l < table.layers.size(); ++l)
+    units[l + 1].name = "layer " + std::to_string(l);
+  units.back().name = "final";
+  for (const auto& s : table.specs) {
+    UnitSpec& u = units[unit_of(s)];
+    if (u.params.empty()) u.begin = s.offset;
+    u.end = s.offset + s.numel;
+    u.params.push_back({s.name, s.offset, s.shape[0], s.numel / s.shape[0], s.weight_decay});
+  }
+  return units;
 }
 
 }  // namespace mt

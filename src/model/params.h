@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "parallel/store.h"
 
 namespace mt {
 
@@ -48,5 +49,15 @@ ParamTable make_param_table(const ModelConfig& cfg);
 // function of (seed, p.name, i) — Philox normal · init_std (· 1/sqrt(2·n_layers)
 // for residual output projections), or 1 for norm weights.
 void init_params(float* params, const ParamTable& table, const ModelConfig& cfg, uint64_t seed);
+
+// The same rule for any slice of one parameter: elements [first, first + n) of
+// `spec` into out[n]. A shard generated alone equals the slice of the full tensor.
+void init_param_slice(const ParamSpec& spec, const ModelConfig& cfg, uint64_t seed, int64_t first, int64_t n,
+                      float* out);
+
+// The units the model computes one at a time: 0 = the embedding, 1 … n_layers
+// = the decoder blocks, n_layers + 1 = the final norm (and the LM head unless
+// tied: a tied head is unit 0's matrix).
+std::vector<UnitSpec> make_units(const ParamTable& table, const ModelConfig& cfg);
 
 }  // namespace mt

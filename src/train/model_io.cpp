@@ -27,14 +27,17 @@ HfLlamaConfig to_hf(const ModelConfig& c) {
 }
 }  // namespace
 
-void save_model_dir(const std::string& dir, const Llama& model) {
+void save_model_dir(const std::string& dir, Llama& model, bool write) {
+  std::vector<float> full(static_cast<size_t>(model.num_params()));
+  model.store().gather_full_params(full.data());  // collective for sharded stores
+  if (!write) return;
   std::error_code ec;
   fs::create_directories(dir, ec);
   MT_REQUIRE(!ec, IoError, "cannot create model directory '", dir, "': ", ec.message());
   write_hf_config((fs::path(dir) / "config.json").string(), to_hf(model.config()));
   std::vector<TensorRef> tensors;
   for (const auto& s : model.param_table().specs)
-    tensors.push_back({s.name, s.shape, model.params() + s.offset});
+    tensors.push_back({s.name, s.shape, full.data() + s.offset});
   write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
 }
 

@@ -10,7 +10,9 @@
 
 namespace mt {
 
-void save_model_dir(const std::string& dir, const Llama& model);
+// Collective when the model's store is sharded: every rank calls it, and only
+// the one with write = true writes the files.
+void save_model_dir(const std::string& dir, Llama& model, bool write = true);
 
 // The model configuration stored in dir/config.json (init_std is not stored).
 ModelConfig read_model_config(const std::string& dir);

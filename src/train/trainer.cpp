@@ -26,17 +26,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<DecayRange> decay_ranges(const ParamTable& t) {
-  std::vector<DecayRange> r;
-  for (const auto& s : t.specs) {
-    if (!r.empty() && r.back().decay == s.weight_decay)
-      r.back().numel += s.numel;
-    else
-      r.push_back({s.offset, s.numel, s.weight_decay});
-  }
-  return r;
-}
-
 class MetricsWriter {
  public:
   explicit MetricsWriter(const std::string& path) {
@@ -81,8 +70,9 @@ RunResult run_training(const Config& cfg, const RunOptions& opts) {
   else
     load_model_dir(opts.init_from, model);
 
-  AdamW opt(model.num_params(), {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay},
-            decay_ranges(model.param_table()));
+  ParamStore& store = model.store();
+  AdamW opt(store.local_numel(), {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay},
+            store.local_decay_ranges());
   const LrSchedule sched{tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
 
   RunResult result;
@@ -118,18 +108,20 @@ RunResult run_training(const Config& cfg, const RunOptions& opts) {
     int64_t valid = 0;
     for (int32_t t : targets)
       valid += t != kIgnoreIndex;
-    model.zero_grads();
+    store.begin_step(B / mb);
     double loss_sum = 0.0;
     if (valid > 0) {
       const float dloss = static_cast<float>(1.0 / static_cast<double>(valid));
       for (int64_t r = 0; r < B; r += mb) {
         const size_t off = static_cast<size_t>(r * T);
+        store.begin_microbatch(r / mb);
         loss_sum += model.forward(inputs.data() + off, targets.data() + off, mb, T);
         model.backward(dloss);
       }
     }
     const double loss = valid > 0 ? loss_sum / static_cast<double>(valid) : 0.0;
-    const double gnorm = std::sqrt(sum_squares(model.grads(), model.num_params()));
+    store.finish_grads();
+    const double gnorm = std::sqrt(store.grad_sum_squares());
 
     StepStats s;
     s.step = step;
@@ -150,8 +142,9 @@ RunResult run_training(const Config& cfg, const RunOptions& opts) {
                  tc.max_bad_steps, ")");
     } else {
       bad_streak = 0;
-      clip_by_norm(model.grads(), model.num_params(), gnorm, tc.grad_clip);
-      opt.step(model.params(), model.grads(), lr);
+      clip_by_norm(store.local_grads(), store.local_numel(), gnorm, tc.grad_clip);
+      opt.step(store.local_params(), store.local_grads(), lr);
+      store.after_update();
     }
     s.step_time_s = timer.seconds();
     s.tokens_per_s = static_cast<double>(B * T) / s.step_time_s;

@@ -10,11 +10,11 @@ for i in $(seq 1 300); do
   echo "%"
 done >"$tmp/corpus/c"
 "$bin" prepare --text "$tmp/corpus" --out "$tmp/data" --vocab-size 300
-"$bin" train --config /dev/null --set data.dir="$tmp/data" --set model.vocab_size=300 --set model.d_model=32 \
-  --set model.n_layers=2 --set model.n_heads=2 --set model.n_kv_heads=2 --set model.ffn_hidden=64 \
-  --set model.max_seq_len=32 --set train.seq_len=32 --set train.batch_size=4 --set train.microbatch_size=2 \
-  --set train.steps=30 --set train.eval_every=10 --set train.eval_windows=4 --set train.lr=1e-2 \
-  --metrics "$tmp/m.jsonl" --save "$tmp/model" --quiet
+args=(--config /dev/null --set data.dir="$tmp/data" --set model.vocab_size=300 --set model.d_model=32
+  --set model.n_layers=2 --set model.n_heads=2 --set model.n_kv_heads=2 --set model.ffn_hidden=64
+  --set model.max_seq_len=32 --set train.seq_len=32 --set train.batch_size=4 --set train.microbatch_size=2
+  --set train.steps=30 --set train.eval_every=10 --set train.eval_windows=4 --set train.lr=1e-2 --quiet)
+"$bin" train "${args[@]}" --metrics "$tmp/m.jsonl" --save "$tmp/model"
 test "$(grep -c '"loss"' "$tmp/m.jsonl")" -eq 30
 test "$(grep -c '"val_loss"' "$tmp/m.jsonl")" -eq 3
 test -s "$tmp/model/config.json" && test -s "$tmp/model/model.safetensors"
@@ -25,5 +25,19 @@ first=$(head -n1 "$tmp/m.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
 echo "first training loss $first, final eval loss $loss"
 awk -v a="$loss" -v b="$first" 'BEGIN { exit !(a < 0.7 * b) }'
 "$bin" sample --model "$tmp/model" --tokenizer "$tmp/data/tokenizer.model" --prompt "the cat" --tokens 8
-"$bin" train --help | grep -q "train.microbatch_size"
+"$bin" train --help >"$tmp/help.txt"
+grep -q "train.microbatch_size" "$tmp/help.txt"
+# compare: the same run again is the same; another seed is not (exit 1, naming the worst step).
+"$bin" train "${args[@]}" --metrics "$tmp/m2.jsonl" --save "$tmp/model2"
+"$bin" compare "$tmp/m2.jsonl" "$tmp/m.jsonl" --model-a "$tmp/model2" --model-b "$tmp/model"
+"$bin" train "${args[@]}" --set train.seed=99 --set train.steps=3 --metrics "$tmp/m3.jsonl"
+head -n 3 "$tmp/m.jsonl" | grep '"loss"' >"$tmp/m1-3.jsonl"
+set +e
+out=$("$bin" compare "$tmp/m3.jsonl" "$tmp/m1-3.jsonl")
+rc=$?
+set -e
+echo "$out"
+test "$rc" -eq 1
+grep -q "DIFFERENT beyond rtol" <<<"$out"
+grep -q "worst relative difference" <<<"$out"
 echo "end to end ok"

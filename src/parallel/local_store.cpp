@@ -1,0 +1,62 @@
+#include "parallel/local_store.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "optim/clip.h"
+
+namespace mt {
+
+int64_t units_total(const std::vector<UnitSpec>& units) {
+  return units.empty() ? 0 : units.back().end;
+}
+
+std::vector<DecayRange> full_decay_ranges(const std::vector<UnitSpec>& units) {
+  std::vector<DecayRange> r;
+  for (const auto& u : units) {
+    for (const auto& p : u.params) {
+      if (!r.empty() && r.back().decay == p.decay && r.back().offset + r.back().numel == p.offset) {
+        r.back().numel += p.numel();
+      } else {
+        r.push_back({p.offset, p.numel(), p.decay});
+      }
+    }
+  }
+  return r;
+}
+
+LocalStore::LocalStore(std::vector<UnitSpec> units)
+    : units_(std::move(units)),
+      params_({units_total(units_)}, MemKind::param),
+      grads_({units_total(units_)}, MemKind::grad) {
+  int64_t at = 0;
+  for (const auto& u : units_) {
+    MT_CHECK(u.begin == at, "units must tile the parameter buffer in order");
+    at = u.end;
+  }
+}
+
+double LocalStore::grad_sum_squares() {
+  return sum_squares(grads_.data(), grads_.numel());
+}
+
+std::vector<DecayRange> LocalStore::local_decay_ranges() const {
+  return full_decay_ranges(units_);
+}
+
+void LocalStore::gather_full_params(float* out) {
+  std::memcpy(out, params_.data(), static_cast<size_t>(params_.nbytes()));
+}
+
+void LocalStore::scatter_full_params(const float* full) {
+  std::memcpy(params_.data(), full, static_cast<size_t>(params_.nbytes()));
+}
+
+void LocalStore::init_params(const ParamFill& fill) {
+  for (const auto& u : units_) {
+    for (const auto& p : u.params)
+      fill(p, 0, p.numel(), params_.data() + p.offset);
+  }
+}
+
+}  // namespace mt

@@ -1,0 +1,93 @@
+// Where a model's parameters and gradients live. The model computes one unit
+// at a time (the embedding, each decoder block, the final norm and LM head)
+// and asks its ParamStore for that unit's full parameters and for a full-size
+// buffer to accumulate the unit's gradients into. A store decides what that
+// costs: nothing for one process (LocalStore), gradient buckets reduced over
+// the data-parallel group as they fill (ZeRO 0/1), a reduce-scatter of each
+// unit's gradients (ZeRO 2), or an all-gather of each unit's parameters before
+// use (ZeRO 3 / FSDP).
+//
+// The trainer then sees only this rank's share of the state: local_params(),
+// local_grads() and the decay ranges of that share, which is what the
+// optimizer updates.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "optim/adamw.h"
+
+namespace mt {
+
+// One parameter inside a unit: rows × row_size elements at `offset` of the
+// full flat buffer. Shards split rows (dim 0).
+struct ParamSlot {
+  std::string name;
+  int64_t offset = 0;
+  int64_t rows = 0;
+  int64_t row_size = 1;
+  bool decay = true;
+  int64_t numel() const { return rows * row_size; }
+};
+
+// A contiguous range [begin, end) of the full flat parameter buffer.
+struct UnitSpec {
+  std::string name;  // "embed", "layer 3", "final"
+  int64_t begin = 0;
+  int64_t end = 0;
+  std::vector<ParamSlot> params;
+  int64_t numel() const { return end - begin; }
+};
+
+enum class Pass { forward, backward };
+
+class ParamStore {
+ public:
+  virtual ~ParamStore() = default;
+
+  // --- model side (per unit, per microbatch) ---
+  // The unit's full parameters [unit.numel()], valid until release_params.
+  virtual const float* acquire_params(int unit, Pass pass) = 0;
+  virtual void release_params(int unit, Pass pass) = 0;
+  // A full-size gradient buffer for the unit to ACCUMULATE into, valid until
+  // release_grads, which says the unit's gradient for this microbatch is complete.
+  virtual float* acquire_grads(int unit) = 0;
+  virtual void release_grads(int unit) = 0;
+
+  // --- trainer side (per step) ---
+  // Before the first microbatch: clears gradients. `microbatches` tells the
+  // store which backward is the last one (when reductions are started).
+  virtual void begin_step(int64_t microbatches) = 0;
+  // Before each microbatch's forward.
+  virtual void begin_microbatch(int64_t index) = 0;
+  // After the last backward: every reduction has completed.
+  virtual void finish_grads() = 0;
+  // Σ g² over the whole model's (reduced) gradient, each element counted once.
+  virtual double grad_sum_squares() = 0;
+  // This rank's share of parameters and gradients, what the optimizer updates.
+  virtual float* local_params() = 0;
+  virtual float* local_grads() = 0;
+  virtual int64_t local_numel() const = 0;
+  virtual std::vector<DecayRange> local_decay_ranges() const = 0;
+  // After the optimizer step: make the updated parameters visible where the
+  // model reads them (all-gather for ZeRO 1/2).
+  virtual void after_update() = 0;
+
+  // --- whole-model access (checkpoints, initialisation); collective for sharded stores ---
+  // Writes the full parameters into out[total] (on every rank).
+  virtual void gather_full_params(float* out) = 0;
+  // Sets this rank's share from the full parameters (every rank passes the same full buffer).
+  virtual void scatter_full_params(const float* full) = 0;
+  // Sets this rank's share from a generator: fill(param, first, n, out) writes
+  // elements [first, first + n) of `param` (row-major) to out[n]. Only the
+  // owned elements are generated, so a shard never needs the full tensor.
+  using ParamFill = std::function<void(const ParamSlot& param, int64_t first, int64_t n, float* out)>;
+  virtual void init_params(const ParamFill& fill) = 0;
+};
+
+// Units in order; total = end of the last one.
+int64_t units_total(const std::vector<UnitSpec>& units);
+
+}  // namespace mt

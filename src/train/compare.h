@@ -1,0 +1,24 @@
+// `meshtrain compare`: are two runs the same run? Per-step losses from two
+// metrics files, and optionally every tensor of two model directories.
+#pragma once
+
+#include <string>
+
+namespace mt {
+
+struct CompareOptions {
+  std::string metrics_a, metrics_b;
+  std::string model_a, model_b;  // optional model directories
+  double rtol = 1e-5;
+};
+
+struct CompareResult {
+  bool ok = true;
+  std::string report;  // human-readable: steps compared, worst step, worst tensor
+};
+
+// Losses: |a − b| / |b| per step (the step sets must match). Tensors: relative
+// L2 distance ‖a − b‖ / ‖b‖ per tensor (names and shapes must match).
+CompareResult compare_runs(const CompareOptions& opts);
+
+}  // namespace mt
