@@ -1,0 +1,77 @@
+// The transport behind a Group: one virtual per collective (c10d `Backend`,
+// mlx `distributed::GroupImpl`). Group validates arguments that any transport
+// would reject (negative counts, ranks out of range, vector sizes) before it
+// calls here; a backend checks only its own limits (MPI: counts ≤ INT_MAX).
+//
+// Every operation is non-blocking: it starts the transfer and returns a
+// PendingOp whose poll() makes progress. Blocking calls are "start + wait"
+// in Group, so that every wait runs under the watchdog (work.cpp).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/group.h"
+
+namespace mt {
+
+class CommContext;
+
+// State of one started operation. The backend derives from it to keep its
+// request handle (and anything the transport needs alive until completion);
+// Group fills in the description that the ledger and the watchdog report.
+struct PendingOp {
+  virtual ~PendingOp() = default;
+  // Makes progress; true once the operation is complete (then the buffers are
+  // free again). Throws mt::Error if the transport reports an error.
+  virtual bool poll() = 0;
+
+  std::string op;     // "all_reduce", "send", … (LedgerEntry::op)
+  std::string axis;   // the group's axis
+  std::string label;  // call site
+  int64_t elements = 0;
+  int64_t bytes = 0;
+  int64_t step = -1;
+  std::chrono::steady_clock::time_point start;
+  std::shared_ptr<CommContext> ctx;  // ledger and watchdog timeout
+  std::shared_ptr<Backend> backend;  // keeps the communicator alive; ends the job on a stall
+  bool recorded = false;             // the ledger has this op
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // This process's rank in the whole job, for messages.
+  virtual int world_rank() const = 0;
+  // Collective over this backend's ranks (see Group::split).
+  virtual std::shared_ptr<Backend> split(int color, int key) const = 0;
+
+  // Contracts as in group.h; counts and displacements in elements.
+  virtual std::unique_ptr<PendingOp> all_reduce(void* buf, int64_t count, ElemType type, ReduceOp op) = 0;
+  virtual std::unique_ptr<PendingOp> all_gather(const void* send, void* recv, int64_t count,
+                                                ElemType type) = 0;
+  virtual std::unique_ptr<PendingOp> reduce_scatter(const void* send, void* recv, int64_t count,
+                                                    ElemType type, ReduceOp op) = 0;
+  virtual std::unique_ptr<PendingOp> broadcast(void* buf, int64_t count, ElemType type, int root) = 0;
+  virtual std::unique_ptr<PendingOp> all_to_all(const void* send, void* recv, int64_t count,
+                                                ElemType type) = 0;
+  virtual std::unique_ptr<PendingOp> all_to_allv(const void* send, const std::vector<int64_t>& send_counts,
+                                                 const std::vector<int64_t>& send_displs, void* recv,
+                                                 const std::vector<int64_t>& recv_counts,
+                                                 const std::vector<int64_t>& recv_displs, ElemType type) = 0;
+  virtual std::unique_ptr<PendingOp> send(const void* buf, int64_t count, ElemType type, int peer,
+                                          int tag) = 0;
+  virtual std::unique_ptr<PendingOp> recv(void* buf, int64_t count, ElemType type, int peer, int tag) = 0;
+  virtual std::unique_ptr<PendingOp> barrier() = 0;
+
+  // Ends every process of the job with `status` (the message is already printed).
+  [[noreturn]] virtual void abort_job(int status) = 0;
+};
+
+}  // namespace mt

@@ -1,0 +1,86 @@
+#include "comm/runtime.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "comm/context.h"
+#include "comm/mpi_backend.h"
+#include "core/error.h"
+
+namespace mt {
+
+CommRuntime::CommRuntime(int* argc, char*** argv) {
+  int finalized = 0;
+  MT_MPI_CHECK(MPI_Finalized(&finalized));
+  MT_REQUIRE(!finalized, Error, "MPI was already finalized: a process can start communication only once");
+  int initialized = 0;
+  MT_MPI_CHECK(MPI_Initialized(&initialized));
+  if (!initialized) {
+    // FUNNELED: only the main thread calls MPI; OpenMP worker threads never do.
+    int provided = 0;
+    MT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    owns_mpi_ = true;
+    MT_REQUIRE(provided >= MPI_THREAD_FUNNELED, Error, "MPI provides thread level ", provided,
+               " but meshtrain needs MPI_THREAD_FUNNELED (", MPI_THREAD_FUNNELED, ")");
+  }
+  MT_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  // Our own copy of the world, so that our traffic never matches a message
+  // some other user of MPI_COMM_WORLD sends.
+  MPI_Comm world = MPI_COMM_NULL;
+  MT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));
+  world_ = Group(std::make_shared<MpiBackend>(world), std::make_shared<CommContext>(), "world");
+
+  MPI_Comm node = MPI_COMM_NULL;
+  MT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  MT_MPI_CHECK(MPI_Comm_size(node, &local_ranks_));
+  MT_MPI_CHECK(MPI_Comm_free(&node));
+}
+
+CommRuntime::~CommRuntime() {
+  world_ = Group();  // frees our communicator while MPI still runs (other copies free nothing after Finalize)
+  if (owns_mpi_) MPI_Finalize();
+}
+
+void agree_on_startup_errors(const Group& world, const std::optional<std::string>& error) {
+  // Each failing rank contributes P - rank; the maximum names the lowest
+  // failing rank (0 when none failed), so exactly one rank prints.
+  const int P = world.size();
+  const int me = world.rank();
+  int64_t flag = error ? P - me : 0;
+  Group g = world;  // a Group is a value; the copy shares the communicator
+  g.all_reduce(&flag, 1, "startup: agree on errors", ReduceOp::max);
+  if (flag == 0) return;
+  if (me == P - flag) {
+    std::fprintf(stderr, "meshtrain: error: %s\n", error->c_str());
+    std::fflush(stderr);
+  }
+  // Every rank got here, so a collective shutdown cannot hang.
+  MPI_Finalize();
+  std::exit(1);
+}
+
+void abort_job(const Group& world, const std::string& message, int status) {
+  int P = 1;
+  int me = 0;
+  try {
+    P = world.size();
+    me = world.rank();
+  } catch (const std::exception&) {
+    // An empty group: report without a rank.
+  }
+  if (P > 1) {
+    std::fprintf(stderr, "meshtrain: error (rank %d of %d): %s\n", me, P, message.c_str());
+  } else {
+    std::fprintf(stderr, "meshtrain: error: %s\n", message.c_str());
+  }
+  std::fflush(stderr);
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, status);
+  std::_Exit(status);
+}
+
+}  // namespace mt

@@ -1,0 +1,111 @@
+// Work: waiting for a non-blocking operation, under the watchdog.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <thread>
+
+#include "comm/backend.h"
+#include "comm/context.h"
+#include "comm/group.h"
+
+namespace mt {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void record(PendingOp& op) {
+  if (op.recorded) return;
+  op.recorded = true;
+  LedgerEntry e;
+  e.op = op.op;
+  e.axis = op.axis;
+  e.label = op.label;
+  e.elements = op.elements;
+  e.bytes = op.bytes;
+  e.seconds = std::chrono::duration<double>(Clock::now() - op.start).count();
+  e.step = op.step;
+  op.ctx->ledger.record(std::move(e));
+}
+
+// A rank that waits forever is a hang nobody can read; the watchdog names the
+// call instead and ends the whole job.
+[[noreturn]] void watchdog_fire(PendingOp& op, double timeout_s) {
+  std::fprintf(stderr,
+               "meshtrain: watchdog (rank %d): %s on axis %s did not complete within %g s "
+               "(step %lld, call site \"%s\", %lld elements)\n",
+               op.backend->world_rank(), op.op.c_str(), op.axis.c_str(), timeout_s,
+               static_cast<long long>(op.step), op.label.c_str(), static_cast<long long>(op.elements));
+  std::fflush(stderr);
+  op.backend->abort_job(1);
+  std::_Exit(1);  // not reached: abort_job does not return
+}
+
+// Polls until complete. A short spin catches fast operations without a
+// syscall; then sleeps that grow from 20 µs to 1 ms hand the core to the other
+// ranks, which matters when 8 ranks share 2 cores (a busy-polling rank would
+// starve the peer it is waiting for).
+void wait_for(PendingOp& op) {
+  constexpr int kSpins = 64;
+  const double timeout_s = op.ctx->timeout_s;
+  const auto begin = Clock::now();
+  auto pause = std::chrono::microseconds(20);
+  for (int i = 0; !op.poll(); ++i) {
+    if (i < kSpins) continue;
+    if (timeout_s > 0 && std::chrono::duration<double>(Clock::now() - begin).count() > timeout_s) {
+      watchdog_fire(op, timeout_s);
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+  record(op);
+}
+
+// Destructors cannot throw: a failure while finishing an abandoned operation
+// ends the job with the message rather than std::terminate without one.
+void finish_quietly(Work& w, const std::shared_ptr<PendingOp>& op) {
+  try {
+    w.wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "meshtrain: error (rank %d): %s\n", op->backend->world_rank(), e.what());
+    std::fflush(stderr);
+    op->backend->abort_job(1);
+  }
+}
+
+}  // namespace
+
+Work::~Work() {
+  if (op_) finish_quietly(*this, std::shared_ptr<PendingOp>(op_));
+}
+
+Work& Work::operator=(Work&& other) noexcept {
+  if (this != &other) {
+    if (op_) finish_quietly(*this, std::shared_ptr<PendingOp>(op_));
+    op_ = std::move(other.op_);
+  }
+  return *this;
+}
+
+void Work::wait() {
+  if (!op_) return;
+  // Taken out first: after a failed wait the Work is empty, so that its
+  // destructor does not wait for the failed operation again.
+  std::shared_ptr<PendingOp> op = std::move(op_);
+  wait_for(*op);
+}
+
+bool Work::test() {
+  if (!op_) return true;
+  std::shared_ptr<PendingOp> op = std::move(op_);
+  if (!op->poll()) {
+    op_ = std::move(op);
+    return false;
+  }
+  record(*op);
+  return true;
+}
+
+}  // namespace mt
