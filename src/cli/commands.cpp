@@ -2,11 +2,14 @@
 
 #include <cstdio>
 
+#include "comm/context.h"
+#include "comm/runtime.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "data/prepare.h"
 #include "data/token_file.h"
 #include "data/tokenizer.h"
+#include "mesh/mesh.h"
 #include "train/evaluate.h"
 #include "train/model_io.h"
 
@@ -22,9 +25,38 @@ int run_train_command(const TrainArgs& a) {
   shorthand("parallel.pp", a.pp);
   shorthand("parallel.cp", a.cp);
   shorthand("parallel.zero", a.zero);
-  const Config cfg = load_config(a.config, overrides);
-  const RunResult r = run_training(cfg, a.run);
-  if (a.run.profile) {
+  CommRuntime runtime(nullptr, nullptr);
+  Group world = runtime.world();
+  // Start-up validation on every rank; one message, every rank exits 1.
+  std::optional<std::string> error;
+  Config cfg;
+  try {
+    cfg = load_config(a.config, overrides);
+    cfg.validate();
+    validate_mesh({static_cast<int>(cfg.parallel.pp), static_cast<int>(cfg.parallel.dp),
+                   static_cast<int>(cfg.parallel.cp), static_cast<int>(cfg.parallel.tp)},
+                  world.size());
+    check_training_data(cfg);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  agree_on_startup_errors(world, error);
+  world.context().timeout_s = cfg.parallel.timeout_s;
+  if (a.print_mesh && world.rank() == 0) {
+    std::printf("%s",
+                DeviceMesh::table({static_cast<int>(cfg.parallel.pp), static_cast<int>(cfg.parallel.dp),
+                                   static_cast<int>(cfg.parallel.cp), static_cast<int>(cfg.parallel.tp)})
+                    .c_str());
+  }
+  RunOptions run = a.run;
+  run.local_ranks = runtime.local_ranks();
+  RunResult r;
+  try {
+    r = run_training(cfg, run, &world);
+  } catch (const Error& e) {
+    abort_job(world, e.what());  // ends every rank, non-zero
+  }
+  if (a.run.profile && world.rank() == 0) {
     double total = 0;
     for (const auto& [name, sec] : r.kernel_seconds)
       total += sec;

@@ -14,6 +14,7 @@ struct TrainArgs {
   std::string config;
   std::vector<std::string> overrides;
   std::optional<int64_t> dp, tp, pp, cp, zero;
+  bool print_mesh = false;
   RunOptions run;
 };
 int run_train_command(const TrainArgs& args);

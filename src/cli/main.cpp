@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Show the help of every subcommand");
 
   mt::TrainArgs train;
-  CLI::App* tr = app.add_subcommand("train", "Train a model (single process in this build)");
+  CLI::App* tr = app.add_subcommand("train", "Train a model (one process, or dp ranks under mpirun)");
   tr->add_option("--config", train.config, "TOML config file (configs/demo.toml, configs/bench.toml)");
   tr->add_option("--set", train.overrides, "Override a config key: --set section.key=value (repeatable)")
       ->take_all();
@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
   tr->add_option("--pp", train.pp, "Shorthand for --set parallel.pp=N");
   tr->add_option("--cp", train.cp, "Shorthand for --set parallel.cp=N");
   tr->add_option("--zero", train.zero, "Shorthand for --set parallel.zero=S");
+  tr->add_flag("--print-mesh", train.print_mesh,
+               "Print the rank map of the device mesh (seed 003 §08 style)");
   tr->add_flag("--profile", train.run.profile, "Print the share of time per kernel at the end");
   tr->add_flag("--quiet", train.run.quiet, "No per-step log lines");
   tr->footer("Config keys ([section] key = default  type: meaning):\n\n" + mt::config_help());

@@ -64,15 +64,20 @@ const std::vector<Entry>& entries() {
       MT_KEY(train, log_every, "int", "print a log line every N steps"),
       MT_KEY(train, threads, "int", "threads per rank (0: this machine's cores / ranks on it)"),
       MT_KEY(data, dir, "string", "folder with train.bin and val.bin (written by `meshtrain prepare`)"),
-      MT_KEY(parallel, dp, "int", "data-parallel degree (not yet implemented: must be 1)"),
+      MT_KEY(data, ignore_id, "int", "targets equal to this token id are ignored by the loss (-1: none)"),
+      MT_KEY(parallel, dp, "int", "data-parallel degree (ranks holding the same shard, different data)"),
       MT_KEY(parallel, tp, "int", "tensor-parallel degree (not yet implemented: must be 1)"),
       MT_KEY(parallel, pp, "int", "pipeline-parallel degree (not yet implemented: must be 1)"),
       MT_KEY(parallel, cp, "int", "context-parallel degree (not yet implemented: must be 1)"),
-      MT_KEY(parallel, zero, "int", "ZeRO stage 0-3 (not yet implemented: must be 0)"),
+      MT_KEY(parallel, zero, "int",
+             "ZeRO stage: 0 replicate, 1 shard AdamW state, 2 + gradients, 3 + parameters (FSDP)"),
       MT_KEY(parallel, sp, "bool", "sequence parallelism with tp (not yet implemented: must be false)"),
       MT_KEY(parallel, schedule, "string", "pipeline schedule: gpipe | 1f1b | interleaved"),
       MT_KEY(parallel, virtual_stages, "int", "virtual stages per rank for the interleaved schedule"),
       MT_KEY(parallel, cp_impl, "string", "context-parallel attention: ring | allgather"),
+      MT_KEY(parallel, bucket_mb, "float", "gradient bucket size in MiB for the ZeRO 0/1 all-reduce"),
+      MT_KEY(parallel, timeout_s, "float",
+             "watchdog: a collective not complete after this many seconds ends the job"),
   };
   return table;
 }
@@ -294,15 +299,14 @@ void Config::validate() const {
   // Axes that later milestones implement are refused, never ignored.
   auto not_yet = [](const char* name, int64_t v) {
     MT_REQUIRE(v == 1, ConfigError, name, " = ", v,
-               " is not supported yet: this build trains in one process (set it to 1)");
+               " is not supported yet: this build parallelises over dp only (set it to 1)");
   };
-  not_yet("parallel.dp", p.dp);
   not_yet("parallel.tp", p.tp);
   not_yet("parallel.pp", p.pp);
   not_yet("parallel.cp", p.cp);
   not_yet("parallel.virtual_stages", p.virtual_stages);
-  MT_REQUIRE(p.zero == 0, ConfigError, "parallel.zero = ", p.zero,
-             " is not supported yet: ZeRO needs data parallelism (set it to 0)");
+  MT_REQUIRE(p.bucket_mb > 0, ConfigError, "parallel.bucket_mb (", p.bucket_mb, ") must be positive");
+  MT_REQUIRE(p.timeout_s > 0, ConfigError, "parallel.timeout_s (", p.timeout_s, ") must be positive");
   MT_REQUIRE(!p.sp, ConfigError, "parallel.sp = true is not supported yet: it needs tensor parallelism");
   MT_REQUIRE(t.batch_size % (dp * t.microbatch_size) == 0, ConfigError, "train.batch_size (", t.batch_size,
              ") must be divisible by parallel.dp (", dp, ") x train.microbatch_size (", t.microbatch_size,

@@ -36,6 +36,7 @@ struct TrainConfig {
 
 struct DataConfig {
   std::string dir = "data/fortunes";
+  int64_t ignore_id = -1;  // targets equal to this token id add nothing to the loss (-1: none)
 };
 
 struct ParallelConfig {
@@ -45,6 +46,8 @@ struct ParallelConfig {
   std::string schedule = "1f1b";
   int64_t virtual_stages = 1;
   std::string cp_impl = "ring";
+  double bucket_mb = 25.0;   // ZeRO 0/1 gradient bucket size
+  double timeout_s = 300.0;  // watchdog: a collective not done after this long ends the job
 };
 
 struct Config {

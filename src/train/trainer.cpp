@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "optim/schedule.h"
 #include "train/evaluate.h"
 #include "train/flops.h"
+#include "train/layout.h"
 #include "train/model_io.h"
 
 namespace mt {
@@ -45,10 +47,20 @@ class MetricsWriter {
 
 }  // namespace
 
-RunResult run_training(const Config& cfg, const RunOptions& opts) {
+void check_training_data(const Config& cfg) {
+  const std::string train_path = (fs::path(cfg.data.dir) / "train.bin").string();
+  const TokenFile train_file = TokenFile::open(train_path);
+  MT_REQUIRE(train_file.vocab_size() <= cfg.model.vocab_size, ConfigError, train_path, " was written for a ",
+             train_file.vocab_size(), "-token vocabulary but model.vocab_size is ", cfg.model.vocab_size);
+}
+
+RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* world) {
   cfg.validate();
   const TrainConfig& tc = cfg.train;
-  set_num_threads(tc.threads > 0 ? static_cast<int>(tc.threads) : hardware_threads());
+  set_num_threads(tc.threads > 0 ? static_cast<int>(tc.threads)
+                                 : std::max(1, hardware_threads() / std::max(1, opts.local_ranks)));
+  RunLayout lay = make_run_layout(cfg, world);
+  const bool lead = lay.rank == 0;  // logs, metrics and checkpoints come from rank 0
 
   const std::string train_path = (fs::path(cfg.data.dir) / "train.bin").string();
   const std::string val_path = (fs::path(cfg.data.dir) / "val.bin").string();
@@ -64,7 +76,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts) {
   mo.max_seq = tc.seq_len;
   mo.recompute = tc.recompute;
   mo.profile = opts.profile;
-  Llama model(cfg.model, mo);
+  Llama model(cfg.model, mo, lay.make_store(cfg));
   if (opts.init_from.empty())
     model.init(tc.seed);
   else
@@ -78,7 +90,8 @@ RunResult run_training(const Config& cfg, const RunOptions& opts) {
   RunResult result;
   result.sgemm_gflops = measure_sgemm_gflops(1024, 0.3);
   const double flops_per_token = train_flops_per_token(cfg.model, tc.seq_len);
-  if (!opts.quiet) {
+  if (!opts.quiet && lead) {
+    if (lay.world_size > 1) std::printf("%s", lay.describe().c_str());
     std::printf(
         "model: %lld parameters (%lld in matrix products), %lld layers, d_model %lld; %d threads; "
         "SGEMM ceiling %.1f GFLOP/s\n",
@@ -88,39 +101,46 @@ RunResult run_training(const Config& cfg, const RunOptions& opts) {
     std::fflush(stdout);
   }
 
-  MetricsWriter metrics(opts.metrics_path);
+  MetricsWriter metrics(lead ? opts.metrics_path : std::string());
   const int64_t B = tc.batch_size, T = tc.seq_len, mb = tc.microbatch_size;
-  std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(inputs.size());
+  // This data-parallel rank's contiguous slice of the global batch.
+  const int64_t rows = B / lay.dp, row_begin = lay.dp_rank * rows;
+  std::vector<int32_t> inputs(static_cast<size_t>(rows * T)), targets(inputs.size());
   int64_t bad_streak = 0;
 
   auto evaluate_now = [&](int64_t step) {
     const double v = evaluate_loss(model, val_file, T, tc.eval_windows, mb);
     result.val_losses.emplace_back(step, v);
     metrics.write({{"step", step}, {"val_loss", v}});
-    if (!opts.quiet) std::printf("step %5lld | val loss %.4f\n", static_cast<long long>(step), v);
+    if (!opts.quiet && lead) std::printf("step %5lld | val loss %.4f\n", static_cast<long long>(step), v);
   };
 
   for (int64_t step = 0; step < tc.steps; ++step) {
     Timer timer;
     MemoryTracker::reset_peaks();
     const double lr = sched.at(step);
-    sample_rows(train_file, tc.seed, step, B, T, 0, B, inputs.data(), targets.data());
+    lay.set_step(step);
+    sample_rows(train_file, tc.seed, step, B, T, row_begin, row_begin + rows, inputs.data(), targets.data());
     int64_t valid = 0;
-    for (int32_t t : targets)
+    for (int32_t& t : targets) {
+      if (t == cfg.data.ignore_id) t = kIgnoreIndex;
       valid += t != kIgnoreIndex;
-    store.begin_step(B / mb);
+    }
+    lay.sum_over_dp(&valid);  // the loss is a mean over the GLOBAL batch's valid tokens
+    store.begin_step(rows / mb);
     double loss_sum = 0.0;
     if (valid > 0) {
       const float dloss = static_cast<float>(1.0 / static_cast<double>(valid));
-      for (int64_t r = 0; r < B; r += mb) {
+      for (int64_t r = 0; r < rows; r += mb) {
         const size_t off = static_cast<size_t>(r * T);
         store.begin_microbatch(r / mb);
         loss_sum += model.forward(inputs.data() + off, targets.data() + off, mb, T);
         model.backward(dloss);
       }
     }
-    const double loss = valid > 0 ? loss_sum / static_cast<double>(valid) : 0.0;
     store.finish_grads();
+    lay.sum_over_dp(&loss_sum);
+    const double loss = valid > 0 ? loss_sum / static_cast<double>(valid) : 0.0;
     const double gnorm = std::sqrt(store.grad_sum_squares());
 
     StepStats s;
@@ -132,11 +152,13 @@ RunResult run_training(const Config& cfg, const RunOptions& opts) {
     if (!std::isfinite(loss) || !std::isfinite(gnorm)) {
       s.skipped = true;
       ++bad_streak;
-      std::fprintf(stderr,
-                   "step %lld: loss %g, gradient norm %g is not finite: update skipped (%lld of at most %lld "
-                   "in a row)\n",
-                   static_cast<long long>(step), loss, gnorm, static_cast<long long>(bad_streak),
-                   static_cast<long long>(tc.max_bad_steps));
+      if (lead)
+        std::fprintf(
+            stderr,
+            "step %lld: loss %g, gradient norm %g is not finite: update skipped (%lld of at most %lld "
+            "in a row)\n",
+            static_cast<long long>(step), loss, gnorm, static_cast<long long>(bad_streak),
+            static_cast<long long>(tc.max_bad_steps));
       MT_REQUIRE(bad_streak < tc.max_bad_steps, Error, "stopping at step ", step, ": ", bad_streak,
                  " consecutive steps with a non-finite loss or gradient norm (train.max_bad_steps = ",
                  tc.max_bad_steps, ")");
@@ -151,7 +173,11 @@ RunResult run_training(const Config& cfg, const RunOptions& opts) {
     s.mfu = s.tokens_per_s * flops_per_token / (result.sgemm_gflops * 1e9);
     s.mem_peak_bytes = MemoryTracker::stats().total_peak;
     result.steps.push_back(s);
+    nlohmann::json comm = nlohmann::json::object();
+    for (const auto& [key, bytes] : lay.comm_bytes(step))
+      comm[key] = bytes;
     metrics.write({{"step", s.step},
+                   {"comm_bytes", comm},
                    {"loss", s.loss},
                    {"lr", s.lr},
                    {"grad_norm", s.grad_norm},
@@ -161,7 +187,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts) {
                    {"mfu", s.mfu},
                    {"mem_peak_bytes", s.mem_peak_bytes},
                    {"skipped", s.skipped}});
-    if (!opts.quiet && (step % tc.log_every == 0 || step + 1 == tc.steps)) {
+    if (!opts.quiet && lead && (step % tc.log_every == 0 || step + 1 == tc.steps)) {
       std::printf(
           "step %5lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU %.2f | peak mem %.1f MiB%s\n",
           static_cast<long long>(step), loss, lr, gnorm, s.tokens_per_s, s.mfu,
@@ -179,8 +205,15 @@ RunResult run_training(const Config& cfg, const RunOptions& opts) {
     }
   }
   if (!opts.save_dir.empty()) {
-    save_model_dir(opts.save_dir, model);
-    if (!opts.quiet) std::printf("saved %s\n", opts.save_dir.c_str());
+    save_model_dir(opts.save_dir, model, lead);  // gathered from any layout; one writer
+    if (!opts.quiet && lead) std::printf("saved %s\n", opts.save_dir.c_str());
+  }
+  result.memory = MemoryTracker::stats();
+  result.overlap_hidden = lay.overlap_hidden(store);
+  if (!opts.quiet) {
+    const std::string report = lay.memory_report(result.memory);  // collective
+    if (lead) std::printf("%s", report.c_str());
+    if (lead && lay.world_size > 1) std::printf("%s", lay.comm_summary().c_str());
   }
   return result;
 }

@@ -8,7 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "comm/group.h"
 #include "config/config.h"
+#include "core/memory.h"
 
 namespace mt {
 
@@ -18,6 +20,7 @@ struct RunOptions {
   std::string init_from;     // model directory to start from instead of the seed's initialisation
   bool quiet = false;        // no log lines on stdout
   bool profile = false;      // per-kernel time shares (slightly slower)
+  int local_ranks = 1;       // ranks on this machine: threads default to cores / local_ranks
 };
 
 struct StepStats {
@@ -34,10 +37,18 @@ struct RunResult {
   std::vector<std::pair<int64_t, double>> val_losses;          // (step, loss)
   double sgemm_gflops = 0;                                     // the MFU ceiling measured at start-up
   std::vector<std::pair<std::string, double>> kernel_seconds;  // with RunOptions::profile
+  MemStats memory;                                             // this rank's allocator counters at the end
+  double overlap_hidden =
+      0;  // ZeRO 0/1: share of gradient-reduction time hidden behind the backward (last step)
 };
 
+// Opens the data files the run will read and checks them against the model
+// (DataError/ConfigError naming the file and the rule).
+void check_training_data(const Config& cfg);
+
 // Runs cfg (validated here) to completion; throws mt::Error on bad input or
-// after train.max_bad_steps consecutive non-finite steps.
-RunResult run_training(const Config& cfg, const RunOptions& opts);
+// after train.max_bad_steps consecutive non-finite steps. `world` is the job's
+// world group (null: a single process without MPI); every rank calls this.
+RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* world = nullptr);
 
 }  // namespace mt

@@ -67,7 +67,7 @@ expect_error "d_model % n_heads" "model.d_model (16) must be divisible by model.
 expect_error "n_heads % n_kv_heads" "model.n_heads (2) must be divisible by model.n_kv_heads (3)" train --set model.n_kv_heads=3
 expect_error "odd head_dim" "head_dim = d_model / n_heads = 18 / 2 = 9 must be even" train --set model.d_model=18
 expect_error "batch % (dp x microbatch)" "train.batch_size (3) must be divisible by parallel.dp (1) x train.microbatch_size (2)" train --set train.batch_size=3
-expect_error "dp not yet" "parallel.dp = 2 is not supported yet" train --dp 2
+expect_error "world size != mesh" "dp (2) = 2 but the world has 1 rank" train --dp 2 --set train.microbatch_size=1
 expect_error "tp not yet" "parallel.tp = 2 is not supported yet" train --tp 2
 expect_error "zero out of range" "parallel.zero (4) must be 0, 1, 2 or 3" train --zero 4
 expect_error "vocab too small for data" "written for a 300-token vocabulary but model.vocab_size is 100" train --set model.vocab_size=100

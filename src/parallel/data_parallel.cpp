@@ -1,0 +1,322 @@
+#include "parallel/data_parallel.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "optim/clip.h"
+#include "parallel/local_store.h"
+
+namespace mt {
+
+namespace {
+double now_s() {
+  static const Timer epoch;
+  return epoch.seconds();
+}
+void add_into(float* y, const float* x, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] += x[i];
+}
+}  // namespace
+
+struct DataParallelStore::Bucket {
+  int64_t begin = 0, end = 0;  // range of the flat gradient buffer
+  int units = 0, ready = 0;
+  Work work;
+  bool launched = false, done = false;
+  std::string label;
+};
+
+struct DataParallelStore::Gathered {
+  Tensor packed;  // [P · shard] as received
+  Tensor full;    // [unit.numel()] unpacked
+  Work work;
+  bool unpacked = false;
+  int users = 0;
+};
+
+struct DataParallelStore::Scattering {
+  int unit = 0;
+  Tensor send, recv;
+  Work work;
+};
+
+DataParallelStore::DataParallelStore(std::vector<UnitSpec> units, Group dp, const DataParallelOptions& opts)
+    : units_(std::move(units)), dp_(std::move(dp)), opts_(opts), P_(dp_.size()), rank_(dp_.rank()) {
+  MT_REQUIRE(opts_.zero >= 0 && opts_.zero <= 3, ConfigError, "parallel.zero (", opts_.zero,
+             ") must be 0, 1, 2 or 3");
+  for (const auto& u : units_) {
+    layouts_.emplace_back(u, P_);
+    shard_offset_.push_back(local_numel_);
+    local_numel_ += layouts_.back().shard_numel();
+  }
+  const int64_t total = units_total(units_);
+  const int z = opts_.zero;
+  if (z <= 2) full_params_ = Tensor({total}, MemKind::param);
+  if (z <= 1) full_grads_ = Tensor({total}, MemKind::grad);
+  if (z == 3) local_params_ = Tensor({local_numel_}, MemKind::param);
+  if (z >= 1 && z <= 2) local_params_ = Tensor({local_numel_}, MemKind::scratch);
+  if (z >= 1) local_grads_ = Tensor({local_numel_}, MemKind::grad);
+  if (z <= 1) {
+    // Buckets in backward order: the last units first.
+    bucket_of_unit_.assign(units_.size(), -1);
+    for (int u = static_cast<int>(units_.size()) - 1; u >= 0; --u) {
+      const UnitSpec& spec = units_[static_cast<size_t>(u)];
+      if (buckets_.empty() || (buckets_.back()->end - buckets_.back()->begin) * 4 >= opts_.bucket_bytes) {
+        auto b = std::make_unique<Bucket>();
+        b->end = spec.end;
+        b->label = "grad bucket " + std::to_string(buckets_.size());
+        buckets_.push_back(std::move(b));
+      }
+      Bucket& b = *buckets_.back();
+      b.begin = spec.begin;
+      b.units += 1;
+      bucket_of_unit_[static_cast<size_t>(u)] = static_cast<int>(buckets_.size()) - 1;
+    }
+  }
+}
+
+DataParallelStore::~DataParallelStore() = default;
+
+// ---- model side ---------------------------------------------------------------
+
+void DataParallelStore::start_gather(int unit) {
+  auto g = std::make_unique<Gathered>();
+  const ShardLayout& L = layouts_[static_cast<size_t>(unit)];
+  g->packed = Tensor({P_ * L.shard_numel()}, MemKind::comm);
+  g->work = dp_.all_gather_async(shard_of(local_params_, unit), g->packed.data(), L.shard_numel(),
+                                 ElemType::f32, units_[static_cast<size_t>(unit)].name + " params");
+  gathered_[unit] = std::move(g);
+}
+
+void DataParallelStore::prefetch(int unit, Pass pass) {
+  const int next = pass == Pass::forward ? unit + 1 : unit - 1;
+  if (next < 1 && pass == Pass::backward) return;  // the embedding's backward needs no parameters
+  if (next < 0 || next >= static_cast<int>(units_.size()) || gathered_.count(next)) return;
+  start_gather(next);
+}
+
+const float* DataParallelStore::acquire_params(int unit, Pass pass) {
+  if (opts_.zero < 3) return full_params_.data() + units_[static_cast<size_t>(unit)].begin;
+  if (!gathered_.count(unit)) start_gather(unit);
+  Gathered& g = *gathered_[unit];
+  if (!g.unpacked) {
+    g.work.wait();
+    g.full = Tensor({units_[static_cast<size_t>(unit)].numel()}, MemKind::param);
+    layouts_[static_cast<size_t>(unit)].unpack(g.packed.data(), g.full.data());
+    g.packed = Tensor();
+    g.unpacked = true;
+  }
+  g.users += 1;
+  prefetch(unit, pass);  // the next unit's gather overlaps this unit's compute
+  return g.full.data();
+}
+
+void DataParallelStore::release_params(int unit, Pass) {
+  progress();
+  if (opts_.zero < 3) return;
+  auto it = gathered_.find(unit);
+  MT_CHECK(it != gathered_.end() && it->second->users > 0, "release of parameters not acquired");
+  if (--it->second->users == 0) gathered_.erase(it);  // freed: only the shard stays
+}
+
+float* DataParallelStore::acquire_grads(int unit) {
+  if (opts_.zero <= 1) return full_grads_.data() + units_[static_cast<size_t>(unit)].begin;
+  auto [it, fresh] = unit_grads_.try_emplace(unit);
+  if (fresh) it->second = Tensor({units_[static_cast<size_t>(unit)].numel()}, MemKind::grad);
+  return it->second.data();
+}
+
+void DataParallelStore::release_grads(int unit) {
+  if (opts_.zero <= 1) {
+    if (sync_microbatch()) unit_ready_for_buckets(unit);
+    progress();
+    return;
+  }
+  // ZeRO 2/3: reduce-scatter this unit's gradient now (every microbatch); the
+  // full-size buffer is freed as soon as it is packed.
+  auto it = unit_grads_.find(unit);
+  MT_CHECK(it != unit_grads_.end(), "release of gradients not acquired");
+  const ShardLayout& L = layouts_[static_cast<size_t>(unit)];
+  auto s = std::make_unique<Scattering>();
+  s->unit = unit;
+  s->send = Tensor({P_ * L.shard_numel()}, MemKind::comm);
+  s->recv = Tensor({L.shard_numel()}, MemKind::comm);
+  L.pack(it->second.data(), s->send.data());
+  unit_grads_.erase(it);
+  s->work = dp_.reduce_scatter_async(s->send.data(), s->recv.data(), L.shard_numel(), ElemType::f32,
+                                     ReduceOp::sum, units_[static_cast<size_t>(unit)].name + " grads");
+  scattering_.push_back(std::move(s));
+  progress();
+}
+
+void DataParallelStore::unit_ready_for_buckets(int unit) {
+  Bucket& b = *buckets_[static_cast<size_t>(bucket_of_unit_[static_cast<size_t>(unit)])];
+  if (++b.ready < b.units) return;
+  if (first_launch_ < 0) first_launch_ = now_s();
+  b.work = dp_.all_reduce_async(full_grads_.data() + b.begin, b.end - b.begin, ElemType::f32, ReduceOp::sum,
+                                b.label);
+  b.launched = true;
+}
+
+void DataParallelStore::progress() {
+  for (auto& b : buckets_) {
+    if (b->launched && !b->done && b->work.test()) b->done = true;
+  }
+  for (auto& [u, g] : gathered_) {
+    if (!g->unpacked) g->work.test();
+  }
+  retire_scatters(false);
+}
+
+void DataParallelStore::retire_scatters(bool wait) {
+  // In launch order, so that the sums are added in the same order every run.
+  while (!scattering_.empty()) {
+    Scattering& s = *scattering_.front();
+    if (wait)
+      s.work.wait();
+    else if (!s.work.test())
+      return;
+    add_into(shard_of(local_grads_, s.unit), s.recv.data(), s.recv.numel());
+    scattering_.pop_front();
+  }
+}
+
+// ---- trainer side -------------------------------------------------------------
+
+void DataParallelStore::begin_step(int64_t microbatches) {
+  microbatches_ = microbatches;
+  microbatch_ = 0;
+  if (full_grads_.numel()) full_grads_.zero();
+  if (local_grads_.numel()) local_grads_.zero();
+  for (auto& b : buckets_) {
+    b->ready = 0;
+    b->launched = b->done = false;
+  }
+  first_launch_ = -1;
+}
+
+void DataParallelStore::begin_microbatch(int64_t index) {
+  microbatch_ = index;
+}
+
+void DataParallelStore::finish_grads() {
+  const double t0 = now_s();
+  for (auto& b : buckets_) {
+    MT_CHECK(b->launched, "a gradient bucket was never filled: ", b->label);
+    if (!b->done) b->work.wait();
+    b->done = true;
+  }
+  retire_scatters(true);
+  const double t1 = now_s();
+  overlap_.exposed_s = t1 - t0;
+  overlap_.comm_window_s = first_launch_ >= 0 ? t1 - first_launch_ : 0.0;
+  if (opts_.zero == 1) {
+    for (size_t u = 0; u < units_.size(); ++u) {
+      layouts_[u].extract(full_grads_.data() + units_[u].begin, rank_,
+                          local_grads_.data() + shard_offset_[u]);
+    }
+  }
+}
+
+double DataParallelStore::grad_sum_squares() {
+  if (opts_.zero <= 1)
+    return sum_squares(full_grads_.data(), full_grads_.numel());  // replicated: every element once
+  double s = sum_squares(local_grads_.data(), local_numel_);      // disjoint shards; padding is zero
+  dp_.all_reduce(&s, 1, "grad norm");
+  return s;
+}
+
+float* DataParallelStore::local_params() {
+  if (opts_.zero == 0) return full_params_.data();
+  if (opts_.zero <= 2) {  // the update works on this rank's shard, copied out of the full parameters
+    for (size_t u = 0; u < units_.size(); ++u) {
+      layouts_[u].extract(full_params_.data() + units_[u].begin, rank_,
+                          local_params_.data() + shard_offset_[u]);
+    }
+  }
+  return local_params_.data();
+}
+
+float* DataParallelStore::local_grads() {
+  return opts_.zero == 0 ? full_grads_.data() : local_grads_.data();
+}
+
+std::vector<DecayRange> DataParallelStore::local_decay_ranges() const {
+  if (opts_.zero == 0) return full_decay_ranges(units_);
+  std::vector<DecayRange> r;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    for (const auto& p : layouts_[u].pieces()) {
+      const int64_t off = shard_offset_[u] + p.in_shard, n = p.shard_rows * p.param->row_size;
+      if (!r.empty() && r.back().decay == p.param->decay)
+        r.back().numel += n;
+      else
+        r.push_back({off, n, p.param->decay});
+    }
+  }
+  return r;
+}
+
+void DataParallelStore::after_update() {
+  if (opts_.zero == 0 || opts_.zero == 3) return;
+  Tensor all({P_ * local_numel_}, MemKind::comm);
+  dp_.all_gather(local_params_.data(), all.data(), local_numel_, ElemType::f32, "updated params");
+  // Rank r's shard of unit u sits at r·local_numel + shard_offset[u].
+  Tensor packed;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const int64_t n = layouts_[u].shard_numel();
+    packed = Tensor({P_ * n}, MemKind::scratch);
+    for (int r = 0; r < P_; ++r) {
+      std::memcpy(packed.data() + r * n, all.data() + r * local_numel_ + shard_offset_[u],
+                  static_cast<size_t>(n) * sizeof(float));
+    }
+    layouts_[u].unpack(packed.data(), full_params_.data() + units_[u].begin);
+  }
+}
+
+void DataParallelStore::gather_full_params(float* out) {
+  if (opts_.zero < 3) {
+    std::memcpy(out, full_params_.data(), static_cast<size_t>(full_params_.nbytes()));
+    return;
+  }
+  for (size_t u = 0; u < units_.size(); ++u) {
+    Tensor packed({P_ * layouts_[u].shard_numel()}, MemKind::comm);
+    dp_.all_gather(shard_of(local_params_, static_cast<int>(u)), packed.data(), layouts_[u].shard_numel(),
+                   ElemType::f32, units_[u].name + " params (gather for save)");
+    layouts_[u].unpack(packed.data(), out + units_[u].begin);
+  }
+}
+
+void DataParallelStore::scatter_full_params(const float* full) {
+  if (opts_.zero < 3) {
+    std::memcpy(full_params_.data(), full, static_cast<size_t>(full_params_.nbytes()));
+    return;
+  }
+  for (size_t u = 0; u < units_.size(); ++u) {
+    layouts_[u].extract(full + units_[u].begin, rank_, local_params_.data() + shard_offset_[u]);
+  }
+}
+
+void DataParallelStore::init_params(const ParamFill& fill) {
+  if (opts_.zero < 3) {
+    for (const auto& u : units_) {
+      for (const auto& p : u.params)
+        fill(p, 0, p.numel(), full_params_.data() + p.offset);
+    }
+    return;
+  }
+  local_params_.zero();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    for (const auto& p : layouts_[u].pieces()) {  // only the rows this rank owns
+      const int64_t K = p.param->row_size;
+      const int64_t b = layouts_[u].row_begin(p, rank_), e = layouts_[u].row_end(p, rank_);
+      if (e > b) fill(*p.param, b * K, (e - b) * K, local_params_.data() + shard_offset_[u] + p.in_shard);
+    }
+  }
+}
+
+}  // namespace mt

@@ -1,0 +1,110 @@
+// Data parallelism with ZeRO stages 0–3 over one group of ranks (the dp axis).
+//
+//   zero 0  parameters, gradients and AdamW state replicated. Gradients are
+//           all-reduced in buckets (contiguous runs of units, about bucket_bytes
+//           each) started during the last microbatch's backward as each bucket
+//           fills, so reduction overlaps the rest of the backward.
+//   zero 1  as 0, but AdamW state is sharded: each rank updates its shard of
+//           every parameter (rows, see shard.h), then the shards are all-gathered.
+//   zero 2  also gradients: each unit's gradient is reduce-scattered as soon as
+//           its backward is done; a rank keeps only its shard.
+//   zero 3  also parameters (FSDP): a rank stores only its shard; a unit's
+//           parameters are all-gathered before its forward and again before its
+//           backward, freed after use, and the next unit's gather is started
+//           (prefetched) while the current unit computes.
+//
+// Gradients are SUMS over ranks (the loss is already normalised by the global
+// valid-token count), so every stage gives the same update as one process.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "comm/group.h"
+#include "core/tensor.h"
+#include "parallel/shard.h"
+#include "parallel/store.h"
+
+namespace mt {
+
+struct DataParallelOptions {
+  int zero = 0;
+  int64_t bucket_bytes = 25 << 20;  // ZeRO 0/1 gradient buckets
+};
+
+// Overlap of the ZeRO 0/1 bucket reductions with the backward, last step.
+struct OverlapStats {
+  double comm_window_s = 0;  // first bucket started → last bucket completed
+  double exposed_s = 0;      // time finish_grads() waited after the backward
+  double hidden_fraction() const { return comm_window_s > 0 ? 1.0 - exposed_s / comm_window_s : 0.0; }
+};
+
+class DataParallelStore : public ParamStore {
+ public:
+  DataParallelStore(std::vector<UnitSpec> units, Group dp, const DataParallelOptions& opts);
+  ~DataParallelStore() override;
+
+  const float* acquire_params(int unit, Pass pass) override;
+  void release_params(int unit, Pass pass) override;
+  float* acquire_grads(int unit) override;
+  void release_grads(int unit) override;
+
+  void begin_step(int64_t microbatches) override;
+  void begin_microbatch(int64_t index) override;
+  void finish_grads() override;
+  double grad_sum_squares() override;
+  float* local_params() override;
+  float* local_grads() override;
+  int64_t local_numel() const override { return opts_.zero == 0 ? full_params_.numel() : local_numel_; }
+  std::vector<DecayRange> local_decay_ranges() const override;
+  void after_update() override;
+  void gather_full_params(float* out) override;
+  void scatter_full_params(const float* full) override;
+  void init_params(const ParamFill& fill) override;
+
+  const OverlapStats& overlap() const { return overlap_; }
+  int zero() const { return opts_.zero; }
+
+ private:
+  struct Bucket;
+  struct Gathered;    // a unit's gathered parameters (ZeRO 3)
+  struct Scattering;  // a unit's gradient reduce-scatter in flight (ZeRO 2/3)
+
+  float* shard_of(Tensor& t, int unit) { return t.data() + shard_offset_[static_cast<size_t>(unit)]; }
+  void start_gather(int unit);
+  void progress();  // test in-flight operations (MPI progresses only inside MPI calls)
+  void retire_scatters(bool wait);
+  void unit_ready_for_buckets(int unit);
+  void prefetch(int unit, Pass pass);
+
+  std::vector<UnitSpec> units_;
+  Group dp_;
+  DataParallelOptions opts_;
+  int P_ = 1, rank_ = 0;
+  std::vector<ShardLayout> layouts_;
+  std::vector<int64_t> shard_offset_;  // unit → offset of its shard in the local buffers
+  int64_t local_numel_ = 0;
+
+  Tensor full_params_;   // zero 0–2: every parameter
+  Tensor full_grads_;    // zero 0–1: every gradient
+  Tensor local_params_;  // zero 3: this rank's shards (storage); zero 1–2: scratch for the update
+  Tensor local_grads_;   // zero 1–3: this rank's gradient shards
+
+  // zero 0/1 buckets
+  std::vector<std::unique_ptr<Bucket>> buckets_;
+  std::vector<int> bucket_of_unit_;
+  // zero 2/3
+  std::map<int, Tensor> unit_grads_;  // full-size gradient buffers of units being computed
+  std::deque<std::unique_ptr<Scattering>> scattering_;
+  // zero 3
+  std::map<int, std::unique_ptr<Gathered>> gathered_;
+
+  int64_t microbatches_ = 1, microbatch_ = 0;
+  bool sync_microbatch() const { return microbatch_ + 1 == microbatches_; }
+  OverlapStats overlap_;
+  double first_launch_ = -1;
+};
+
+}  // namespace mt

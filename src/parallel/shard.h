@@ -1,0 +1,51 @@
+// Per-parameter dim-0 sharding of one unit over P ranks (FSDP-style).
+//
+// Each parameter of rows × row_size is split by rows: every rank holds
+// s = ceil(rows / P) rows, rank r the rows [r·s, min(rows, (r+1)·s)), padded
+// with zeros to s rows. A rank's shard of the unit packs its pieces of every
+// parameter one after the other: shard_numel = Σ s·row_size. Padding is zero in
+// parameters, gradients and optimizer state alike, so it never changes a result.
+//
+//   full unit  ──pack──▶  [rank 0's shard | rank 1's shard | … ]  (reduce-scatter input)
+//   [rank 0's shard | …]  ──unpack──▶  full unit                   (all-gather output)
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "parallel/store.h"
+
+namespace mt {
+
+class ShardLayout {
+ public:
+  ShardLayout(const UnitSpec& unit, int P);
+
+  int64_t shard_numel() const { return shard_numel_; }
+  int ranks() const { return P_; }
+
+  // full[unit.numel()] → packed[P · shard_numel] (all ranks' shards, padding zeroed).
+  void pack(const float* full, float* packed) const;
+  // packed[P · shard_numel] → full[unit.numel()].
+  void unpack(const float* packed, float* full) const;
+  // Rank r's shard of full into shard[shard_numel].
+  void extract(const float* full, int r, float* shard) const;
+
+  struct Piece {
+    const ParamSlot* param;
+    int64_t in_unit = 0;     // first element within the unit
+    int64_t shard_rows = 0;  // s
+    int64_t in_shard = 0;    // first element within a shard
+  };
+  const std::vector<Piece>& pieces() const { return pieces_; }
+  // Valid rows [begin, end) of rank r for piece p.
+  int64_t row_begin(const Piece& p, int r) const;
+  int64_t row_end(const Piece& p, int r) const;
+
+ private:
+  int P_;
+  int64_t shard_numel_ = 0;
+  std::vector<Piece> pieces_;
+};
+
+}  // namespace mt

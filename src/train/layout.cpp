@@ -1,0 +1,119 @@
+#include "train/layout.h"
+
+#include <cstdio>
+#include <sstream>
+#include <vector>
+
+#include "comm/context.h"
+#include "core/error.h"
+#include "model/params.h"
+#include "parallel/data_parallel.h"
+
+namespace mt {
+
+namespace {
+MeshSizes mesh_sizes(const ParallelConfig& p) {
+  return {static_cast<int>(p.pp), static_cast<int>(p.dp), static_cast<int>(p.cp), static_cast<int>(p.tp)};
+}
+}  // namespace
+
+RunLayout make_run_layout(const Config& cfg, const Group* world) {
+  RunLayout lay;
+  const MeshSizes sizes = mesh_sizes(cfg.parallel);
+  validate_mesh(sizes, world ? world->size() : 1);
+  lay.zero_ = static_cast<int>(cfg.parallel.zero);
+  lay.bucket_bytes_ = static_cast<int64_t>(cfg.parallel.bucket_mb * (1 << 20));
+  lay.dp = sizes[static_cast<int>(Axis::dp)];
+  if (world == nullptr) return lay;
+  lay.world_ = std::make_unique<Group>(*world);
+  lay.world_size = world->size();
+  lay.rank = world->rank();
+  lay.mesh_ = std::make_unique<DeviceMesh>(*world, sizes);
+  lay.dp_rank = lay.mesh_->coord(Axis::dp);
+  lay.dp_group_ = std::make_unique<Group>(lay.mesh_->group("dp"));
+  return lay;
+}
+
+std::unique_ptr<ParamStore> RunLayout::make_store(const Config& cfg) const {
+  if (!dp_group_ || (dp == 1 && zero_ == 0)) return nullptr;
+  DataParallelOptions o;
+  o.zero = zero_;
+  o.bucket_bytes = bucket_bytes_;
+  return std::make_unique<DataParallelStore>(make_units(make_param_table(cfg.model), cfg.model), *dp_group_,
+                                             o);
+}
+
+void RunLayout::set_step(int64_t step) {
+  if (world_) world_->context().step = step;
+}
+
+void RunLayout::sum_over_dp(int64_t* v) {
+  if (dp_group_ && dp > 1) dp_group_->all_reduce(v, 1, "valid tokens");
+}
+
+void RunLayout::sum_over_dp(double* v) {
+  if (dp_group_ && dp > 1) dp_group_->all_reduce(v, 1, "loss");
+}
+
+std::map<std::string, int64_t> RunLayout::comm_bytes(int64_t step) const {
+  std::map<std::string, int64_t> out;
+  if (!world_) return out;
+  for (const auto& [key, bytes] : world_->context().ledger.bytes_by_op_axis(step)) {
+    out[key.first + "/" + key.second] = bytes;
+  }
+  return out;
+}
+
+std::string RunLayout::describe() const {
+  std::ostringstream os;
+  if (mesh_) {
+    const std::string table = mesh_->table();
+    os << table.substr(0, table.find('\n') + 1);  // the one-line summary; --print-mesh prints the whole map
+  }
+  os << "data parallel: dp = " << dp << ", zero = " << zero_ << "\n";
+  return os.str();
+}
+
+std::string RunLayout::comm_summary() const {
+  return world_ ? world_->context().ledger.summary() : "";
+}
+
+double RunLayout::overlap_hidden(ParamStore& store) const {
+  const auto* d = dynamic_cast<DataParallelStore*>(&store);
+  return d ? d->overlap().hidden_fraction() : 0.0;
+}
+
+std::string RunLayout::memory_report(const MemStats& mine) {
+  const int K = kNumMemKinds + 1;
+  std::vector<int64_t> row(static_cast<size_t>(K)), all(static_cast<size_t>(K * world_size));
+  for (int k = 0; k < kNumMemKinds; ++k)
+    row[static_cast<size_t>(k)] = mine.peak[static_cast<size_t>(k)];
+  row[static_cast<size_t>(kNumMemKinds)] = mine.total_peak;
+  if (world_ && world_size > 1) {
+    world_->all_gather(row.data(), all.data(), K, ElemType::i64, "memory report");
+  } else {
+    all = row;
+  }
+  std::ostringstream os;
+  os << "peak memory per rank (MiB):\n  rank";
+  for (int k = 0; k < kNumMemKinds; ++k) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, " %11s", std::string(mem_kind_name(static_cast<MemKind>(k))).c_str());
+    os << buf;
+  }
+  os << "       total\n";
+  for (int r = 0; r < world_size; ++r) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "  %4d", r);
+    os << buf;
+    for (int k = 0; k < K; ++k) {
+      std::snprintf(buf, sizeof buf, " %11.2f",
+                    static_cast<double>(all[static_cast<size_t>(r * K + k)]) / (1 << 20));
+      os << buf;
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace mt
