@@ -1,0 +1,27 @@
+# Shared set-up of the distributed tests: a small corpus, its token files and
+# the flags of a tiny model. Sourced; expects $bin and $tmp.
+export OMP_NUM_THREADS=1
+mpi=(mpirun --oversubscribe --allow-run-as-root --mca btl self,vader)
+
+make_data() {
+  mkdir -p "$tmp/corpus"
+  for i in $(seq 1 600); do
+    echo "fortune $i: the quick brown fox number $((i * 7 % 13)) jumps over $((i % 5)) lazy dogs"
+    [ $((i % 3)) -eq 0 ] && echo "short"
+    echo "%"
+  done >"$tmp/corpus/fortunes"
+  "$bin" prepare --text "$tmp/corpus" --out "$tmp/data" --vocab-size 300 >/dev/null
+}
+
+# A tiny Llama with grouped-query attention; EOS targets (id 2) are ignored, so
+# the valid-token counts differ between data-parallel ranks.
+# adam_eps = 1e-6: Adam's update g / (|g| + eps) amplifies a gradient's rounding
+# error δg by up to δg / eps where |g| is near zero. With eps = 1e-8 one such
+# element of a 32×32 tensor moves the tensor by ~3e-5 (relative L2) after one
+# step even between two ONE-process runs that only differ in microbatching, so
+# the check would measure Adam's conditioning rather than the layout.
+tiny=(--config /dev/null --set data.dir="$tmp/data" --set data.ignore_id=2
+  --set model.vocab_size=300 --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=4
+  --set model.n_kv_heads=2 --set model.ffn_hidden=48 --set model.max_seq_len=16
+  --set train.seq_len=16 --set train.batch_size=8 --set train.steps=10 --set train.lr=1e-2
+  --set train.warmup_steps=2 --set train.adam_eps=1e-6 --set train.eval_every=0 --set train.threads=1 --quiet)
