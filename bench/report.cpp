@@ -17,6 +17,11 @@ double BenchResult::median_step_s() const {
   return n % 2 == 1 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
+double BenchResult::min_step_s() const {
+  MT_REQUIRE(!step_seconds.empty(), Error, "no timed steps");
+  return *std::min_element(step_seconds.begin(), step_seconds.end());
+}
+
 double BenchResult::sgemm_1024() const {
   return std::max(gemm_before.at(0).gflops, gemm_after.empty() ? 0.0 : gemm_after.at(0).gflops);
 }
@@ -108,6 +113,7 @@ void write_json(const BenchResult& r, const std::string& path) {
       {"flops_per_step", r.flops_per_step()},
       {"step_seconds", r.step_seconds},
       {"median_step_s", r.median_step_s()},
+      {"min_step_s", r.min_step_s()},
       {"tokens_per_s", r.tokens_per_s()},
       {"achieved_gflops", r.achieved_gflops()},
       {"sgemm_before", rates(r.gemm_before)},

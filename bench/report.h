@@ -34,6 +34,7 @@ struct BenchResult {
   int64_t tokens_per_step() const { return batch * seq_len; }
   double flops_per_step() const { return flops_per_token * static_cast<double>(tokens_per_step()); }
   double median_step_s() const;
+  double min_step_s() const;  // the least disturbed step on a shared machine
   double tokens_per_s() const { return static_cast<double>(tokens_per_step()) / median_step_s(); }
   double achieved_gflops() const { return flops_per_step() / median_step_s() / 1e9; }
   double sgemm_1024() const;  // the 1024³ rate, higher of before and after

@@ -187,7 +187,7 @@ def main():
     med = statistics.median(times)
     out = {
         "impl": "pytorch", "label": args.label, "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "blas": loaded_blas(), "batch": B, "seq_len": T, "step_seconds": times, "median_step_s": med,
+        "blas": loaded_blas(), "batch": B, "seq_len": T, "step_seconds": times, "median_step_s": med, "min_step_s": min(times),
         "tokens_per_s": B * T / med, "losses": losses,
     }
     text = json.dumps(out)
