@@ -11,8 +11,13 @@ if [ ! -s data/fortunes/train.bin ]; then
   "$bin" prepare --out data/fortunes --vocab-size 8192
 fi
 mkdir -p runs/demo
-echo "== meshtrain train --config configs/demo.toml"
-"$bin" train --config configs/demo.toml --metrics runs/demo/metrics.jsonl --save runs/demo/model
+# Four data-parallel ranks (real processes) with ZeRO-1: the optimizer state is
+# sharded over them; the result equals the one-process run (tests/dist/parity.sh).
+ranks=${MESHTRAIN_DEMO_RANKS:-4}
+echo "== mpirun -np $ranks meshtrain train --config configs/demo.toml --dp $ranks --zero 1"
+mpirun -np "$ranks" --oversubscribe --allow-run-as-root --mca btl self,vader \
+  "$bin" train --config configs/demo.toml --dp "$ranks" --zero 1 --print-mesh \
+  --metrics runs/demo/metrics.jsonl --save runs/demo/model
 echo "== meshtrain eval (validation windows)"
 "$bin" eval --model runs/demo/model --data data/fortunes/val.bin --max-windows 64
 echo "== meshtrain sample (greedy)"

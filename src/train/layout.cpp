@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "model/params.h"
 #include "parallel/data_parallel.h"
+#include "train/flops.h"
 
 namespace mt {
 
@@ -53,6 +54,13 @@ void RunLayout::sum_over_dp(int64_t* v) {
 
 void RunLayout::sum_over_dp(double* v) {
   if (dp_group_ && dp > 1) dp_group_->all_reduce(v, 1, "loss");
+}
+
+double RunLayout::job_sgemm_gflops() {
+  if (world_ && world_size > 1) world_->barrier("sgemm ceiling");
+  double rate = measure_sgemm_gflops(1024, 0.3);
+  if (world_ && world_size > 1) world_->all_reduce(&rate, 1, "sgemm ceiling");
+  return rate;
 }
 
 std::map<std::string, int64_t> RunLayout::comm_bytes(int64_t step) const {

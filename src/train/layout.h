@@ -28,6 +28,9 @@ class RunLayout {
   void set_step(int64_t step);
   void sum_over_dp(int64_t* v);
   void sum_over_dp(double* v);
+  // This machine's SGEMM ceiling for the whole job: every rank measures at the
+  // same moment (after a barrier) with its own threads, and the rates are summed.
+  double job_sgemm_gflops();
   // Σ bytes per "op/axis" in this step (rank 0's view of its own calls).
   std::map<std::string, int64_t> comm_bytes(int64_t step) const;
   std::string describe() const;      // the mesh table and the ZeRO stage

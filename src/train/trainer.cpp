@@ -119,7 +119,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   const LrSchedule sched{tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
 
   RunResult result;
-  result.sgemm_gflops = measure_sgemm_gflops(1024, 0.3);
+  result.sgemm_gflops = lay.job_sgemm_gflops();
   const double flops_per_token = train_flops_per_token(cfg.model, tc.seq_len);
   if (!opts.quiet && lead) {
     if (lay.world_size > 1) std::printf("%s", lay.describe().c_str());
