@@ -210,9 +210,15 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     for (const auto& [key, bytes] : lay.comm_bytes(step))
       comm[key] = bytes;
     const double hidden = lay.overlap_hidden(store);
+    const MemStats mem = MemoryTracker::stats();
+    nlohmann::json mem_by_kind = nlohmann::json::object();
+    for (int k = 0; k < kNumMemKinds; ++k) {
+      mem_by_kind[std::string(mem_kind_name(static_cast<MemKind>(k)))] = mem.peak[static_cast<size_t>(k)];
+    }
     metrics.write({{"step", s.step},
                    {"comm_bytes", comm},
                    {"overlap_hidden", hidden},
+                   {"mem_peak_by_kind", mem_by_kind},
                    {"loss", s.loss},
                    {"lr", s.lr},
                    {"grad_norm", s.grad_norm},
