@@ -6,7 +6,7 @@ BUILD_ASAN ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build demo test test-asan bench format clean
+.PHONY: all deps build demo test test-asan bench bench-dist format clean
 
 all: build
 
@@ -33,6 +33,9 @@ demo: build
 
 bench: build
 	bash scripts/bench.sh $(BUILD)
+
+bench-dist: build
+	bash scripts/bench_dist.sh $(BUILD)
 
 format:
 	find src tests bench -name '*.cpp' -o -name '*.h' | xargs clang-format -i
