@@ -207,6 +207,7 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
     MT_TIMED(Kernel::swiglu);
     swiglu_backward(b.dgu.data(), b.dmid.data(), a.gu.data(), N, F);
   }
+  store_->poll();
   {
     MT_TIMED(Kernel::gemm);
     linear_backward(b.dmid.data(), G + o.gate_up, b.dgu.data(), a.ln2.data(), P + o.gate_up, N, C, 2 * F);
@@ -216,6 +217,7 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
     rmsnorm_backward(b.dtmp.data(), G + o.ln2, b.dmid.data(), a.mid.data(), P + o.ln2, a.rstd2.data(), N, C);
     add_inplace(dres, b.dtmp.data(), N * C);  // dres is now dL/d(mid)
   }
+  store_->poll();
   // Attention: mid = x + o_proj(att).
   {
     MT_TIMED(Kernel::gemm);
@@ -230,6 +232,7 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
     attention_backward(dq, dq + Q, dq + Q + cfg_.kv_dim(), b.dmid.data(), a.att.data(), a.lse.data(), q,
                        q + Q, q + Q + cfg_.kv_dim(), pos, pos, d);
   }
+  store_->poll();
   {
     MT_TIMED(Kernel::rope);
     rope_backward(b.dqkv.data(), pos, rope_, N, cfg_.n_heads, QKV);

@@ -50,6 +50,7 @@ class DataParallelStore : public ParamStore {
   void release_params(int unit, Pass pass) override;
   float* acquire_grads(int unit) override;
   void release_grads(int unit) override;
+  void poll() override { progress(); }
 
   void begin_step(int64_t microbatches) override;
   void begin_microbatch(int64_t index) override;

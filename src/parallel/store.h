@@ -55,6 +55,9 @@ class ParamStore {
   // release_grads, which says the unit's gradient for this microbatch is complete.
   virtual float* acquire_grads(int unit) = 0;
   virtual void release_grads(int unit) = 0;
+  // Called by the model between kernels: lets non-blocking communication progress
+  // (MPI moves data only inside MPI calls), so reductions overlap compute.
+  virtual void poll() {}
 
   // --- trainer side (per step) ---
   // Before the first microbatch: clears gradients. `microbatches` tells the
