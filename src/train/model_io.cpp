@@ -72,12 +72,14 @@ void load_model_dir(const std::string& dir, Llama& model) {
   same("n_kv_heads", saved.n_kv_heads, c.n_kv_heads);
   same("tie_embeddings", saved.tie_embeddings, c.tie_embeddings);
   const SafetensorsFile f = SafetensorsFile::open((fs::path(dir) / "model.safetensors").string());
+  std::vector<float> full(static_cast<size_t>(model.num_params()));
   for (const auto& s : model.param_table().specs) {
     MT_REQUIRE(f.has(s.name), DataError, f.path(), ": tensor '", s.name, "' is missing");
     MT_REQUIRE(f.shape(s.name) == s.shape, DataError, f.path(), ": tensor '", s.name,
                "' has the wrong shape");
-    f.read_f32(s.name, model.params() + s.offset, s.numel);
+    f.read_f32(s.name, full.data() + s.offset, s.numel);
   }
+  model.store().scatter_full_params(full.data());  // each rank keeps its share
 }
 
 }  // namespace mt

@@ -30,6 +30,19 @@ for dp in 1 2 4; do
   done
 done
 
+# --init-from loads into any layout: continue the one-process model for 3 steps
+# on one process and under FSDP on 4 ranks.
+more=(--set train.steps=3 --init-from "$tmp/ref")
+"$bin" train "${tiny[@]}" "${more[@]}" --set train.microbatch_size=8 --metrics "$tmp/cont1.jsonl" --save "$tmp/cont1"
+"${mpi[@]}" -np 4 "$bin" train "${tiny[@]}" "${more[@]}" --dp 4 --zero 3 --set train.microbatch_size=1 \
+  --metrics "$tmp/cont4.jsonl" --save "$tmp/cont4"
+if out=$("$bin" compare "$tmp/cont4.jsonl" "$tmp/cont1.jsonl" --model-a "$tmp/cont4" --model-b "$tmp/cont1"); then
+  echo "ok   init-from into dp4 zero3: $(tr '\n' ' ' <<<"$out")"
+else
+  echo "FAIL init-from into dp4 zero3: $out"
+  failures=$((failures + 1))
+fi
+
 # The valid-token counts really differ across ranks (else the test above would
 # not exercise the global normalisation): the ignored EOS targets vary per step.
 test "$(grep -o '"tokens":[0-9]*' "$tmp/ref.jsonl" | sort -u | wc -l)" -gt 1
