@@ -1,0 +1,61 @@
+#include "parallel/tp_comm.h"
+
+#include "core/error.h"
+
+namespace mt::tp {
+
+std::string comm_label(std::string_view site, std::string_view pair, std::string_view direction) {
+  std::string s(site);
+  s += ": ";
+  s += pair;
+  s += ' ';
+  s += direction;
+  return s;
+}
+
+int64_t sp_local_tokens(int64_t N, const Group& tp) {
+  const int P = tp.size();
+  MT_REQUIRE(N % P == 0, ConfigError, "tokens (", N, ") must be divisible by tp (", P,
+             ") under sequence parallelism");
+  return N / P;
+}
+
+void copy_to_tp_forward(const float* /*x*/, int64_t /*n*/, Group& /*tp*/, std::string_view /*site*/) {}
+
+void copy_to_tp_backward(float* dx, int64_t n, Group& tp, std::string_view site) {
+  tp.all_reduce(dx, n, comm_label(site, "copy_to_tp", "backward"));
+}
+
+void reduce_from_tp_forward(float* x, int64_t n, Group& tp, std::string_view site) {
+  tp.all_reduce(x, n, comm_label(site, "reduce_from_tp", "forward"));
+}
+
+void reduce_from_tp_backward(const float* /*dx*/, int64_t /*n*/, Group& /*tp*/, std::string_view /*site*/) {}
+
+void gather_from_sp_forward(float* out, const float* inp, int64_t N, int64_t C, Group& tp,
+                            std::string_view site) {
+  const int64_t local = sp_local_tokens(N, tp) * C;
+  tp.all_gather(inp, out, local, ElemType::f32, comm_label(site, "gather_from_sp", "forward"));
+}
+
+void gather_from_sp_backward(float* dinp, const float* dout, int64_t N, int64_t C, Group& tp,
+                             std::string_view site) {
+  const int64_t local = sp_local_tokens(N, tp) * C;
+  tp.reduce_scatter(dout, dinp, local, ElemType::f32, ReduceOp::sum,
+                    comm_label(site, "gather_from_sp", "backward"));
+}
+
+void scatter_to_sp_forward(float* out, const float* inp, int64_t N, int64_t C, Group& tp,
+                           std::string_view site) {
+  const int64_t local = sp_local_tokens(N, tp) * C;
+  tp.reduce_scatter(inp, out, local, ElemType::f32, ReduceOp::sum,
+                    comm_label(site, "scatter_to_sp", "forward"));
+}
+
+void scatter_to_sp_backward(float* dinp, const float* dout, int64_t N, int64_t C, Group& tp,
+                            std::string_view site) {
+  const int64_t local = sp_local_tokens(N, tp) * C;
+  tp.all_gather(dout, dinp, local, ElemType::f32, comm_label(site, "scatter_to_sp", "backward"));
+}
+
+}  // namespace mt::tp

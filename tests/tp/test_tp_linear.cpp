@@ -1,0 +1,183 @@
+// Column- and row-parallel linear layers and the column → SwiGLU → row MLP on
+// tp = world size, against the one-process computation on the full tensors
+// (double references of ops/reference.h). Outputs and input gradients are
+// compared in this rank's layout; weight gradients must be this rank's slice of
+// the full weight gradient, sliced here by index arithmetic (not by the plan
+// helper under test). Parameter gradients start at 1 to check that they
+// accumulate.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/mpi_test.h"
+#include "core/error.h"
+#include "ops/reference.h"
+#include "ops/swiglu.h"
+#include "parallel/tensor_parallel.h"
+#include "tp_test_util.h"
+
+namespace mt {
+namespace {
+
+using test::block;
+using test::random_vec;
+using test::rel_err;
+using test::to_double;
+using tp::SequenceParallel;
+
+constexpr double kTol = 2e-6;
+constexpr int64_t N = 8;  // tokens: divisible by 2 and 4 (SP)
+
+std::vector<double> plus_one(std::vector<double> v) {
+  for (double& x : v)
+    x += 1.0;
+  return v;
+}
+
+// A [4, 6] weight holding 0 … 23, split on tp = 2.
+TEST(TpPlan, ShardsAreTheSlicesAndUnshardInverts) {
+  std::vector<float> w(24);
+  for (int i = 0; i < 24; ++i)
+    w[static_cast<size_t>(i)] = static_cast<float>(i);
+  const tp::WeightSplit col{tp::Split::column, {}}, row{tp::Split::row, {}}, fused{tp::Split::column, {2, 2}};
+  EXPECT_EQ(tp::shard_weight(w.data(), 4, 6, col, 1, 2),
+            (std::vector<float>{12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23}));
+  EXPECT_EQ(tp::shard_weight(w.data(), 4, 6, row, 0, 2),
+            (std::vector<float>{0, 1, 2, 6, 7, 8, 12, 13, 14, 18, 19, 20}));
+  // Two fused blocks of 2 rows ([gate; up]): rank 1 holds gate row 1 and up row 3.
+  EXPECT_EQ(tp::shard_weight(w.data(), 4, 6, fused, 1, 2),
+            (std::vector<float>{6, 7, 8, 9, 10, 11, 18, 19, 20, 21, 22, 23}));
+  std::vector<float> back(24, -1.0f);
+  for (int r = 0; r < 2; ++r) {
+    const auto s = tp::shard_weight(w.data(), 4, 6, fused, r, 2);
+    tp::unshard_weight(back.data(), s.data(), 4, 6, fused, r, 2);
+  }
+  EXPECT_EQ(back, w);
+  EXPECT_EQ(tp::shard_shape(4, 6, row, 2), (std::vector<int64_t>{4, 3}));
+  EXPECT_EQ(tp::weight_layout(4, 6, tp::Split::row).to_string(), "[4, 6] tp:S(1)");
+  EXPECT_THROW(tp::shard_shape(10, 4, col, 4), ConfigError);
+  EXPECT_THROW(tp::shard_shape(4, 6, tp::WeightSplit{tp::Split::column, {1, 3}}, 2), ConfigError);
+}
+
+class TpLinear : public ::testing::TestWithParam<SequenceParallel> {};
+
+TEST_P(TpLinear, ColumnMatchesFull) {
+  const int P = test::world().size(), t = test::world().rank();
+  DeviceMesh mesh = test::tp_mesh(P);
+  Group g = mesh.group("tp");
+  const SequenceParallel sp = GetParam();
+  const bool on = sp == SequenceParallel::on;
+  constexpr int64_t IC = 6, OC = 8;
+  const int64_t OCl = OC / P, Nl = N / P;
+  const auto X = random_vec(N * IC, 1), W = random_vec(OC * IC, 2), dY = random_vec(N * OC, 3);
+  std::vector<double> Y(N * OC), dX(N * IC), dW(OC * IC, 0.0);
+  ref::linear_forward(Y.data(), to_double(X).data(), to_double(W).data(), N, IC, OC);
+  ref::linear_backward(dX.data(), dW.data(), to_double(dY).data(), to_double(X).data(), to_double(W).data(),
+                       N, IC, OC);
+
+  const auto inp = on ? block(X, IC, t * Nl, Nl, 0, IC) : X;
+  const auto w = block(W, IC, t * OCl, OCl, 0, IC);  // rows of this rank
+  std::vector<float> out(N * OCl), inp_full(on ? N * IC : 0);
+  const tp::TpLayer layer{g, "test column", sp};
+  tp::column_parallel_forward(out.data(), on ? inp_full.data() : nullptr, inp.data(), w.data(), N, IC, OCl,
+                              layer);
+  EXPECT_LT(rel_err(out, block(Y, OC, 0, N, t * OCl, OCl)), kTol);
+  if (on) {
+    EXPECT_EQ(inp_full, X);
+  }
+
+  const auto dout = block(dY, OC, 0, N, t * OCl, OCl);
+  std::vector<float> dinp(inp.size()), dw(w.size(), 1.0f);
+  tp::column_parallel_backward(dinp.data(), dw.data(), dout.data(), on ? inp_full.data() : X.data(), w.data(),
+                               N, IC, OCl, layer);
+  EXPECT_LT(rel_err(dinp, on ? block(dX, IC, t * Nl, Nl, 0, IC) : dX), kTol);
+  EXPECT_LT(rel_err(dw, plus_one(block(dW, IC, t * OCl, OCl, 0, IC))), kTol);
+}
+
+TEST_P(TpLinear, RowMatchesFull) {
+  const int P = test::world().size(), t = test::world().rank();
+  DeviceMesh mesh = test::tp_mesh(P);
+  Group g = mesh.group("tp");
+  const SequenceParallel sp = GetParam();
+  const bool on = sp == SequenceParallel::on;
+  constexpr int64_t IC = 8, OC = 6;
+  const int64_t ICl = IC / P, Nl = N / P;
+  const auto X = random_vec(N * IC, 4), W = random_vec(OC * IC, 5), dY = random_vec(N * OC, 6);
+  std::vector<double> Y(N * OC), dX(N * IC), dW(OC * IC, 0.0);
+  ref::linear_forward(Y.data(), to_double(X).data(), to_double(W).data(), N, IC, OC);
+  ref::linear_backward(dX.data(), dW.data(), to_double(dY).data(), to_double(X).data(), to_double(W).data(),
+                       N, IC, OC);
+
+  const auto inp = block(X, IC, 0, N, t * ICl, ICl);  // input columns of this rank
+  const auto w = block(W, IC, 0, OC, t * ICl, ICl);
+  std::vector<float> out((on ? Nl : N) * OC);
+  const tp::TpLayer layer{g, "test row", sp};
+  tp::row_parallel_forward(out.data(), inp.data(), w.data(), N, ICl, OC, layer);
+  EXPECT_LT(rel_err(out, on ? block(Y, OC, t * Nl, Nl, 0, OC) : Y), kTol);
+
+  const auto dout = on ? block(dY, OC, t * Nl, Nl, 0, OC) : dY;
+  std::vector<float> dinp(inp.size()), dw(w.size(), 1.0f);
+  tp::row_parallel_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), N, ICl, OC, layer);
+  EXPECT_LT(rel_err(dinp, block(dX, IC, 0, N, t * ICl, ICl)), kTol);
+  EXPECT_LT(rel_err(dw, plus_one(block(dW, IC, 0, OC, t * ICl, ICl))), kTol);
+}
+
+// gate|up fused [2F, C] column-parallel, SwiGLU on the local hidden slice,
+// down [C, F] row-parallel: the Llama MLP.
+TEST_P(TpLinear, SwiGluMlpMatchesFull) {
+  const int P = test::world().size(), t = test::world().rank();
+  DeviceMesh mesh = test::tp_mesh(P);
+  Group g = mesh.group("tp");
+  const SequenceParallel sp = GetParam();
+  const bool on = sp == SequenceParallel::on;
+  constexpr int64_t C = 6, F = 8;
+  const int64_t Fl = F / P, Nl = N / P;
+  const auto X = random_vec(N * C, 7), Wgu = random_vec(2 * F * C, 8), Wd = random_vec(C * F, 9),
+             dY = random_vec(N * C, 10);
+  // One process, double.
+  std::vector<double> gu(N * 2 * F), h(N * F), Y(N * C), dh(N * F), dgu(N * 2 * F), dX(N * C);
+  std::vector<double> dWgu(2 * F * C, 0.0), dWd(C * F, 0.0);
+  ref::linear_forward(gu.data(), to_double(X).data(), to_double(Wgu).data(), N, C, 2 * F);
+  ref::swiglu_forward(h.data(), gu.data(), N, F);
+  ref::linear_forward(Y.data(), h.data(), to_double(Wd).data(), N, F, C);
+  ref::linear_backward(dh.data(), dWd.data(), to_double(dY).data(), h.data(), to_double(Wd).data(), N, F, C);
+  ref::swiglu_backward(dgu.data(), dh.data(), gu.data(), N, F);
+  ref::linear_backward(dX.data(), dWgu.data(), dgu.data(), to_double(X).data(), to_double(Wgu).data(), N, C,
+                       2 * F);
+
+  // tp ranks.
+  const tp::WeightSplit gate_up{tp::Split::column, {F, F}}, down{tp::Split::row, {}};
+  const auto wgu = tp::shard_weight(Wgu.data(), 2 * F, C, gate_up, t, P);
+  const auto wd = tp::shard_weight(Wd.data(), C, F, down, t, P);
+  const auto x = on ? block(X, C, t * Nl, Nl, 0, C) : X;
+  std::vector<float> x_full(on ? N * C : 0), gul(N * 2 * Fl), hl(N * Fl), y((on ? Nl : N) * C);
+  const tp::TpLayer up{g, "test mlp up", sp}, dn{g, "test mlp down", sp};
+  tp::column_parallel_forward(gul.data(), x_full.data(), x.data(), wgu.data(), N, C, 2 * Fl, up);
+  swiglu_forward(hl.data(), gul.data(), N, Fl);
+  tp::row_parallel_forward(y.data(), hl.data(), wd.data(), N, Fl, C, dn);
+  EXPECT_LT(rel_err(y, on ? block(Y, C, t * Nl, Nl, 0, C) : Y), kTol);
+
+  const auto dy = on ? block(dY, C, t * Nl, Nl, 0, C) : dY;
+  std::vector<float> dhl(N * Fl), dgul(N * 2 * Fl), dx(x.size()), dwgu(wgu.size(), 1.0f),
+      dwd(wd.size(), 1.0f);
+  tp::row_parallel_backward(dhl.data(), dwd.data(), dy.data(), hl.data(), wd.data(), N, Fl, C, dn);
+  swiglu_backward(dgul.data(), dhl.data(), gul.data(), N, Fl);
+  tp::column_parallel_backward(dx.data(), dwgu.data(), dgul.data(), on ? x_full.data() : X.data(), wgu.data(),
+                               N, C, 2 * Fl, up);
+  EXPECT_LT(rel_err(dx, on ? block(dX, C, t * Nl, Nl, 0, C) : dX), kTol);
+  EXPECT_LT(rel_err(dwd, plus_one(block(dWd, F, 0, C, t * Fl, Fl))), kTol);
+  // This rank's gate rows, then its up rows, of the full gradient.
+  auto want = block(dWgu, C, t * Fl, Fl, 0, C);
+  const auto up_rows = block(dWgu, C, F + t * Fl, Fl, 0, C);
+  want.insert(want.end(), up_rows.begin(), up_rows.end());
+  EXPECT_LT(rel_err(dwgu, plus_one(want)), kTol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sp, TpLinear, ::testing::Values(SequenceParallel::off, SequenceParallel::on),
+                         [](const ::testing::TestParamInfo<SequenceParallel>& p) {
+                           return p.param == SequenceParallel::on ? "sp_on" : "sp_off";
+                         });
+
+}  // namespace
+}  // namespace mt
