@@ -263,17 +263,12 @@ std::vector<DecayRange> DataParallelStore::local_decay_ranges() const {
 
 void DataParallelStore::after_update() {
   if (opts_.zero == 0 || opts_.zero == 3) return;
-  Tensor all({P_ * local_numel_}, MemKind::comm);
-  dp_.all_gather(local_params_.data(), all.data(), local_numel_, ElemType::f32, "updated params");
-  // Rank r's shard of unit u sits at r·local_numel + shard_offset[u].
-  Tensor packed;
+  // One all-gather per unit, straight from this rank's updated shard: the
+  // communication buffer never exceeds one unit (gathered, unpacked, freed).
   for (size_t u = 0; u < units_.size(); ++u) {
-    const int64_t n = layouts_[u].shard_numel();
-    packed = Tensor({P_ * n}, MemKind::scratch);
-    for (int r = 0; r < P_; ++r) {
-      std::memcpy(packed.data() + r * n, all.data() + r * local_numel_ + shard_offset_[u],
-                  static_cast<size_t>(n) * sizeof(float));
-    }
+    Tensor packed({P_ * layouts_[u].shard_numel()}, MemKind::comm);
+    dp_.all_gather(local_params_.data() + shard_offset_[u], packed.data(), layouts_[u].shard_numel(), ElemType::f32,
+                   units_[u].name + " updated params");
     layouts_[u].unpack(packed.data(), full_params_.data() + units_[u].begin);
   }
 }

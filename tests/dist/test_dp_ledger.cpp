@@ -192,9 +192,6 @@ struct Expected {
 Expected expected_calls(int zero, int64_t microbatches, int64_t P) {
   const auto units = unit_shapes(tiny_config());
   const int64_t L = static_cast<int64_t>(units.size()) - 2;
-  int64_t all_shards = 0;
-  for (const auto& u : units)
-    all_shards += unit_shard(u, P);
   auto gather = [&](int64_t n) { return Call{"all_gather", "dp", n, 4 * n}; };
   auto scatter = [&](int64_t n) { return Call{"reduce_scatter", "dp", P * n, 4 * P * n}; };
   Expected e;
@@ -202,8 +199,11 @@ Expected expected_calls(int zero, int64_t microbatches, int64_t P) {
     // Gradients all-reduced once, after the last microbatch's backward.
     for (int64_t b : bucket_sizes(units, kBucketBytes))
       e.grads.push_back({"all_reduce", "dp", b, 4 * b});
-    // ZeRO 1: every rank updated its shards, which are then all-gathered.
-    if (zero == 1) e.update.push_back(gather(all_shards));
+    // ZeRO 1: every rank updated its shards, which are then all-gathered unit by unit.
+    if (zero == 1) {
+      for (const auto& u : units)
+        e.update.push_back(gather(unit_shard(u, P)));
+    }
   } else {
     for (int64_t m = 0; m < microbatches; ++m) {
       // Each unit's gradient is reduce-scattered after its backward, every microbatch.
@@ -224,7 +224,10 @@ Expected expected_calls(int zero, int64_t microbatches, int64_t P) {
     }
     // The gradient norm of sharded gradients: Σ g² (one double) summed over ranks.
     e.update.push_back({"all_reduce", "dp", 1, 8});
-    if (zero == 2) e.update.push_back(gather(all_shards));
+    if (zero == 2) {
+      for (const auto& u : units)
+        e.update.push_back(gather(unit_shard(u, P)));
+    }
   }
   std::sort(e.grads.begin(), e.grads.end());
   std::sort(e.update.begin(), e.update.end());
