@@ -229,9 +229,8 @@ def report(out, config, skip):
             print(f"     (zero 1 grad - 4N = {d / MiB:.2f} MiB; 4S = {4 * a['S'] / MiB:.2f} MiB)")
     print(f"Beyond the analytic model (src/parallel/data_parallel.cpp): zero 1 also keeps the reduced gradient's shard"
           f" (grad kind, 4S = {4 * a['S'] / MiB:.2f} MiB);")
-    print(f"zero 1/2 copy the shard out for the update (scratch, 4S) and all-gather every rank's updated shard into one"
-          f" buffer (comm, 4*{P}*S = {16 * a['S'] / MiB:.2f} MiB), repacked unit by unit (scratch,"
-          f" 4*{P}*shard of the largest unit = {16 * a['max_unit_shard'] / MiB:.2f} MiB);")
+    print(f"zero 1/2 copy the shard out for the update (scratch, 4S) and all-gather the updated shards unit by unit"
+          f" (comm, at most 4*{P}*shard of the largest unit = {16 * a['max_unit_shard'] / MiB:.2f} MiB);")
     print("zero 2/3 send and receive each unit's reduce-scatter, zero 3 receives each gathered unit (comm).")
 
 
