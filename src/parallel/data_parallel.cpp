@@ -267,8 +267,8 @@ void DataParallelStore::after_update() {
   // communication buffer never exceeds one unit (gathered, unpacked, freed).
   for (size_t u = 0; u < units_.size(); ++u) {
     Tensor packed({P_ * layouts_[u].shard_numel()}, MemKind::comm);
-    dp_.all_gather(local_params_.data() + shard_offset_[u], packed.data(), layouts_[u].shard_numel(), ElemType::f32,
-                   units_[u].name + " updated params");
+    dp_.all_gather(local_params_.data() + shard_offset_[u], packed.data(), layouts_[u].shard_numel(),
+                   ElemType::f32, units_[u].name + " updated params");
     layouts_[u].unpack(packed.data(), full_params_.data() + units_[u].begin);
   }
 }

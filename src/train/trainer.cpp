@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
-#include <thread>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/error.h"
 #include "core/memory.h"
@@ -63,8 +63,8 @@ Fault read_fault() {
   if (env == nullptr) return f;
   char kind[16] = {0};
   long long step = -1;
-  MT_REQUIRE(std::sscanf(env, "%15[a-z]:%d:%lld", kind, &f.rank, &step) == 3, ConfigError, "MESHTRAIN_FAULT '", env,
-             "' must be throw:RANK:STEP or stall:RANK:STEP");
+  MT_REQUIRE(std::sscanf(env, "%15[a-z]:%d:%lld", kind, &f.rank, &step) == 3, ConfigError,
+             "MESHTRAIN_FAULT '", env, "' must be throw:RANK:STEP or stall:RANK:STEP");
   f.kind = kind;
   f.step = step;
   return f;
