@@ -82,12 +82,30 @@ DataParallelStore::DataParallelStore(std::vector<UnitSpec> units, Group dp, cons
 
 DataParallelStore::~DataParallelStore() = default;
 
+Tensor DataParallelStore::take_comm(int64_t n) {
+  size_t best = comm_pool_.size();
+  for (size_t i = 0; i < comm_pool_.size(); ++i) {
+    if (comm_pool_[i].numel() >= n &&
+        (best == comm_pool_.size() || comm_pool_[i].numel() < comm_pool_[best].numel())) {
+      best = i;
+    }
+  }
+  if (best == comm_pool_.size()) return Tensor({n}, MemKind::comm);
+  Tensor t = std::move(comm_pool_[best]);
+  comm_pool_.erase(comm_pool_.begin() + static_cast<std::ptrdiff_t>(best));
+  return t;
+}
+
+void DataParallelStore::give_comm(Tensor t) {
+  if (!t.empty()) comm_pool_.push_back(std::move(t));
+}
+
 // ---- model side ---------------------------------------------------------------
 
 void DataParallelStore::start_gather(int unit) {
   auto g = std::make_unique<Gathered>();
   const ShardLayout& L = layouts_[static_cast<size_t>(unit)];
-  g->packed = Tensor({P_ * L.shard_numel()}, MemKind::comm);
+  g->packed = take_comm(P_ * L.shard_numel());
   g->work = dp_.all_gather_async(shard_of(local_params_, unit), g->packed.data(), L.shard_numel(),
                                  ElemType::f32, units_[static_cast<size_t>(unit)].name + " params");
   gathered_[unit] = std::move(g);
@@ -108,7 +126,7 @@ const float* DataParallelStore::acquire_params(int unit, Pass pass) {
     g.work.wait();
     g.full = Tensor({units_[static_cast<size_t>(unit)].numel()}, MemKind::param);
     layouts_[static_cast<size_t>(unit)].unpack(g.packed.data(), g.full.data());
-    g.packed = Tensor();
+    give_comm(std::move(g.packed));
     g.unpacked = true;
   }
   g.users += 1;
@@ -144,8 +162,8 @@ void DataParallelStore::release_grads(int unit) {
   const ShardLayout& L = layouts_[static_cast<size_t>(unit)];
   auto s = std::make_unique<Scattering>();
   s->unit = unit;
-  s->send = Tensor({P_ * L.shard_numel()}, MemKind::comm);
-  s->recv = Tensor({L.shard_numel()}, MemKind::comm);
+  s->send = take_comm(P_ * L.shard_numel());
+  s->recv = take_comm(L.shard_numel());
   L.pack(it->second.data(), s->send.data());
   unit_grads_.erase(it);
   s->work = dp_.reduce_scatter_async(s->send.data(), s->recv.data(), L.shard_numel(), ElemType::f32,
@@ -181,7 +199,10 @@ void DataParallelStore::retire_scatters(bool wait) {
       s.work.wait();
     else if (!s.work.test())
       return;
-    add_into(shard_of(local_grads_, s.unit), s.recv.data(), s.recv.numel());
+    add_into(shard_of(local_grads_, s.unit), s.recv.data(),
+             layouts_[static_cast<size_t>(s.unit)].shard_numel());
+    give_comm(std::move(s.send));
+    give_comm(std::move(s.recv));
     scattering_.pop_front();
   }
 }
