@@ -309,6 +309,12 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     float* P = p_buf.data();
     float* dS = ds_buf.data();
     BackwardTile t{};
+    // dV += Pᵀ · dO;  dK += dSᵀ · Q  for the tile in t (P and dS already computed).
+    auto add_dkv = [&](float* dkb, float* dvb) {
+      sgemm(Trans::yes, Trans::no, t.nk, D, t.nq, P, kTileK, t.dout, d.out_stride, dvb, d.kv_stride,
+            Out::add);
+      sgemm(Trans::yes, Trans::no, t.nk, D, t.nq, dS, kTileK, t.q, d.q_stride, dkb, d.kv_stride, Out::add);
+    };
     if (fused) {
 #pragma omp for schedule(dynamic, 1)
       for (int64_t task = 0; task < B * KV; ++task) {
@@ -320,11 +326,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
             for (int64_t qt = 0; qt < nq_tiles; ++qt) {
               if (!tile(b, h, qt, kt, t)) continue;
               probs_and_dscores(P, dS, t, d, scale);
-              // dV += Pᵀ · dO;  dK += dSᵀ · Q;  dQ += dS · K
-              sgemm(Trans::yes, Trans::no, t.nk, D, t.nq, P, kTileK, t.dout, d.out_stride, dvb, d.kv_stride,
-                    Out::add);
-              sgemm(Trans::yes, Trans::no, t.nk, D, t.nq, dS, kTileK, t.q, d.q_stride, dkb, d.kv_stride,
-                    Out::add);
+              add_dkv(dkb, dvb);  // dQ += dS · K below
               sgemm(Trans::no, Trans::no, t.nq, D, t.nk, dS, kTileK, t.k, d.kv_stride, dq_at(b, h, qt),
                     d.q_stride, Out::add);
             }
@@ -341,10 +343,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
           for (int64_t qt = 0; qt < nq_tiles; ++qt) {
             if (!tile(b, h, qt, kt, t)) continue;
             probs_and_dscores(P, dS, t, d, scale);
-            sgemm(Trans::yes, Trans::no, t.nk, D, t.nq, P, kTileK, t.dout, d.out_stride, dvb, d.kv_stride,
-                  Out::add);
-            sgemm(Trans::yes, Trans::no, t.nk, D, t.nq, dS, kTileK, t.q, d.q_stride, dkb, d.kv_stride,
-                  Out::add);
+            add_dkv(dkb, dvb);
           }
         }
       }
