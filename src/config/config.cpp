@@ -66,12 +66,16 @@ const std::vector<Entry>& entries() {
       MT_KEY(data, dir, "string", "folder with train.bin and val.bin (written by `meshtrain prepare`)"),
       MT_KEY(data, ignore_id, "int", "targets equal to this token id are ignored by the loss (-1: none)"),
       MT_KEY(parallel, dp, "int", "data-parallel degree (ranks holding the same shard, different data)"),
-      MT_KEY(parallel, tp, "int", "tensor-parallel degree (not yet implemented: must be 1)"),
+      MT_KEY(parallel, tp, "int",
+             "tensor-parallel degree (Megatron): divides n_heads and ffn_hidden; n_kv_heads and tp, one "
+             "divides the other"),
       MT_KEY(parallel, pp, "int", "pipeline-parallel degree (not yet implemented: must be 1)"),
       MT_KEY(parallel, cp, "int", "context-parallel degree (not yet implemented: must be 1)"),
       MT_KEY(parallel, zero, "int",
              "ZeRO stage: 0 replicate, 1 shard AdamW state, 2 + gradients, 3 + parameters (FSDP)"),
-      MT_KEY(parallel, sp, "bool", "sequence parallelism with tp (not yet implemented: must be false)"),
+      MT_KEY(parallel, sp, "bool",
+             "sequence parallelism (Megatron SP): activations outside the tp regions (norms, residual) are "
+             "sharded by token over tp; needs tp > 1 and seq_len divisible by tp"),
       MT_KEY(parallel, schedule, "string", "pipeline schedule: gpipe | 1f1b | interleaved"),
       MT_KEY(parallel, virtual_stages, "int", "virtual stages per rank for the interleaved schedule"),
       MT_KEY(parallel, cp_impl, "string", "context-parallel attention: ring | allgather"),
@@ -259,6 +263,31 @@ std::string config_help() {
   return os.str();
 }
 
+namespace {
+// The rules of parallel.tp and parallel.sp; tp is known to be positive.
+void validate_tensor_parallel(const Config& c) {
+  const ModelConfig& model = c.model;
+  const int64_t tp = c.parallel.tp;
+  // Megatron's split (seed 000 §3.1): attention by heads, the MLP by hidden channels.
+  MT_REQUIRE(model.n_heads % tp == 0, ConfigError, "model.n_heads (", model.n_heads,
+             ") must be divisible by parallel.tp (", tp, "): attention is split by heads");
+  MT_REQUIRE(model.ffn_hidden % tp == 0, ConfigError, "model.ffn_hidden (", model.ffn_hidden,
+             ") must be divisible by parallel.tp (", tp, "): the MLP is split by hidden channels");
+  // Grouped-query attention (seed 000 §9.7): each rank holds whole kv heads, its
+  // own (tp divides n_kv_heads) or copies shared by tp / n_kv_heads ranks.
+  MT_REQUIRE(model.n_kv_heads % tp == 0 || tp % model.n_kv_heads == 0, ConfigError, "model.n_kv_heads (",
+             model.n_kv_heads, ") and parallel.tp (", tp,
+             "): one must divide the other (kv heads are split over tp ranks when tp divides n_kv_heads, "
+             "replicated when n_kv_heads divides tp)");
+  if (!c.parallel.sp) return;
+  MT_REQUIRE(tp > 1, ConfigError, "parallel.sp = true needs tensor parallelism: parallel.tp (", tp,
+             ") must be greater than 1");
+  MT_REQUIRE(c.train.seq_len % tp == 0, ConfigError, "train.seq_len (", c.train.seq_len,
+             ") must be divisible by parallel.tp (", tp,
+             ") with parallel.sp = true: sequence parallelism splits each sequence's tokens over tp");
+}
+}  // namespace
+
 void Config::validate() const {
   model.validate();
   const TrainConfig& t = train;
@@ -291,6 +320,7 @@ void Config::validate() const {
   const ParallelConfig& p = parallel;
   const int64_t dp = p.dp;
   positive("parallel.dp", p.dp);
+  positive("parallel.tp", p.tp);
   MT_REQUIRE(p.schedule == "gpipe" || p.schedule == "1f1b" || p.schedule == "interleaved", ConfigError,
              "parallel.schedule ('", p.schedule, "') must be gpipe, 1f1b or interleaved");
   MT_REQUIRE(p.cp_impl == "ring" || p.cp_impl == "allgather", ConfigError, "parallel.cp_impl ('", p.cp_impl,
@@ -299,15 +329,14 @@ void Config::validate() const {
   // Axes that later milestones implement are refused, never ignored.
   auto not_yet = [](const char* name, int64_t v) {
     MT_REQUIRE(v == 1, ConfigError, name, " = ", v,
-               " is not supported yet: this build parallelises over dp only (set it to 1)");
+               " is not supported yet: this build parallelises over dp and tp only (set it to 1)");
   };
-  not_yet("parallel.tp", p.tp);
   not_yet("parallel.pp", p.pp);
   not_yet("parallel.cp", p.cp);
   not_yet("parallel.virtual_stages", p.virtual_stages);
   MT_REQUIRE(p.bucket_mb > 0, ConfigError, "parallel.bucket_mb (", p.bucket_mb, ") must be positive");
   MT_REQUIRE(p.timeout_s > 0, ConfigError, "parallel.timeout_s (", p.timeout_s, ") must be positive");
-  MT_REQUIRE(!p.sp, ConfigError, "parallel.sp = true is not supported yet: it needs tensor parallelism");
+  validate_tensor_parallel(*this);
   MT_REQUIRE(t.batch_size % (dp * t.microbatch_size) == 0, ConfigError, "train.batch_size (", t.batch_size,
              ") must be divisible by parallel.dp (", dp, ") x train.microbatch_size (", t.microbatch_size,
              ")");

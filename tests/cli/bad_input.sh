@@ -25,6 +25,32 @@ expect_error() {
   fi
 }
 
+# expect_error_mpi NP "what" "expected text in stderr" train-args... : the same
+# under `mpirun -np NP` (every rank validates; rank 0 alone reports), bounded by
+# a timeout so that a rank waiting for the others fails the case instead of hanging it.
+mpi=(mpirun --oversubscribe --allow-run-as-root --mca btl self,vader)
+expect_error_mpi() {
+  local np=$1 what=$2 want=$3
+  shift 3
+  local err rc
+  err=$(OMP_NUM_THREADS=1 timeout -k 5 60 "${mpi[@]}" -np "$np" "$bin" train --config "$cfg" --quiet "$@" 2>&1 >/dev/null)
+  rc=$?
+  local copies
+  copies=$(grep -cF -- "$want" <<<"$err")
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    echo "FAIL [$what]: hung (killed by the 60 s timeout); stderr: $err"
+    failures=$((failures + 1))
+  elif [ "$rc" -eq 0 ]; then
+    echo "FAIL [$what]: exit status 0 (want non-zero); stderr: $err"
+    failures=$((failures + 1))
+  elif [ "$copies" -ne 1 ]; then
+    echo "FAIL [$what]: '$want' on $copies lines of stderr (want 1): $err"
+    failures=$((failures + 1))
+  else
+    echo "ok   [$what, $np ranks, exit $rc]: $err"
+  fi
+}
+
 # A valid little data set, so that only the value under test is wrong.
 mkdir -p "$tmp/corpus" "$tmp/data"
 for i in $(seq 1 400); do
@@ -68,9 +94,20 @@ expect_error "n_heads % n_kv_heads" "model.n_heads (2) must be divisible by mode
 expect_error "odd head_dim" "head_dim = d_model / n_heads = 18 / 2 = 9 must be even" train --set model.d_model=18
 expect_error "batch % (dp x microbatch)" "train.batch_size (3) must be divisible by parallel.dp (1) x train.microbatch_size (2)" train --set train.batch_size=3
 expect_error "world size != mesh" "dp (2) = 2 but the world has 1 rank" train --dp 2 --set train.microbatch_size=1
-expect_error "tp not yet" "parallel.tp = 2 is not supported yet" train --tp 2
+expect_error "world size != mesh (tp)" "tp (2) = 2 but the world has 1 rank" train --tp 2
+expect_error "pp not yet" "parallel.pp = 2 is not supported yet" train --pp 2
 expect_error "zero out of range" "parallel.zero (4) must be 0, 1, 2 or 3" train --zero 4
 expect_error "vocab too small for data" "written for a 300-token vocabulary but model.vocab_size is 100" train --set model.vocab_size=100
+
+# Tensor and sequence parallelism: the rules that tp and sp add, on real tp ranks.
+expect_error_mpi 2 "n_heads % tp" "model.n_heads (1) must be divisible by parallel.tp (2)" --tp 2 --set model.n_heads=1
+expect_error_mpi 2 "ffn_hidden % tp" "model.ffn_hidden (25) must be divisible by parallel.tp (2)" --tp 2 --set model.ffn_hidden=25
+expect_error_mpi 2 "n_kv_heads vs tp" "model.n_kv_heads (3) and parallel.tp (2): one must divide the other (kv heads are split" \
+  --tp 2 --set model.d_model=24 --set model.n_heads=6 --set model.n_kv_heads=3
+expect_error_mpi 2 "seq_len % tp with sp" "train.seq_len (15) must be divisible by parallel.tp (2) with parallel.sp = true" \
+  --tp 2 --set parallel.sp=true --set train.seq_len=15
+expect_error_mpi 2 "sp without tp" "parallel.sp = true needs tensor parallelism: parallel.tp (1) must be greater than 1" \
+  --dp 2 --set train.microbatch_size=1 --set parallel.sp=true
 
 printf 'steps = [1, 2\n' >"$tmp/broken.toml"
 expect_error "TOML syntax" "broken.toml:1:" "$bin" train --config "$tmp/broken.toml"

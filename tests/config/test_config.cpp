@@ -1,0 +1,138 @@
+// Config::validate: each rule that spans keys fails with a ConfigError naming the
+// values and the rule (STYLE.md §9), and every valid layout passes.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "config/config.h"
+#include "core/error.h"
+
+namespace mt {
+namespace {
+
+// The ConfigError text of c.validate(), or "" when it passes.
+std::string validate_error(const Config& c) {
+  try {
+    c.validate();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+Config with_tp(int64_t tp) {
+  Config c;  // defaults: n_heads 8, n_kv_heads 8, ffn_hidden 1376, seq_len 256
+  c.parallel.tp = tp;
+  return c;
+}
+
+TEST(ConfigValidate, DefaultsPass) {
+  EXPECT_EQ(validate_error(Config{}), "");
+}
+
+TEST(ConfigValidate, TensorParallelDegreesThatDivideThePlanPass) {
+  for (int64_t tp : {1, 2, 4, 8})
+    EXPECT_EQ(validate_error(with_tp(tp)), "") << "tp " << tp;
+}
+
+TEST(ConfigValidate, VocabNeedNotBeDivisibleByTp) {
+  Config c = with_tp(4);
+  c.model.vocab_size = 8191;  // padded to a multiple of tp by the vocab-parallel layers
+  EXPECT_EQ(validate_error(c), "");
+}
+
+TEST(ConfigValidate, TpMustBePositive) {
+  EXPECT_EQ(validate_error(with_tp(0)), "parallel.tp (0) must be positive");
+}
+
+TEST(ConfigValidate, NHeadsDivisibleByTp) {
+  Config c = with_tp(2);
+  c.model.d_model = 96;
+  c.model.n_heads = 3;
+  c.model.n_kv_heads = 1;
+  EXPECT_EQ(validate_error(c),
+            "model.n_heads (3) must be divisible by parallel.tp (2): attention is split by heads");
+}
+
+TEST(ConfigValidate, FfnHiddenDivisibleByTp) {
+  Config c = with_tp(8);
+  c.model.ffn_hidden = 1372;
+  EXPECT_EQ(
+      validate_error(c),
+      "model.ffn_hidden (1372) must be divisible by parallel.tp (8): the MLP is split by hidden channels");
+}
+
+TEST(ConfigValidate, KvHeadsSplitOrReplicated) {
+  // Split: tp divides n_kv_heads. Replicated: n_kv_heads divides tp.
+  for (auto [kv, tp] : {std::pair<int64_t, int64_t>{4, 2}, {2, 4}, {1, 8}, {8, 8}}) {
+    Config c = with_tp(tp);
+    c.model.n_kv_heads = kv;
+    EXPECT_EQ(validate_error(c), "") << "n_kv_heads " << kv << ", tp " << tp;
+  }
+  // n_heads 12, n_kv_heads 6, tp 4: neither 6 % 4 nor 4 % 6.
+  Config c = with_tp(4);
+  c.model.d_model = 96;
+  c.model.n_heads = 12;
+  c.model.n_kv_heads = 6;
+  const std::string e = validate_error(c);
+  EXPECT_NE(e.find("model.n_kv_heads (6) and parallel.tp (4): one must divide the other"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("split"), std::string::npos) << e;
+  EXPECT_NE(e.find("replicated"), std::string::npos) << e;
+}
+
+TEST(ConfigValidate, SequenceParallelNeedsTp) {
+  Config c;
+  c.parallel.sp = true;
+  EXPECT_EQ(validate_error(c),
+            "parallel.sp = true needs tensor parallelism: parallel.tp (1) must be greater than 1");
+  c.parallel.tp = 2;
+  EXPECT_EQ(validate_error(c), "");
+}
+
+TEST(ConfigValidate, SequenceParallelNeedsSeqLenDivisibleByTp) {
+  Config c = with_tp(4);
+  c.parallel.sp = true;
+  c.train.seq_len = 250;
+  const std::string e = validate_error(c);
+  EXPECT_EQ(e.rfind("train.seq_len (250) must be divisible by parallel.tp (4) with parallel.sp = true", 0),
+            0u)
+      << e;
+  c.parallel.sp = false;  // without SP every tp rank sees the whole sequence
+  EXPECT_EQ(validate_error(c), "");
+}
+
+TEST(ConfigValidate, LaterAxesStillRefused) {
+  Config c;
+  c.parallel.pp = 2;
+  EXPECT_NE(validate_error(c).find("parallel.pp = 2 is not supported yet"), std::string::npos);
+  c = Config{};
+  c.parallel.cp = 2;
+  EXPECT_NE(validate_error(c).find("parallel.cp = 2 is not supported yet"), std::string::npos);
+  c = Config{};
+  c.parallel.virtual_stages = 2;
+  EXPECT_NE(validate_error(c).find("parallel.virtual_stages = 2 is not supported yet"), std::string::npos);
+}
+
+TEST(ConfigValidate, OverridesReachTheRules) {
+  const Config c =
+      parse_config_text("[parallel]\ntp = 2\n", "test.toml", {"parallel.sp=true", "train.seq_len=7"});
+  EXPECT_EQ(c.parallel.tp, 2);
+  EXPECT_TRUE(c.parallel.sp);
+  EXPECT_NE(validate_error(c).find("train.seq_len (7) must be divisible by parallel.tp (2)"),
+            std::string::npos);
+}
+
+TEST(ConfigHelp, TpAndSpAreNoLongerMarkedUnimplemented) {
+  for (const auto& k : config_keys()) {
+    if (k.name == "parallel.tp" || k.name == "parallel.sp") {
+      EXPECT_EQ(k.help.find("not yet"), std::string::npos) << k.name << ": " << k.help;
+    }
+  }
+  const std::string help = config_help();
+  EXPECT_NE(help.find("parallel.tp = 1"), std::string::npos);
+  EXPECT_NE(help.find("parallel.sp = false"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mt
