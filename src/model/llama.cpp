@@ -13,6 +13,8 @@
 #include "ops/rmsnorm.h"
 #include "ops/swiglu.h"
 #include "parallel/local_store.h"
+#include "parallel/tp_comm.h"
+#include "parallel/vocab_parallel.h"
 
 namespace mt {
 
@@ -22,56 +24,73 @@ const char* kernel_name(Kernel k) {
   return names[static_cast<int>(k)];
 }
 
-// What one layer saves for its backward (N = B·T tokens).
+// What one layer saves for its backward (N = B·T tokens; Nl = the residual
+// stream's tokens here, N / tp under sequence parallelism, else N; the widths
+// are this rank's under tensor parallelism).
 struct Llama::LayerActs {
-  Tensor ln1;    // [N, C]      rmsnorm₁(x)
-  Tensor rstd1;  // [N]
-  Tensor qkv;    // [N, (H+2KV)·D] q and k after RoPE
-  Tensor att;    // [N, H·D]    attention output (heads concatenated)
-  Tensor lse;    // [B, H, T]
-  Tensor mid;    // [N, C]      residual stream after attention
-  Tensor ln2;    // [N, C]
-  Tensor rstd2;  // [N]
-  Tensor gu;     // [N, 2F]     gate and up
-  Tensor h;      // [N, F]      swiglu(gate, up)
+  Tensor ln1;       // [Nl, C]     rmsnorm₁(x)
+  Tensor ln1_full;  // [N, C]      SP only: ln1 gathered over tp (the q|k|v GEMM's input)
+  Tensor rstd1;     // [Nl]
+  Tensor qkv;       // [N, (Hl+2KVl)·D] q and k after RoPE
+  Tensor att;       // [N, Hl·D]   attention output (heads concatenated)
+  Tensor lse;       // [B, Hl, T]
+  Tensor mid;       // [Nl, C]     residual stream after attention
+  Tensor ln2;       // [Nl, C]
+  Tensor ln2_full;  // [N, C]      SP only
+  Tensor rstd2;     // [Nl]
+  Tensor gu;        // [N, 2Fl]    gate and up
+  Tensor h;         // [N, Fl]     swiglu(gate, up)
 
-  LayerActs(const ModelConfig& c, int64_t B, int64_t T) {
-    const int64_t N = B * T, C = c.d_model, F = c.ffn_hidden;
+  LayerActs(const ModelConfig& c, const TpDims& d, int64_t B, int64_t T, int64_t Nl, bool sp) {
+    const int64_t N = B * T, C = c.d_model, F = d.ffn, D = c.head_dim();
     const MemKind k = MemKind::activation;
-    ln1 = Tensor({N, C}, k);
-    rstd1 = Tensor({N}, k);
-    qkv = Tensor({N, c.qkv_dim()}, k);
-    att = Tensor({N, c.q_dim()}, k);
-    lse = Tensor({B, c.n_heads, T}, k);
-    mid = Tensor({N, C}, k);
-    ln2 = Tensor({N, C}, k);
-    rstd2 = Tensor({N}, k);
+    ln1 = Tensor({Nl, C}, k);
+    if (sp) ln1_full = Tensor({N, C}, k);
+    rstd1 = Tensor({Nl}, k);
+    qkv = Tensor({N, (d.heads + 2 * d.kv_heads) * D}, k);
+    att = Tensor({N, d.heads * D}, k);
+    lse = Tensor({B, d.heads, T}, k);
+    mid = Tensor({Nl, C}, k);
+    ln2 = Tensor({Nl, C}, k);
+    if (sp) ln2_full = Tensor({N, C}, k);
+    rstd2 = Tensor({Nl}, k);
     gu = Tensor({N, 2 * F}, k);
     h = Tensor({N, F}, k);
   }
 };
 
 struct Llama::Buffers {
-  std::vector<Tensor> resid;      // n_layers + 1 tensors [N, C]: the input of each layer, and x_L
+  std::vector<Tensor> resid;      // n_layers + 1 tensors [Nl, C]: the input of each layer, and x_L
   std::vector<LayerActs> layers;  // one per layer, or a single shared one with recomputation
-  Tensor lnf, rstdf;              // final norm [N, C], [N]
-  Tensor logits;                  // [N, V]; the backward turns it into dlogits in place
+  Tensor lnf, rstdf;              // final norm [Nl, C], [Nl]
+  Tensor lnf_full;                // SP: [N, C]
+  Tensor logits;                  // [N, Vl]; the backward turns it into dlogits in place
   Tensor losses, lse_ce;          // [N]
-  Tensor dres, dtmp;              // [N, C] residual-stream gradient and scratch
-  Tensor dmid;                    // [N, max(C, F, H·D)] scratch for a layer's inner gradients
-  Tensor dqkv, dgu;               // [N, (H+2KV)·D], [N, 2F]
+  Tensor dres, dtmp;              // [Nl, C] residual-stream gradient and scratch
+  Tensor dmid;                    // [N, max(C, Fl, Hl·D)] scratch for a layer's inner gradients
+  Tensor dqkv, dgu;               // [N, (Hl+2KVl)·D], [N, 2Fl]
+  // Tensor parallelism: part [N, C] holds a row layer's partial output or a
+  // column layer's partial input gradient before the reduction over tp; under
+  // SP, dfull [N, C] is a gathered residual gradient and dln [Nl, C] a
+  // reduce-scattered one. normg [2, C] collects the norm weights' partial
+  // gradients (SP) and kvg [2·KVl·D, C] a replicated kv head's gradient.
+  Tensor part, dfull, dln, normg, kvg;
   std::vector<int32_t> inputs, targets, pos;
 };
 
 Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<ParamStore> store)
     : cfg_(cfg),
       opts_(opts),
-      table_(make_param_table(cfg)),
+      tp_(opts.tp != nullptr && opts.tp->size() > 1 ? opts.tp : nullptr),
+      tpr_{tp_ ? tp_->size() : 1, tp_ ? tp_->rank() : 0},
+      td_(tp_dims(cfg, tpr_)),
+      table_(make_param_table(cfg, tpr_)),
       units_(make_units(table_, cfg)),
       rope_(cfg.max_seq_len, cfg.head_dim(), cfg.rope_theta),
       store_(store ? std::move(store) : std::make_unique<LocalStore>(units_)),
       buf_(std::make_unique<Buffers>()) {
   cfg_.validate();
+  if (!tp_) opts_.sp = false;
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
     const LayerParamOffsets& o = table_.layers[static_cast<size_t>(l)];
     const int64_t b = units_[static_cast<size_t>(l + 1)].begin;
@@ -83,26 +102,44 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
   MT_REQUIRE(opts_.max_seq <= cfg_.max_seq_len, ConfigError, "seq_len (", opts_.max_seq,
              ") must not exceed model.max_seq_len (", cfg_.max_seq_len, ")");
   MT_REQUIRE(opts_.max_batch >= 1, ConfigError, "microbatch size (", opts_.max_batch, ") must be at least 1");
-  const int64_t B = opts_.max_batch, T = opts_.max_seq, N = B * T;
-  const int64_t C = cfg_.d_model, F = cfg_.ffn_hidden, V = cfg_.vocab_size;
+  if (sp_on()) {
+    MT_REQUIRE(opts_.max_seq % tpr_.size == 0, ConfigError, "train.seq_len (", opts_.max_seq,
+               ") must be divisible by parallel.tp (", tpr_.size, ") with parallel.sp = true");
+  }
+  if (td_.kv_replicas > 1) {  // collective over tp
+    kv_group_ = std::make_unique<Group>(tp_->split(static_cast<int>(td_.kv_head0), tpr_.rank, "tp_kv"));
+  }
+  const int64_t B = opts_.max_batch, T = opts_.max_seq, N = B * T, Nl = sp_on() ? N / tpr_.size : N;
+  const int64_t C = cfg_.d_model, F = td_.ffn, Q = td_.heads * cfg_.head_dim();
+  const int64_t QKV = Q + 2 * td_.kv_heads * cfg_.head_dim();
   const MemKind k = MemKind::activation;
   Buffers& b = *buf_;
   for (int64_t l = 0; l <= cfg_.n_layers; ++l)
-    b.resid.emplace_back(std::vector<int64_t>{N, C}, k);
+    b.resid.emplace_back(std::vector<int64_t>{Nl, C}, k);
   const int64_t n_sets = opts_.recompute ? 1 : cfg_.n_layers;
   b.layers.reserve(static_cast<size_t>(n_sets));
   for (int64_t l = 0; l < n_sets; ++l)
-    b.layers.emplace_back(cfg_, B, T);
-  b.lnf = Tensor({N, C}, k);
-  b.rstdf = Tensor({N}, k);
-  b.logits = Tensor({N, V}, k);
+    b.layers.emplace_back(cfg_, td_, B, T, Nl, sp_on());
+  b.lnf = Tensor({Nl, C}, k);
+  b.rstdf = Tensor({Nl}, k);
+  b.logits = Tensor({N, td_.vocab_rows}, k);
   b.losses = Tensor({N}, k);
   b.lse_ce = Tensor({N}, k);
-  b.dres = Tensor({N, C}, k);
-  b.dtmp = Tensor({N, C}, k);
-  b.dmid = Tensor({N, std::max({C, F, cfg_.q_dim()})}, k);
-  b.dqkv = Tensor({N, cfg_.qkv_dim()}, k);
+  b.dres = Tensor({Nl, C}, k);
+  b.dtmp = Tensor({Nl, C}, k);
+  b.dmid = Tensor({N, std::max({C, F, Q})}, k);
+  b.dqkv = Tensor({N, QKV}, k);
   b.dgu = Tensor({N, 2 * F}, k);
+  if (tp_) {
+    b.part = Tensor({N, C}, k);
+    b.kvg = Tensor({2 * td_.kv_heads * cfg_.head_dim(), C}, MemKind::scratch);
+  }
+  if (sp_on()) {
+    b.lnf_full = Tensor({N, C}, k);
+    b.dfull = Tensor({N, C}, k);
+    b.dln = Tensor({Nl, C}, k);
+    b.normg = Tensor({2, C}, MemKind::scratch);
+  }
 }
 
 Llama::~Llama() = default;
@@ -141,67 +178,133 @@ void add_inplace(float* y, const float* x, int64_t n) {
 
 #define MT_TIMED(kernel) KernelScope scope_##__LINE__(times_, kernel, opts_.profile)
 
-void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* x_in, float* x_out) {
-  const LayerParamOffsets& o = rel_[static_cast<size_t>(l)];
-  const int64_t B = B_, T = T_, N = B * T, C = cfg_.d_model, F = cfg_.ffn_hidden;
-  const int64_t QKV = cfg_.qkv_dim(), Q = cfg_.q_dim();
-  const int32_t* pos = buf_->pos.data();
-  {
-    MT_TIMED(Kernel::rmsnorm);
-    rmsnorm_forward(a.ln1.data(), a.rstd1.data(), x_in, P + o.ln1, N, C, static_cast<float>(cfg_.norm_eps));
+namespace {
+std::string site_of(int64_t l, const char* what) {
+  return "layer " + std::to_string(l) + " " + what;
+}
+}  // namespace
+
+const float* Llama::column_input(const float* ln, float* full, const std::string& site) {
+  if (!sp_on()) {
+    if (tp_) tp::copy_to_tp_forward(ln, N_, cfg_.d_model, *tp_, site);  // identity: every rank has ln
+    return ln;
   }
+  tp::gather_from_sp_forward(full, ln, N_, cfg_.d_model, *tp_, site);
+  return full;
+}
+
+void Llama::row_out(float* out, const float* resid, const float* inp, const float* W, int64_t ICl,
+                    const std::string& site) {
+  const int64_t N = N_, Nl = Nl_, C = cfg_.d_model;
+  if (!tp_) {
+    MT_TIMED(Kernel::gemm);
+    std::memcpy(out, resid, static_cast<size_t>(N * C) * sizeof(float));
+    linear_forward(out, inp, W, N, ICl, C, Out::add);  // residual add fused
+    return;
+  }
+  float* part = buf_->part.data();
   {
     MT_TIMED(Kernel::gemm);
-    linear_forward(a.qkv.data(), a.ln1.data(), P + o.qkv, N, C, QKV);  // q, k, v in one GEMM
+    linear_forward(part, inp, W, N, ICl, C);  // this rank's partial sum
+  }
+  if (sp_on()) {
+    tp::scatter_to_sp_forward(out, part, N, C, *tp_, site);
+  } else {
+    tp::reduce_from_tp_forward(part, N, C, *tp_, site);
+    std::memcpy(out, part, static_cast<size_t>(N * C) * sizeof(float));
+  }
+  add_inplace(out, resid, Nl * C);
+}
+
+const float* Llama::row_dout(const float* dres, const std::string& site) {
+  if (!sp_on()) {
+    if (tp_) tp::reduce_from_tp_backward(dres, N_, cfg_.d_model, *tp_, site);  // identity
+    return dres;
+  }
+  tp::scatter_to_sp_backward(buf_->dfull.data(), dres, N_, cfg_.d_model, *tp_, site);
+  return buf_->dfull.data();
+}
+
+const float* Llama::column_dinput(const float* dout, const float* W, int64_t OCl, const std::string& site) {
+  const int64_t N = N_, C = cfg_.d_model;
+  float* part = tp_ ? buf_->part.data() : buf_->dmid.data();
+  {
+    MT_TIMED(Kernel::gemm);
+    linear_backward(part, nullptr, dout, nullptr, W, N, C, OCl);
+  }
+  if (!tp_) return part;
+  if (!sp_on()) {
+    tp::copy_to_tp_backward(part, N, C, *tp_, site);
+    return part;
+  }
+  tp::gather_from_sp_backward(buf_->dln.data(), part, N, C, *tp_, site);
+  return buf_->dln.data();
+}
+
+void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* x_in, float* x_out) {
+  const LayerParamOffsets& o = rel_[static_cast<size_t>(l)];
+  const int64_t B = B_, T = T_, N = N_, Nl = Nl_, C = cfg_.d_model, F = td_.ffn, D = cfg_.head_dim();
+  const int64_t H = td_.heads, KV = td_.kv_heads, Q = H * D, QKV = Q + 2 * KV * D;
+  const int32_t* pos = buf_->pos.data();
+  const float eps = static_cast<float>(cfg_.norm_eps);
+  {
+    MT_TIMED(Kernel::rmsnorm);
+    rmsnorm_forward(a.ln1.data(), a.rstd1.data(), x_in, P + o.ln1, Nl, C, eps);
+  }
+  const float* x1 = column_input(a.ln1.data(), a.ln1_full.data(), site_of(l, "attn qkv"));
+  {
+    MT_TIMED(Kernel::gemm);
+    linear_forward(a.qkv.data(), x1, P + o.qkv, N, C, QKV);  // q, k, v in one GEMM
   }
   {
     MT_TIMED(Kernel::rope);
-    rope_forward(a.qkv.data(), pos, rope_, N, cfg_.n_heads, QKV);         // q
-    rope_forward(a.qkv.data() + Q, pos, rope_, N, cfg_.n_kv_heads, QKV);  // k
+    rope_forward(a.qkv.data(), pos, rope_, N, H, QKV);       // q
+    rope_forward(a.qkv.data() + Q, pos, rope_, N, KV, QKV);  // k
   }
   {
     MT_TIMED(Kernel::attention);
-    AttentionDims d{B, T, T, cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim(), QKV, QKV, Q};
+    AttentionDims d{B, T, T, H, KV, D, QKV, QKV, Q};
     const float* q = a.qkv.data();
-    attention_forward(a.att.data(), a.lse.data(), q, q + Q, q + Q + cfg_.kv_dim(), pos, pos, d);
+    attention_forward(a.att.data(), a.lse.data(), q, q + Q, q + Q + KV * D, pos, pos, d);
   }
-  {
-    MT_TIMED(Kernel::gemm);
-    std::memcpy(a.mid.data(), x_in, static_cast<size_t>(N * C) * sizeof(float));
-    linear_forward(a.mid.data(), a.att.data(), P + o.o, N, Q, C, Out::add);  // residual add fused
-  }
+  row_out(a.mid.data(), x_in, a.att.data(), P + o.o, Q, site_of(l, "attn o"));
   {
     MT_TIMED(Kernel::rmsnorm);
-    rmsnorm_forward(a.ln2.data(), a.rstd2.data(), a.mid.data(), P + o.ln2, N, C,
-                    static_cast<float>(cfg_.norm_eps));
+    rmsnorm_forward(a.ln2.data(), a.rstd2.data(), a.mid.data(), P + o.ln2, Nl, C, eps);
   }
+  const float* x2 = column_input(a.ln2.data(), a.ln2_full.data(), site_of(l, "mlp gate_up"));
   {
     MT_TIMED(Kernel::gemm);
-    linear_forward(a.gu.data(), a.ln2.data(), P + o.gate_up, N, C, 2 * F);  // gate and up in one GEMM
+    linear_forward(a.gu.data(), x2, P + o.gate_up, N, C, 2 * F);  // gate and up in one GEMM
   }
   {
     MT_TIMED(Kernel::swiglu);
     swiglu_forward(a.h.data(), a.gu.data(), N, F);
   }
   if (x_out == nullptr) return;  // recomputation needs the activations, not the output
-  {
-    MT_TIMED(Kernel::gemm);
-    std::memcpy(x_out, a.mid.data(), static_cast<size_t>(N * C) * sizeof(float));
-    linear_forward(x_out, a.h.data(), P + o.down, N, F, C, Out::add);
-  }
+  row_out(x_out, a.mid.data(), a.h.data(), P + o.down, F, site_of(l, "mlp down"));
 }
 
 void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in,
                            float* dres) {
   const LayerParamOffsets& o = rel_[static_cast<size_t>(l)];
-  const int64_t B = B_, T = T_, N = B * T, C = cfg_.d_model, F = cfg_.ffn_hidden;
-  const int64_t QKV = cfg_.qkv_dim(), Q = cfg_.q_dim();
+  const int64_t B = B_, T = T_, N = N_, Nl = Nl_, C = cfg_.d_model, F = td_.ffn, D = cfg_.head_dim();
+  const int64_t H = td_.heads, KV = td_.kv_heads, Q = H * D, QKV = Q + 2 * KV * D;
   const int32_t* pos = buf_->pos.data();
   Buffers& b = *buf_;
+  const bool sp = sp_on();
+  // Under SP the norm weights' gradients are partial (this rank's tokens): they
+  // collect in normg, are summed over tp below, and only then added to G.
+  float* g_ln1 = sp ? b.normg.data() : G + o.ln1;
+  float* g_ln2 = sp ? b.normg.data() + C : G + o.ln2;
+  if (sp) b.normg.zero();
+  const float* ln1_in = sp ? a.ln1_full.data() : a.ln1.data();  // what the q|k|v GEMM read
+  const float* ln2_in = sp ? a.ln2_full.data() : a.ln2.data();
   // MLP: x = mid + down(h); dres is dL/dx on entry.
+  const float* dy = row_dout(dres, site_of(l, "mlp down"));
   {
     MT_TIMED(Kernel::gemm);
-    linear_backward(b.dmid.data(), G + o.down, dres, a.h.data(), P + o.down, N, F, C);  // dh
+    linear_backward(b.dmid.data(), G + o.down, dy, a.h.data(), P + o.down, N, F, C);  // dh
   }
   {
     MT_TIMED(Kernel::swiglu);
@@ -210,42 +313,65 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
   store_->poll();
   {
     MT_TIMED(Kernel::gemm);
-    linear_backward(b.dmid.data(), G + o.gate_up, b.dgu.data(), a.ln2.data(), P + o.gate_up, N, C, 2 * F);
+    linear_backward(nullptr, G + o.gate_up, b.dgu.data(), ln2_in, P + o.gate_up, N, C, 2 * F);
   }
+  const float* dln2 = column_dinput(b.dgu.data(), P + o.gate_up, 2 * F, site_of(l, "mlp gate_up"));
   {
     MT_TIMED(Kernel::rmsnorm);
-    rmsnorm_backward(b.dtmp.data(), G + o.ln2, b.dmid.data(), a.mid.data(), P + o.ln2, a.rstd2.data(), N, C);
-    add_inplace(dres, b.dtmp.data(), N * C);  // dres is now dL/d(mid)
+    rmsnorm_backward(b.dtmp.data(), g_ln2, dln2, a.mid.data(), P + o.ln2, a.rstd2.data(), Nl, C);
+    add_inplace(dres, b.dtmp.data(), Nl * C);  // dres is now dL/d(mid)
   }
   store_->poll();
   // Attention: mid = x + o_proj(att).
+  const float* dmid = row_dout(dres, site_of(l, "attn o"));
   {
     MT_TIMED(Kernel::gemm);
-    linear_backward(b.dmid.data(), G + o.o, dres, a.att.data(), P + o.o, N, Q, C);  // datt
+    linear_backward(b.dmid.data(), G + o.o, dmid, a.att.data(), P + o.o, N, Q, C);  // datt
   }
   {
     MT_TIMED(Kernel::attention);
     b.dqkv.zero();  // attention_backward accumulates
-    AttentionDims d{B, T, T, cfg_.n_heads, cfg_.n_kv_heads, cfg_.head_dim(), QKV, QKV, Q};
+    AttentionDims d{B, T, T, H, KV, D, QKV, QKV, Q};
     const float* q = a.qkv.data();
     float* dq = b.dqkv.data();
-    attention_backward(dq, dq + Q, dq + Q + cfg_.kv_dim(), b.dmid.data(), a.att.data(), a.lse.data(), q,
-                       q + Q, q + Q + cfg_.kv_dim(), pos, pos, d);
+    attention_backward(dq, dq + Q, dq + Q + KV * D, b.dmid.data(), a.att.data(), a.lse.data(), q, q + Q,
+                       q + Q + KV * D, pos, pos, d);
   }
   store_->poll();
   {
     MT_TIMED(Kernel::rope);
-    rope_backward(b.dqkv.data(), pos, rope_, N, cfg_.n_heads, QKV);
-    rope_backward(b.dqkv.data() + Q, pos, rope_, N, cfg_.n_kv_heads, QKV);
+    rope_backward(b.dqkv.data(), pos, rope_, N, H, QKV);
+    rope_backward(b.dqkv.data() + Q, pos, rope_, N, KV, QKV);
+  }
+  // A kv head replicated on several tp ranks gets a part of its gradient from
+  // each (through that rank's query heads): the parts are summed over the
+  // replicas, once, before they join G.
+  float* gkv = G + o.qkv + Q * C;
+  const int64_t nkv = 2 * KV * D * C;
+  if (kv_group_) {
+    std::memcpy(b.kvg.data(), gkv, static_cast<size_t>(nkv) * sizeof(float));
+    std::memset(gkv, 0, static_cast<size_t>(nkv) * sizeof(float));
   }
   {
     MT_TIMED(Kernel::gemm);
-    linear_backward(b.dmid.data(), G + o.qkv, b.dqkv.data(), a.ln1.data(), P + o.qkv, N, C, QKV);
+    linear_backward(nullptr, G + o.qkv, b.dqkv.data(), ln1_in, P + o.qkv, N, C, QKV);
   }
+  if (kv_group_) {
+    kv_group_->all_reduce(
+        gkv, nkv, tp::comm_label(site_of(l, "attn k|v"), "replica grads", "backward", {2 * KV * D, C}));
+    add_inplace(gkv, b.kvg.data(), nkv);
+  }
+  const float* dln1 = column_dinput(b.dqkv.data(), P + o.qkv, QKV, site_of(l, "attn qkv"));
   {
     MT_TIMED(Kernel::rmsnorm);
-    rmsnorm_backward(b.dtmp.data(), G + o.ln1, b.dmid.data(), x_in, P + o.ln1, a.rstd1.data(), N, C);
-    add_inplace(dres, b.dtmp.data(), N * C);  // dres is now dL/dx_in
+    rmsnorm_backward(b.dtmp.data(), g_ln1, dln1, x_in, P + o.ln1, a.rstd1.data(), Nl, C);
+    add_inplace(dres, b.dtmp.data(), Nl * C);  // dres is now dL/dx_in
+  }
+  if (sp) {
+    tp_->all_reduce(b.normg.data(), 2 * C,
+                    tp::comm_label(site_of(l, "norms"), "sp weight grads", "backward", {2, C}));
+    add_inplace(G + o.ln1, b.normg.data(), C);
+    add_inplace(G + o.ln2, b.normg.data() + C, C);
   }
 }
 
@@ -256,7 +382,9 @@ double Llama::forward(const int32_t* inputs, const int32_t* targets, int64_t B, 
              " exceeds the model's buffers (", opts_.max_seq, ")");
   B_ = B;
   T_ = T;
-  const int64_t N = B * T, C = cfg_.d_model, V = cfg_.vocab_size;
+  N_ = B * T;
+  Nl_ = sp_on() ? tp::sp_local_tokens(N_, *tp_) : N_;
+  const int64_t N = N_, Nl = Nl_, C = cfg_.d_model, V = cfg_.vocab_size, Vl = td_.vocab_rows;
   Buffers& b = *buf_;
   b.inputs.assign(inputs, inputs + N);
   b.targets.assign(targets ? targets : inputs, (targets ? targets : inputs) + N);
@@ -264,10 +392,15 @@ double Llama::forward(const int32_t* inputs, const int32_t* targets, int64_t B, 
   b.pos.resize(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i)
     b.pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % T);
+  const tp::SequenceParallel spm = sp_on() ? tp::SequenceParallel::on : tp::SequenceParallel::off;
   {
     const float* E = store_->acquire_params(0, Pass::forward);
+    const float* table = E + (table_.embed - units_[0].begin);
     MT_TIMED(Kernel::embedding);
-    embedding_forward(b.resid[0].data(), b.inputs.data(), E + (table_.embed - units_[0].begin), N, C);
+    if (tp_)
+      tp::vocab_embedding_forward(b.resid[0].data(), b.inputs.data(), table, N, C, V, {*tp_, "embed", spm});
+    else
+      embedding_forward(b.resid[0].data(), b.inputs.data(), table, N, C);
   }
   store_->release_params(0, Pass::forward);
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
@@ -281,37 +414,47 @@ double Llama::forward(const int32_t* inputs, const int32_t* targets, int64_t B, 
   const float* head = cfg_.tie_embeddings ? store_->acquire_params(0, Pass::forward) : Fp;
   {
     MT_TIMED(Kernel::rmsnorm);
-    rmsnorm_forward(b.lnf.data(), b.rstdf.data(), b.resid.back().data(), Fp + norm_rel_, N, C,
+    rmsnorm_forward(b.lnf.data(), b.rstdf.data(), b.resid.back().data(), Fp + norm_rel_, Nl, C,
                     static_cast<float>(cfg_.norm_eps));
   }
+  const float* xf = column_input(b.lnf.data(), b.lnf_full.data(), "head");
   {
     MT_TIMED(Kernel::gemm);
-    linear_forward(b.logits.data(), b.lnf.data(), head + head_rel_, N, C, V);
+    linear_forward(b.logits.data(), xf, head + head_rel_, N, C, Vl);
   }
   if (cfg_.tie_embeddings) store_->release_params(0, Pass::forward);
   store_->release_params(final_unit(), Pass::forward);
   if (targets_ == nullptr) return 0.0;
   MT_TIMED(Kernel::cross_entropy);
-  cross_entropy_forward(b.losses.data(), b.lse_ce.data(), b.logits.data(), targets_, N, V, kIgnoreIndex);
-  double sum = 0.0;  // in token order: deterministic
+  if (tp_)
+    tp::vocab_cross_entropy_forward(b.losses.data(), b.lse_ce.data(), b.logits.data(), targets_, N, V,
+                                    kIgnoreIndex, *tp_, "head");
+  else
+    cross_entropy_forward(b.losses.data(), b.lse_ce.data(), b.logits.data(), targets_, N, V, kIgnoreIndex);
+  double sum = 0.0;  // in token order: deterministic (and the same on every tp rank)
   for (int64_t i = 0; i < N; ++i)
     sum += b.losses.data()[i];
   return sum;
 }
 
 const float* Llama::logits() const {
+  MT_CHECK(tp_ == nullptr, "logits() needs the whole vocabulary: not available under tensor parallelism");
   return buf_->logits.data();
 }
 
 void Llama::backward(float dloss) {
   MT_CHECK(targets_ != nullptr, "backward needs a forward with targets");
-  const int64_t N = B_ * T_, C = cfg_.d_model, V = cfg_.vocab_size;
+  const int64_t N = N_, Nl = Nl_, C = cfg_.d_model, V = cfg_.vocab_size, Vl = td_.vocab_rows;
   Buffers& b = *buf_;
-  const bool tied = cfg_.tie_embeddings;
+  const bool tied = cfg_.tie_embeddings, sp = sp_on();
   {
     MT_TIMED(Kernel::cross_entropy);
-    cross_entropy_backward(b.logits.data(), b.logits.data(), b.lse_ce.data(), targets_, dloss, N, V,
-                           kIgnoreIndex);
+    if (tp_)
+      tp::vocab_cross_entropy_backward(b.logits.data(), b.logits.data(), b.lse_ce.data(), targets_, dloss, N,
+                                       V, kIgnoreIndex, *tp_);
+    else
+      cross_entropy_backward(b.logits.data(), b.logits.data(), b.lse_ce.data(), targets_, dloss, N, V,
+                             kIgnoreIndex);
   }
   // Final norm and LM head. A tied head's gradient goes to unit 0, which stays
   // acquired until the embedding's backward has added its part too.
@@ -322,13 +465,20 @@ void Llama::backward(float dloss) {
   float* head_grad = tied ? Eg : Fg;
   {
     MT_TIMED(Kernel::gemm);
-    linear_backward(b.dtmp.data(), head_grad + head_rel_, b.logits.data(), b.lnf.data(), head + head_rel_, N,
-                    C, V);
+    linear_backward(nullptr, head_grad + head_rel_, b.logits.data(), sp ? b.lnf_full.data() : b.lnf.data(),
+                    head + head_rel_, N, C, Vl);
   }
+  const float* dlnf = column_dinput(b.logits.data(), head + head_rel_, Vl, "head");
   {
     MT_TIMED(Kernel::rmsnorm);
-    rmsnorm_backward(b.dres.data(), Fg + norm_rel_, b.dtmp.data(), b.resid.back().data(), Fp + norm_rel_,
-                     b.rstdf.data(), N, C);
+    float* gnorm = sp ? b.normg.data() : Fg + norm_rel_;
+    if (sp) b.normg.zero();
+    rmsnorm_backward(b.dres.data(), gnorm, dlnf, b.resid.back().data(), Fp + norm_rel_, b.rstdf.data(), Nl,
+                     C);
+    if (sp) {
+      tp_->all_reduce(gnorm, C, tp::comm_label("final norm", "sp weight grads", "backward", {1, C}));
+      add_inplace(Fg + norm_rel_, gnorm, C);
+    }
   }
   if (tied) store_->release_params(0, Pass::backward);
   store_->release_grads(final_unit());
@@ -350,8 +500,14 @@ void Llama::backward(float dloss) {
   }
   if (!tied) Eg = store_->acquire_grads(0);
   {
+    float* dtable = Eg + (table_.embed - units_[0].begin);
     MT_TIMED(Kernel::embedding);
-    embedding_backward(Eg + (table_.embed - units_[0].begin), b.dres.data(), b.inputs.data(), N, C);
+    if (tp_)
+      tp::vocab_embedding_backward(
+          dtable, b.dres.data(), b.inputs.data(), N, C, V,
+          {*tp_, "embed", sp ? tp::SequenceParallel::on : tp::SequenceParallel::off});
+    else
+      embedding_backward(dtable, b.dres.data(), b.inputs.data(), N, C);
   }
   store_->release_grads(0);
   targets_ = nullptr;

@@ -5,6 +5,15 @@
 //                      x = a + down(swiglu(gate_up(rmsnorm₂(a))))
 //   logits = lm_head(rmsnorm_f(x_L));  loss = Σ_valid CE(logits, targets) / n_valid_global
 //
+// Tensor parallelism (Megatron): q|k|v and gate|up are column-parallel, o and
+// down row-parallel, so each half-block has one reduction over tp forward
+// (after o, after down) and one backward (the input gradient of q|k|v, of
+// gate|up); the embedding, LM head and cross-entropy are vocab-parallel. With
+// sequence parallelism the residual stream and the norms hold N/tp tokens:
+// each reduction becomes an all-gather before the column layer and a
+// reduce-scatter after the row layer, and the norm weights' gradients, partial
+// over the token shards, are summed over tp once per layer and microbatch.
+//
 // The model owns its parameters, gradients (both flat, see params.h) and the
 // activations of one microbatch of at most max_batch × max_seq tokens. With
 // recomputation, a layer keeps only its input and recomputes the rest in its
@@ -14,8 +23,10 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "comm/group.h"
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/params.h"
@@ -39,6 +50,11 @@ struct ModelOptions {
   int64_t max_seq = 0;    // tokens per sequence (≤ max_seq_len); 0 means max_seq_len
   bool recompute = false;
   bool profile = false;  // fill kernel_times() (adds a clock read per kernel)
+  // Tensor parallelism: this rank's tp group (null or size 1: none) and
+  // sequence parallelism between the TP regions. The model then holds and
+  // computes this rank's shard (params.h) and communicates over tp itself.
+  Group* tp = nullptr;
+  bool sp = false;
 };
 
 class Llama {
@@ -76,8 +92,13 @@ class Llama {
   // loss Σ_valid CE · dloss, where dloss = 1 / (global valid-token count).
   void backward(float dloss);
 
-  // Logits [B, T, V] of the last forward (valid until backward, which reuses them).
+  // Logits [B, T, V] of the last forward (valid until backward, which reuses
+  // them). Without tensor parallelism only: a tp rank holds a slice of the vocabulary.
   const float* logits() const;
+
+  // This rank's share of the model under tensor parallelism ({1, 0}: all of it).
+  TpRank tp_rank() const { return tpr_; }
+  Group* tp_group() const { return tp_; }  // null without tensor parallelism
 
   const KernelTimes& kernel_times() const { return times_; }
   KernelTimes& kernel_times() { return times_; }
@@ -92,9 +113,25 @@ class Llama {
   void layer_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in, float* dres);
   LayerActs& acts_for(int64_t l);
   int final_unit() const { return static_cast<int>(cfg_.n_layers) + 1; }
+  // Row-parallel output: out[Nl, C] = resid + (inp[N, ICl] · Wᵀ summed over tp).
+  void row_out(float* out, const float* resid, const float* inp, const float* W, int64_t ICl,
+               const std::string& site);
+  // Column-parallel input gradient: dln[Nl, C] ← Σ_tp dout[N, OCl] · W (the
+  // buffer it lands in is returned: part_ without SP, dln_ with it).
+  const float* column_dinput(const float* dout, const float* W, int64_t OCl, const std::string& site);
+  // The [N, C] input a column layer's GEMM reads: ln itself, or gathered (SP).
+  const float* column_input(const float* ln, float* full, const std::string& site);
+  // The [N, C] gradient a row layer's backward reads: dres itself, or gathered (SP).
+  const float* row_dout(const float* dres, const std::string& site);
+  bool tp_on() const { return tp_ != nullptr; }
+  bool sp_on() const { return tp_ != nullptr && opts_.sp; }
 
   ModelConfig cfg_;
   ModelOptions opts_;
+  Group* tp_ = nullptr;  // null: no tensor parallelism
+  TpRank tpr_;
+  TpDims td_;
+  std::unique_ptr<Group> kv_group_;  // the ranks sharing this rank's kv head (tp > n_kv_heads)
   ParamTable table_;
   std::vector<UnitSpec> units_;
   std::vector<LayerParamOffsets> rel_;   // per layer, offsets within its unit
@@ -103,7 +140,8 @@ class Llama {
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<Buffers> buf_;
   KernelTimes times_;
-  int64_t B_ = 0, T_ = 0;  // shape of the last forward
+  int64_t B_ = 0, T_ = 0;   // shape of the last forward
+  int64_t N_ = 0, Nl_ = 0;  // its tokens, and those of the residual stream here (N / tp under SP)
   const int32_t* targets_ = nullptr;
 };
 

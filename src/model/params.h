@@ -7,6 +7,18 @@
 // so together they are the stacked weight [(H + 2·KV)·D, C] of one fused QKV
 // GEMM; gate and up likewise form one [2F, C] weight. A flat buffer makes the
 // optimizer, clipping and (later) ZeRO sharding and gradient buckets simple.
+//
+// Under tensor parallelism (TpRank.size > 1) the table is THIS RANK's: the same
+// names and order, with each parameter's local shape and a map onto the full
+// tensor (Megatron's split, docs/PARALLELISM.md "Tensor parallelism"):
+//   q, k, v, gate, up   column-parallel: rows (output features) split
+//   o, down             row-parallel: columns (input features) split
+//   k, v with tp > n_kv_heads   one kv head per rank, replicated on the
+//                       tp / n_kv_heads ranks whose query heads use it
+//   embed, lm_head      vocab-parallel: ceil(V / tp) rows, the last ones padding
+//   norms               replicated
+// The fused q|k|v and gate|up blocks then hold this rank's pieces, so the
+// same fused GEMMs compute this rank's heads and hidden features.
 #pragma once
 
 #include <cstdint>
@@ -20,14 +32,53 @@ namespace mt {
 
 enum class ParamInit { normal, residual_out, ones };
 
+// This process's place on the tensor-parallel axis (size 1: the whole model).
+struct TpRank {
+  int size = 1;
+  int rank = 0;
+};
+
+// The sizes tensor parallelism splits, on one rank.
+struct TpDims {
+  int64_t heads = 0;        // query heads here: n_heads / tp
+  int64_t kv_heads = 0;     // kv heads here: n_kv_heads / tp, or 1 when replicated
+  int64_t kv_head0 = 0;     // global index of the first
+  int64_t kv_replicas = 1;  // ranks holding the same kv heads (tp / n_kv_heads when tp > n_kv_heads)
+  int64_t ffn = 0;          // ffn_hidden / tp
+  int64_t vocab_rows = 0;   // ceil(vocab / tp): rows of the local embedding and LM head
+  int64_t vocab_begin = 0;  // global rows [vocab_begin, vocab_end) are real, the rest padding
+  int64_t vocab_end = 0;
+};
+// Throws ConfigError naming the numbers when tp does not divide n_heads or
+// ffn_hidden, or when neither of tp and n_kv_heads divides the other.
+TpDims tp_dims(const ModelConfig& cfg, TpRank tp);
+
+// How a local parameter lies in the full one.
+enum class ShardMap {
+  whole,  // the full tensor (replicated)
+  rows,   // local row r is global row first + r for r < count; rows ≥ count are padding (zero)
+  cols,   // local column c is global column first + c; count columns
+};
+
 struct ParamSpec {
-  std::string name;            // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
-  std::vector<int64_t> shape;  // [out, in] for weights, like PyTorch
-  int64_t offset = 0;          // first element in the flat buffer
+  std::string name;                   // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;         // [out, in] for weights, like PyTorch; this rank's under tp
+  std::vector<int64_t> global_shape;  // the full tensor's
+  int64_t offset = 0;                 // first element in the flat buffer
   int64_t numel = 0;
   ParamInit init = ParamInit::normal;
   bool weight_decay = true;  // false for norms and embeddings
+  ShardMap map = ShardMap::whole;
+  int64_t first = 0, count = 0;  // see ShardMap
+  // Whether this rank counts the parameter in the gradient norm: false on all
+  // but one of the tp ranks holding the same copy (norms, replicated kv heads).
+  bool norm_counted = true;
 };
+
+// Copies between a full tensor (spec.global_shape) and this rank's local one:
+// to_local zeroes the padding; to_full writes only the real elements.
+void param_to_local(const ParamSpec& spec, const float* full, float* local);
+void param_to_full(const ParamSpec& spec, const float* local, float* full);
 
 // Offsets into the flat buffer of one layer's parameters.
 struct LayerParamOffsets {
@@ -43,15 +94,16 @@ struct ParamTable {
   const ParamSpec& find(const std::string& name) const;  // throws ConfigError listing a few names
 };
 
-ParamTable make_param_table(const ModelConfig& cfg);
+ParamTable make_param_table(const ModelConfig& cfg, TpRank tp = {});
 
 // Initialises params[0, table.total): element i of parameter p is a pure
 // function of (seed, p.name, i) — Philox normal · init_std (· 1/sqrt(2·n_layers)
 // for residual output projections), or 1 for norm weights.
 void init_params(float* params, const ParamTable& table, const ModelConfig& cfg, uint64_t seed);
 
-// The same rule for any slice of one parameter: elements [first, first + n) of
-// `spec` into out[n]. A shard generated alone equals the slice of the full tensor.
+// The same rule for any slice of one parameter: local elements [first, first + n)
+// of `spec` into out[n], each generated from its index in the FULL tensor
+// (padding is zero). A shard generated alone equals the slice of the full tensor.
 void init_param_slice(const ParamSpec& spec, const ModelConfig& cfg, uint64_t seed, int64_t first, int64_t n,
                       float* out);
 

@@ -246,8 +246,14 @@ void DataParallelStore::finish_grads() {
 
 double DataParallelStore::grad_sum_squares() {
   if (opts_.zero <= 1)
-    return sum_squares(full_grads_.data(), full_grads_.numel());  // replicated: every element once
-  double s = sum_squares(local_grads_.data(), local_numel_);      // disjoint shards; padding is zero
+    return counted_sum_squares(units_, full_grads_.data());  // replicated: every element once
+  double s = 0.0;                                            // disjoint shards; padding is zero
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const float* shard = local_grads_.data() + shard_offset_[u];
+    for (const auto& p : layouts_[u].pieces()) {
+      if (p.param->norm_counted) s += sum_squares(shard + p.in_shard, p.shard_rows * p.param->row_size);
+    }
+  }
   dp_.all_reduce(&s, 1, "grad norm");
   return s;
 }

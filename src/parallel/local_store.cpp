@@ -11,6 +11,16 @@ int64_t units_total(const std::vector<UnitSpec>& units) {
   return units.empty() ? 0 : units.back().end;
 }
 
+double counted_sum_squares(const std::vector<UnitSpec>& units, const float* full) {
+  double s = 0.0;
+  for (const auto& u : units) {
+    for (const auto& p : u.params) {
+      if (p.norm_counted) s += sum_squares(full + p.offset, p.numel());
+    }
+  }
+  return s;
+}
+
 std::vector<DecayRange> full_decay_ranges(const std::vector<UnitSpec>& units) {
   std::vector<DecayRange> r;
   for (const auto& u : units) {
@@ -37,7 +47,7 @@ LocalStore::LocalStore(std::vector<UnitSpec> units)
 }
 
 double LocalStore::grad_sum_squares() {
-  return sum_squares(grads_.data(), grads_.numel());
+  return counted_sum_squares(units_, grads_.data());
 }
 
 std::vector<DecayRange> LocalStore::local_decay_ranges() const {

@@ -29,6 +29,10 @@ struct ParamSlot {
   int64_t rows = 0;
   int64_t row_size = 1;
   bool decay = true;
+  // Counted in grad_sum_squares() on this rank. False on all but one of the
+  // tensor-parallel ranks that hold the same copy (replicated norms and kv heads),
+  // so that the norm, summed over tp, counts every element of the model once.
+  bool norm_counted = true;
   int64_t numel() const { return rows * row_size; }
 };
 
@@ -67,7 +71,8 @@ class ParamStore {
   virtual void begin_microbatch(int64_t index) = 0;
   // After the last backward: every reduction has completed.
   virtual void finish_grads() = 0;
-  // Σ g² over the whole model's (reduced) gradient, each element counted once.
+  // Σ g² over this rank's model (its tp shard) after the dp reduction, each
+  // element counted once; parameters with norm_counted = false are left out.
   virtual double grad_sum_squares() = 0;
   // This rank's share of parameters and gradients, what the optimizer updates.
   virtual float* local_params() = 0;
@@ -92,5 +97,8 @@ class ParamStore {
 
 // Units in order; total = end of the last one.
 int64_t units_total(const std::vector<UnitSpec>& units);
+
+// Σ g² over the parameters with norm_counted, of a full flat buffer.
+double counted_sum_squares(const std::vector<UnitSpec>& units, const float* full);
 
 }  // namespace mt

@@ -16,7 +16,7 @@ void column_parallel_forward(float* out, float* inp_full, const float* inp, cons
     gather_from_sp_forward(inp_full, inp, N, IC, layer.group, layer.site);
     x = inp_full;
   } else {
-    copy_to_tp_forward(inp, N * IC, layer.group, layer.site);
+    copy_to_tp_forward(inp, N, IC, layer.group, layer.site);
   }
   linear_forward(out, x, weight, N, IC, OCl);
 }
@@ -33,7 +33,7 @@ void column_parallel_backward(float* dinp, float* dweight, const float* dout, co
     gather_from_sp_backward(dinp, partial.data(), N, IC, layer.group, layer.site);
   } else {
     linear_backward(dinp, nullptr, dout, gemm_inp, weight, N, IC, OCl);
-    copy_to_tp_backward(dinp, N * IC, layer.group, layer.site);
+    copy_to_tp_backward(dinp, N, IC, layer.group, layer.site);
   }
 }
 
@@ -45,7 +45,7 @@ void row_parallel_forward(float* out, const float* inp, const float* weight, int
     scatter_to_sp_forward(out, partial.data(), N, OC, layer.group, layer.site);
   } else {
     linear_forward(out, inp, weight, N, ICl, OC);
-    reduce_from_tp_forward(out, N * OC, layer.group, layer.site);
+    reduce_from_tp_forward(out, N, OC, layer.group, layer.site);
   }
 }
 
@@ -58,7 +58,7 @@ void row_parallel_backward(float* dinp, float* dweight, const float* dout, const
     scatter_to_sp_backward(gathered.data(), dout, N, OC, layer.group, layer.site);
     g = gathered.data();
   } else {
-    reduce_from_tp_backward(dout, N * OC, layer.group, layer.site);
+    reduce_from_tp_backward(dout, N, OC, layer.group, layer.site);
   }
   linear_backward(dinp, dweight, g, inp, weight, N, ICl, OC);
 }

@@ -4,12 +4,22 @@
 
 namespace mt::tp {
 
-std::string comm_label(std::string_view site, std::string_view pair, std::string_view direction) {
+std::string comm_label(std::string_view site, std::string_view pair, std::string_view direction,
+                       std::initializer_list<int64_t> shape) {
   std::string s(site);
   s += ": ";
   s += pair;
   s += ' ';
   s += direction;
+  if (shape.size() > 0) {
+    s += " [";
+    const char* sep = "";
+    for (int64_t d : shape) {
+      s += sep + std::to_string(d);
+      sep = ", ";
+    }
+    s += ']';
+  }
   return s;
 }
 
@@ -20,42 +30,44 @@ int64_t sp_local_tokens(int64_t N, const Group& tp) {
   return N / P;
 }
 
-void copy_to_tp_forward(const float* /*x*/, int64_t /*n*/, Group& /*tp*/, std::string_view /*site*/) {}
+void copy_to_tp_forward(const float* /*x*/, int64_t /*rows*/, int64_t /*cols*/, Group& /*tp*/,
+                        std::string_view /*site*/) {}
 
-void copy_to_tp_backward(float* dx, int64_t n, Group& tp, std::string_view site) {
-  tp.all_reduce(dx, n, comm_label(site, "copy_to_tp", "backward"));
+void copy_to_tp_backward(float* dx, int64_t rows, int64_t cols, Group& tp, std::string_view site) {
+  tp.all_reduce(dx, rows * cols, comm_label(site, "copy_to_tp", "backward", {rows, cols}));
 }
 
-void reduce_from_tp_forward(float* x, int64_t n, Group& tp, std::string_view site) {
-  tp.all_reduce(x, n, comm_label(site, "reduce_from_tp", "forward"));
+void reduce_from_tp_forward(float* x, int64_t rows, int64_t cols, Group& tp, std::string_view site) {
+  tp.all_reduce(x, rows * cols, comm_label(site, "reduce_from_tp", "forward", {rows, cols}));
 }
 
-void reduce_from_tp_backward(const float* /*dx*/, int64_t /*n*/, Group& /*tp*/, std::string_view /*site*/) {}
+void reduce_from_tp_backward(const float* /*dx*/, int64_t /*rows*/, int64_t /*cols*/, Group& /*tp*/,
+                             std::string_view /*site*/) {}
 
 void gather_from_sp_forward(float* out, const float* inp, int64_t N, int64_t C, Group& tp,
                             std::string_view site) {
-  const int64_t local = sp_local_tokens(N, tp) * C;
-  tp.all_gather(inp, out, local, ElemType::f32, comm_label(site, "gather_from_sp", "forward"));
+  const int64_t Nl = sp_local_tokens(N, tp);
+  tp.all_gather(inp, out, Nl * C, ElemType::f32, comm_label(site, "gather_from_sp", "forward", {Nl, C}));
 }
 
 void gather_from_sp_backward(float* dinp, const float* dout, int64_t N, int64_t C, Group& tp,
                              std::string_view site) {
-  const int64_t local = sp_local_tokens(N, tp) * C;
-  tp.reduce_scatter(dout, dinp, local, ElemType::f32, ReduceOp::sum,
-                    comm_label(site, "gather_from_sp", "backward"));
+  const int64_t Nl = sp_local_tokens(N, tp);
+  tp.reduce_scatter(dout, dinp, Nl * C, ElemType::f32, ReduceOp::sum,
+                    comm_label(site, "gather_from_sp", "backward", {N, C}));
 }
 
 void scatter_to_sp_forward(float* out, const float* inp, int64_t N, int64_t C, Group& tp,
                            std::string_view site) {
-  const int64_t local = sp_local_tokens(N, tp) * C;
-  tp.reduce_scatter(inp, out, local, ElemType::f32, ReduceOp::sum,
-                    comm_label(site, "scatter_to_sp", "forward"));
+  const int64_t Nl = sp_local_tokens(N, tp);
+  tp.reduce_scatter(inp, out, Nl * C, ElemType::f32, ReduceOp::sum,
+                    comm_label(site, "scatter_to_sp", "forward", {N, C}));
 }
 
 void scatter_to_sp_backward(float* dinp, const float* dout, int64_t N, int64_t C, Group& tp,
                             std::string_view site) {
-  const int64_t local = sp_local_tokens(N, tp) * C;
-  tp.all_gather(dout, dinp, local, ElemType::f32, comm_label(site, "scatter_to_sp", "backward"));
+  const int64_t Nl = sp_local_tokens(N, tp);
+  tp.all_gather(dout, dinp, Nl * C, ElemType::f32, comm_label(site, "scatter_to_sp", "backward", {Nl, C}));
 }
 
 }  // namespace mt::tp

@@ -21,12 +21,16 @@
 // N must be divisible by tp (ConfigError with the numbers otherwise).
 //
 // Ledger labels: `site` names the call site ("layer 3 mlp down"); the recorded
-// label is "<site>: <pair> forward|backward" ("layer 3 mlp down: reduce_from_tp
-// forward"). Identity halves record nothing. Every function is collective over
+// label is "<site>: <pair> forward|backward [shape]" ("layer 3 mlp down:
+// reduce_from_tp forward [512, 64]"), where shape is that of the tensor this
+// rank sends (the ledger's element count): the whole tensor for an all-reduce
+// and a reduce-scatter, this rank's block for an all-gather. --explain prints
+// it. Identity halves record nothing. Every function is collective over
 // tp unless it is an identity.
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 
@@ -34,17 +38,18 @@
 
 namespace mt::tp {
 
-// "<site>: <pair> <direction>"
-std::string comm_label(std::string_view site, std::string_view pair, std::string_view direction);
+// "<site>: <pair> <direction> [d0, d1, …]" (no brackets for an empty shape)
+std::string comm_label(std::string_view site, std::string_view pair, std::string_view direction,
+                       std::initializer_list<int64_t> shape = {});
 
-// copy_to_tp. forward: identity on x[n] (no communication; kept so that the call
-// site reads as the pair). backward: dx[n] ← Σ_tp dx[n], in place.
-void copy_to_tp_forward(const float* x, int64_t n, Group& tp, std::string_view site);
-void copy_to_tp_backward(float* dx, int64_t n, Group& tp, std::string_view site);
+// copy_to_tp. forward: identity on x[rows, cols] (no communication; kept so that
+// the call site reads as the pair). backward: dx ← Σ_tp dx, in place.
+void copy_to_tp_forward(const float* x, int64_t rows, int64_t cols, Group& tp, std::string_view site);
+void copy_to_tp_backward(float* dx, int64_t rows, int64_t cols, Group& tp, std::string_view site);
 
-// reduce_from_tp. forward: x[n] ← Σ_tp x[n], in place. backward: identity on dx[n].
-void reduce_from_tp_forward(float* x, int64_t n, Group& tp, std::string_view site);
-void reduce_from_tp_backward(const float* dx, int64_t n, Group& tp, std::string_view site);
+// reduce_from_tp. forward: x[rows, cols] ← Σ_tp x, in place. backward: identity on dx.
+void reduce_from_tp_forward(float* x, int64_t rows, int64_t cols, Group& tp, std::string_view site);
+void reduce_from_tp_backward(const float* dx, int64_t rows, int64_t cols, Group& tp, std::string_view site);
 
 // gather_from_sp (N = all tokens, C = row width).
 // forward:  out[N, C] ← the ranks' inp[N/tp, C] in rank order (all-gather).

@@ -50,7 +50,7 @@ void vocab_embedding_forward(float* out, const int32_t* ids, const float* table_
   if (layer.sp == SequenceParallel::on)
     scatter_to_sp_forward(out, p, N, C, layer.group, layer.site);
   else
-    reduce_from_tp_forward(out, N * C, layer.group, layer.site);
+    reduce_from_tp_forward(out, N, C, layer.group, layer.site);
 }
 
 void vocab_embedding_backward(float* dtable_local, const float* dout, const int32_t* ids, int64_t N,
@@ -64,7 +64,7 @@ void vocab_embedding_backward(float* dtable_local, const float* dout, const int3
     scatter_to_sp_backward(gathered.data(), dout, N, C, layer.group, layer.site);
     g = gathered.data();
   } else {
-    reduce_from_tp_backward(dout, N * C, layer.group, layer.site);
+    reduce_from_tp_backward(dout, N, C, layer.group, layer.site);
   }
   for (int64_t n = 0; n < N; ++n) {
     const int64_t id = ids[n];
@@ -91,7 +91,7 @@ void vocab_cross_entropy_forward(float* losses, float* lse, const float* logits_
       m = std::max(m, static_cast<double>(x[v]));
     max[static_cast<size_t>(n)] = m;
   }
-  tp.all_reduce(max.data(), N, comm_label(site, "vocab_ce max", "forward"), ReduceOp::max);
+  tp.all_reduce(max.data(), N, comm_label(site, "vocab_ce max", "forward", {N}), ReduceOp::max);
   for (int64_t n = 0; n < N; ++n) {
     const float* x = logits_local + n * Vl;
     const double m = max[static_cast<size_t>(n)];
@@ -103,8 +103,8 @@ void vocab_cross_entropy_forward(float* losses, float* lse, const float* logits_
     target[static_cast<size_t>(n)] =
         (t != ignore_index && t >= vs.begin && t < vs.end) ? static_cast<double>(x[t - vs.begin]) : 0.0;
   }
-  tp.all_reduce(sum.data(), N, comm_label(site, "vocab_ce sumexp", "forward"));
-  tp.all_reduce(target.data(), N, comm_label(site, "vocab_ce target", "forward"));
+  tp.all_reduce(sum.data(), N, comm_label(site, "vocab_ce sumexp", "forward", {N}));
+  tp.all_reduce(target.data(), N, comm_label(site, "vocab_ce target", "forward", {N}));
   for (int64_t n = 0; n < N; ++n) {
     const size_t i = static_cast<size_t>(n);
     const double l = max[i] + std::log(sum[i]);

@@ -25,6 +25,8 @@ RunLayout make_run_layout(const Config& cfg, const Group* world) {
   lay.zero_ = static_cast<int>(cfg.parallel.zero);
   lay.bucket_bytes_ = static_cast<int64_t>(cfg.parallel.bucket_mb * (1 << 20));
   lay.dp = sizes[static_cast<int>(Axis::dp)];
+  lay.tp = sizes[static_cast<int>(Axis::tp)];
+  lay.sp = cfg.parallel.sp && lay.tp > 1;
   if (world == nullptr) return lay;
   lay.world_ = std::make_unique<Group>(*world);
   lay.world_size = world->size();
@@ -32,6 +34,8 @@ RunLayout make_run_layout(const Config& cfg, const Group* world) {
   lay.mesh_ = std::make_unique<DeviceMesh>(*world, sizes);
   lay.dp_rank = lay.mesh_->coord(Axis::dp);
   lay.dp_group_ = std::make_unique<Group>(lay.mesh_->group("dp"));
+  lay.tp_rank = lay.mesh_->coord(Axis::tp);
+  if (lay.tp > 1) lay.tp_group_ = std::make_unique<Group>(lay.mesh_->group("tp"));
   return lay;
 }
 
@@ -40,8 +44,12 @@ std::unique_ptr<ParamStore> RunLayout::make_store(const Config& cfg) const {
   DataParallelOptions o;
   o.zero = zero_;
   o.bucket_bytes = bucket_bytes_;
-  return std::make_unique<DataParallelStore>(make_units(make_param_table(cfg.model), cfg.model), *dp_group_,
-                                             o);
+  const ParamTable table = make_param_table(cfg.model, {tp, tp_rank});  // this rank's tp shard
+  return std::make_unique<DataParallelStore>(make_units(table, cfg.model), *dp_group_, o);
+}
+
+void RunLayout::sum_over_tp(double* v) {
+  if (tp_group_) tp_group_->all_reduce(v, 1, "grad norm");
 }
 
 void RunLayout::set_step(int64_t step) {
@@ -79,6 +87,7 @@ std::string RunLayout::describe() const {
     os << table.substr(0, table.find('\n') + 1);  // the one-line summary; --print-mesh prints the whole map
   }
   os << "data parallel: dp = " << dp << ", zero = " << zero_ << "\n";
+  if (tp > 1) os << "tensor parallel: tp = " << tp << ", sequence parallel " << (sp ? "on" : "off") << "\n";
   return os.str();
 }
 

@@ -21,9 +21,17 @@ class RunLayout {
  public:
   int world_size = 1, rank = 0;
   int dp = 1, dp_rank = 0;
+  int tp = 1, tp_rank = 0;
+  bool sp = false;
 
   // The store of this layout (null: the model's own LocalStore).
   std::unique_ptr<ParamStore> make_store(const Config& cfg) const;
+
+  // The tensor-parallel group (null when tp = 1), for the model.
+  Group* tp_group() const { return tp_group_.get(); }
+  // Σ over tp of this rank's squared gradient norm (each rank counts its shard
+  // and one copy of what is replicated): the whole model's.
+  void sum_over_tp(double* v);
 
   void set_step(int64_t step);
   void sum_over_dp(int64_t* v);
@@ -46,7 +54,7 @@ class RunLayout {
   int zero_ = 0;
   int64_t bucket_bytes_ = 0;
   std::unique_ptr<DeviceMesh> mesh_;
-  std::unique_ptr<Group> world_, dp_group_;
+  std::unique_ptr<Group> world_, dp_group_, tp_group_;
 };
 
 // Validates the mesh against the world (ConfigError with the numbers) and builds

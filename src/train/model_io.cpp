@@ -27,16 +27,38 @@ HfLlamaConfig to_hf(const ModelConfig& c) {
 }
 }  // namespace
 
+namespace {
+// The whole model's parameters in the order of the one-process table, from
+// this rank's tp shard `local` (every tp rank passes its own; collective over tp).
+std::vector<float> gather_over_tp(const Llama& model, const std::vector<float>& local) {
+  Group* tp = model.tp_group();
+  if (tp == nullptr) return local;
+  const int P = tp->size();
+  const int64_t n = model.num_params();  // the same on every tp rank (padded vocabulary)
+  std::vector<float> all(static_cast<size_t>(n * P));
+  tp->all_gather(local.data(), all.data(), n, ElemType::f32, "save: gather tp shards");
+  const ParamTable whole = make_param_table(model.config());
+  std::vector<float> full(static_cast<size_t>(whole.total));
+  for (int r = 0; r < P; ++r) {
+    const ParamTable t = make_param_table(model.config(), {P, r});
+    for (size_t i = 0; i < t.specs.size(); ++i)
+      param_to_full(t.specs[i], all.data() + r * n + t.specs[i].offset, full.data() + whole.specs[i].offset);
+  }
+  return full;
+}
+}  // namespace
+
 void save_model_dir(const std::string& dir, Llama& model, bool write) {
-  std::vector<float> full(static_cast<size_t>(model.num_params()));
-  model.store().gather_full_params(full.data());  // collective for sharded stores
+  std::vector<float> local(static_cast<size_t>(model.num_params()));
+  model.store().gather_full_params(local.data());  // collective for sharded stores
+  const std::vector<float> full = gather_over_tp(model, local);
   if (!write) return;
   std::error_code ec;
   fs::create_directories(dir, ec);
   MT_REQUIRE(!ec, IoError, "cannot create model directory '", dir, "': ", ec.message());
   write_hf_config((fs::path(dir) / "config.json").string(), to_hf(model.config()));
   std::vector<TensorRef> tensors;
-  for (const auto& s : model.param_table().specs)
+  for (const auto& s : make_param_table(model.config()).specs)
     tensors.push_back({s.name, s.shape, full.data() + s.offset});
   write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
 }
@@ -72,14 +94,19 @@ void load_model_dir(const std::string& dir, Llama& model) {
   same("n_kv_heads", saved.n_kv_heads, c.n_kv_heads);
   same("tie_embeddings", saved.tie_embeddings, c.tie_embeddings);
   const SafetensorsFile f = SafetensorsFile::open((fs::path(dir) / "model.safetensors").string());
-  std::vector<float> full(static_cast<size_t>(model.num_params()));
-  for (const auto& s : model.param_table().specs) {
+  std::vector<float> local(static_cast<size_t>(model.num_params())), full;
+  for (const auto& s : model.param_table().specs) {  // this rank's tp shard of each tensor
     MT_REQUIRE(f.has(s.name), DataError, f.path(), ": tensor '", s.name, "' is missing");
-    MT_REQUIRE(f.shape(s.name) == s.shape, DataError, f.path(), ": tensor '", s.name,
+    MT_REQUIRE(f.shape(s.name) == s.global_shape, DataError, f.path(), ": tensor '", s.name,
                "' has the wrong shape");
-    f.read_f32(s.name, full.data() + s.offset, s.numel);
+    int64_t numel = 1;
+    for (int64_t d : s.global_shape)
+      numel *= d;
+    full.resize(static_cast<size_t>(numel));
+    f.read_f32(s.name, full.data(), numel);
+    param_to_local(s, full.data(), local.data() + s.offset);
   }
-  model.store().scatter_full_params(full.data());  // each rank keeps its share
+  model.store().scatter_full_params(local.data());  // each dp rank keeps its share
 }
 
 }  // namespace mt

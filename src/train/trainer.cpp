@@ -107,6 +107,8 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   mo.max_seq = tc.seq_len;
   mo.recompute = tc.recompute;
   mo.profile = opts.profile;
+  mo.tp = lay.tp_group();
+  mo.sp = lay.sp;
   Llama model(cfg.model, mo, lay.make_store(cfg));
   if (opts.init_from.empty())
     model.init(tc.seed);
@@ -174,7 +176,9 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     store.finish_grads();
     lay.sum_over_dp(&loss_sum);
     const double loss = valid > 0 ? loss_sum / static_cast<double>(valid) : 0.0;
-    const double gnorm = std::sqrt(store.grad_sum_squares());
+    double sum_sq = store.grad_sum_squares();
+    lay.sum_over_tp(&sum_sq);
+    const double gnorm = std::sqrt(sum_sq);
 
     StepStats s;
     s.step = step;

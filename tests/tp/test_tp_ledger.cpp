@@ -24,6 +24,11 @@ struct Expect {
   int64_t elements;
 };
 
+// The shape suffix tp_comm.h puts on its labels.
+std::string shape(int64_t rows, int64_t cols) {
+  return " [" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+}
+
 void expect_entries(const std::vector<LedgerEntry>& got, const std::vector<Expect>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
@@ -64,13 +69,15 @@ void run_mlp_and_check(SequenceParallel sp) {
   const auto bwd = test::entries_since(g, mark, "tp");
 
   if (!on) {
-    expect_entries(fwd, {{"all_reduce", "layer 3 mlp down: reduce_from_tp forward", N * C}});
-    expect_entries(bwd, {{"all_reduce", "layer 3 mlp up: copy_to_tp backward", N * C}});
+    expect_entries(fwd, {{"all_reduce", "layer 3 mlp down: reduce_from_tp forward" + shape(N, C), N * C}});
+    expect_entries(bwd, {{"all_reduce", "layer 3 mlp up: copy_to_tp backward" + shape(N, C), N * C}});
   } else {
-    expect_entries(fwd, {{"all_gather", "layer 3 mlp up: gather_from_sp forward", N / P * C},
-                         {"reduce_scatter", "layer 3 mlp down: scatter_to_sp forward", N * C}});
-    expect_entries(bwd, {{"all_gather", "layer 3 mlp down: scatter_to_sp backward", N / P * C},
-                         {"reduce_scatter", "layer 3 mlp up: gather_from_sp backward", N * C}});
+    expect_entries(fwd,
+                   {{"all_gather", "layer 3 mlp up: gather_from_sp forward" + shape(N / P, C), N / P * C},
+                    {"reduce_scatter", "layer 3 mlp down: scatter_to_sp forward" + shape(N, C), N * C}});
+    expect_entries(bwd,
+                   {{"all_gather", "layer 3 mlp down: scatter_to_sp backward" + shape(N / P, C), N / P * C},
+                    {"reduce_scatter", "layer 3 mlp up: gather_from_sp backward" + shape(N, C), N * C}});
   }
 }
 

@@ -148,11 +148,11 @@ TEST_F(TpSeed, Seed000SwiGluFfnLedger) {
   ASSERT_EQ(fwd.size(), 1u);
   EXPECT_EQ(fwd[0].op, "all_reduce");
   EXPECT_EQ(fwd[0].elements, D);
-  EXPECT_EQ(fwd[0].label, "seed000 ffn w2: reduce_from_tp forward");
+  EXPECT_EQ(fwd[0].label, "seed000 ffn w2: reduce_from_tp forward [1, 4]");
   ASSERT_EQ(bwd.size(), 1u);  // dX only; no all-reduce of w2's [4, 4] gradient
   EXPECT_EQ(bwd[0].op, "all_reduce");
   EXPECT_EQ(bwd[0].elements, D);
-  EXPECT_EQ(bwd[0].label, "seed000 ffn w1|w3: copy_to_tp backward");
+  EXPECT_EQ(bwd[0].label, "seed000 ffn w1|w3: copy_to_tp backward [1, 4]");
   if (test::world().rank() == 0) {
     for (const auto* e : {&fwd[0], &bwd[0]})
       std::printf("seed000 ledger: %s %s %lld elements (%lld bytes) \"%s\"\n", e->op.c_str(), e->axis.c_str(),

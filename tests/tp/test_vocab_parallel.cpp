@@ -111,8 +111,9 @@ TEST_P(VocabParallel, CrossEntropyMatchesFull) {
   // Three reductions of N values (f64), the full logits never gathered; none backward.
   const auto e = test::entries_since(g, mark, "tp");
   ASSERT_EQ(e.size(), 3u);
-  const char* labels[] = {"head: vocab_ce max forward", "head: vocab_ce sumexp forward",
-                          "head: vocab_ce target forward"};
+  const std::string n = " [" + std::to_string(N) + "]";
+  const std::string labels[] = {"head: vocab_ce max forward" + n, "head: vocab_ce sumexp forward" + n,
+                                "head: vocab_ce target forward" + n};
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(e[i].op, "all_reduce");
     EXPECT_EQ(e[i].label, labels[i]);
