@@ -32,6 +32,9 @@ int main(int argc, char** argv) {
   tr->add_option("--zero", train.zero, "Shorthand for --set parallel.zero=S");
   tr->add_flag("--print-mesh", train.print_mesh,
                "Print the rank map of the device mesh (seed 003 §08 style)");
+  tr->add_flag("--explain", train.run.explain,
+               "Print every collective of the first step, rank by rank: axis, op, tensor shape, elements, "
+               "call site (seed 000 §6 from a real run)");
   tr->add_flag("--profile", train.run.profile, "Print the share of time per kernel at the end");
   tr->add_flag("--quiet", train.run.quiet, "No per-step log lines");
   tr->footer("Config keys ([section] key = default  type: meaning):\n\n" + mt::config_help());

@@ -21,6 +21,7 @@ struct RunOptions {
   bool quiet = false;        // no log lines on stdout
   bool profile = false;      // per-kernel time shares (slightly slower)
   int local_ranks = 1;       // ranks on this machine: threads default to cores / local_ranks
+  bool explain = false;      // rank 0 prints every rank's collectives of the first step (explain.h)
 };
 
 struct StepStats {
