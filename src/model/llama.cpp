@@ -28,15 +28,16 @@ const char* kernel_name(Kernel k) {
 // stream's tokens here, N / tp under sequence parallelism, else N; the widths
 // are this rank's under tensor parallelism).
 struct Llama::LayerActs {
-  Tensor ln1;       // [Nl, C]     rmsnorm₁(x)
-  Tensor ln1_full;  // [N, C]      SP only: ln1 gathered over tp (the q|k|v GEMM's input)
+  Tensor ln1;       // [N, C]      rmsnorm₁(x), without SP
+  Tensor ln1_full;  // [N, C]      with SP: rmsnorm₁ of every rank's tokens, gathered over tp
+                    //             (the q|k|v GEMM's input; this rank's own rows are not kept twice)
   Tensor rstd1;     // [Nl]
   Tensor qkv;       // [N, (Hl+2KVl)·D] q and k after RoPE
   Tensor att;       // [N, Hl·D]   attention output (heads concatenated)
   Tensor lse;       // [B, Hl, T]
   Tensor mid;       // [Nl, C]     residual stream after attention
-  Tensor ln2;       // [Nl, C]
-  Tensor ln2_full;  // [N, C]      SP only
+  Tensor ln2;       // [N, C]      without SP
+  Tensor ln2_full;  // [N, C]      with SP
   Tensor rstd2;     // [Nl]
   Tensor gu;        // [N, 2Fl]    gate and up
   Tensor h;         // [N, Fl]     swiglu(gate, up)
@@ -44,15 +45,13 @@ struct Llama::LayerActs {
   LayerActs(const ModelConfig& c, const TpDims& d, int64_t B, int64_t T, int64_t Nl, bool sp) {
     const int64_t N = B * T, C = c.d_model, F = d.ffn, D = c.head_dim();
     const MemKind k = MemKind::activation;
-    ln1 = Tensor({Nl, C}, k);
-    if (sp) ln1_full = Tensor({N, C}, k);
+    (sp ? ln1_full : ln1) = Tensor({N, C}, k);
     rstd1 = Tensor({Nl}, k);
     qkv = Tensor({N, (d.heads + 2 * d.kv_heads) * D}, k);
     att = Tensor({N, d.heads * D}, k);
     lse = Tensor({B, d.heads, T}, k);
     mid = Tensor({Nl, C}, k);
-    ln2 = Tensor({Nl, C}, k);
-    if (sp) ln2_full = Tensor({N, C}, k);
+    (sp ? ln2_full : ln2) = Tensor({N, C}, k);
     rstd2 = Tensor({Nl}, k);
     gu = Tensor({N, 2 * F}, k);
     h = Tensor({N, F}, k);
@@ -62,7 +61,8 @@ struct Llama::LayerActs {
 struct Llama::Buffers {
   std::vector<Tensor> resid;      // n_layers + 1 tensors [Nl, C]: the input of each layer, and x_L
   std::vector<LayerActs> layers;  // one per layer, or a single shared one with recomputation
-  Tensor lnf, rstdf;              // final norm [Nl, C], [Nl]
+  Tensor lnf, rstdf;              // final norm [Nl, C], [Nl]; with SP also the scratch of
+                                  // every norm's local output before its all-gather
   Tensor lnf_full;                // SP: [N, C]
   Tensor logits;                  // [N, Vl]; the backward turns it into dlogits in place
   Tensor losses, lse_ce;          // [N]
@@ -247,11 +247,13 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
   const int64_t H = td_.heads, KV = td_.kv_heads, Q = H * D, QKV = Q + 2 * KV * D;
   const int32_t* pos = buf_->pos.data();
   const float eps = static_cast<float>(cfg_.norm_eps);
+  const bool sp = sp_on();
   {
     MT_TIMED(Kernel::rmsnorm);
-    rmsnorm_forward(a.ln1.data(), a.rstd1.data(), x_in, P + o.ln1, Nl, C, eps);
+    rmsnorm_forward(sp ? buf_->lnf.data() : a.ln1.data(), a.rstd1.data(), x_in, P + o.ln1, Nl, C, eps);
   }
-  const float* x1 = column_input(a.ln1.data(), a.ln1_full.data(), site_of(l, "attn qkv"));
+  const float* x1 =
+      column_input(sp ? buf_->lnf.data() : a.ln1.data(), a.ln1_full.data(), site_of(l, "attn qkv"));
   {
     MT_TIMED(Kernel::gemm);
     linear_forward(a.qkv.data(), x1, P + o.qkv, N, C, QKV);  // q, k, v in one GEMM
@@ -270,9 +272,11 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
   row_out(a.mid.data(), x_in, a.att.data(), P + o.o, Q, site_of(l, "attn o"));
   {
     MT_TIMED(Kernel::rmsnorm);
-    rmsnorm_forward(a.ln2.data(), a.rstd2.data(), a.mid.data(), P + o.ln2, Nl, C, eps);
+    rmsnorm_forward(sp ? buf_->lnf.data() : a.ln2.data(), a.rstd2.data(), a.mid.data(), P + o.ln2, Nl, C,
+                    eps);
   }
-  const float* x2 = column_input(a.ln2.data(), a.ln2_full.data(), site_of(l, "mlp gate_up"));
+  const float* x2 =
+      column_input(sp ? buf_->lnf.data() : a.ln2.data(), a.ln2_full.data(), site_of(l, "mlp gate_up"));
   {
     MT_TIMED(Kernel::gemm);
     linear_forward(a.gu.data(), x2, P + o.gate_up, N, C, 2 * F);  // gate and up in one GEMM
