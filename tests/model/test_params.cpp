@@ -73,5 +73,52 @@ TEST(ParamInit, PureFunctionOfSeedNameIndex) {
   }
 }
 
+// Under tensor parallelism every rank's table is its shard of the full model:
+// initialised alone, each shard equals its slice of the full initialisation;
+// the shards of all ranks reassemble the full model; and each element of the
+// model is counted in the gradient norm by exactly one rank.
+TEST(ParamTable, TensorParallelShardsReassembleTheFullModel) {
+  ModelConfig c;
+  c.vocab_size = 37;  // padded on 2 and 4 ranks
+  c.d_model = 16;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;  // split on 2 ranks, replicated on 4
+  c.ffn_hidden = 24;
+  const ParamTable whole = make_param_table(c);
+  std::vector<float> full(static_cast<size_t>(whole.total));
+  init_params(full.data(), whole, c, 5);
+  for (int P : {2, 4}) {
+    std::vector<float> rebuilt(full.size(), -7.0f);
+    int64_t counted = 0;
+    for (int r = 0; r < P; ++r) {
+      const ParamTable t = make_param_table(c, {P, r});
+      ASSERT_EQ(t.specs.size(), whole.specs.size());
+      std::vector<float> mine(static_cast<size_t>(t.total)), sliced(mine.size());
+      init_params(mine.data(), t, c, 5);
+      for (size_t i = 0; i < t.specs.size(); ++i) {
+        const ParamSpec& s = t.specs[i];
+        EXPECT_EQ(s.global_shape, whole.specs[i].shape) << s.name;
+        param_to_local(s, full.data() + whole.specs[i].offset, sliced.data() + s.offset);
+        param_to_full(s, mine.data() + s.offset, rebuilt.data() + whole.specs[i].offset);
+        if (!s.norm_counted) continue;
+        // Real (non-padding) elements only.
+        counted += s.map == ShardMap::rows ? s.count * s.shape[1] : s.numel;
+      }
+      EXPECT_EQ(mine, sliced) << "tp " << P << " rank " << r;
+      const ParamSpec& q = t.find("model.layers.0.self_attn.q_proj.weight");
+      EXPECT_EQ(q.shape, (std::vector<int64_t>{16 / P, 16}));
+      const ParamSpec& k = t.find("model.layers.1.self_attn.k_proj.weight");
+      EXPECT_EQ(k.first, P == 2 ? r * 4 : r / 2 * 4);  // head_dim 4: kv head r, or r/2 replicated
+      const ParamSpec& down = t.find("model.layers.1.mlp.down_proj.weight");
+      EXPECT_EQ(down.shape, (std::vector<int64_t>{16, 24 / P}));
+      EXPECT_EQ(t.find("lm_head.weight").shape[0], (37 + P - 1) / P);
+    }
+    EXPECT_EQ(rebuilt, full) << "tp " << P;
+    EXPECT_EQ(counted, whole.total) << "tp " << P;
+  }
+  EXPECT_THROW(make_param_table(c, {3, 0}), ConfigError);  // 4 heads over 3 ranks
+}
+
 }  // namespace
 }  // namespace mt
