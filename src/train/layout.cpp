@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "model/params.h"
 #include "parallel/data_parallel.h"
+#include "train/explain.h"
 #include "train/flops.h"
 
 namespace mt {
@@ -89,6 +90,11 @@ std::string RunLayout::describe() const {
   os << "data parallel: dp = " << dp << ", zero = " << zero_ << "\n";
   if (tp > 1) os << "tensor parallel: tp = " << tp << ", sequence parallel " << (sp ? "on" : "off") << "\n";
   return os.str();
+}
+
+std::string RunLayout::explain(int64_t step) {
+  if (!world_) return "one process: no collectives in step " + std::to_string(step) + "\n";
+  return explain_report(*world_, step);
 }
 
 std::string RunLayout::comm_summary() const {

@@ -43,6 +43,9 @@ class RunLayout {
   std::map<std::string, int64_t> comm_bytes(int64_t step) const;
   std::string describe() const;      // the mesh table and the ZeRO stage
   std::string comm_summary() const;  // the ledger, summarised
+  // --explain: every rank's collectives of `step`, in rank order, on rank 0
+  // ("" elsewhere); collective over the world.
+  std::string explain(int64_t step);
   double overlap_hidden(ParamStore& store) const;
   // Peak bytes per category on every rank, as a table (collective over the world).
   std::string memory_report(const MemStats& mine);

@@ -239,6 +239,13 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
           static_cast<double>(s.mem_peak_bytes) / (1 << 20), s.skipped ? " | SKIPPED" : "");
       std::fflush(stdout);
     }
+    if (opts.explain && step == 0) {  // collective: every rank's calls of the first step, rank 0 prints
+      const std::string report = lay.explain(0);
+      if (lead) {
+        std::printf("--explain: every collective of step 0, rank by rank\n%s", report.c_str());
+        std::fflush(stdout);
+      }
+    }
     if (do_eval && (step + 1) % tc.eval_every == 0) evaluate_now(step);
   }
   if (do_eval && tc.steps % tc.eval_every != 0) evaluate_now(tc.steps - 1);

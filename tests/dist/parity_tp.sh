@@ -80,6 +80,19 @@ else
   failures=$((failures + 1))
 fi
 
+# --explain on the real binary: rank 0 prints every rank's collectives of step 0
+# in rank order (headers 0, 1, 2, 3), each rank with its SP reduce-scatter after o.
+"${mpi[@]}" -np 4 "$bin" train "${tiny[@]}" --tp 2 --dp 2 --zero 3 --set parallel.sp=true --set train.steps=1 \
+  --set train.microbatch_size=4 --explain >"$tmp/explain.txt"
+if [ "$(grep -o '^rank [0-9]*: [0-9]* collectives in step 0' "$tmp/explain.txt" | cut -d' ' -f2 | tr -d ':' | tr '\n' ' ')" = "0 1 2 3 " ] &&
+  [ "$(grep -c '| tp | reduce_scatter | \[64, 32\] | 2048 elements | layer 1 attn o: scatter_to_sp forward$' "$tmp/explain.txt")" = 4 ]; then
+  echo "ok   --explain: four ranks in order"
+else
+  echo "FAIL --explain output:"
+  cat "$tmp/explain.txt"
+  failures=$((failures + 1))
+fi
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures layout(s) differ from the one-process run"
   exit 1
