@@ -55,6 +55,8 @@ struct ModelOptions {
   // computes this rank's shard (params.h) and communicates over tp itself.
   Group* tp = nullptr;
   bool sp = false;
+  // Pipeline parallelism: the layers (and ends) this stage holds (params.h).
+  StageRange stage;
 };
 
 class Llama {
@@ -96,6 +98,29 @@ class Llama {
   // them). Without tensor parallelism only: a tp rank holds a slice of the vocabulary.
   const float* logits() const;
 
+  // ---- Pipeline stages: several microbatches in flight ----
+  // Each microbatch in flight keeps its activations in a slot (0, 1, …),
+  // allocated on first use and reused after; the schedule decides how many are
+  // ever live (GPipe: all microbatches; 1F1B: at most the stages after this one).
+  // forward_slot: a stage with the embedding reads `inputs` (ids [B, T]); any
+  // other reads its input activation, written into stage_input(slot) [Nl, C]
+  // before the call (Nl = B·T, or B·T/tp under SP). A stage with the head
+  // needs `targets` and returns its loss sum; any other returns 0 and leaves its
+  // output in stage_output(slot) [Nl, C].
+  double forward_slot(int slot, const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T);
+  // backward_slot: a stage with the head starts from dloss; any other from the
+  // gradient of its output, written into output_grad() [Nl, C] before the call.
+  // Afterwards a stage without the embedding finds the gradient of its input in
+  // input_grad() (valid until the next backward).
+  void backward_slot(int slot, float dloss);
+  float* stage_input(int slot);
+  const float* stage_output(int slot);
+  float* output_grad();
+  const float* input_grad() const;
+  bool has_embed() const { return table_.embed_unit >= 0; }
+  bool has_head() const { return table_.final_unit >= 0; }
+  int slots_allocated() const { return static_cast<int>(slots_.size()); }
+
   // This rank's share of the model under tensor parallelism ({1, 0}: all of it).
   TpRank tp_rank() const { return tpr_; }
   Group* tp_group() const { return tp_; }  // null without tensor parallelism
@@ -105,14 +130,20 @@ class Llama {
 
  private:
   struct LayerActs;
+  struct Slot;
   struct Buffers;
 
-  // P: the layer's unit parameters (unit-relative offsets in rel_[l]).
+  Slot& slot(int i);
+  void use_slot(int i);  // the slot the kernels below read and write
+  int layer_unit(int64_t i) const { return table_.first_layer_unit + static_cast<int>(i); }
+  bool head_in_embed_unit() const { return cfg_.tie_embeddings && table_.embed_unit >= 0; }
+  float* norm_scratch();
+
+  // l: the layer's index in this stage. P: its unit parameters (unit-relative offsets in rel_[l]).
   // x_out may be null (recomputation): the layer output is then not computed.
   void layer_forward(int64_t l, const float* P, LayerActs& a, const float* x_in, float* x_out);
   void layer_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in, float* dres);
   LayerActs& acts_for(int64_t l);
-  int final_unit() const { return static_cast<int>(cfg_.n_layers) + 1; }
   // Row-parallel output: out[Nl, C] = resid + (inp[N, ICl] · Wᵀ summed over tp).
   void row_out(float* out, const float* resid, const float* inp, const float* W, int64_t ICl,
                const std::string& site);
@@ -134,15 +165,18 @@ class Llama {
   std::unique_ptr<Group> kv_group_;  // the ranks sharing this rank's kv head (tp > n_kv_heads)
   ParamTable table_;
   std::vector<UnitSpec> units_;
-  std::vector<LayerParamOffsets> rel_;   // per layer, offsets within its unit
-  int64_t norm_rel_ = 0, head_rel_ = 0;  // within the final unit (head: within unit 0 when tied)
+  std::vector<LayerParamOffsets> rel_;  // per stage layer, offsets within its unit
+  int64_t n_stage_layers_ = 0;
+  int64_t norm_rel_ = 0, head_rel_ = 0;  // within the final unit (head: within the embedding unit when tied)
+  int head_unit_ = -1;
   RopeTable rope_;
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<Buffers> buf_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  Slot* cur_ = nullptr;
   KernelTimes times_;
   int64_t B_ = 0, T_ = 0;   // shape of the last forward
   int64_t N_ = 0, Nl_ = 0;  // its tokens, and those of the residual stream here (N / tp under SP)
-  const int32_t* targets_ = nullptr;
 };
 
 }  // namespace mt

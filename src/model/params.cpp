@@ -93,8 +93,22 @@ const ParamSpec& ParamTable::find(const std::string& name) const {
   MT_THROW(ConfigError, "no parameter named '", name, "' (parameters include ", some, ", ...)");
 }
 
-ParamTable make_param_table(const ModelConfig& cfg, TpRank tp) {
+ParamTable make_param_table(const ModelConfig& cfg, TpRank tp, StageRange stage) {
   ParamTable t;
+  if (stage.end_layer < 0) stage.end_layer = cfg.n_layers;
+  MT_REQUIRE(
+      stage.first_layer >= 0 && stage.first_layer <= stage.end_layer && stage.end_layer <= cfg.n_layers,
+      ConfigError, "stage layers [", stage.first_layer, ", ", stage.end_layer, ") are outside the model's ",
+      cfg.n_layers, " layers");
+  t.stage = stage;
+  // A new unit starts at the next parameter added.
+  auto begin_unit = [&](std::string name) {
+    UnitSpec u;
+    u.name = std::move(name);
+    u.begin = u.end = t.total;
+    t.units.push_back(std::move(u));
+    return static_cast<int>(t.units.size()) - 1;
+  };
   const TpDims d = tp_dims(cfg, tp);
   const int64_t C = cfg.d_model, F = cfg.ffn_hidden, V = cfg.vocab_size, D = cfg.head_dim();
   // One parameter: its full shape, and the piece of it this rank holds.
@@ -117,8 +131,16 @@ ParamTable make_param_table(const ModelConfig& cfg, TpRank tp) {
     s.weight_decay = decay;
     s.norm_counted = map != ShardMap::whole || tp.rank == 0;
     t.total += s.numel;
+    UnitSpec& u = t.units.back();
+    u.end = t.total;
+    u.params.push_back({s.name, s.offset, s.shape[0], s.numel / s.shape[0], s.weight_decay, s.norm_counted});
     t.specs.push_back(std::move(s));
     return t.specs.back().offset;
+  };
+  // Later changes to a spec's norm_counted must reach its unit's slot too.
+  auto set_norm_counted = [&](bool counted) {
+    t.specs.back().norm_counted = counted;
+    t.units.back().params.back().norm_counted = counted;
   };
   const bool split = tp.size > 1;
   auto whole = [&](std::string name, std::vector<int64_t> full, ParamInit init, bool decay) {
@@ -137,9 +159,14 @@ ParamTable make_param_table(const ModelConfig& cfg, TpRank tp) {
   const int64_t Ql = d.heads * D, KVl = d.kv_heads * D, q0 = tp.rank * Ql, kv0 = d.kv_head0 * D;
   const int64_t Fl = d.ffn, f0 = tp.rank * Fl;
   const int64_t vreal = d.vocab_end - d.vocab_begin;
-  t.embed =
-      rows("model.embed_tokens.weight", {V, C}, ParamInit::normal, false, d.vocab_begin, vreal, d.vocab_rows);
-  for (int64_t l = 0; l < cfg.n_layers; ++l) {
+  if (stage.embed) {
+    t.embed_unit = begin_unit("embed");
+    t.embed = rows("model.embed_tokens.weight", {V, C}, ParamInit::normal, false, d.vocab_begin, vreal,
+                   d.vocab_rows);
+  }
+  t.first_layer_unit = static_cast<int>(t.units.size());
+  for (int64_t l = stage.first_layer; l < stage.end_layer; ++l) {
+    begin_unit("layer " + std::to_string(l));
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerParamOffsets o{};
     o.ln1 = whole(p + "input_layernorm.weight", {C}, ParamInit::ones, false);
@@ -147,7 +174,7 @@ ParamTable make_param_table(const ModelConfig& cfg, TpRank tp) {
     for (const char* kv : {"self_attn.k_proj.weight", "self_attn.v_proj.weight"}) {
       rows(p + kv, {cfg.kv_dim(), C}, ParamInit::normal, true, kv0, KVl, KVl);
       // A kv head replicated on kv_replicas ranks is counted once, by the first.
-      if (d.kv_replicas > 1) t.specs.back().norm_counted = tp.rank % d.kv_replicas == 0;
+      if (d.kv_replicas > 1) set_norm_counted(tp.rank % d.kv_replicas == 0);
     }
     o.o = cols(p + "self_attn.o_proj.weight", {C, cfg.q_dim()}, ParamInit::residual_out, true, q0, Ql);
     o.ln2 = whole(p + "post_attention_layernorm.weight", {C}, ParamInit::ones, false);
@@ -156,10 +183,19 @@ ParamTable make_param_table(const ModelConfig& cfg, TpRank tp) {
     o.down = cols(p + "mlp.down_proj.weight", {C, F}, ParamInit::residual_out, true, f0, Fl);
     t.layers.push_back(o);
   }
+  if (!stage.head) return t;
+  t.final_unit = begin_unit("final");
   t.norm = whole("model.norm.weight", {C}, ParamInit::ones, false);
-  t.lm_head = cfg.tie_embeddings ? t.embed
-                                 : rows("lm_head.weight", {V, C}, ParamInit::normal, true, d.vocab_begin,
-                                        vreal, d.vocab_rows);
+  if (!cfg.tie_embeddings) {
+    t.lm_head = rows("lm_head.weight", {V, C}, ParamInit::normal, true, d.vocab_begin, vreal, d.vocab_rows);
+  } else if (stage.embed) {
+    t.lm_head = t.embed;
+  } else {  // the last pipeline stage's copy of the first stage's embedding
+    t.lm_head = rows("model.embed_tokens.weight", {V, C}, ParamInit::normal, false, d.vocab_begin, vreal,
+                     d.vocab_rows);
+    t.specs.back().tied_copy = true;
+    set_norm_counted(false);  // the first stage counts it
+  }
   return t;
 }
 
@@ -191,28 +227,7 @@ void init_params(float* params, const ParamTable& table, const ModelConfig& cfg,
 }
 
 std::vector<UnitSpec> make_units(const ParamTable& table, const ModelConfig& /*cfg*/) {
-  std::vector<UnitSpec> units;
-  auto unit_of = [&](const ParamSpec& s) -> size_t {
-    if (s.offset < table.specs.front().offset + table.specs.front().numel) return 0;  // the embedding
-    for (size_t l = 0; l < table.layers.size(); ++l) {
-      const int64_t begin = table.layers[l].ln1;
-      const int64_t end = l + 1 < table.layers.size() ? table.layers[l + 1].ln1 : table.norm;
-      if (s.offset >= begin && s.offset < end) return l + 1;
-    }
-    return table.layers.size() + 1;
-  };
-  units.resize(table.layers.size() + 2);
-  units[0].name = "embed";
-  for (size_t l = 0; l < table.layers.size(); ++l)
-    units[l + 1].name = "layer " + std::to_string(l);
-  units.back().name = "final";
-  for (const auto& s : table.specs) {
-    UnitSpec& u = units[unit_of(s)];
-    if (u.params.empty()) u.begin = s.offset;
-    u.end = s.offset + s.numel;
-    u.params.push_back({s.name, s.offset, s.shape[0], s.numel / s.shape[0], s.weight_decay, s.norm_counted});
-  }
-  return units;
+  return table.units;
 }
 
 }  // namespace mt

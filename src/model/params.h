@@ -73,12 +73,26 @@ struct ParamSpec {
   // Whether this rank counts the parameter in the gradient norm: false on all
   // but one of the tp ranks holding the same copy (norms, replicated kv heads).
   bool norm_counted = true;
+  // The last pipeline stage's copy of a tied embedding (see StageRange).
+  bool tied_copy = false;
 };
 
 // Copies between a full tensor (spec.global_shape) and this rank's local one:
 // to_local zeroes the padding; to_full writes only the real elements.
 void param_to_local(const ParamSpec& spec, const float* full, float* local);
 void param_to_full(const ParamSpec& spec, const float* local, float* full);
+
+// The part of the model one pipeline stage holds: decoder layers
+// [first_layer, end_layer) (end −1: n_layers), the embedding on the first
+// stage, the final norm and LM head on the last. With tied embeddings and the
+// head on a stage without the embedding, that stage holds its own copy of the
+// embedding matrix as its head (ParamSpec::tied_copy); the two copies get the
+// same initialisation and, their gradients summed between the stages, the same
+// updates.
+struct StageRange {
+  int64_t first_layer = 0, end_layer = -1;
+  bool embed = true, head = true;
+};
 
 // Offsets into the flat buffer of one layer's parameters.
 struct LayerParamOffsets {
@@ -87,14 +101,21 @@ struct LayerParamOffsets {
 
 struct ParamTable {
   std::vector<ParamSpec> specs;
-  std::vector<LayerParamOffsets> layers;
-  int64_t embed = 0, norm = 0, lm_head = 0;  // lm_head == embed when tied
+  StageRange stage;                       // end_layer resolved
+  std::vector<LayerParamOffsets> layers;  // the stage's layers, in order
+  int64_t embed = -1, norm = -1,
+          lm_head = -1;  // −1: not on this stage; lm_head == embed when tied on one stage
   int64_t total = 0;
+  // The units the model computes one at a time, in order: the embedding (if
+  // held), each decoder block, then the final norm and LM head (if held; a
+  // head tied to a held embedding is the embedding unit's matrix).
+  std::vector<UnitSpec> units;
+  int embed_unit = -1, first_layer_unit = 0, final_unit = -1;
 
   const ParamSpec& find(const std::string& name) const;  // throws ConfigError listing a few names
 };
 
-ParamTable make_param_table(const ModelConfig& cfg, TpRank tp = {});
+ParamTable make_param_table(const ModelConfig& cfg, TpRank tp = {}, StageRange stage = {});
 
 // Initialises params[0, table.total): element i of parameter p is a pure
 // function of (seed, p.name, i) — Philox normal · init_std (· 1/sqrt(2·n_layers)
@@ -107,9 +128,9 @@ void init_params(float* params, const ParamTable& table, const ModelConfig& cfg,
 void init_param_slice(const ParamSpec& spec, const ModelConfig& cfg, uint64_t seed, int64_t first, int64_t n,
                       float* out);
 
-// The units the model computes one at a time: 0 = the embedding, 1 … n_layers
-// = the decoder blocks, n_layers + 1 = the final norm (and the LM head unless
-// tied: a tied head is unit 0's matrix).
+// The table's units (ParamTable::units). For the whole model: 0 = the
+// embedding, 1 … n_layers = the decoder blocks, n_layers + 1 = the final norm
+// (and the LM head unless tied: a tied head is unit 0's matrix).
 std::vector<UnitSpec> make_units(const ParamTable& table, const ModelConfig& cfg);
 
 }  // namespace mt
