@@ -1,0 +1,367 @@
+// Context parallelism: zigzag layout, ring attention and its all-gather
+// counterpart (contracts and ledger in the header).
+#include "parallel/context_parallel.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "parallel/tp_comm.h"
+
+namespace mt::cp {
+namespace {
+
+// Point-to-point tags of the two ring messages (MPI keeps the order of
+// messages with the same source, tag and communicator).
+constexpr int kTagKv = 0x4350;   // 'CP': a k/v/pos block
+constexpr int kTagDkv = 0x4351;  // a travelling dk/dv block
+
+void check_rank(int cp, int rank) {
+  MT_REQUIRE(cp >= 1 && rank >= 0 && rank < cp, ConfigError, "context parallelism: rank (", rank,
+             ") must be in [0, cp) with cp (", cp, ") >= 1");
+}
+
+// Calls f(local_row, global_row) for this rank's T/cp rows of one sequence.
+template <typename F>
+void for_zigzag_rows(int64_t T, int cp, int rank, F f) {
+  check_zigzag(T, cp);
+  check_rank(cp, rank);
+  const int64_t c = T / (2 * cp);
+  for (int64_t i = 0; i < c; ++i) {
+    f(i, rank * c + i);
+    f(c + i, (2 * cp - 1 - rank) * c + i);
+  }
+}
+
+// inverse = false: out[B, T/cp, width] ← this rank's rows of in[B, T, width];
+// inverse = true: the other way round.
+template <typename E>
+void slice_rows(E* out, const E* in, int64_t B, int64_t T, int64_t width, int cp, int rank, bool inverse) {
+  const int64_t Tl = T / cp;
+  for (int64_t b = 0; b < B; ++b) {
+    for_zigzag_rows(T, cp, rank, [&](int64_t local, int64_t global) {
+      const int64_t lo = (b * Tl + local) * width, gl = (b * T + global) * width;
+      if (inverse) {
+        std::copy(in + lo, in + lo + width, out + gl);
+      } else {
+        std::copy(in + gl, in + gl + width, out + lo);
+      }
+    });
+  }
+}
+
+// Everything attention_forward/_backward would reject, checked before the
+// first message is posted (a throw with transfers in flight would hang the ring).
+void check_dims(const AttentionDims& d, const char* who) {
+  MT_REQUIRE(
+      d.batch >= 1 && d.q_len >= 1 && d.kv_len >= 1 && d.n_heads >= 1 && d.n_kv_heads >= 1 && d.head_dim >= 1,
+      ConfigError, who, ": batch (", d.batch, "), q_len (", d.q_len, "), kv_len (", d.kv_len, "), n_heads (",
+      d.n_heads, "), n_kv_heads (", d.n_kv_heads, ") and head_dim (", d.head_dim, ") must be positive");
+  MT_REQUIRE(d.n_heads % d.n_kv_heads == 0, ConfigError, who, ": n_heads (", d.n_heads,
+             ") must be divisible by n_kv_heads (", d.n_kv_heads, ")");
+  MT_REQUIRE(d.q_stride >= d.n_heads * d.head_dim && d.out_stride >= d.n_heads * d.head_dim, ConfigError, who,
+             ": q_stride (", d.q_stride, ") and out_stride (", d.out_stride,
+             ") must be at least n_heads × head_dim (", d.n_heads * d.head_dim, ")");
+  MT_REQUIRE(d.kv_stride >= d.n_kv_heads * d.head_dim, ConfigError, who, ": kv_stride (", d.kv_stride,
+             ") must be at least n_kv_heads × head_dim (", d.n_kv_heads * d.head_dim, ")");
+}
+
+// One key/value block packed for the wire: [k | v | pos], k and v
+// [B, Tk, KV·D] without padding, pos [B, Tk] int32 bit-copied into f32 slots.
+struct Packing {
+  int64_t B, Tk, row;  // row = KV·D
+  int64_t kv() const { return B * Tk * row; }
+  int64_t numel() const { return 2 * kv() + B * Tk; }
+  // The packed block read by attention: same dims with the packed stride.
+  static AttentionDims dims(const AttentionDims& d) {
+    AttentionDims p = d;
+    p.kv_stride = d.n_kv_heads * d.head_dim;
+    return p;
+  }
+};
+
+Packing packing(const AttentionDims& d) {
+  return {d.batch, d.kv_len, d.n_kv_heads * d.head_dim};
+}
+
+void pack(float* dst, const float* k, const float* v, const int32_t* pos, const Packing& p, int64_t stride) {
+  for (int64_t t = 0; t < p.B * p.Tk; ++t) {
+    std::copy(k + t * stride, k + t * stride + p.row, dst + t * p.row);
+    std::copy(v + t * stride, v + t * stride + p.row, dst + p.kv() + t * p.row);
+  }
+  std::memcpy(dst + 2 * p.kv(), pos, static_cast<size_t>(p.B * p.Tk) * sizeof(int32_t));
+}
+
+const int32_t* packed_pos(const float* block, const Packing& p) {
+  return reinterpret_cast<const int32_t*>(block + 2 * p.kv());
+}
+
+// dk[t, :row] += src[t], dv[t, :row] += src[kv + t] for the B·Tk rows.
+void add_dkv(float* dk, float* dv, const float* src, const Packing& p, int64_t stride) {
+  for (int64_t t = 0; t < p.B * p.Tk; ++t) {
+    for (int64_t c = 0; c < p.row; ++c) {
+      dk[t * stride + c] += src[t * p.row + c];
+      dv[t * stride + c] += src[p.kv() + t * p.row + c];
+    }
+  }
+}
+
+// True when no query of any sequence sees any key of the block.
+bool masked(const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d) {
+  for (int64_t b = 0; b < d.batch; ++b) {
+    const int32_t q_hi = *std::max_element(q_pos + b * d.q_len, q_pos + (b + 1) * d.q_len);
+    const int32_t k_lo = *std::min_element(k_pos + b * d.kv_len, k_pos + (b + 1) * d.kv_len);
+    if (k_lo <= q_hi) return false;
+  }
+  return true;
+}
+
+// out = 0 (the head columns) and lse = −inf: the result of a query that sees no key.
+void clear_output(float* out, float* lse, const AttentionDims& d) {
+  for (int64_t t = 0; t < d.batch * d.q_len; ++t)
+    std::fill(out + t * d.out_stride, out + t * d.out_stride + d.n_heads * d.head_dim, 0.0f);
+  std::fill(lse, lse + d.batch * d.n_heads * d.q_len, -std::numeric_limits<float>::infinity());
+}
+
+std::string kv_label(std::string_view site, const char* who, const char* dir, const Packing& p) {
+  return tp::comm_label(site, who, dir, {p.B, p.Tk, 2 * p.row + 1});
+}
+
+}  // namespace
+
+void check_zigzag(int64_t T, int cp) {
+  MT_REQUIRE(cp >= 1, ConfigError, "parallel.cp (", cp, ") must be at least 1");
+  MT_REQUIRE(T >= 2 * cp && T % (2 * cp) == 0, ConfigError, "train.seq_len (", T,
+             ") must be divisible by 2 x parallel.cp (", cp, ") = ", 2 * cp,
+             ": context parallelism cuts each sequence into 2 x cp zigzag chunks");
+}
+
+void zigzag_positions(int32_t* pos, int64_t T, int cp, int rank) {
+  for_zigzag_rows(T, cp, rank,
+                  [&](int64_t local, int64_t global) { pos[local] = static_cast<int32_t>(global); });
+}
+
+void zigzag_slice(float* out, const float* in, int64_t B, int64_t T, int64_t width, int cp, int rank) {
+  slice_rows(out, in, B, T, width, cp, rank, false);
+}
+void zigzag_slice(int32_t* out, const int32_t* in, int64_t B, int64_t T, int64_t width, int cp, int rank) {
+  slice_rows(out, in, B, T, width, cp, rank, false);
+}
+void zigzag_unslice(float* out, const float* in, int64_t B, int64_t T, int64_t width, int cp, int rank) {
+  slice_rows(out, in, B, T, width, cp, rank, true);
+}
+void zigzag_unslice(int32_t* out, const int32_t* in, int64_t B, int64_t T, int64_t width, int cp, int rank) {
+  slice_rows(out, in, B, T, width, cp, rank, true);
+}
+
+// Step j: this rank holds the block of rank (r − j) mod P. Before computing on
+// it, the transfer to r+1 of that block and the receive of the next one from
+// r−1 are posted, so the wire runs under the compute (as far as the transport
+// makes progress on its own).
+CpStats ring_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                               const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d, Group& cp,
+                               std::string_view site) {
+  check_dims(d, "ring_attention_forward");
+  const int P = cp.size(), r = cp.rank();
+  const Packing p = packing(d);
+  const AttentionDims dp = Packing::dims(d);
+  const std::string label = kv_label(site, "ring_attention k,v,pos", "forward", p);
+  Tensor block[2], part_out, part_lse;
+  if (P > 1) {
+    block[0] = Tensor({p.numel()}, MemKind::comm);
+    block[1] = Tensor({p.numel()}, MemKind::comm);
+    pack(block[0].data(), k, v, k_pos, p, d.kv_stride);
+    part_out = Tensor({d.batch * d.q_len * d.out_stride}, MemKind::scratch);
+    part_lse = Tensor({d.batch * d.n_heads * d.q_len}, MemKind::scratch);
+  }
+  CpStats st;
+  int cur = 0;
+  for (int j = 0; j < P; ++j) {
+    Work send, recv;
+    if (j + 1 < P) {
+      recv = cp.recv_async(block[1 - cur].data(), p.numel(), ElemType::f32, (r + P - 1) % P, kTagKv, label);
+      send = cp.send_async(block[cur].data(), p.numel(), ElemType::f32, (r + 1) % P, kTagKv, label);
+    }
+    // Step 0 reads the caller's k/v in place; later steps the packed block.
+    const float* kb = j == 0 ? k : block[cur].data();
+    const float* vb = j == 0 ? v : block[cur].data() + p.kv();
+    const int32_t* pb = j == 0 ? k_pos : packed_pos(block[cur].data(), p);
+    const AttentionDims& dj = j == 0 ? d : dp;
+    if (masked(q_pos, pb, dj)) {
+      ++st.blocks_skipped;
+      if (j == 0) clear_output(out, lse, d);
+    } else if (j == 0) {
+      ++st.blocks_attended;
+      attention_forward(out, lse, q, kb, vb, q_pos, pb, dj);
+    } else {
+      ++st.blocks_attended;
+      attention_forward(part_out.data(), part_lse.data(), q, kb, vb, q_pos, pb, dj);
+      attention_merge(out, lse, part_out.data(), part_lse.data(), d);
+    }
+    if (j + 1 < P) {
+      send.wait();
+      recv.wait();
+      ++st.exchanges;
+      cur = 1 - cur;
+    }
+  }
+  return st;
+}
+
+CpStats ring_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                const float* lse, const float* q, const float* k, const float* v,
+                                const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d, Group& cp,
+                                std::string_view site) {
+  check_dims(d, "ring_attention_backward");
+  const int P = cp.size(), r = cp.rank();
+  const int next = (r + 1) % P, prev = (r + P - 1) % P;
+  const Packing p = packing(d);
+  const AttentionDims dp = Packing::dims(d);
+  const std::string kv_lab = kv_label(site, "ring_attention k,v,pos", "backward", p);
+  const std::string dkv_lab =
+      tp::comm_label(site, "ring_attention dk,dv", "backward", {p.B, p.Tk, 2 * p.row});
+  // block: k/v/pos in flight (double-buffered); acc: the travelling dk/dv being
+  // sent (double-buffered: one may still be on the wire); inbox: the one received.
+  Tensor block[2], acc[2], inbox;
+  if (P > 1) {
+    for (int i = 0; i < 2; ++i) {
+      block[i] = Tensor({p.numel()}, MemKind::comm);
+      acc[i] = Tensor({2 * p.kv()}, MemKind::comm);
+    }
+    inbox = Tensor({2 * p.kv()}, MemKind::comm);
+    pack(block[0].data(), k, v, k_pos, p, d.kv_stride);
+  }
+  CpStats st;
+  Work acc_send[2], inbox_recv;
+  int cur = 0;
+  for (int j = 0; j < P; ++j) {
+    Work send, recv;
+    if (j + 1 < P) {
+      recv = cp.recv_async(block[1 - cur].data(), p.numel(), ElemType::f32, prev, kTagKv, kv_lab);
+      send = cp.send_async(block[cur].data(), p.numel(), ElemType::f32, next, kTagKv, kv_lab);
+    }
+    if (j == 0) {  // own block: straight into the caller's dk/dv
+      if (masked(q_pos, k_pos, d)) {
+        ++st.blocks_skipped;
+      } else {
+        ++st.blocks_attended;
+        attention_backward(dq, dk, dv, dout, out, lse, q, k, v, q_pos, k_pos, d);
+      }
+    } else {
+      float* a = acc[j % 2].data();
+      acc_send[j % 2].wait();  // the buffer's previous message has left
+      acc[j % 2].zero();
+      const float* b = block[cur].data();
+      const int32_t* pb = packed_pos(b, p);
+      if (masked(q_pos, pb, dp)) {
+        ++st.blocks_skipped;
+      } else {
+        ++st.blocks_attended;
+        attention_backward(dq, a, a + p.kv(), dout, out, lse, q, b, b + p.kv(), q_pos, pb, dp);
+      }
+      if (j >= 2) {  // the terms of ranks r−j+1 … r−1 for this block
+        inbox_recv.wait();
+        const float* in = inbox.data();
+        for (int64_t i = 0; i < 2 * p.kv(); ++i)
+          a[i] += in[i];
+      }
+      acc_send[j % 2] = cp.send_async(a, 2 * p.kv(), ElemType::f32, next, kTagDkv, dkv_lab);
+      inbox_recv = cp.recv_async(inbox.data(), 2 * p.kv(), ElemType::f32, prev, kTagDkv, dkv_lab);
+      ++st.exchanges;
+    }
+    if (j + 1 < P) {
+      send.wait();
+      recv.wait();
+      ++st.exchanges;
+      cur = 1 - cur;
+    }
+  }
+  if (P > 1) {  // this rank's own block, back with every other rank's terms
+    inbox_recv.wait();
+    add_dkv(dk, dv, inbox.data(), p, d.kv_stride);
+    acc_send[0].wait();
+    acc_send[1].wait();
+  }
+  return st;
+}
+
+namespace {
+
+// K/V and positions of every rank, batch-major for one attention call:
+// k, v [B, P·Tk, KV·D], pos [B, P·Tk]; rank s's tokens at [s·Tk, (s+1)·Tk).
+struct Gathered {
+  Tensor k, v;
+  std::vector<int32_t> pos;
+  AttentionDims d;
+};
+
+Gathered gather_kv(const float* k, const float* v, const int32_t* k_pos, const AttentionDims& d, Group& cp,
+                   const std::string& label) {
+  const int P = cp.size();
+  const Packing p = packing(d);
+  Tensor mine({p.numel()}, MemKind::comm), all({P * p.numel()}, MemKind::comm);
+  pack(mine.data(), k, v, k_pos, p, d.kv_stride);
+  cp.all_gather(mine.data(), all.data(), p.numel(), ElemType::f32, label);
+  Gathered g;
+  g.d = Packing::dims(d);
+  g.d.kv_len = P * p.Tk;
+  g.k = Tensor({p.B * g.d.kv_len * p.row}, MemKind::comm);
+  g.v = Tensor({p.B * g.d.kv_len * p.row}, MemKind::comm);
+  g.pos.resize(static_cast<size_t>(p.B * g.d.kv_len));
+  for (int s = 0; s < P; ++s) {
+    const float* src = all.data() + s * p.numel();
+    for (int64_t b = 0; b < p.B; ++b) {
+      const int64_t from = b * p.Tk, to = b * g.d.kv_len + s * p.Tk;
+      std::copy(src + from * p.row, src + (from + p.Tk) * p.row, g.k.data() + to * p.row);
+      std::copy(src + p.kv() + from * p.row, src + p.kv() + (from + p.Tk) * p.row, g.v.data() + to * p.row);
+      std::copy(packed_pos(src, p) + from, packed_pos(src, p) + from + p.Tk, g.pos.begin() + to);
+    }
+  }
+  return g;
+}
+
+}  // namespace
+
+CpStats allgather_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                                    const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d,
+                                    Group& cp, std::string_view site) {
+  check_dims(d, "allgather_attention_forward");
+  const std::string label = kv_label(site, "allgather_attention k,v,pos", "forward", packing(d));
+  const Gathered g = gather_kv(k, v, k_pos, d, cp, label);
+  attention_forward(out, lse, q, g.k.data(), g.v.data(), q_pos, g.pos.data(), g.d);
+  return CpStats{1, 0, 1};
+}
+
+CpStats allgather_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                     const float* lse, const float* q, const float* k, const float* v,
+                                     const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d,
+                                     Group& cp, std::string_view site) {
+  check_dims(d, "allgather_attention_backward");
+  const int P = cp.size();
+  const Packing p = packing(d);
+  const Gathered g =
+      gather_kv(k, v, k_pos, d, cp, kv_label(site, "allgather_attention k,v,pos", "backward", p));
+  Tensor gk({g.k.numel()}, MemKind::comm), gv({g.v.numel()}, MemKind::comm);
+  attention_backward(dq, gk.data(), gv.data(), dout, out, lse, q, g.k.data(), g.v.data(), q_pos, g.pos.data(),
+                     g.d);
+  // Rank-major [P][dk | dv] for the reduce-scatter: slot s holds rank s's keys.
+  Tensor send({P * 2 * p.kv()}, MemKind::comm), mine({2 * p.kv()}, MemKind::comm);
+  for (int s = 0; s < P; ++s) {
+    float* dst = send.data() + s * 2 * p.kv();
+    for (int64_t b = 0; b < p.B; ++b) {
+      const int64_t from = b * g.d.kv_len + s * p.Tk, to = b * p.Tk;
+      std::copy(gk.data() + from * p.row, gk.data() + (from + p.Tk) * p.row, dst + to * p.row);
+      std::copy(gv.data() + from * p.row, gv.data() + (from + p.Tk) * p.row, dst + p.kv() + to * p.row);
+    }
+  }
+  cp.reduce_scatter(send.data(), mine.data(), 2 * p.kv(), ElemType::f32, ReduceOp::sum,
+                    tp::comm_label(site, "allgather_attention dk,dv", "backward", {P, p.B, p.Tk, 2 * p.row}));
+  add_dkv(dk, dv, mine.data(), p, d.kv_stride);
+  return CpStats{1, 0, 2};
+}
+
+}  // namespace mt::cp

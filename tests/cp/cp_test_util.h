@@ -1,0 +1,59 @@
+// Helpers of the context-parallel tests: the same pseudo-random tensors on
+// every rank, a cp group carved from the world by a real mesh (dp × cp), the
+// whole-sequence attention in double (ops/attention_reference.h) as the oracle,
+// and the comm ledger since a mark.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "comm/context.h"
+#include "comm/group.h"
+#include "comm/mpi_test.h"
+#include "mesh/mesh.h"
+
+namespace mt::test {
+
+// n values uniform in [-scale, scale), a pure function of (seed, n): equal on every rank.
+inline std::vector<float> random_vec(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v)
+    x = scale * (static_cast<float>(gen() >> 8) / 8388608.0f - 1.0f);
+  return v;
+}
+
+// max_i |a[i] − b[i]| / max(max_i |b[i]|, 1e-30).
+inline double rel_err(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double err = 0, scale = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    err = std::max(err, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(b[i]));
+  }
+  return err / scale;
+}
+
+// The world as a (dp = world / cp) × cp mesh; every rank joins the split.
+inline DeviceMesh cp_mesh(int cp) {
+  return DeviceMesh(world(), MeshSizes{1, world().size() / cp, cp, 1});
+}
+
+inline size_t ledger_mark(const Group& g) {
+  return g.context().ledger.entries().size();
+}
+
+// Ledger entries of `axis` recorded after `mark`.
+inline std::vector<LedgerEntry> entries_since(const Group& g, size_t mark, const std::string& axis) {
+  const auto& all = g.context().ledger.entries();
+  std::vector<LedgerEntry> out;
+  for (size_t i = mark; i < all.size(); ++i)
+    if (all[i].axis == axis) out.push_back(all[i]);
+  return out;
+}
+
+}  // namespace mt::test
