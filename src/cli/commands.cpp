@@ -10,6 +10,9 @@
 #include "data/token_file.h"
 #include "data/tokenizer.h"
 #include "mesh/mesh.h"
+#include "pipeline/render.h"
+#include "pipeline/schedule.h"
+#include "pipeline/simulate.h"
 #include "train/evaluate.h"
 #include "train/model_io.h"
 
@@ -114,6 +117,21 @@ int run_sample_command(const SampleArgs& a) {
   ids = generate_greedy(model, ids, a.tokens);
   std::printf("%s[%s]\n", a.prompt.c_str(),
               tok.decode(std::span<const int32_t>(ids).subspan(n_prompt)).c_str());
+  return 0;
+}
+
+int run_schedule_command(const ScheduleArgs& a) {
+  // Bounds first, so that the casts below are exact and the grid fits a screen or a file.
+  constexpr int64_t kMax = 1024;
+  for (const auto& [name, value] :
+       {std::pair{"--pp", a.pp}, {"--microbatches", a.microbatches}, {"--v", a.v}}) {
+    MT_REQUIRE(value >= 1 && value <= kMax, ConfigError, name, " (", value, ") must be between 1 and ", kMax);
+  }
+  const pp::Schedule s = pp::make_schedule(pp::parse_schedule_kind(a.kind), static_cast<int>(a.pp),
+                                           static_cast<int>(a.v), static_cast<int>(a.microbatches));
+  const pp::SimResult r = pp::simulate(s);
+  MT_CHECK(r.ok, r.error);
+  std::fputs(pp::render_grid(s, r).c_str(), stdout);
   return 0;
 }
 

@@ -39,4 +39,11 @@ struct SampleArgs {
 };
 int run_sample_command(const SampleArgs& args);
 
+struct ScheduleArgs {
+  std::string kind;  // gpipe | 1f1b | interleaved
+  int64_t pp = 0, microbatches = 0, v = 1;
+};
+// Prints the pipeline schedule's time x rank grid (pipeline/render.h).
+int run_schedule_command(const ScheduleArgs& args);
+
 }  // namespace mt

@@ -69,6 +69,21 @@ int main(int argc, char** argv) {
   c->add_option("--model-b", cmp.model_b, "Model directory of run B");
   c->add_option("--rtol", cmp.rtol, "Relative tolerance")->capture_default_str();
 
+  mt::ScheduleArgs sch;
+  CLI::App* sc = app.add_subcommand(
+      "schedule",
+      "Draw a pipeline schedule as a time x rank grid, with each rank's bubble and activation memory");
+  sc->add_option("--kind", sch.kind, "gpipe | 1f1b | interleaved")->required();
+  sc->add_option("--pp", sch.pp, "Pipeline ranks")->required();
+  sc->add_option("--microbatches", sch.microbatches, "Microbatches per step")->required();
+  sc->add_option("--v", sch.v, "Model chunks per rank (interleaved: at least 2)")->capture_default_str();
+  sc->footer(
+      "Simulated with each forward of a stage (or chunk) taking 1 time unit, each backward 2,\n"
+      "communication free. Cells: F3 / B3 = forward / backward of microbatch 3 (interleaved: F3a on\n"
+      "chunk 0, F3b on chunk 1, ...), repeated over every time unit they take; . = idle.\n"
+      "Bubble = idle / makespan, beside the ideal (pp-1)/(v*m+pp-1). Activation sets in flight =\n"
+      "(microbatch, chunk) pairs forwarded and not yet backwarded on the rank: its activation memory.");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {
@@ -79,6 +94,7 @@ int main(int argc, char** argv) {
     if (*pr) return mt::run_prepare_command(prep);
     if (*e) return mt::run_eval_command(ev);
     if (*s) return mt::run_sample_command(sa);
+    if (*sc) return mt::run_schedule_command(sch);
     if (*c) {
       const mt::CompareResult r = mt::compare_runs(cmp);
       std::fputs(r.report.c_str(), stdout);
