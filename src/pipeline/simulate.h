@@ -1,0 +1,57 @@
+// Running a schedule without a model: simulate() executes every rank's action
+// list with the executor's semantics (schedule.h) and says whether it is
+// right, and, with fixed costs per compute action, when each action runs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipeline/schedule.h"
+
+namespace mt::pp {
+
+// Time units per compute action of one virtual stage; communication is free.
+// The defaults are the papers' convention: a backward costs two forwards.
+struct SimCosts {
+  int forward = 1;
+  int backward = 2;
+};
+
+struct SimResult {
+  bool ok = false;
+  std::string error;  // when !ok: the first broken rule, naming rank, action index, microbatch and stage
+
+  // The rest is filled when ok.
+  SimCosts costs;
+  // time[r][i]: when rank r runs its action i. Compute: its start (it ends
+  // after costs.forward/backward). send_*: when it is posted (the end of the
+  // compute before it). recv_*: when it returns (the message is there and the
+  // rank has reached it).
+  std::vector<std::vector<int>> time;
+  int makespan = 0;                 // the end of the last compute action on any rank
+  std::vector<int> busy;            // per rank: time units spent computing (m·v·(forward + backward))
+  std::vector<double> bubble;       // per rank: idle fraction of the makespan, (makespan − busy) / makespan
+  std::vector<int> peak_in_flight;  // per rank: most (microbatch, stage) pairs at once whose forward is done
+                                    // and backward not yet: the activation sets the executor keeps
+};
+
+// Runs the ranks round-robin, each as far as it can: a send posts its message
+// into a mailbox keyed by (src, dst, tag), a receive blocks until its message
+// is there; stops when all are done or none can move (deadlock). Checks: every
+// action names a stage of its rank and the right peer and tag; every (m, k)
+// has exactly one forward and one backward, on rank k % pp; forward(m, k)
+// follows the received activation of forward(m, k−1); backward(m, k) follows
+// forward(m, k) on the same rank and the received gradient of backward(m, k+1);
+// every send has exactly one matching receive and vice versa; for each
+// (src, dst, act|grad) the sends are posted in the order of the receives
+// (FIFO matching pairs the same messages as tag matching); no deadlock. Then
+// checks the timeline against the same dependencies.
+SimResult simulate(const Schedule& schedule, SimCosts costs = {});
+
+// The bubble of the ideal pipeline with F + B per stage and microbatch:
+// (pp − 1) / (v·m + pp − 1), the idle fraction of each rank when the only
+// idle time is filling and draining pp stages (the interleaved schedule's
+// stages are v times shorter, hence the v·m).
+double ideal_bubble(int pp, int v, int microbatches);
+
+}  // namespace mt::pp
