@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "pipeline/schedule.h"
+#include "pipeline/stages.h"
 
 namespace mt {
 
@@ -351,6 +352,8 @@ void Config::validate() const {
     pp::validate_schedule(pp::parse_schedule_kind(p.schedule), static_cast<int>(p.pp),
                           static_cast<int>(p.virtual_stages),
                           static_cast<int>(t.batch_size / (dp * t.microbatch_size)), model.n_layers);
+    pp::stage_layer_counts(model.n_layers, static_cast<int>(p.pp), static_cast<int>(p.virtual_stages),
+                           p.stage_layers);
   }
 }
 

@@ -2,41 +2,17 @@
 
 #include <cstdio>
 #include <cstring>
-#include <sstream>
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "pipeline/stages.h"
 #include "train/explain.h"
 
 namespace mt {
 
 std::vector<StageRange> split_stages(int64_t n_layers, int pp, int v, const std::string& explicit_layers) {
-  const int64_t K = static_cast<int64_t>(pp) * v;
-  std::vector<int64_t> counts;
-  if (explicit_layers.empty()) {
-    MT_REQUIRE(n_layers >= K, ConfigError, "model.n_layers (", n_layers, ") must be at least parallel.pp (",
-               pp, ") x parallel.virtual_stages (", v, ") = ", K, ": every virtual stage needs a layer");
-    for (int64_t k = 0; k < K; ++k)
-      counts.push_back(n_layers / K + (k < n_layers % K ? 1 : 0));
-  } else {
-    std::stringstream ss(explicit_layers);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
-      char* end = nullptr;
-      const long long n = std::strtoll(item.c_str(), &end, 10);
-      MT_REQUIRE(end != item.c_str() && *end == '\0' && n >= 1, ConfigError, "parallel.stage_layers ('",
-                 explicit_layers, "'): '", item, "' is not a layer count of at least 1");
-      counts.push_back(n);
-    }
-    MT_REQUIRE(static_cast<int64_t>(counts.size()) == K, ConfigError, "parallel.stage_layers ('",
-               explicit_layers, "') has ", counts.size(), " entries but parallel.pp (", pp,
-               ") x parallel.virtual_stages (", v, ") = ", K, " virtual stages");
-    int64_t sum = 0;
-    for (int64_t n : counts)
-      sum += n;
-    MT_REQUIRE(sum == n_layers, ConfigError, "parallel.stage_layers ('", explicit_layers, "') sums to ", sum,
-               " layers but model.n_layers is ", n_layers);
-  }
+  const std::vector<int64_t> counts = pp::stage_layer_counts(n_layers, pp, v, explicit_layers);
+  const int64_t K = static_cast<int64_t>(counts.size());
   std::vector<StageRange> stages;
   int64_t at = 0;
   for (int64_t k = 0; k < K; ++k) {
@@ -139,13 +115,11 @@ double PipelineExecutor::run(const int32_t* inputs, const int32_t* targets, floa
         break;
       case pp::Op::send_act: {
         const float* out = model.stage_output(slot_of_[static_cast<size_t>(c)][static_cast<size_t>(m)]);
-        act_sends_.push_back(pp_.send_async(out, n, ElemType::f32, a.peer,
-                                            a.tag, "pp activation"));
+        act_sends_.push_back(pp_.send_async(out, n, ElemType::f32, a.peer, a.tag, "pp activation"));
         break;
       }
       case pp::Op::recv_grad:
-        pp_.recv(model.output_grad(), n, ElemType::f32, a.peer, a.tag,
-                 "pp gradient");
+        pp_.recv(model.output_grad(), n, ElemType::f32, a.peer, a.tag, "pp gradient");
         break;
       case pp::Op::backward: {
         int& s = slot_of_[static_cast<size_t>(c)][static_cast<size_t>(m)];
@@ -160,8 +134,7 @@ double PipelineExecutor::run(const int32_t* inputs, const int32_t* targets, floa
         std::memcpy(buf, model.input_grad(), static_cast<size_t>(n) * sizeof(float));
         for (SendBuffer& b : send_buffers_) {
           if (b.data.data() == buf)
-            b.work = pp_.send_async(buf, n, ElemType::f32, a.peer, a.tag,
-                                    "pp gradient");
+            b.work = pp_.send_async(buf, n, ElemType::f32, a.peer, a.tag, "pp gradient");
         }
         break;
       }
@@ -189,7 +162,8 @@ double pipeline_forward_loss(const std::vector<Llama*>& chunks, int pp_rank, Gro
     Llama& m = *chunks[static_cast<size_t>(k / P)];
     const int64_t n = m.residual_numel(B, T);
     if (k > 0)
-      pp.recv(m.stage_input(0), n, ElemType::f32, (k - 1) % P, pp::message_tag(0, k - 1, false, K), "pp eval");
+      pp.recv(m.stage_input(0), n, ElemType::f32, (k - 1) % P, pp::message_tag(0, k - 1, false, K),
+              "pp eval");
     loss += m.forward_slot(0, inputs, targets, B, T);
     if (k < K - 1)
       pp.send(m.stage_output(0), n, ElemType::f32, (k + 1) % P, pp::message_tag(0, k, false, K), "pp eval");

@@ -18,10 +18,8 @@
 
 namespace mt {
 
-// The layers of each virtual stage. `explicit_layers` is parallel.stage_layers:
-// "" splits evenly (the first n_layers % (pp·v) stages get one layer more), or a
-// comma-separated count per virtual stage ("3,2,2,1"), which must have pp·v
-// entries, each ≥ 1, summing to n_layers (ConfigError naming the numbers).
+// The layers of each virtual stage (pp::stage_layer_counts: an even split, or
+// parallel.stage_layers), stage 0 with the embedding, the last with the head.
 std::vector<StageRange> split_stages(int64_t n_layers, int pp, int v, const std::string& explicit_layers);
 
 // One line per virtual stage: "stage 1 (pp rank 1, chunk 0): layers 4-7 + norm, head, loss".
