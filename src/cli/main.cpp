@@ -35,6 +35,9 @@ int main(int argc, char** argv) {
   tr->add_flag("--explain", train.run.explain,
                "Print every collective of the first step, rank by rank: axis, op, tensor shape, elements, "
                "call site (seed 000 §6 from a real run)");
+  tr->add_option("--trace", train.run.trace_path,
+                 "Pipeline runs: write the last step's forward, backward, send, receive and idle spans of every "
+                 "rank as one Chrome-trace JSON file (open in Perfetto)");
   tr->add_flag("--profile", train.run.profile, "Print the share of time per kernel at the end");
   tr->add_flag("--quiet", train.run.quiet, "No per-step log lines");
   tr->footer("Config keys ([section] key = default  type: meaning):\n\n" + mt::config_help());

@@ -11,6 +11,8 @@
 #include <variant>
 
 #include "core/error.h"
+#include "pipeline/schedule.h"
+#include "pipeline/stages.h"
 
 namespace mt {
 
@@ -69,7 +71,9 @@ const std::vector<Entry>& entries() {
       MT_KEY(parallel, tp, "int",
              "tensor-parallel degree (Megatron): divides n_heads and ffn_hidden; n_kv_heads and tp, one "
              "divides the other"),
-      MT_KEY(parallel, pp, "int", "pipeline-parallel degree (not yet implemented: must be 1)"),
+      MT_KEY(parallel, pp, "int",
+             "pipeline-parallel degree: the layers are split into pp stages (pp x virtual_stages with "
+             "interleaving)"),
       MT_KEY(parallel, cp, "int", "context-parallel degree (not yet implemented: must be 1)"),
       MT_KEY(parallel, zero, "int",
              "ZeRO stage: 0 replicate, 1 shard AdamW state, 2 + gradients, 3 + parameters (FSDP)"),
@@ -77,7 +81,11 @@ const std::vector<Entry>& entries() {
              "sequence parallelism (Megatron SP): activations outside the tp regions (norms, residual) are "
              "sharded by token over tp; needs tp > 1 and seq_len divisible by tp"),
       MT_KEY(parallel, schedule, "string", "pipeline schedule: gpipe | 1f1b | interleaved"),
-      MT_KEY(parallel, virtual_stages, "int", "virtual stages per rank for the interleaved schedule"),
+      MT_KEY(parallel, virtual_stages, "int",
+             "virtual stages (model chunks) per rank; > 1 needs schedule = interleaved"),
+      MT_KEY(parallel, stage_layers, "string",
+             "layers per virtual stage, e.g. \"3,2,2,1\" (pp x virtual_stages entries summing to n_layers); "
+             "empty: an even split, the first stages taking one more"),
       MT_KEY(parallel, cp_impl, "string", "context-parallel attention: ring | allgather"),
       MT_KEY(parallel, bucket_mb, "float", "gradient bucket size in MiB for the ZeRO 0/1 all-reduce"),
       MT_KEY(parallel, timeout_s, "float",
@@ -331,15 +339,22 @@ void Config::validate() const {
     MT_REQUIRE(v == 1, ConfigError, name, " = ", v,
                " is not supported yet: this build parallelises over dp and tp only (set it to 1)");
   };
-  not_yet("parallel.pp", p.pp);
   not_yet("parallel.cp", p.cp);
-  not_yet("parallel.virtual_stages", p.virtual_stages);
+  positive("parallel.pp", p.pp);
+  positive("parallel.virtual_stages", p.virtual_stages);
   MT_REQUIRE(p.bucket_mb > 0, ConfigError, "parallel.bucket_mb (", p.bucket_mb, ") must be positive");
   MT_REQUIRE(p.timeout_s > 0, ConfigError, "parallel.timeout_s (", p.timeout_s, ") must be positive");
   validate_tensor_parallel(*this);
   MT_REQUIRE(t.batch_size % (dp * t.microbatch_size) == 0, ConfigError, "train.batch_size (", t.batch_size,
              ") must be divisible by parallel.dp (", dp, ") x train.microbatch_size (", t.microbatch_size,
              ")");
+  if (p.pp > 1 || p.virtual_stages > 1) {  // the schedule's rules, with the numbers
+    pp::validate_schedule(pp::parse_schedule_kind(p.schedule), static_cast<int>(p.pp),
+                          static_cast<int>(p.virtual_stages),
+                          static_cast<int>(t.batch_size / (dp * t.microbatch_size)), model.n_layers);
+    pp::stage_layer_counts(model.n_layers, static_cast<int>(p.pp), static_cast<int>(p.virtual_stages),
+                           p.stage_layers);
+  }
 }
 
 }  // namespace mt

@@ -45,6 +45,7 @@ struct ParallelConfig {
   bool sp = false;
   std::string schedule = "1f1b";
   int64_t virtual_stages = 1;
+  std::string stage_layers;  // "" or "3,2,2,1": layers per virtual stage
   std::string cp_impl = "ring";
   double bucket_mb = 25.0;   // ZeRO 0/1 gradient bucket size
   double timeout_s = 300.0;  // watchdog: a collective not done after this long ends the job

@@ -117,6 +117,10 @@ class Llama {
   const float* stage_output(int slot);
   float* output_grad();
   const float* input_grad() const;
+  // Elements of one microbatch's residual stream here: B·T·C, or B·T/tp·C under SP.
+  int64_t residual_numel(int64_t B, int64_t T) const {
+    return (sp_on() ? B * T / tpr_.size : B * T) * cfg_.d_model;
+  }
   bool has_embed() const { return table_.embed_unit >= 0; }
   bool has_head() const { return table_.final_unit >= 0; }
   int slots_allocated() const { return static_cast<int>(slots_.size()); }

@@ -258,6 +258,22 @@ double DataParallelStore::grad_sum_squares() {
   return s;
 }
 
+float* DataParallelStore::local_grad_of(const std::string& name, int64_t* n) {
+  if (opts_.zero == 0) {
+    const ParamSlot& p = find_slot(units_, name);
+    *n = p.numel();
+    return full_grads_.data() + p.offset;
+  }
+  for (size_t u = 0; u < units_.size(); ++u) {
+    for (const auto& piece : layouts_[u].pieces()) {
+      if (piece.param->name != name) continue;
+      *n = piece.shard_rows * piece.param->row_size;  // padding rows are zero on every rank
+      return local_grads_.data() + shard_offset_[u] + piece.in_shard;
+    }
+  }
+  MT_THROW(Error, "no parameter named '", name, "' in this store");
+}
+
 float* DataParallelStore::local_params() {
   if (opts_.zero == 0) return full_params_.data();
   if (opts_.zero <= 2) {  // the update works on this rank's shard, copied out of the full parameters

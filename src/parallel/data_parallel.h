@@ -56,6 +56,7 @@ class DataParallelStore : public ParamStore {
   void begin_microbatch(int64_t index) override;
   void finish_grads() override;
   double grad_sum_squares() override;
+  float* local_grad_of(const std::string& name, int64_t* n) override;
   float* local_params() override;
   float* local_grads() override;
   int64_t local_numel() const override { return opts_.zero == 0 ? full_params_.numel() : local_numel_; }

@@ -46,6 +46,21 @@ LocalStore::LocalStore(std::vector<UnitSpec> units)
   }
 }
 
+const ParamSlot& find_slot(const std::vector<UnitSpec>& units, const std::string& name) {
+  for (const auto& u : units) {
+    for (const auto& p : u.params) {
+      if (p.name == name) return p;
+    }
+  }
+  MT_THROW(Error, "no parameter named '", name, "' in this store");
+}
+
+float* LocalStore::local_grad_of(const std::string& name, int64_t* n) {
+  const ParamSlot& p = find_slot(units_, name);
+  *n = p.numel();
+  return grads_.data() + p.offset;
+}
+
 double LocalStore::grad_sum_squares() {
   return counted_sum_squares(units_, grads_.data());
 }

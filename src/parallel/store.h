@@ -79,6 +79,11 @@ class ParamStore {
   virtual float* local_grads() = 0;
   virtual int64_t local_numel() const = 0;
   virtual std::vector<DecayRange> local_decay_ranges() const = 0;
+  // This rank's share of one parameter's (reduced) gradient, after
+  // finish_grads: a pointer into local_grads() and its element count. Two
+  // stores over the same dp group holding a parameter of the same shape (a tied
+  // embedding on the first and last pipeline stage) return matching shares.
+  virtual float* local_grad_of(const std::string& name, int64_t* n) = 0;
   // After the optimizer step: make the updated parameters visible where the
   // model reads them (all-gather for ZeRO 1/2).
   virtual void after_update() = 0;
@@ -97,6 +102,9 @@ class ParamStore {
 
 // Units in order; total = end of the last one.
 int64_t units_total(const std::vector<UnitSpec>& units);
+
+// The parameter named `name` (Error if none).
+const ParamSlot& find_slot(const std::vector<UnitSpec>& units, const std::string& name);
 
 // Σ g² over the parameters with norm_counted, of a full flat buffer.
 double counted_sum_squares(const std::vector<UnitSpec>& units, const float* full);

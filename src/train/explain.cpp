@@ -56,8 +56,7 @@ std::string explain_lines(const CommLedger& ledger, int64_t step, int rank) {
   return os.str();
 }
 
-std::string explain_report(Group& world, int64_t step) {
-  const std::string mine = explain_lines(world.context().ledger, step, world.rank());
+std::string gather_to_rank0(Group& world, const std::string& mine, std::string_view what) {
   // Recorded outside any step, and the step restored even if a call throws.
   struct StepGuard {
     CommContext& ctx;
@@ -65,10 +64,12 @@ std::string explain_report(Group& world, int64_t step) {
     ~StepGuard() { ctx.step = saved; }
   } guard{world.context(), world.context().step};
   world.context().step = -1;
+  const std::string lengths_label = std::string(what) + ": text lengths",
+                    text_label = std::string(what) + ": text";
   const int P = world.size();
   std::vector<int64_t> lengths(static_cast<size_t>(P), 0);
   const int64_t my_length = static_cast<int64_t>(mine.size());
-  world.all_gather(&my_length, lengths.data(), 1, ElemType::i64, "explain: text lengths");
+  world.all_gather(&my_length, lengths.data(), 1, ElemType::i64, lengths_label);
   constexpr int kTag = 7301;
   std::string report;
   if (world.rank() == 0) {
@@ -77,14 +78,18 @@ std::string explain_report(Group& world, int64_t step) {
       const int64_t n = lengths[static_cast<size_t>(r)];
       if (n == 0) continue;
       std::vector<int32_t> words(static_cast<size_t>((n + 3) / 4));
-      world.recv(words.data(), static_cast<int64_t>(words.size()), ElemType::i32, r, kTag, "explain: text");
+      world.recv(words.data(), static_cast<int64_t>(words.size()), ElemType::i32, r, kTag, text_label);
       report.append(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(n));
     }
   } else if (my_length > 0) {
     const std::vector<int32_t> words = to_words(mine);
-    world.send(words.data(), static_cast<int64_t>(words.size()), ElemType::i32, 0, kTag, "explain: text");
+    world.send(words.data(), static_cast<int64_t>(words.size()), ElemType::i32, 0, kTag, text_label);
   }
   return report;
+}
+
+std::string explain_report(Group& world, int64_t step) {
+  return gather_to_rank0(world, explain_lines(world.context().ledger, step, world.rank()), "explain");
 }
 
 }  // namespace mt

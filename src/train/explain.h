@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "comm/context.h"
 #include "comm/group.h"
@@ -28,5 +29,10 @@ std::string explain_lines(const CommLedger& ledger, int64_t step, int rank);
 // interleave. The report's own messages are recorded in the ledger outside
 // any step (step −1), so they never show in a step's entries or byte counts.
 std::string explain_report(Group& world, int64_t step);
+
+// Collective over `world`: rank 0 returns every rank's `mine` concatenated in
+// rank order, the others "". The transfers are recorded outside any step
+// (step −1) under the labels "<what>: text lengths" and "<what>: text".
+std::string gather_to_rank0(Group& world, const std::string& mine, std::string_view what);
 
 }  // namespace mt

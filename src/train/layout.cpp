@@ -10,6 +10,7 @@
 #include "parallel/data_parallel.h"
 #include "train/explain.h"
 #include "train/flops.h"
+#include "train/pipeline.h"
 
 namespace mt {
 
@@ -28,6 +29,12 @@ RunLayout make_run_layout(const Config& cfg, const Group* world) {
   lay.dp = sizes[static_cast<int>(Axis::dp)];
   lay.tp = sizes[static_cast<int>(Axis::tp)];
   lay.sp = cfg.parallel.sp && lay.tp > 1;
+  lay.pp = sizes[static_cast<int>(Axis::pp)];
+  lay.virtual_stages = static_cast<int>(cfg.parallel.virtual_stages);
+  if (lay.pp * lay.virtual_stages > 1)
+    lay.stages = split_stages(cfg.model.n_layers, lay.pp, lay.virtual_stages, cfg.parallel.stage_layers);
+  else
+    lay.stages = {StageRange{}};
   if (world == nullptr) return lay;
   lay.world_ = std::make_unique<Group>(*world);
   lay.world_size = world->size();
@@ -37,20 +44,41 @@ RunLayout make_run_layout(const Config& cfg, const Group* world) {
   lay.dp_group_ = std::make_unique<Group>(lay.mesh_->group("dp"));
   lay.tp_rank = lay.mesh_->coord(Axis::tp);
   if (lay.tp > 1) lay.tp_group_ = std::make_unique<Group>(lay.mesh_->group("tp"));
+  lay.pp_rank = lay.mesh_->coord(Axis::pp);
+  if (lay.pp > 1) {
+    lay.pp_group_ = std::make_unique<Group>(lay.mesh_->group("pp"));
+    if (cfg.model.tie_embeddings) {  // the first and the last stage (collective over pp)
+      const bool ends = lay.pp_rank == 0 || lay.pp_rank == lay.pp - 1;
+      lay.tied_group_ = std::make_unique<Group>(lay.pp_group_->split(ends ? 0 : 1, lay.pp_rank, "pp_tied"));
+      if (!ends) lay.tied_group_.reset();
+    }
+  }
   return lay;
 }
 
-std::unique_ptr<ParamStore> RunLayout::make_store(const Config& cfg) const {
+std::unique_ptr<ParamStore> RunLayout::make_store(const Config& cfg, const StageRange& stage) const {
   if (!dp_group_ || (dp == 1 && zero_ == 0)) return nullptr;
   DataParallelOptions o;
   o.zero = zero_;
   o.bucket_bytes = bucket_bytes_;
-  const ParamTable table = make_param_table(cfg.model, {tp, tp_rank});  // this rank's tp shard
+  const ParamTable table =
+      make_param_table(cfg.model, {tp, tp_rank}, stage);  // this rank's tp shard of the stage
   return std::make_unique<DataParallelStore>(make_units(table, cfg.model), *dp_group_, o);
 }
 
 void RunLayout::sum_over_tp(double* v) {
   if (tp_group_) tp_group_->all_reduce(v, 1, "grad norm");
+}
+
+void RunLayout::sum_over_pp(double* v) {
+  if (pp_group_) pp_group_->all_reduce(v, 1, "pp sum");
+}
+
+void RunLayout::sum_tied_embedding(ParamStore* store) {
+  if (!tied_group_ || store == nullptr) return;
+  int64_t n = 0;
+  float* g = store->local_grad_of("model.embed_tokens.weight", &n);
+  tied_group_->all_reduce(g, n, "tied embedding grads");
 }
 
 void RunLayout::set_step(int64_t step) {
@@ -89,12 +117,20 @@ std::string RunLayout::describe() const {
   }
   os << "data parallel: dp = " << dp << ", zero = " << zero_ << "\n";
   if (tp > 1) os << "tensor parallel: tp = " << tp << ", sequence parallel " << (sp ? "on" : "off") << "\n";
+  if (stages.size() > 1)
+    os << "pipeline: pp = " << pp << ", " << virtual_stages << " virtual stage(s) per rank\n"
+       << stage_map(stages, pp);
   return os.str();
 }
 
 std::string RunLayout::explain(int64_t step) {
   if (!world_) return "one process: no collectives in step " + std::to_string(step) + "\n";
   return explain_report(*world_, step);
+}
+
+std::string RunLayout::trace_json(const std::vector<PipeSpan>& spans) {
+  if (!world_) return "";
+  return pipeline_trace_json(*world_, rank, spans);
 }
 
 std::string RunLayout::comm_summary() const {

@@ -8,12 +8,15 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/group.h"
 #include "config/config.h"
 #include "core/memory.h"
 #include "mesh/mesh.h"
+#include "model/params.h"
 #include "parallel/store.h"
+#include "train/pipeline.h"
 
 namespace mt {
 
@@ -23,15 +26,28 @@ class RunLayout {
   int dp = 1, dp_rank = 0;
   int tp = 1, tp_rank = 0;
   bool sp = false;
+  int pp = 1, pp_rank = 0, virtual_stages = 1;
+  // Every virtual stage's layers (pipeline.h); one whole-model stage without pp.
+  std::vector<StageRange> stages;
+  // This rank's chunks: virtual stages c·pp + pp_rank, c = 0 … virtual_stages − 1.
+  StageRange chunk_stage(int c) const { return stages[static_cast<size_t>(c * pp + pp_rank)]; }
 
-  // The store of this layout (null: the model's own LocalStore).
-  std::unique_ptr<ParamStore> make_store(const Config& cfg) const;
+  // The store of one chunk of this layout (null: the model's own LocalStore).
+  std::unique_ptr<ParamStore> make_store(const Config& cfg, const StageRange& stage = {}) const;
 
   // The tensor-parallel group (null when tp = 1), for the model.
   Group* tp_group() const { return tp_group_.get(); }
   // Σ over tp of this rank's squared gradient norm (each rank counts its shard
   // and one copy of what is replicated): the whole model's.
   void sum_over_tp(double* v);
+  // Σ over the pipeline stages (the loss lives on the last, the gradient norm on all).
+  void sum_over_pp(double* v);
+  Group* pp_group() const { return pp_group_.get(); }
+  // With tied embeddings over pp > 1: sums the embedding's gradient between the
+  // first stage and the last stage's copy (both hold the same dp share after
+  // finish_grads), so the two copies stay equal. `store` is the chunk that
+  // holds either (null on the other ranks, which do nothing).
+  void sum_tied_embedding(ParamStore* store);
 
   void set_step(int64_t step);
   void sum_over_dp(int64_t* v);
@@ -46,6 +62,8 @@ class RunLayout {
   // --explain: every rank's collectives of `step`, in rank order, on rank 0
   // ("" elsewhere); collective over the world.
   std::string explain(int64_t step);
+  // Every rank's pipeline spans as one Chrome-trace file (rank 0; "" elsewhere); collective.
+  std::string trace_json(const std::vector<PipeSpan>& spans);
   double overlap_hidden(ParamStore& store) const;
   // Peak bytes per category on every rank, as a table (collective over the world).
   std::string memory_report(const MemStats& mine);
@@ -57,7 +75,7 @@ class RunLayout {
   int zero_ = 0;
   int64_t bucket_bytes_ = 0;
   std::unique_ptr<DeviceMesh> mesh_;
-  std::unique_ptr<Group> world_, dp_group_, tp_group_;
+  std::unique_ptr<Group> world_, dp_group_, tp_group_, pp_group_, tied_group_;
 };
 
 // Validates the mesh against the world (ConfigError with the numbers) and builds

@@ -1,5 +1,6 @@
 #include "train/model_io.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "checkpoint/hf_config.h"
@@ -28,19 +29,21 @@ HfLlamaConfig to_hf(const ModelConfig& c) {
 }  // namespace
 
 namespace {
-// The whole model's parameters in the order of the one-process table, from
-// this rank's tp shard `local` (every tp rank passes its own; collective over tp).
+// This stage's parameters, whole (not sharded over tp), in the order of the
+// stage's one-process table, from this rank's tp shard `local` (every tp rank
+// passes its own; collective over tp).
 std::vector<float> gather_over_tp(const Llama& model, const std::vector<float>& local) {
   Group* tp = model.tp_group();
   if (tp == nullptr) return local;
   const int P = tp->size();
+  const StageRange stage = model.param_table().stage;
   const int64_t n = model.num_params();  // the same on every tp rank (padded vocabulary)
   std::vector<float> all(static_cast<size_t>(n * P));
   tp->all_gather(local.data(), all.data(), n, ElemType::f32, "save: gather tp shards");
-  const ParamTable whole = make_param_table(model.config());
+  const ParamTable whole = make_param_table(model.config(), {}, stage);
   std::vector<float> full(static_cast<size_t>(whole.total));
   for (int r = 0; r < P; ++r) {
-    const ParamTable t = make_param_table(model.config(), {P, r});
+    const ParamTable t = make_param_table(model.config(), {P, r}, stage);
     for (size_t i = 0; i < t.specs.size(); ++i)
       param_to_full(t.specs[i], all.data() + r * n + t.specs[i].offset, full.data() + whole.specs[i].offset);
   }
@@ -49,16 +52,33 @@ std::vector<float> gather_over_tp(const Llama& model, const std::vector<float>& 
 }  // namespace
 
 void save_model_dir(const std::string& dir, Llama& model, bool write) {
-  std::vector<float> local(static_cast<size_t>(model.num_params()));
-  model.store().gather_full_params(local.data());  // collective for sharded stores
-  const std::vector<float> full = gather_over_tp(model, local);
+  save_model_dir(dir, std::vector<Llama*>{&model}, nullptr, write);
+}
+
+void save_model_dir(const std::string& dir, const std::vector<Llama*>& chunks, Group* pp, bool write) {
+  const ModelConfig& cfg = chunks.front()->config();
+  const ParamTable global = make_param_table(cfg);
+  std::vector<float> full(static_cast<size_t>(global.total), 0.0f);
+  for (Llama* model : chunks) {
+    std::vector<float> local(static_cast<size_t>(model->num_params()));
+    model->store().gather_full_params(local.data());  // collective for sharded stores
+    const std::vector<float> stage = gather_over_tp(*model, local);
+    const ParamTable whole = make_param_table(cfg, {}, model->param_table().stage);
+    for (const ParamSpec& s : whole.specs) {  // into the one-process layout, by name
+      if (s.tied_copy) continue;              // the first stage's embedding is the one saved
+      const ParamSpec& g = global.find(s.name);
+      std::copy(stage.begin() + s.offset, stage.begin() + s.offset + s.numel, full.begin() + g.offset);
+    }
+  }
+  // Each parameter lives on exactly one stage, zeros elsewhere: the sum over pp is the model.
+  if (pp != nullptr) pp->all_reduce(full.data(), global.total, "save: gather pp stages");
   if (!write) return;
   std::error_code ec;
   fs::create_directories(dir, ec);
   MT_REQUIRE(!ec, IoError, "cannot create model directory '", dir, "': ", ec.message());
-  write_hf_config((fs::path(dir) / "config.json").string(), to_hf(model.config()));
+  write_hf_config((fs::path(dir) / "config.json").string(), to_hf(cfg));
   std::vector<TensorRef> tensors;
-  for (const auto& s : make_param_table(model.config()).specs)
+  for (const auto& s : global.specs)
     tensors.push_back({s.name, s.shape, full.data() + s.offset});
   write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
 }

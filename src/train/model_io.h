@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 #include "model/llama.h"
@@ -13,6 +14,11 @@ namespace mt {
 // Collective when the model's store is sharded: every rank calls it, and only
 // the one with write = true writes the files.
 void save_model_dir(const std::string& dir, Llama& model, bool write = true);
+
+// The same for a pipeline: `chunks` are this rank's stages, and the stages of
+// the pp group (null: no pipeline) together hold the whole model. Collective
+// over the store's dp group, the tp group and pp.
+void save_model_dir(const std::string& dir, const std::vector<Llama*>& chunks, Group* pp, bool write);
 
 // The model configuration stored in dir/config.json (init_std is not stored).
 ModelConfig read_model_config(const std::string& dir);

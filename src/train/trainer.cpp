@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/memory.h"
 #include "core/threads.h"
 #include "core/timer.h"
@@ -24,6 +25,7 @@
 #include "train/flops.h"
 #include "train/layout.h"
 #include "train/model_io.h"
+#include "train/pipeline.h"
 
 namespace mt {
 
@@ -109,15 +111,45 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   mo.profile = opts.profile;
   mo.tp = lay.tp_group();
   mo.sp = lay.sp;
-  Llama model(cfg.model, mo, lay.make_store(cfg));
-  if (opts.init_from.empty())
-    model.init(tc.seed);
-  else
-    load_model_dir(opts.init_from, model);
-
-  ParamStore& store = model.store();
-  AdamW opt(store.local_numel(), {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay},
-            store.local_decay_ranges());
+  // This rank's model chunks: one, or one per virtual pipeline stage it holds.
+  std::vector<std::unique_ptr<Llama>> chunks;
+  std::vector<std::unique_ptr<AdamW>> optims;
+  std::vector<Llama*> chunk_ptrs;
+  for (int c = 0; c < lay.virtual_stages; ++c) {
+    mo.stage = lay.chunk_stage(c);
+    chunks.push_back(std::make_unique<Llama>(cfg.model, mo, lay.make_store(cfg, mo.stage)));
+    Llama& m = *chunks.back();
+    if (opts.init_from.empty())
+      m.init(tc.seed);
+    else
+      load_model_dir(opts.init_from, m);
+    ParamStore& st = m.store();
+    optims.push_back(std::make_unique<AdamW>(st.local_numel(),
+                                             AdamWOptions{tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay},
+                                             st.local_decay_ranges()));
+    chunk_ptrs.push_back(&m);
+  }
+  Llama& model = *chunks.front();
+  const bool pipelined = lay.stages.size() > 1;
+  // The chunk holding the embedding or the last stage's tied copy of it.
+  ParamStore* tied_store = nullptr;
+  for (auto& c : chunks) {
+    if (cfg.model.tie_embeddings && (c->has_embed() || c->has_head())) tied_store = &c->store();
+  }
+  MT_REQUIRE(opts.trace_path.empty() || pipelined, ConfigError,
+             "--trace records the pipeline's stages: it needs parallel.pp > 1");
+  std::unique_ptr<pp::Schedule> schedule;
+  std::unique_ptr<PipelineExecutor> executor;
+  if (pipelined) {
+    const int nmb = static_cast<int>(tc.batch_size / (lay.dp * tc.microbatch_size));
+    schedule = std::make_unique<pp::Schedule>(
+        pp::make_schedule(pp::parse_schedule_kind(cfg.parallel.schedule), lay.pp, lay.virtual_stages, nmb));
+    executor = std::make_unique<PipelineExecutor>(*schedule, lay.pp_rank, *lay.pp_group(), chunk_ptrs,
+                                                  tc.microbatch_size, tc.seq_len);
+  }
+  int64_t num_params = 0;  // the whole model's
+  for (const auto& s : make_param_table(cfg.model).specs)
+    num_params += s.numel;
   const LrSchedule sched{tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
 
   RunResult result;
@@ -128,7 +160,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     std::printf(
         "model: %lld parameters (%lld in matrix products), %lld layers, d_model %lld; %d threads; "
         "SGEMM ceiling %.1f GFLOP/s\n",
-        static_cast<long long>(model.num_params()), static_cast<long long>(matmul_params(cfg.model)),
+        static_cast<long long>(num_params), static_cast<long long>(matmul_params(cfg.model)),
         static_cast<long long>(cfg.model.n_layers), static_cast<long long>(cfg.model.d_model), num_threads(),
         result.sgemm_gflops);
     std::fflush(stdout);
@@ -143,7 +175,13 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   const Fault fault = read_fault();
 
   auto evaluate_now = [&](int64_t step) {
-    const double v = evaluate_loss(model, val_file, T, tc.eval_windows, mb);
+    const double v = pipelined ? evaluate_loss(
+                                     [&](const int32_t* in, const int32_t* tg, int64_t b, int64_t t) {
+                                       return pipeline_forward_loss(chunk_ptrs, lay.pp_rank, *lay.pp_group(),
+                                                                    in, tg, b, t);
+                                     },
+                                     val_file, T, tc.eval_windows, mb)
+                               : evaluate_loss(model, val_file, T, tc.eval_windows, mb);
     result.val_losses.emplace_back(step, v);
     metrics.write({{"step", step}, {"val_loss", v}});
     if (!opts.quiet && lead) std::printf("step %5lld | val loss %.4f\n", static_cast<long long>(step), v);
@@ -162,22 +200,33 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
       valid += t != kIgnoreIndex;
     }
     lay.sum_over_dp(&valid);  // the loss is a mean over the GLOBAL batch's valid tokens
-    store.begin_step(rows / mb);
+    for (auto& c : chunks)
+      c->store().begin_step(rows / mb);
     double loss_sum = 0.0;
     if (valid > 0) {
       const float dloss = static_cast<float>(1.0 / static_cast<double>(valid));
-      for (int64_t r = 0; r < rows; r += mb) {
-        const size_t off = static_cast<size_t>(r * T);
-        store.begin_microbatch(r / mb);
-        loss_sum += model.forward(inputs.data() + off, targets.data() + off, mb, T);
-        model.backward(dloss);
+      if (pipelined) {
+        loss_sum = executor->run(inputs.data(), targets.data(), dloss);
+      } else {
+        for (int64_t r = 0; r < rows; r += mb) {
+          const size_t off = static_cast<size_t>(r * T);
+          model.store().begin_microbatch(r / mb);
+          loss_sum += model.forward(inputs.data() + off, targets.data() + off, mb, T);
+          model.backward(dloss);
+        }
       }
     }
-    store.finish_grads();
+    for (auto& c : chunks)
+      c->store().finish_grads();
+    lay.sum_tied_embedding(tied_store);
+    lay.sum_over_pp(&loss_sum);  // only the last stage has a loss
     lay.sum_over_dp(&loss_sum);
     const double loss = valid > 0 ? loss_sum / static_cast<double>(valid) : 0.0;
-    double sum_sq = store.grad_sum_squares();
+    double sum_sq = 0.0;
+    for (auto& c : chunks)
+      sum_sq += c->store().grad_sum_squares();
     lay.sum_over_tp(&sum_sq);
+    lay.sum_over_pp(&sum_sq);
     const double gnorm = std::sqrt(sum_sq);
 
     StepStats s;
@@ -201,9 +250,12 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
                  tc.max_bad_steps, ")");
     } else {
       bad_streak = 0;
-      clip_by_norm(store.local_grads(), store.local_numel(), gnorm, tc.grad_clip);
-      opt.step(store.local_params(), store.local_grads(), lr);
-      store.after_update();
+      for (size_t c = 0; c < chunks.size(); ++c) {
+        ParamStore& st = chunks[c]->store();
+        clip_by_norm(st.local_grads(), st.local_numel(), gnorm, tc.grad_clip);
+        optims[c]->step(st.local_params(), st.local_grads(), lr);
+        st.after_update();
+      }
     }
     s.step_time_s = timer.seconds();
     s.tokens_per_s = static_cast<double>(B * T) / s.step_time_s;
@@ -213,13 +265,21 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     nlohmann::json comm = nlohmann::json::object();
     for (const auto& [key, bytes] : lay.comm_bytes(step))
       comm[key] = bytes;
-    const double hidden = lay.overlap_hidden(store);
+    const double hidden = lay.overlap_hidden(model.store());
     const MemStats mem = MemoryTracker::stats();
     nlohmann::json mem_by_kind = nlohmann::json::object();
     for (int k = 0; k < kNumMemKinds; ++k) {
       mem_by_kind[std::string(mem_kind_name(static_cast<MemKind>(k)))] = mem.peak[static_cast<size_t>(k)];
     }
+    // Pipeline: each stage's idle share of the step (the bubble), gathered over pp.
+    std::vector<double> idle_by_stage;
+    if (pipelined) {
+      const double mine = executor->wall_s() > 0 ? 1.0 - executor->busy_s() / executor->wall_s() : 0.0;
+      idle_by_stage.resize(static_cast<size_t>(lay.pp));
+      lay.pp_group()->all_gather(&mine, idle_by_stage.data(), 1, ElemType::f64, "pp idle");
+    }
     metrics.write({{"step", s.step},
+                   {"pp_idle", idle_by_stage},
                    {"comm_bytes", comm},
                    {"overlap_hidden", hidden},
                    {"mem_peak_by_kind", mem_by_kind},
@@ -249,6 +309,15 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     if (do_eval && (step + 1) % tc.eval_every == 0) evaluate_now(step);
   }
   if (do_eval && tc.steps % tc.eval_every != 0) evaluate_now(tc.steps - 1);
+  if (!opts.trace_path.empty()) {
+    const std::string json = lay.trace_json(executor->spans());  // collective
+    if (lead) {
+      AtomicFile f(opts.trace_path);
+      f.write(json.data(), json.size());
+      f.commit();
+      if (!opts.quiet) std::printf("trace of the last step written to %s\n", opts.trace_path.c_str());
+    }
+  }
   if (opts.profile) {
     const KernelTimes& kt = model.kernel_times();
     for (int k = 0; k < static_cast<int>(Kernel::count_); ++k) {
@@ -257,11 +326,11 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     }
   }
   if (!opts.save_dir.empty()) {
-    save_model_dir(opts.save_dir, model, lead);  // gathered from any layout; one writer
+    save_model_dir(opts.save_dir, chunk_ptrs, lay.pp_group(), lead);  // gathered from any layout; one writer
     if (!opts.quiet && lead) std::printf("saved %s\n", opts.save_dir.c_str());
   }
   result.memory = MemoryTracker::stats();
-  result.overlap_hidden = lay.overlap_hidden(store);
+  result.overlap_hidden = lay.overlap_hidden(model.store());
   if (!opts.quiet) {
     const std::string report = lay.memory_report(result.memory);  // collective
     if (lead) std::printf("%s", report.c_str());

@@ -21,6 +21,7 @@ struct RunOptions {
   bool quiet = false;        // no log lines on stdout
   bool profile = false;      // per-kernel time shares (slightly slower)
   int local_ranks = 1;       // ranks on this machine: threads default to cores / local_ranks
+  std::string trace_path;    // pipeline: Chrome-trace JSON of the last step's spans, every rank merged
   bool explain = false;      // rank 0 prints every rank's collectives of the first step (explain.h)
 };
 

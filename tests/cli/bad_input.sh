@@ -95,7 +95,7 @@ expect_error "odd head_dim" "head_dim = d_model / n_heads = 18 / 2 = 9 must be e
 expect_error "batch % (dp x microbatch)" "train.batch_size (3) must be divisible by parallel.dp (1) x train.microbatch_size (2)" train --set train.batch_size=3
 expect_error "world size != mesh" "dp (2) = 2 but the world has 1 rank" train --dp 2 --set train.microbatch_size=1
 expect_error "world size != mesh (tp)" "tp (2) = 2 but the world has 1 rank" train --tp 2
-expect_error "pp not yet" "parallel.pp = 2 is not supported yet" train --pp 2
+expect_error "cp not yet" "parallel.cp = 2 is not supported yet" train --cp 2
 expect_error "zero out of range" "parallel.zero (4) must be 0, 1, 2 or 3" train --zero 4
 expect_error "vocab too small for data" "written for a 300-token vocabulary but model.vocab_size is 100" train --set model.vocab_size=100
 
@@ -106,6 +106,17 @@ expect_error_mpi 2 "n_kv_heads vs tp" "model.n_kv_heads (3) and parallel.tp (2):
   --tp 2 --set model.d_model=24 --set model.n_heads=6 --set model.n_kv_heads=3
 expect_error_mpi 2 "seq_len % tp with sp" "train.seq_len (15) must be divisible by parallel.tp (2) with parallel.sp = true" \
   --tp 2 --set parallel.sp=true --set train.seq_len=15
+# Pipeline parallelism: the schedule's rules, on real pp ranks (the base model has 1 layer, 1 microbatch).
+expect_error_mpi 2 "n_layers < pp x v" "n_layers (1) must be at least pp (2) x v (1) = 2" --pp 2
+expect_error_mpi 2 "1f1b microbatches < pp" "the 1f1b schedule needs microbatches (1) >= pp (2)" \
+  --pp 2 --set model.n_layers=2
+expect_error_mpi 2 "interleaved microbatches % pp" "microbatches (3) must be a multiple of pp (2) for the interleaved schedule" \
+  --pp 2 --set model.n_layers=4 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 \
+  --set train.batch_size=3 --set train.microbatch_size=1
+expect_error_mpi 2 "chunks without interleaving" "v (2) model chunks per rank needs the interleaved schedule" \
+  --pp 2 --set model.n_layers=4 --set parallel.virtual_stages=2 --set train.batch_size=4 --set train.microbatch_size=1
+expect_error_mpi 2 "stage_layers sum" "parallel.stage_layers ('2,1') sums to 3 layers but model.n_layers is 2" \
+  --pp 2 --set model.n_layers=2 --set parallel.stage_layers=2,1 --set train.batch_size=2 --set train.microbatch_size=1
 expect_error_mpi 2 "sp without tp" "parallel.sp = true needs tensor parallelism: parallel.tp (1) must be greater than 1" \
   --dp 2 --set train.microbatch_size=1 --set parallel.sp=true
 

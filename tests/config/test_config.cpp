@@ -104,14 +104,35 @@ TEST(ConfigValidate, SequenceParallelNeedsSeqLenDivisibleByTp) {
 
 TEST(ConfigValidate, LaterAxesStillRefused) {
   Config c;
-  c.parallel.pp = 2;
-  EXPECT_NE(validate_error(c).find("parallel.pp = 2 is not supported yet"), std::string::npos);
-  c = Config{};
   c.parallel.cp = 2;
   EXPECT_NE(validate_error(c).find("parallel.cp = 2 is not supported yet"), std::string::npos);
-  c = Config{};
+}
+
+// The pipeline's start-up rules reach validate() with the run's numbers
+// (microbatches = batch_size / (dp x microbatch_size)).
+TEST(ConfigValidate, PipelineRules) {
+  Config c;  // 8 layers; batch 32 / microbatch 4 = 8 microbatches
+  c.train.batch_size = 32;
+  c.train.microbatch_size = 4;
+  c.parallel.pp = 4;
+  EXPECT_EQ(validate_error(c), "");
+  c.parallel.pp = 16;
+  EXPECT_NE(validate_error(c).find("n_layers (8) must be at least pp (16) x v (1) = 16"), std::string::npos);
+  c.parallel.pp = 4;
+  c.train.microbatch_size = 16;  // 2 microbatches
+  EXPECT_NE(validate_error(c).find("the 1f1b schedule needs microbatches (2) >= pp (4)"), std::string::npos);
+  c.train.microbatch_size = 4;
+  c.parallel.pp = 3;  // 8 microbatches over 3 ranks, 2 chunks each: 6 virtual stages of 8 layers
+  c.parallel.schedule = "interleaved";
   c.parallel.virtual_stages = 2;
-  EXPECT_NE(validate_error(c).find("parallel.virtual_stages = 2 is not supported yet"), std::string::npos);
+  EXPECT_NE(
+      validate_error(c).find("microbatches (8) must be a multiple of pp (3) for the interleaved schedule"),
+      std::string::npos);
+  c.parallel.pp = 4;
+  EXPECT_EQ(validate_error(c), "");
+  c.parallel.schedule = "gpipe";
+  EXPECT_NE(validate_error(c).find("v (2) model chunks per rank needs the interleaved schedule"),
+            std::string::npos);
 }
 
 TEST(ConfigValidate, OverridesReachTheRules) {

@@ -1,0 +1,40 @@
+#include "pipeline/stages.h"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace mt::pp {
+
+std::vector<int64_t> stage_layer_counts(int64_t n_layers, int pp, int v, const std::string& explicit_layers) {
+  const int64_t K = static_cast<int64_t>(pp) * v;
+  std::vector<int64_t> counts;
+  if (explicit_layers.empty()) {
+    MT_REQUIRE(n_layers >= K, ConfigError, "model.n_layers (", n_layers, ") must be at least parallel.pp (",
+               pp, ") x parallel.virtual_stages (", v, ") = ", K, ": every virtual stage needs a layer");
+    for (int64_t k = 0; k < K; ++k)
+      counts.push_back(n_layers / K + (k < n_layers % K ? 1 : 0));
+  } else {
+    std::stringstream ss(explicit_layers);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      char* end = nullptr;
+      const long long n = std::strtoll(item.c_str(), &end, 10);
+      MT_REQUIRE(end != item.c_str() && *end == '\0' && n >= 1, ConfigError, "parallel.stage_layers ('",
+                 explicit_layers, "'): '", item, "' is not a layer count of at least 1");
+      counts.push_back(n);
+    }
+    MT_REQUIRE(static_cast<int64_t>(counts.size()) == K, ConfigError, "parallel.stage_layers ('",
+               explicit_layers, "') has ", counts.size(), " entries but parallel.pp (", pp,
+               ") x parallel.virtual_stages (", v, ") = ", K, " virtual stages");
+    int64_t sum = 0;
+    for (int64_t n : counts)
+      sum += n;
+    MT_REQUIRE(sum == n_layers, ConfigError, "parallel.stage_layers ('", explicit_layers, "') sums to ", sum,
+               " layers but model.n_layers is ", n_layers);
+  }
+  return counts;
+}
+
+}  // namespace mt::pp
