@@ -74,7 +74,9 @@ const std::vector<Entry>& entries() {
       MT_KEY(parallel, pp, "int",
              "pipeline-parallel degree: the layers are split into pp stages (pp x virtual_stages with "
              "interleaving)"),
-      MT_KEY(parallel, cp, "int", "context-parallel degree (not yet implemented: must be 1)"),
+      MT_KEY(parallel, cp, "int",
+             "context-parallel degree: each sequence is split over cp ranks in 2 x cp zigzag chunks (seq_len "
+             "divisible by 2 x cp); attention exchanges keys and values (parallel.cp_impl)"),
       MT_KEY(parallel, zero, "int",
              "ZeRO stage: 0 replicate, 1 shard AdamW state, 2 + gradients, 3 + parameters (FSDP)"),
       MT_KEY(parallel, sp, "bool",
@@ -334,14 +336,19 @@ void Config::validate() const {
   MT_REQUIRE(p.cp_impl == "ring" || p.cp_impl == "allgather", ConfigError, "parallel.cp_impl ('", p.cp_impl,
              "') must be ring or allgather");
   MT_REQUIRE(p.zero >= 0 && p.zero <= 3, ConfigError, "parallel.zero (", p.zero, ") must be 0, 1, 2 or 3");
-  // Axes that later milestones implement are refused, never ignored.
-  auto not_yet = [](const char* name, int64_t v) {
-    MT_REQUIRE(v == 1, ConfigError, name, " = ", v,
-               " is not supported yet: this build parallelises over dp and tp only (set it to 1)");
-  };
-  not_yet("parallel.cp", p.cp);
+  positive("parallel.cp", p.cp);
+  if (p.cp > 1) {  // zigzag: 2·cp chunks per sequence; SP then splits a rank's T/cp tokens over tp
+    MT_REQUIRE(t.seq_len % (2 * p.cp) == 0, ConfigError, "train.seq_len (", t.seq_len,
+               ") must be divisible by 2 x parallel.cp (", p.cp, ") = ", 2 * p.cp,
+               ": context parallelism cuts each sequence into 2 x cp chunks (zigzag)");
+    MT_REQUIRE(!p.sp || (t.seq_len / p.cp) % p.tp == 0, ConfigError, "train.seq_len / parallel.cp (",
+               t.seq_len / p.cp, ") must be divisible by parallel.tp (", p.tp,
+               ") with parallel.sp = true: sequence parallelism splits each rank's tokens over tp");
+  }
   positive("parallel.pp", p.pp);
   positive("parallel.virtual_stages", p.virtual_stages);
+  MT_REQUIRE(p.virtual_stages == 1 || p.pp > 1, ConfigError, "parallel.virtual_stages (", p.virtual_stages,
+             ") > 1 needs pipeline parallelism: parallel.pp (", p.pp, ") must be greater than 1");
   MT_REQUIRE(p.bucket_mb > 0, ConfigError, "parallel.bucket_mb (", p.bucket_mb, ") must be positive");
   MT_REQUIRE(p.timeout_s > 0, ConfigError, "parallel.timeout_s (", p.timeout_s, ") must be positive");
   validate_tensor_parallel(*this);

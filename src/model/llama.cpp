@@ -12,6 +12,7 @@
 #include "ops/gemm.h"
 #include "ops/rmsnorm.h"
 #include "ops/swiglu.h"
+#include "parallel/context_parallel.h"
 #include "parallel/local_store.h"
 #include "parallel/tp_comm.h"
 #include "parallel/vocab_parallel.h"
@@ -92,6 +93,7 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
     : cfg_(cfg),
       opts_(opts),
       tp_(opts.tp != nullptr && opts.tp->size() > 1 ? opts.tp : nullptr),
+      cp_(opts.cp != nullptr && opts.cp->size() > 1 ? opts.cp : nullptr),
       tpr_{tp_ ? tp_->size() : 1, tp_ ? tp_->rank() : 0},
       td_(tp_dims(cfg, tpr_)),
       table_(make_param_table(cfg, tpr_, opts.stage)),
@@ -279,6 +281,7 @@ const float* Llama::column_dinput(const float* dout, const float* W, int64_t OCl
 
 void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* x_in, float* x_out) {
   const LayerParamOffsets& o = rel_[static_cast<size_t>(l)];
+  const int64_t gl = table_.stage.first_layer + l;  // the layer's index in the model
   const int64_t B = B_, T = T_, N = N_, Nl = Nl_, C = cfg_.d_model, F = td_.ffn, D = cfg_.head_dim();
   const int64_t H = td_.heads, KV = td_.kv_heads, Q = H * D, QKV = Q + 2 * KV * D;
   const int32_t* pos = cur_->pos.data();
@@ -288,8 +291,8 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
     MT_TIMED(Kernel::rmsnorm);
     rmsnorm_forward(sp ? norm_scratch() : a.ln1.data(), a.rstd1.data(), x_in, P + o.ln1, Nl, C, eps);
   }
-  const float* x1 = column_input(sp ? norm_scratch() : a.ln1.data(), a.ln1_full.data(),
-                                 site_of(table_.stage.first_layer + l, "attn qkv"));
+  const float* x1 =
+      column_input(sp ? norm_scratch() : a.ln1.data(), a.ln1_full.data(), site_of(gl, "attn qkv"));
   {
     MT_TIMED(Kernel::gemm);
     linear_forward(a.qkv.data(), x1, P + o.qkv, N, C, QKV);  // q, k, v in one GEMM
@@ -303,15 +306,22 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
     MT_TIMED(Kernel::attention);
     AttentionDims d{B, T, T, H, KV, D, QKV, QKV, Q};
     const float* q = a.qkv.data();
-    attention_forward(a.att.data(), a.lse.data(), q, q + Q, q + Q + KV * D, pos, pos, d);
+    const float *k = q + Q, *v = q + Q + KV * D;
+    if (!cp_)
+      attention_forward(a.att.data(), a.lse.data(), q, k, v, pos, pos, d);
+    else if (opts_.cp_ring)
+      cp::ring_attention_forward(a.att.data(), a.lse.data(), q, k, v, pos, pos, d, *cp_, site_of(gl, "attn"));
+    else
+      cp::allgather_attention_forward(a.att.data(), a.lse.data(), q, k, v, pos, pos, d, *cp_,
+                                      site_of(gl, "attn"));
   }
-  row_out(a.mid.data(), x_in, a.att.data(), P + o.o, Q, site_of(table_.stage.first_layer + l, "attn o"));
+  row_out(a.mid.data(), x_in, a.att.data(), P + o.o, Q, site_of(gl, "attn o"));
   {
     MT_TIMED(Kernel::rmsnorm);
     rmsnorm_forward(sp ? norm_scratch() : a.ln2.data(), a.rstd2.data(), a.mid.data(), P + o.ln2, Nl, C, eps);
   }
-  const float* x2 = column_input(sp ? norm_scratch() : a.ln2.data(), a.ln2_full.data(),
-                                 site_of(table_.stage.first_layer + l, "mlp gate_up"));
+  const float* x2 =
+      column_input(sp ? norm_scratch() : a.ln2.data(), a.ln2_full.data(), site_of(gl, "mlp gate_up"));
   {
     MT_TIMED(Kernel::gemm);
     linear_forward(a.gu.data(), x2, P + o.gate_up, N, C, 2 * F);  // gate and up in one GEMM
@@ -321,12 +331,13 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
     swiglu_forward(a.h.data(), a.gu.data(), N, F);
   }
   if (x_out == nullptr) return;  // recomputation needs the activations, not the output
-  row_out(x_out, a.mid.data(), a.h.data(), P + o.down, F, site_of(table_.stage.first_layer + l, "mlp down"));
+  row_out(x_out, a.mid.data(), a.h.data(), P + o.down, F, site_of(gl, "mlp down"));
 }
 
 void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in,
                            float* dres) {
   const LayerParamOffsets& o = rel_[static_cast<size_t>(l)];
+  const int64_t gl = table_.stage.first_layer + l;  // the layer's index in the model
   const int64_t B = B_, T = T_, N = N_, Nl = Nl_, C = cfg_.d_model, F = td_.ffn, D = cfg_.head_dim();
   const int64_t H = td_.heads, KV = td_.kv_heads, Q = H * D, QKV = Q + 2 * KV * D;
   const int32_t* pos = cur_->pos.data();
@@ -340,7 +351,7 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
   const float* ln1_in = sp ? a.ln1_full.data() : a.ln1.data();  // what the q|k|v GEMM read
   const float* ln2_in = sp ? a.ln2_full.data() : a.ln2.data();
   // MLP: x = mid + down(h); dres is dL/dx on entry.
-  const float* dy = row_dout(dres, site_of(table_.stage.first_layer + l, "mlp down"));
+  const float* dy = row_dout(dres, site_of(gl, "mlp down"));
   {
     MT_TIMED(Kernel::gemm);
     linear_backward(b.dmid.data(), G + o.down, dy, a.h.data(), P + o.down, N, F, C);  // dh
@@ -354,8 +365,7 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
     MT_TIMED(Kernel::gemm);
     linear_backward(nullptr, G + o.gate_up, b.dgu.data(), ln2_in, P + o.gate_up, N, C, 2 * F);
   }
-  const float* dln2 =
-      column_dinput(b.dgu.data(), P + o.gate_up, 2 * F, site_of(table_.stage.first_layer + l, "mlp gate_up"));
+  const float* dln2 = column_dinput(b.dgu.data(), P + o.gate_up, 2 * F, site_of(gl, "mlp gate_up"));
   {
     MT_TIMED(Kernel::rmsnorm);
     rmsnorm_backward(b.dtmp.data(), g_ln2, dln2, a.mid.data(), P + o.ln2, a.rstd2.data(), Nl, C);
@@ -363,7 +373,7 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
   }
   store_->poll();
   // Attention: mid = x + o_proj(att).
-  const float* dmid = row_dout(dres, site_of(table_.stage.first_layer + l, "attn o"));
+  const float* dmid = row_dout(dres, site_of(gl, "attn o"));
   {
     MT_TIMED(Kernel::gemm);
     linear_backward(b.dmid.data(), G + o.o, dmid, a.att.data(), P + o.o, N, Q, C);  // datt
@@ -374,8 +384,17 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
     AttentionDims d{B, T, T, H, KV, D, QKV, QKV, Q};
     const float* q = a.qkv.data();
     float* dq = b.dqkv.data();
-    attention_backward(dq, dq + Q, dq + Q + KV * D, b.dmid.data(), a.att.data(), a.lse.data(), q, q + Q,
-                       q + Q + KV * D, pos, pos, d);
+    const float *k = q + Q, *v = q + Q + KV * D;
+    float *dk = dq + Q, *dv = dq + Q + KV * D;
+    const float* datt = b.dmid.data();
+    if (!cp_)
+      attention_backward(dq, dk, dv, datt, a.att.data(), a.lse.data(), q, k, v, pos, pos, d);
+    else if (opts_.cp_ring)
+      cp::ring_attention_backward(dq, dk, dv, datt, a.att.data(), a.lse.data(), q, k, v, pos, pos, d, *cp_,
+                                  site_of(gl, "attn"));
+    else
+      cp::allgather_attention_backward(dq, dk, dv, datt, a.att.data(), a.lse.data(), q, k, v, pos, pos, d,
+                                       *cp_, site_of(gl, "attn"));
   }
   store_->poll();
   {
@@ -397,13 +416,11 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
     linear_backward(nullptr, G + o.qkv, b.dqkv.data(), ln1_in, P + o.qkv, N, C, QKV);
   }
   if (kv_group_) {
-    kv_group_->all_reduce(gkv, nkv,
-                          tp::comm_label(site_of(table_.stage.first_layer + l, "attn k|v"), "replica grads",
-                                         "backward", {2 * KV * D, C}));
+    kv_group_->all_reduce(
+        gkv, nkv, tp::comm_label(site_of(gl, "attn k|v"), "replica grads", "backward", {2 * KV * D, C}));
     add_inplace(gkv, b.kvg.data(), nkv);
   }
-  const float* dln1 =
-      column_dinput(b.dqkv.data(), P + o.qkv, QKV, site_of(table_.stage.first_layer + l, "attn qkv"));
+  const float* dln1 = column_dinput(b.dqkv.data(), P + o.qkv, QKV, site_of(gl, "attn qkv"));
   {
     MT_TIMED(Kernel::rmsnorm);
     rmsnorm_backward(b.dtmp.data(), g_ln1, dln1, x_in, P + o.ln1, a.rstd1.data(), Nl, C);
@@ -411,8 +428,7 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
   }
   if (sp) {
     tp_->all_reduce(b.normg.data(), 2 * C,
-                    tp::comm_label(site_of(table_.stage.first_layer + l, "norms"), "sp weight grads",
-                                   "backward", {2, C}));
+                    tp::comm_label(site_of(gl, "norms"), "sp weight grads", "backward", {2, C}));
     add_inplace(G + o.ln1, b.normg.data(), C);
     add_inplace(G + o.ln2, b.normg.data() + C, C);
   }
@@ -470,8 +486,13 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
   sl.has_targets = has_head() && targets != nullptr;
   if (sl.has_targets) sl.targets.assign(targets, targets + N);
   sl.pos.resize(static_cast<size_t>(N));
-  for (int64_t i = 0; i < N; ++i)
-    sl.pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % T);
+  if (cp_) {  // this rank's zigzag share of each sequence of T·cp tokens: global positions
+    for (int64_t b = 0; b < B; ++b)
+      cp::zigzag_positions(sl.pos.data() + b * T, T * cp_->size(), cp_->size(), cp_->rank());
+  } else {
+    for (int64_t i = 0; i < N; ++i)
+      sl.pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % T);
+  }
   const tp::SequenceParallel spm = sp_on() ? tp::SequenceParallel::on : tp::SequenceParallel::off;
   if (has_embed()) {
     const int eu = table_.embed_unit;

@@ -57,6 +57,12 @@ struct ModelOptions {
   bool sp = false;
   // Pipeline parallelism: the layers (and ends) this stage holds (params.h).
   StageRange stage;
+  // Context parallelism: this rank's cp group (null or size 1: none). The model
+  // then holds T = max_seq tokens of each sequence of T·cp, in the zigzag layout
+  // of parallel/context_parallel.h (positions are global), and its attention
+  // exchanges keys and values over cp: around a ring, or by all-gather.
+  Group* cp = nullptr;
+  bool cp_ring = true;
 };
 
 class Llama {
@@ -164,6 +170,7 @@ class Llama {
   ModelConfig cfg_;
   ModelOptions opts_;
   Group* tp_ = nullptr;  // null: no tensor parallelism
+  Group* cp_ = nullptr;  // null: no context parallelism
   TpRank tpr_;
   TpDims td_;
   std::unique_ptr<Group> kv_group_;  // the ranks sharing this rank's kv head (tp > n_kv_heads)

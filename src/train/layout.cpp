@@ -29,7 +29,9 @@ RunLayout make_run_layout(const Config& cfg, const Group* world) {
   lay.dp = sizes[static_cast<int>(Axis::dp)];
   lay.tp = sizes[static_cast<int>(Axis::tp)];
   lay.sp = cfg.parallel.sp && lay.tp > 1;
+  lay.cp_ring = cfg.parallel.cp_impl == "ring";
   lay.pp = sizes[static_cast<int>(Axis::pp)];
+  lay.cp = sizes[static_cast<int>(Axis::cp)];
   lay.virtual_stages = static_cast<int>(cfg.parallel.virtual_stages);
   if (lay.pp * lay.virtual_stages > 1)
     lay.stages = split_stages(cfg.model.n_layers, lay.pp, lay.virtual_stages, cfg.parallel.stage_layers);
@@ -41,7 +43,11 @@ RunLayout make_run_layout(const Config& cfg, const Group* world) {
   lay.rank = world->rank();
   lay.mesh_ = std::make_unique<DeviceMesh>(*world, sizes);
   lay.dp_rank = lay.mesh_->coord(Axis::dp);
-  lay.dp_group_ = std::make_unique<Group>(lay.mesh_->group("dp"));
+  // Gradients, the valid-token count and the loss are sums over the data: the
+  // dp replicas and, with context parallelism, the cp shares of each sequence.
+  lay.dp_group_ = std::make_unique<Group>(lay.mesh_->group(lay.cp > 1 ? "dp+cp" : "dp"));
+  lay.cp_rank = lay.mesh_->coord(Axis::cp);
+  if (lay.cp > 1) lay.cp_group_ = std::make_unique<Group>(lay.mesh_->group("cp"));
   lay.tp_rank = lay.mesh_->coord(Axis::tp);
   if (lay.tp > 1) lay.tp_group_ = std::make_unique<Group>(lay.mesh_->group("tp"));
   lay.pp_rank = lay.mesh_->coord(Axis::pp);
@@ -57,7 +63,7 @@ RunLayout make_run_layout(const Config& cfg, const Group* world) {
 }
 
 std::unique_ptr<ParamStore> RunLayout::make_store(const Config& cfg, const StageRange& stage) const {
-  if (!dp_group_ || (dp == 1 && zero_ == 0)) return nullptr;
+  if (!dp_group_ || (dp * cp == 1 && zero_ == 0)) return nullptr;
   DataParallelOptions o;
   o.zero = zero_;
   o.bucket_bytes = bucket_bytes_;
@@ -86,11 +92,11 @@ void RunLayout::set_step(int64_t step) {
 }
 
 void RunLayout::sum_over_dp(int64_t* v) {
-  if (dp_group_ && dp > 1) dp_group_->all_reduce(v, 1, "valid tokens");
+  if (dp_group_ && dp * cp > 1) dp_group_->all_reduce(v, 1, "valid tokens");
 }
 
 void RunLayout::sum_over_dp(double* v) {
-  if (dp_group_ && dp > 1) dp_group_->all_reduce(v, 1, "loss");
+  if (dp_group_ && dp * cp > 1) dp_group_->all_reduce(v, 1, "loss");
 }
 
 double RunLayout::job_sgemm_gflops() {
@@ -116,6 +122,9 @@ std::string RunLayout::describe() const {
     os << table.substr(0, table.find('\n') + 1);  // the one-line summary; --print-mesh prints the whole map
   }
   os << "data parallel: dp = " << dp << ", zero = " << zero_ << "\n";
+  if (cp > 1)
+    os << "context parallel: cp = " << cp << " (zigzag, " << (cp_ring ? "ring" : "all-gather")
+       << " attention)\n";
   if (tp > 1) os << "tensor parallel: tp = " << tp << ", sequence parallel " << (sp ? "on" : "off") << "\n";
   if (stages.size() > 1)
     os << "pipeline: pp = " << pp << ", " << virtual_stages << " virtual stage(s) per rank\n"

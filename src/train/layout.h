@@ -27,12 +27,15 @@ class RunLayout {
   int tp = 1, tp_rank = 0;
   bool sp = false;
   int pp = 1, pp_rank = 0, virtual_stages = 1;
+  int cp = 1, cp_rank = 0;
+  bool cp_ring = true;
   // Every virtual stage's layers (pipeline.h); one whole-model stage without pp.
   std::vector<StageRange> stages;
   // This rank's chunks: virtual stages c·pp + pp_rank, c = 0 … virtual_stages − 1.
   StageRange chunk_stage(int c) const { return stages[static_cast<size_t>(c * pp + pp_rank)]; }
 
-  // The store of one chunk of this layout (null: the model's own LocalStore).
+  // The store of one chunk of this layout (null: the model's own LocalStore);
+  // its group is dp, or dp × cp with context parallelism.
   std::unique_ptr<ParamStore> make_store(const Config& cfg, const StageRange& stage = {}) const;
 
   // The tensor-parallel group (null when tp = 1), for the model.
@@ -50,8 +53,10 @@ class RunLayout {
   void sum_tied_embedding(ParamStore* store);
 
   void set_step(int64_t step);
+  // Σ over the data: the dp replicas and, with cp, the cp shares of the sequences.
   void sum_over_dp(int64_t* v);
   void sum_over_dp(double* v);
+  Group* cp_group() const { return cp_group_.get(); }  // null when cp = 1
   // This machine's SGEMM ceiling for the whole job: every rank measures at the
   // same moment (after a barrier) with its own threads, and the rates are summed.
   double job_sgemm_gflops();
@@ -75,7 +80,7 @@ class RunLayout {
   int zero_ = 0;
   int64_t bucket_bytes_ = 0;
   std::unique_ptr<DeviceMesh> mesh_;
-  std::unique_ptr<Group> world_, dp_group_, tp_group_, pp_group_, tied_group_;
+  std::unique_ptr<Group> world_, dp_group_, tp_group_, pp_group_, tied_group_, cp_group_;
 };
 
 // Validates the mesh against the world (ConfigError with the numbers) and builds

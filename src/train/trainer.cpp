@@ -21,6 +21,7 @@
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "optim/schedule.h"
+#include "parallel/context_parallel.h"
 #include "train/evaluate.h"
 #include "train/flops.h"
 #include "train/layout.h"
@@ -106,7 +107,9 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
 
   ModelOptions mo;
   mo.max_batch = tc.microbatch_size;
-  mo.max_seq = tc.seq_len;
+  mo.max_seq = tc.seq_len / lay.cp;  // this rank's tokens of each sequence
+  mo.cp = lay.cp_group();
+  mo.cp_ring = lay.cp_ring;
   mo.recompute = tc.recompute;
   mo.profile = opts.profile;
   mo.tp = lay.tp_group();
@@ -145,7 +148,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     schedule = std::make_unique<pp::Schedule>(
         pp::make_schedule(pp::parse_schedule_kind(cfg.parallel.schedule), lay.pp, lay.virtual_stages, nmb));
     executor = std::make_unique<PipelineExecutor>(*schedule, lay.pp_rank, *lay.pp_group(), chunk_ptrs,
-                                                  tc.microbatch_size, tc.seq_len);
+                                                  tc.microbatch_size, tc.seq_len / lay.cp);
   }
   int64_t num_params = 0;  // the whole model's
   for (const auto& s : make_param_table(cfg.model).specs)
@@ -168,20 +171,34 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
 
   MetricsWriter metrics(lead ? opts.metrics_path : std::string());
   const int64_t B = tc.batch_size, T = tc.seq_len, mb = tc.microbatch_size;
+  const int64_t Tl = T / lay.cp;  // this rank's tokens of each sequence (the zigzag share under cp)
   // This data-parallel rank's contiguous slice of the global batch.
   const int64_t rows = B / lay.dp, row_begin = lay.dp_rank * rows;
   std::vector<int32_t> inputs(static_cast<size_t>(rows * T)), targets(inputs.size());
+  std::vector<int32_t> local_in(static_cast<size_t>(lay.cp > 1 ? rows * Tl : 0)), local_tg(local_in.size());
   int64_t bad_streak = 0;
   const Fault fault = read_fault();
 
+  // The loss sum of microbatch (in, tg) [b, t] over this rank's tokens: through
+  // the pipeline's stages or the one model.
+  auto local_loss = [&](const int32_t* in, const int32_t* tg, int64_t b, int64_t t) {
+    return pipelined ? pipeline_forward_loss(chunk_ptrs, lay.pp_rank, *lay.pp_group(), in, tg, b, t)
+                     : model.forward(in, tg, b, t);
+  };
+  std::vector<int32_t> eval_in, eval_tg;
   auto evaluate_now = [&](int64_t step) {
-    const double v = pipelined ? evaluate_loss(
-                                     [&](const int32_t* in, const int32_t* tg, int64_t b, int64_t t) {
-                                       return pipeline_forward_loss(chunk_ptrs, lay.pp_rank, *lay.pp_group(),
-                                                                    in, tg, b, t);
-                                     },
-                                     val_file, T, tc.eval_windows, mb)
-                               : evaluate_loss(model, val_file, T, tc.eval_windows, mb);
+    const double v = evaluate_loss(
+        [&](const int32_t* in, const int32_t* tg, int64_t b, int64_t t) {
+          if (lay.cp == 1) return local_loss(in, tg, b, t);
+          eval_in.resize(static_cast<size_t>(b * t / lay.cp));
+          eval_tg.resize(eval_in.size());
+          cp::zigzag_slice(eval_in.data(), in, b, t, 1, lay.cp, lay.cp_rank);
+          cp::zigzag_slice(eval_tg.data(), tg, b, t, 1, lay.cp, lay.cp_rank);
+          double sum = local_loss(eval_in.data(), eval_tg.data(), b, t / lay.cp);
+          lay.cp_group()->all_reduce(&sum, 1, "eval loss");
+          return sum;
+        },
+        val_file, T, tc.eval_windows, mb);
     result.val_losses.emplace_back(step, v);
     metrics.write({{"step", step}, {"val_loss", v}});
     if (!opts.quiet && lead) std::printf("step %5lld | val loss %.4f\n", static_cast<long long>(step), v);
@@ -194,8 +211,14 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     lay.set_step(step);
     inject_fault(fault, lay.rank, step);
     sample_rows(train_file, tc.seed, step, B, T, row_begin, row_begin + rows, inputs.data(), targets.data());
+    std::vector<int32_t>& in = lay.cp > 1 ? local_in : inputs;  // this rank's tokens
+    std::vector<int32_t>& tg = lay.cp > 1 ? local_tg : targets;
+    if (lay.cp > 1) {  // this rank's zigzag share of every sequence
+      cp::zigzag_slice(in.data(), inputs.data(), rows, T, 1, lay.cp, lay.cp_rank);
+      cp::zigzag_slice(tg.data(), targets.data(), rows, T, 1, lay.cp, lay.cp_rank);
+    }
     int64_t valid = 0;
-    for (int32_t& t : targets) {
+    for (int32_t& t : tg) {
       if (t == cfg.data.ignore_id) t = kIgnoreIndex;
       valid += t != kIgnoreIndex;
     }
@@ -206,12 +229,12 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     if (valid > 0) {
       const float dloss = static_cast<float>(1.0 / static_cast<double>(valid));
       if (pipelined) {
-        loss_sum = executor->run(inputs.data(), targets.data(), dloss);
+        loss_sum = executor->run(in.data(), tg.data(), dloss);
       } else {
         for (int64_t r = 0; r < rows; r += mb) {
-          const size_t off = static_cast<size_t>(r * T);
+          const size_t off = static_cast<size_t>(r * Tl);
           model.store().begin_microbatch(r / mb);
-          loss_sum += model.forward(inputs.data() + off, targets.data() + off, mb, T);
+          loss_sum += model.forward(in.data() + off, tg.data() + off, mb, Tl);
           model.backward(dloss);
         }
       }
