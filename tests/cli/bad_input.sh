@@ -95,7 +95,7 @@ expect_error "odd head_dim" "head_dim = d_model / n_heads = 18 / 2 = 9 must be e
 expect_error "batch % (dp x microbatch)" "train.batch_size (3) must be divisible by parallel.dp (1) x train.microbatch_size (2)" train --set train.batch_size=3
 expect_error "world size != mesh" "dp (2) = 2 but the world has 1 rank" train --dp 2 --set train.microbatch_size=1
 expect_error "world size != mesh (tp)" "tp (2) = 2 but the world has 1 rank" train --tp 2
-expect_error "cp not yet" "parallel.cp = 2 is not supported yet" train --cp 2
+expect_error "seq_len % 2cp" "train.seq_len (16) must be divisible by 2 x parallel.cp (3) = 6" train --cp 3
 expect_error "zero out of range" "parallel.zero (4) must be 0, 1, 2 or 3" train --zero 4
 expect_error "vocab too small for data" "written for a 300-token vocabulary but model.vocab_size is 100" train --set model.vocab_size=100
 
@@ -117,6 +117,9 @@ expect_error_mpi 2 "chunks without interleaving" "v (2) model chunks per rank ne
   --pp 2 --set model.n_layers=4 --set parallel.virtual_stages=2 --set train.batch_size=4 --set train.microbatch_size=1
 expect_error_mpi 2 "stage_layers sum" "parallel.stage_layers ('2,1') sums to 3 layers but model.n_layers is 2" \
   --pp 2 --set model.n_layers=2 --set parallel.stage_layers=2,1 --set train.batch_size=2 --set train.microbatch_size=1
+# Context parallelism: zigzag needs 2 x cp chunks per sequence.
+expect_error_mpi 2 "seq_len % 2cp on 2 ranks" "train.seq_len (6) must be divisible by 2 x parallel.cp (2) = 4" \
+  --cp 2 --set train.seq_len=6
 expect_error_mpi 2 "sp without tp" "parallel.sp = true needs tensor parallelism: parallel.tp (1) must be greater than 1" \
   --dp 2 --set train.microbatch_size=1 --set parallel.sp=true
 

@@ -102,10 +102,26 @@ TEST(ConfigValidate, SequenceParallelNeedsSeqLenDivisibleByTp) {
   EXPECT_EQ(validate_error(c), "");
 }
 
-TEST(ConfigValidate, LaterAxesStillRefused) {
-  Config c;
-  c.parallel.cp = 2;
-  EXPECT_NE(validate_error(c).find("parallel.cp = 2 is not supported yet"), std::string::npos);
+TEST(ConfigValidate, ContextParallelRules) {
+  Config c;  // seq_len 256
+  c.parallel.cp = 4;
+  EXPECT_EQ(validate_error(c), "");
+  c.train.seq_len = 12;  // 2 x cp = 8 chunks
+  EXPECT_NE(validate_error(c).find("train.seq_len (12) must be divisible by 2 x parallel.cp (4) = 8"),
+            std::string::npos);
+  c.train.seq_len = 16;  // 4 tokens a rank, over tp = 8 with SP
+  c.model.n_heads = 8;
+  c.model.n_kv_heads = 8;
+  c.model.ffn_hidden = 64;
+  c.parallel.tp = 8;
+  c.parallel.sp = true;
+  EXPECT_NE(validate_error(c).find("train.seq_len / parallel.cp (4) must be divisible by parallel.tp (8)"),
+            std::string::npos);
+  c = Config{};
+  c.parallel.virtual_stages = 2;
+  c.parallel.schedule = "interleaved";
+  EXPECT_NE(validate_error(c).find("parallel.virtual_stages (2) > 1 needs pipeline parallelism"),
+            std::string::npos);
 }
 
 // The pipeline's start-up rules reach validate() with the run's numbers
