@@ -1,0 +1,106 @@
+// The model's private parts, shared by llama.cpp (construction, the stage's
+// forward and backward) and llama_layer.cpp (one decoder block, with its
+// tensor-parallel communication): the saved activations of a layer and of a
+// microbatch in flight, the backward's scratch, and the kernel timer.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "core/timer.h"
+#include "model/llama.h"
+
+namespace mt {
+
+// What one layer saves for its backward (N = B·T tokens; Nl = the residual
+// stream's tokens here, N / tp under sequence parallelism, else N; the widths
+// are this rank's under tensor parallelism).
+struct Llama::LayerActs {
+  Tensor ln1;       // [N, C]      rmsnorm₁(x), without SP
+  Tensor ln1_full;  // [N, C]      with SP: rmsnorm₁ of every rank's tokens, gathered over tp
+                    //             (the q|k|v GEMM's input; this rank's own rows are not kept twice)
+  Tensor rstd1;     // [Nl]
+  Tensor qkv;       // [N, (Hl+2KVl)·D] q and k after RoPE
+  Tensor att;       // [N, Hl·D]   attention output (heads concatenated)
+  Tensor lse;       // [B, Hl, T]
+  Tensor mid;       // [Nl, C]     residual stream after attention
+  Tensor ln2;       // [N, C]      without SP
+  Tensor ln2_full;  // [N, C]      with SP
+  Tensor rstd2;     // [Nl]
+  Tensor gu;        // [N, 2Fl]    gate and up
+  Tensor h;         // [N, Fl]     swiglu(gate, up)
+
+  LayerActs(const ModelConfig& c, const TpDims& d, int64_t B, int64_t T, int64_t Nl, bool sp) {
+    const int64_t N = B * T, C = c.d_model, F = d.ffn, D = c.head_dim();
+    const MemKind k = MemKind::activation;
+    (sp ? ln1_full : ln1) = Tensor({N, C}, k);
+    rstd1 = Tensor({Nl}, k);
+    qkv = Tensor({N, (d.heads + 2 * d.kv_heads) * D}, k);
+    att = Tensor({N, d.heads * D}, k);
+    lse = Tensor({B, d.heads, T}, k);
+    mid = Tensor({Nl, C}, k);
+    (sp ? ln2_full : ln2) = Tensor({N, C}, k);
+    rstd2 = Tensor({Nl}, k);
+    gu = Tensor({N, 2 * F}, k);
+    h = Tensor({N, F}, k);
+  }
+};
+
+// What one microbatch in flight keeps between its forward and its backward.
+struct Llama::Slot {
+  int64_t B = 0, T = 0, N = 0, Nl = 0;
+  std::vector<Tensor> resid;      // stage layers + 1 tensors [Nl, C]: the input of each layer, and the output
+  std::vector<LayerActs> layers;  // one per stage layer (none with recomputation)
+  Tensor lnf, rstdf;              // last stage: final norm [Nl, C], [Nl]; with SP lnf is also the scratch of
+                                  // every norm's local output before its all-gather
+  Tensor lnf_full;                // last stage, SP: [N, C]
+  Tensor logits;                  // last stage: [N, Vl]; the backward turns it into dlogits in place
+  Tensor losses, lse_ce;          // last stage: [N]
+  std::vector<int32_t> inputs, targets, pos;
+  bool has_targets = false;
+};
+
+// Scratch shared by every microbatch: the backward's gradients (one backward
+// runs at a time) and, with recomputation, the one set of layer activations.
+struct Llama::Buffers {
+  std::vector<LayerActs> recompute;  // one set, with recomputation
+  Tensor norm_out;                   // [Nl, C] SP scratch of a norm's local output (stages without the head)
+  Tensor dres, dtmp;                 // [Nl, C] residual-stream gradient and scratch
+  Tensor dmid;                       // [N, max(C, Fl, Hl·D)] scratch for a layer's inner gradients
+  Tensor dqkv, dgu;                  // [N, (Hl+2KVl)·D], [N, 2Fl]
+  // Tensor parallelism: part [N, C] holds a row layer's partial output or a
+  // column layer's partial input gradient before the reduction over tp; under
+  // SP, dfull [N, C] is a gathered residual gradient and dln [Nl, C] a
+  // reduce-scattered one. normg [2, C] collects the norm weights' partial
+  // gradients (SP) and kvg [2·KVl·D, C] a replicated kv head's gradient.
+  Tensor part, dfull, dln, normg, kvg;
+};
+
+// Adds the elapsed time of a scope to one kernel family when profiling.
+class KernelScope {
+ public:
+  KernelScope(KernelTimes& t, Kernel k, bool on) : t_(on ? &t : nullptr), k_(k) {}
+  ~KernelScope() {
+    if (t_ != nullptr) t_->seconds[static_cast<int>(k_)] += timer_.seconds();
+  }
+
+ private:
+  KernelTimes* t_;
+  Kernel k_;
+  Timer timer_;
+};
+
+inline void add_inplace(float* y, const float* x, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] += x[i];
+}
+
+#define MT_TIMED(kernel) KernelScope scope_##__LINE__(times_, kernel, opts_.profile)
+
+inline std::string site_of(int64_t l, const char* what) {
+  return "layer " + std::to_string(l) + " " + what;
+}
+
+}  // namespace mt
