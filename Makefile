@@ -11,7 +11,7 @@ CMAKE_FLAGS ?=
 # ours. Every other test runs with leak detection on.
 MPI_TESTS = ^(comm_|mesh_mpi|cli_|dist_|tp_np)
 
-.PHONY: all deps build demo test test-asan bench bench-dist format clean
+.PHONY: all deps build demo test test-asan bench bench-dist bench-tp format clean
 
 all: build
 
@@ -44,6 +44,9 @@ bench: build
 
 bench-dist: build
 	bash scripts/bench_dist.sh $(BUILD)
+
+bench-tp: build
+	bash scripts/bench_tp.sh $(BUILD)
 
 format:
 	find src tests bench -name '*.cpp' -o -name '*.h' | xargs clang-format -i
