@@ -9,7 +9,7 @@ CMAKE_FLAGS ?=
 # detection: Open MPI and the OpenBLAS threads it starts keep allocations until
 # exit that LeakSanitizer reports (often as "<unknown module>") but that are not
 # ours. Every other test runs with leak detection on.
-MPI_TESTS = ^(comm_|mesh_mpi|cli_|dist_|tp_np)
+MPI_TESTS = ^(comm_|mesh_mpi|cli_|dist_|tp_np|tp_seed|cp_np|train_explain)
 
 .PHONY: all deps build demo test test-asan bench bench-dist bench-tp format clean
 
