@@ -11,7 +11,7 @@ CMAKE_FLAGS ?=
 # ours. Every other test runs with leak detection on.
 MPI_TESTS = ^(comm_|mesh_mpi|cli_|dist_|tp_np|tp_seed|cp_np|train_explain)
 
-.PHONY: all deps build demo test test-asan bench bench-dist bench-tp format clean
+.PHONY: all deps build demo test test-asan bench bench-dist bench-tp bench-pp bench-cp format clean
 
 all: build
 
@@ -47,6 +47,12 @@ bench-dist: build
 
 bench-tp: build
 	bash scripts/bench_tp.sh $(BUILD)
+
+bench-pp: build
+	bash scripts/bench_pp.sh $(BUILD)
+
+bench-cp: build
+	bash scripts/bench_cp.sh $(BUILD)
 
 format:
 	find src tests bench -name '*.cpp' -o -name '*.h' | xargs clang-format -i
