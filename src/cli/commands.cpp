@@ -40,6 +40,9 @@ int run_train_command(const TrainArgs& a) {
                    static_cast<int>(cfg.parallel.cp), static_cast<int>(cfg.parallel.tp)},
                   world.size());
     check_training_data(cfg);
+    MT_REQUIRE(a.run.trace_path.empty() || cfg.parallel.pp > 1, ConfigError,
+               "--trace records the pipeline's stages: it needs parallel.pp > 1 (it is ", cfg.parallel.pp,
+               ")");
   } catch (const Error& e) {
     error = e.what();
   }

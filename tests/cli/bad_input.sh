@@ -120,6 +120,8 @@ expect_error_mpi 2 "stage_layers sum" "parallel.stage_layers ('2,1') sums to 3 l
 # Context parallelism: zigzag needs 2 x cp chunks per sequence.
 expect_error_mpi 2 "seq_len % 2cp on 2 ranks" "train.seq_len (6) must be divisible by 2 x parallel.cp (2) = 4" \
   --cp 2 --set train.seq_len=6
+expect_error_mpi 2 "--trace without pp" "--trace records the pipeline's stages: it needs parallel.pp > 1 (it is 1)" \
+  --dp 2 --set train.microbatch_size=1 --trace "$tmp/trace.json"
 expect_error_mpi 2 "sp without tp" "parallel.sp = true needs tensor parallelism: parallel.tp (1) must be greater than 1" \
   --dp 2 --set train.microbatch_size=1 --set parallel.sp=true
 
