@@ -81,6 +81,38 @@ float* PipelineExecutor::send_buffer(int64_t n) {
   return send_buffers_.back().data.data();
 }
 
+void PipelineExecutor::post_receives(const std::vector<pp::Action>& actions) {
+  while (posted_.size() < kRecvAhead) {
+    while (next_recv_ < actions.size() && actions[next_recv_].op != pp::Op::recv_act &&
+           actions[next_recv_].op != pp::Op::recv_grad)
+      ++next_recv_;
+    if (next_recv_ >= actions.size()) return;
+    const pp::Action& a = actions[next_recv_];
+    const int64_t n = chunks_[static_cast<size_t>(chunk_of(a.vstage))]->residual_numel(mb_, T_);
+    PostedRecv r;
+    r.action = next_recv_++;
+    if (!recv_pool_.empty() && recv_pool_.back().numel() >= n) {
+      r.buf = std::move(recv_pool_.back());
+      recv_pool_.pop_back();
+    } else {
+      r.buf = Tensor({n}, MemKind::comm);
+    }
+    r.work = pp_.recv_async(r.buf.data(), n, ElemType::f32, a.peer, a.tag,
+                            a.op == pp::Op::recv_act ? "pp activation" : "pp gradient");
+    posted_.push_back(std::move(r));
+  }
+}
+
+void PipelineExecutor::take_receive(size_t action, float* dst, int64_t n) {
+  MT_CHECK(!posted_.empty() && posted_.front().action == action, "pipeline receive ", action,
+           " was not posted ahead");
+  PostedRecv& r = posted_.front();
+  r.work.wait();
+  std::memcpy(dst, r.buf.data(), static_cast<size_t>(n) * sizeof(float));
+  recv_pool_.push_back(std::move(r.buf));
+  posted_.pop_front();
+}
+
 double PipelineExecutor::run(const int32_t* inputs, const int32_t* targets, float dloss) {
   spans_.clear();
   busy_s_ = 0;
@@ -99,15 +131,19 @@ double PipelineExecutor::run(const int32_t* inputs, const int32_t* targets, floa
     free.pop_back();
     return s;
   };
-  for (const pp::Action& a : schedule_.ranks[static_cast<size_t>(pp_rank_)]) {
+  const std::vector<pp::Action>& actions = schedule_.ranks[static_cast<size_t>(pp_rank_)];
+  next_recv_ = 0;
+  post_receives(actions);
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const pp::Action& a = actions[i];
     const int c = chunk_of(a.vstage), m = a.microbatch;
     Llama& model = *chunks_[static_cast<size_t>(c)];
     const int64_t n = model.residual_numel(mb_, T_);
     const double t_start = clock.seconds();
     switch (a.op) {
       case pp::Op::recv_act: {
-        float* in = model.stage_input(take_slot(c, m));
-        pp_.recv(in, n, ElemType::f32, a.peer, a.tag, "pp activation");
+        take_receive(i, model.stage_input(take_slot(c, m)), n);
+        post_receives(actions);
         break;
       }
       case pp::Op::forward:
@@ -119,7 +155,8 @@ double PipelineExecutor::run(const int32_t* inputs, const int32_t* targets, floa
         break;
       }
       case pp::Op::recv_grad:
-        pp_.recv(model.output_grad(), n, ElemType::f32, a.peer, a.tag, "pp gradient");
+        take_receive(i, model.output_grad(), n);
+        post_receives(actions);
         break;
       case pp::Op::backward: {
         int& s = slot_of_[static_cast<size_t>(c)][static_cast<size_t>(m)];

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,17 @@ class PipelineExecutor {
     Work work;
   };
   float* send_buffer(int64_t n);  // a buffer no pending send uses (Open MPI is fastest through reused ones)
+  // Receives are posted ahead, up to kRecvAhead at a time, into pooled
+  // buffers, so that a message can land while this rank computes; the recv
+  // action then waits for it and copies it where the stage reads it.
+  static constexpr size_t kRecvAhead = 2;
+  struct PostedRecv {
+    size_t action = 0;  // index in this rank's action list
+    Tensor buf;
+    Work work;
+  };
+  void post_receives(const std::vector<pp::Action>& actions);
+  void take_receive(size_t action, float* dst, int64_t n);
   int chunk_of(int vstage) const { return vstage / schedule_.pp; }
 
   const pp::Schedule& schedule_;
@@ -66,6 +78,9 @@ class PipelineExecutor {
   std::vector<int> slots_made_;               // [chunk]
   std::vector<SendBuffer> send_buffers_;
   std::vector<Work> act_sends_;
+  std::deque<PostedRecv> posted_;
+  std::vector<Tensor> recv_pool_;
+  size_t next_recv_ = 0;  // the next action to consider for posting
   std::vector<PipeSpan> spans_;
   double busy_s_ = 0, wall_s_ = 0;
 };
