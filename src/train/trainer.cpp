@@ -1,14 +1,10 @@
 #include "train/trainer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "core/error.h"
 #include "core/file.h"
@@ -27,59 +23,11 @@
 #include "train/layout.h"
 #include "train/model_io.h"
 #include "train/pipeline.h"
+#include "train/run_support.h"
 
 namespace mt {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-class MetricsWriter {
- public:
-  explicit MetricsWriter(const std::string& path) {
-    if (path.empty()) return;
-    out_.open(path, std::ios::out | std::ios::trunc);
-    MT_REQUIRE(out_.good(), IoError, "cannot open metrics file '", path, "' for writing");
-  }
-  void write(const nlohmann::json& j) {
-    if (!out_.is_open()) return;
-    out_ << j.dump() << "\n";
-    out_.flush();
-  }
-
- private:
-  std::ofstream out_;
-};
-
-// Fault injection for the failure tests: MESHTRAIN_FAULT="throw:RANK:STEP"
-// makes that rank throw at the start of that step, "stall:RANK:STEP" makes it
-// sleep for an hour there (the watchdog of the other ranks must end the job).
-struct Fault {
-  std::string kind;
-  int rank = -1;
-  int64_t step = -1;
-};
-
-Fault read_fault() {
-  Fault f;
-  const char* env = std::getenv("MESHTRAIN_FAULT");
-  if (env == nullptr) return f;
-  char kind[16] = {0};
-  long long step = -1;
-  MT_REQUIRE(std::sscanf(env, "%15[a-z]:%d:%lld", kind, &f.rank, &step) == 3, ConfigError,
-             "MESHTRAIN_FAULT '", env, "' must be throw:RANK:STEP or stall:RANK:STEP");
-  f.kind = kind;
-  f.step = step;
-  return f;
-}
-
-void inject_fault(const Fault& f, int rank, int64_t step) {
-  if (f.rank != rank || f.step != step) return;
-  if (f.kind == "throw") MT_THROW(Error, "injected fault (MESHTRAIN_FAULT) at step ", step);
-  if (f.kind == "stall") std::this_thread::sleep_for(std::chrono::hours(1));
-}
-
-}  // namespace
 
 void check_training_data(const Config& cfg) {
   const std::string train_path = (fs::path(cfg.data.dir) / "train.bin").string();
