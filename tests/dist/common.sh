@@ -25,3 +25,40 @@ tiny=(--config /dev/null --set data.dir="$tmp/data" --set data.ignore_id=2
   --set model.n_kv_heads=2 --set model.ffn_hidden=48 --set model.max_seq_len=16
   --set train.seq_len=16 --set train.batch_size=8 --set train.steps=10 --set train.lr=1e-2
   --set train.warmup_steps=2 --set train.adam_eps=1e-6 --set train.eval_every=0 --set train.threads=1 --quiet)
+
+# The layout checks of the parity scripts. `failures` counts what differs.
+failures=0
+# check NAME REF: run NAME's per-step losses and saved model against REF's, 1e-5 relative.
+check() {
+  local out
+  if out=$("$bin" compare "$tmp/$1.jsonl" "$tmp/$2.jsonl" --model-a "$tmp/$1" --model-b "$tmp/$2" --rtol 1e-5); then
+    echo "ok   $1: $(tr '\n' ' ' <<<"$out")"
+  else
+    echo "FAIL $1: $out"
+    failures=$((failures + 1))
+  fi
+}
+# run NAME RANKS FLAGS...: trains the tiny model under mpirun, metrics and model under $tmp/NAME.
+run() {
+  local name=$1 np=$2
+  shift 2
+  "${mpi[@]}" -np "$np" "$bin" train "${tiny[@]}" "$@" --metrics "$tmp/$name.jsonl" --save "$tmp/$name"
+}
+# check_bitwise A B WHAT: runs A and B have bitwise identical losses and parameters.
+check_bitwise() {
+  if cmp -s "$tmp/$1/model.safetensors" "$tmp/$2/model.safetensors" &&
+    diff <(grep -o '"loss":[^,]*' "$tmp/$1.jsonl") <(grep -o '"loss":[^,]*' "$tmp/$2.jsonl") >/dev/null; then
+    echo "ok   $3: bitwise identical"
+  else
+    echo "FAIL $3: not bitwise identical"
+    failures=$((failures + 1))
+  fi
+}
+# finish WHAT: the verdict line and the exit status.
+finish() {
+  if [ "$failures" -ne 0 ]; then
+    echo "$failures layout(s) differ from the one-process run"
+    exit 1
+  fi
+  echo "all $1 layouts match the one-process run"
+}

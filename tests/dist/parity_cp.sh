@@ -13,22 +13,6 @@ source "$(dirname "$0")/common.sh"
 make_data
 tiny+=(--set train.adam_eps=1e-5)
 
-failures=0
-check() {  # name, then the reference's name
-  local out
-  if out=$("$bin" compare "$tmp/$1.jsonl" "$tmp/$2.jsonl" --model-a "$tmp/$1" --model-b "$tmp/$2" --rtol 1e-5); then
-    echo "ok   $1: $(tr '\n' ' ' <<<"$out")"
-  else
-    echo "FAIL $1: $out"
-    failures=$((failures + 1))
-  fi
-}
-run() {  # name, ranks, flags...
-  local name=$1 np=$2
-  shift 2
-  "${mpi[@]}" -np "$np" "$bin" train "${tiny[@]}" "$@" --metrics "$tmp/$name.jsonl" --save "$tmp/$name"
-}
-
 "$bin" train "${tiny[@]}" --set train.microbatch_size=8 --metrics "$tmp/ref.jsonl" --save "$tmp/ref"
 
 for impl in ring allgather; do
@@ -67,16 +51,6 @@ fi
 
 # The same layout twice: bitwise identical losses and parameters.
 run again 4 --cp 4 --set parallel.cp_impl=ring --set train.microbatch_size=4
-if cmp -s "$tmp/again/model.safetensors" "$tmp/cp4_tp1_ring/model.safetensors" &&
-  diff <(grep -o '"loss":[^,]*' "$tmp/again.jsonl") <(grep -o '"loss":[^,]*' "$tmp/cp4_tp1_ring.jsonl") >/dev/null; then
-  echo "ok   cp4 ring twice: bitwise identical"
-else
-  echo "FAIL cp4 ring twice: not bitwise identical"
-  failures=$((failures + 1))
-fi
+check_bitwise again cp4_tp1_ring "cp4 ring twice"
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures layout(s) differ from the one-process run"
-  exit 1
-fi
-echo "all context-parallel layouts match the one-process run"
+finish context-parallel

@@ -15,22 +15,6 @@ source "$(dirname "$0")/common.sh"
 make_data
 tiny+=(--set train.adam_eps=1e-5 --set model.n_layers=8)
 
-failures=0
-check() {  # name, then the reference's name
-  local out
-  if out=$("$bin" compare "$tmp/$1.jsonl" "$tmp/$2.jsonl" --model-a "$tmp/$1" --model-b "$tmp/$2" --rtol 1e-5); then
-    echo "ok   $1: $(tr '\n' ' ' <<<"$out")"
-  else
-    echo "FAIL $1: $out"
-    failures=$((failures + 1))
-  fi
-}
-run() {  # name, ranks, flags...
-  local name=$1 np=$2
-  shift 2
-  "${mpi[@]}" -np "$np" "$bin" train "${tiny[@]}" "$@" --metrics "$tmp/$name.jsonl" --save "$tmp/$name"
-}
-
 "$bin" train "${tiny[@]}" --set train.microbatch_size=8 --metrics "$tmp/ref.jsonl" --save "$tmp/ref"
 
 for pp in 2 4; do
@@ -87,17 +71,6 @@ fi
 
 # The same layout twice: bitwise identical losses and parameters.
 run again 4 --pp 4 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set train.microbatch_size=1
-if cmp -s "$tmp/again/model.safetensors" "$tmp/pp4_interleaved_m8/model.safetensors" &&
-  diff <(grep -o '"loss":[^,]*' "$tmp/again.jsonl") <(grep -o '"loss":[^,]*' "$tmp/pp4_interleaved_m8.jsonl") \
-    >/dev/null; then
-  echo "ok   pp4 interleaved twice: bitwise identical"
-else
-  echo "FAIL pp4 interleaved twice: not bitwise identical"
-  failures=$((failures + 1))
-fi
+check_bitwise again pp4_interleaved_m8 "pp4 interleaved twice"
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures layout(s) differ from the one-process run"
-  exit 1
-fi
-echo "all pipeline layouts match the one-process run"
+finish pipeline

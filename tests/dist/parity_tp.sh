@@ -22,22 +22,6 @@ source "$(dirname "$0")/common.sh"
 make_data
 tiny+=(--set train.adam_eps=1e-5)
 
-failures=0
-check() {  # name, then the reference's name
-  local out
-  if out=$("$bin" compare "$tmp/$1.jsonl" "$tmp/$2.jsonl" --model-a "$tmp/$1" --model-b "$tmp/$2" --rtol 1e-5); then
-    echo "ok   $1: $(tr '\n' ' ' <<<"$out")"
-  else
-    echo "FAIL $1: $out"
-    failures=$((failures + 1))
-  fi
-}
-run() {  # name, ranks, flags...
-  local name=$1 np=$2
-  shift 2
-  "${mpi[@]}" -np "$np" "$bin" train "${tiny[@]}" "$@" --metrics "$tmp/$name.jsonl" --save "$tmp/$name"
-}
-
 "$bin" train "${tiny[@]}" --set train.microbatch_size=8 --metrics "$tmp/ref.jsonl" --save "$tmp/ref"
 
 for tp in 2 4; do
@@ -71,14 +55,7 @@ check cont_tp2_dp2 cont1
 
 # The same 2-D layout twice: bitwise identical losses and parameters.
 run again 8 --tp 4 --dp 2 --zero 3 --set parallel.sp=true --set train.microbatch_size=2
-if cmp -s "$tmp/again/model.safetensors" "$tmp/tp4_sptrue_dp2_zero3/model.safetensors" &&
-  diff <(grep -o '"loss":[^,]*' "$tmp/again.jsonl") <(grep -o '"loss":[^,]*' "$tmp/tp4_sptrue_dp2_zero3.jsonl") \
-    >/dev/null; then
-  echo "ok   tp4 sp dp2 zero3 twice: bitwise identical"
-else
-  echo "FAIL tp4 sp dp2 zero3 twice: not bitwise identical"
-  failures=$((failures + 1))
-fi
+check_bitwise again tp4_sptrue_dp2_zero3 "tp4 sp dp2 zero3 twice"
 
 # --explain on the real binary: rank 0 prints every rank's collectives of step 0
 # in rank order (headers 0, 1, 2, 3), each rank with its SP reduce-scatter after o.
@@ -93,8 +70,4 @@ else
   failures=$((failures + 1))
 fi
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures layout(s) differ from the one-process run"
-  exit 1
-fi
-echo "all tensor-parallel layouts match the one-process run"
+finish tensor-parallel
