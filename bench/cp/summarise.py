@@ -20,26 +20,21 @@ import os
 import re
 import statistics
 import sys
-import tomllib
-
-MiB = 2.0**20
-
-
-def read_config(path):
-    with open(path, "rb") as f:
-        return tomllib.load(f)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from summarise_common import MiB, load_steps, main, read_config, run_name, timed_steps  # noqa: E402
 
 
-def load_steps(path):
-    return [j for j in map(json.loads, open(path)) if "step_time_s" in j]
+
+
+
 
 
 def summary(path, skip):
     steps = load_steps(path)
-    timed = steps[skip:] if len(steps) > skip else steps[-1:]
+    timed = timed_steps(steps, skip)
     peak = lambda kind: max(s["mem_peak_by_kind"][kind] for s in steps)
     return {
-        "name": os.path.basename(path)[: -len(".jsonl")],
+        "name": run_name(path),
         "steps": steps,
         "median_s": statistics.median(s["step_time_s"] for s in timed),
         "min_s": min(s["step_time_s"] for s in timed),
@@ -123,17 +118,5 @@ def report(out, config, skip):
               f" {rounds:>16} {ring[0][1]['comm'] / MiB:>8.2f}/{ag[0][1]['comm'] / MiB:.2f}")
 
 
-def main():
-    cmd = sys.argv[1]
-    if cmd == "data-dir":
-        print(read_config(sys.argv[2]).get("data", {}).get("dir", "data/fortunes"))
-    elif cmd == "run-line":
-        run_line(sys.argv[2], int(sys.argv[3]), sys.argv[4])
-    elif cmd == "report":
-        report(sys.argv[2], sys.argv[3], int(sys.argv[4]))
-    else:
-        sys.exit(f"summarise.py: unknown command {cmd}")
-
-
 if __name__ == "__main__":
-    main()
+    main(run_line, report)

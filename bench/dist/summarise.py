@@ -17,32 +17,11 @@ import os
 import re
 import statistics
 import sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from summarise_common import MiB, load_steps, main, read_config, run_name, timed_steps  # noqa: E402
 
-MiB = 2.0**20
 
 
-def read_config(path):
-    try:
-        import tomllib  # Python >= 3.11
-
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except ImportError:  # a minimal reader for our flat configs
-        cfg, sec = {}, None
-        for line in open(path):
-            line = line.split("#", 1)[0].strip()
-            if not line:
-                continue
-            m = re.fullmatch(r"\[(\w+)\]", line)
-            if m:
-                sec = cfg.setdefault(m.group(1), {})
-                continue
-            k, v = (s.strip() for s in line.split("=", 1))
-            v = v.strip('"') if v.startswith('"') else (v == "true" if v in ("true", "false") else float(v))
-            if isinstance(v, float) and v.is_integer():
-                v = int(v)
-            sec[k] = v
-        return cfg
 
 
 # ---- model shape (src/model/params.cpp) -------------------------------------------
@@ -110,22 +89,15 @@ def analytic(model, P):
 # ---- metrics ---------------------------------------------------------------------------
 
 
-def load_steps(path):
-    steps = []
-    for line in open(path):
-        j = json.loads(line)
-        if "step_time_s" in j:
-            steps.append(j)
-    return steps
 
 
 def summary(path, skip):
     steps = load_steps(path)
-    timed = steps[skip:] if len(steps) > skip else steps[-1:]
+    timed = timed_steps(steps, skip)
     times = [s["step_time_s"] for s in timed]
     med = statistics.median(times)
     return {
-        "name": os.path.basename(path)[: -len(".jsonl")],
+        "name": run_name(path),
         "steps": steps,
         "timed": timed,
         "median_s": med,
@@ -234,19 +206,5 @@ def report(out, config, skip):
     print("zero 2/3 send and receive each unit's reduce-scatter, zero 3 receives each gathered unit (comm).")
 
 
-def main():
-    cmd = sys.argv[1]
-    if cmd == "data-dir":
-        print(read_config(sys.argv[2]).get("data", {}).get("dir", "data/fortunes"))
-    elif cmd == "batch":
-        print(read_config(sys.argv[2])["train"]["batch_size"])
-    elif cmd == "run-line":
-        run_line(sys.argv[2], int(sys.argv[3]), sys.argv[4])
-    elif cmd == "report":
-        report(sys.argv[2], sys.argv[3], int(sys.argv[4]))
-    else:
-        sys.exit(f"summarise.py: unknown command {cmd}")
-
-
 if __name__ == "__main__":
-    main()
+    main(run_line, report, {"batch": lambda config: print(read_config(config)["train"]["batch_size"])})

@@ -23,14 +23,11 @@ import os
 import re
 import statistics
 import sys
-import tomllib
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from summarise_common import MiB, load_steps, main, read_config, run_name, timed_steps  # noqa: E402
 
-MiB = 2.0**20
 
 
-def read_config(path):
-    with open(path, "rb") as f:
-        return tomllib.load(f)
 
 
 def parse_name(name):
@@ -44,16 +41,14 @@ def parse_name(name):
 # ---- metrics, logs, traces ---------------------------------------------------------------
 
 
-def load_steps(path):
-    return [j for j in map(json.loads, open(path)) if "step_time_s" in j]
 
 
 def summary(path, skip):
     steps = load_steps(path)
-    timed = steps[skip:] if len(steps) > skip else steps[-1:]
+    timed = timed_steps(steps, skip)
     P = len(timed[0]["pp_idle"])
     return {
-        "name": os.path.basename(path)[: -len(".jsonl")],
+        "name": run_name(path),
         "steps": steps,
         "median_s": statistics.median(s["step_time_s"] for s in timed),
         "idle": [statistics.median(s["pp_idle"][r] for s in timed) for r in range(P)],
@@ -316,19 +311,5 @@ def report(out, config, skip):
                   if (2, "1f1b", 8) in mem and (2, "1f1b", 4) in mem else "")
 
 
-def main():
-    cmd = sys.argv[1]
-    if cmd == "data-dir":
-        print(read_config(sys.argv[2]).get("data", {}).get("dir", "data/fortunes"))
-    elif cmd == "microbatch":
-        print(read_config(sys.argv[2])["train"]["microbatch_size"])
-    elif cmd == "run-line":
-        run_line(sys.argv[2], int(sys.argv[3]), sys.argv[4])
-    elif cmd == "report":
-        report(sys.argv[2], sys.argv[3], int(sys.argv[4]))
-    else:
-        sys.exit(f"summarise.py: unknown command {cmd}")
-
-
 if __name__ == "__main__":
-    main()
+    main(run_line, report, {"microbatch": lambda config: print(read_config(config)["train"]["microbatch_size"])})

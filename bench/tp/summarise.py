@@ -19,14 +19,11 @@ import math
 import os
 import statistics
 import sys
-import tomllib
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from summarise_common import MiB, load_steps, main, read_config, run_name, timed_steps  # noqa: E402
 
-MiB = 2.0**20
 
 
-def read_config(path):
-    with open(path, "rb") as f:
-        return tomllib.load(f)
 
 
 # ---- model shape under tp (src/model/params.cpp tp_dims) ------------------------------
@@ -117,17 +114,15 @@ def activation_bytes(model, train, P, sp):
 # ---- metrics --------------------------------------------------------------------------
 
 
-def load_steps(path):
-    return [j for j in map(json.loads, open(path)) if "step_time_s" in j]
 
 
 def summary(path, skip):
     """Median step time of the steps after the first `skip` (the last step if there are no more)."""
     steps = load_steps(path)
-    timed = steps[skip:] if len(steps) > skip else steps[-1:]
+    timed = timed_steps(steps, skip)
     times = [s["step_time_s"] for s in timed]
     return {
-        "name": os.path.basename(path)[: -len(".jsonl")],
+        "name": run_name(path),
         "steps": steps,
         "timed": timed,
         "median_s": statistics.median(times),
@@ -229,23 +224,14 @@ def report(out, config, skip):
     memory_table(out, cfg)
 
 
-def main():
-    cmd = sys.argv[1]
-    if cmd == "data-dir":
-        print(read_config(sys.argv[2]).get("data", {}).get("dir", "data/fortunes"))
-    elif cmd == "tp-check":
-        cfg = read_config(sys.argv[2])
-        why = tp_problems(cfg["model"], cfg["train"]["seq_len"], int(sys.argv[3]), sys.argv[4] == "1")
-        if why:
-            print("; ".join(why))
-            sys.exit(1)
-    elif cmd == "run-line":
-        run_line(sys.argv[2], int(sys.argv[3]), sys.argv[4])
-    elif cmd == "report":
-        report(sys.argv[2], sys.argv[3], int(sys.argv[4]))
-    else:
-        sys.exit(f"summarise.py: unknown command {cmd}")
+def tp_check(config, P, sp):
+    """Exit 1 with the reasons when the config cannot run at tp = P (sp "1" or "0")."""
+    cfg = read_config(config)
+    why = tp_problems(cfg["model"], cfg["train"]["seq_len"], int(P), sp == "1")
+    if why:
+        print("; ".join(why))
+        sys.exit(1)
 
 
 if __name__ == "__main__":
-    main()
+    main(run_line, report, {"tp-check": tp_check})
