@@ -15,7 +15,6 @@ sequence and every activation buffer is sized by N (lse [B, H, T/cp] too), so th
 count, and the measurement, should scale as 1/cp exactly.
 """
 import glob
-import json
 import os
 import re
 import statistics

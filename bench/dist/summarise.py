@@ -11,10 +11,8 @@ The analytic memory model mirrors src/model/params.cpp (parameter shapes, units)
 and src/parallel/shard.h (per-parameter dim-0 shards: ceil(rows / P) rows each).
 """
 import glob
-import json
 import math
 import os
-import re
 import statistics
 import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))

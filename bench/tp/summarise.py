@@ -14,7 +14,6 @@ and Buffers: every Tensor of MemKind::activation, all allocated once in Llama's
 constructor) and the per-rank widths of src/model/params.cpp tp_dims.
 """
 import glob
-import json
 import math
 import os
 import statistics
