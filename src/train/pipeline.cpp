@@ -73,12 +73,12 @@ PipelineExecutor::PipelineExecutor(const pp::Schedule& schedule, int pp_rank, Gr
     free_slots_[c].push_back(0);
 }
 
-float* PipelineExecutor::send_buffer(int64_t n) {
+PipelineExecutor::SendBuffer& PipelineExecutor::send_buffer(int64_t n) {
   for (SendBuffer& b : send_buffers_) {
-    if (b.data.numel() >= n && b.work.test()) return b.data.data();
+    if (b.data.numel() >= n && b.work.test()) return b;
   }
   send_buffers_.push_back({Tensor({n}, MemKind::comm), Work()});
-  return send_buffers_.back().data.data();
+  return send_buffers_.back();
 }
 
 void PipelineExecutor::post_receives(const std::vector<pp::Action>& actions) {
@@ -167,12 +167,9 @@ double PipelineExecutor::run(const int32_t* inputs, const int32_t* targets, floa
         break;
       }
       case pp::Op::send_grad: {
-        float* buf = send_buffer(n);
-        std::memcpy(buf, model.input_grad(), static_cast<size_t>(n) * sizeof(float));
-        for (SendBuffer& b : send_buffers_) {
-          if (b.data.data() == buf)
-            b.work = pp_.send_async(buf, n, ElemType::f32, a.peer, a.tag, "pp gradient");
-        }
+        SendBuffer& b = send_buffer(n);
+        std::memcpy(b.data.data(), model.input_grad(), static_cast<size_t>(n) * sizeof(float));
+        b.work = pp_.send_async(b.data.data(), n, ElemType::f32, a.peer, a.tag, "pp gradient");
         break;
       }
     }

@@ -54,7 +54,8 @@ class PipelineExecutor {
     Tensor data;
     Work work;
   };
-  float* send_buffer(int64_t n);  // a buffer no pending send uses (Open MPI is fastest through reused ones)
+  SendBuffer& send_buffer(
+      int64_t n);  // a buffer no pending send uses (Open MPI is fastest through reused ones)
   // Receives are posted ahead, up to kRecvAhead at a time, into pooled
   // buffers, so that a message can land while this rank computes; the recv
   // action then waits for it and copies it where the stage reads it.
