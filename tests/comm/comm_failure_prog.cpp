@@ -1,6 +1,6 @@
 // A job that fails on purpose, one way per mode; run_job.sh checks how it ends.
 //   watchdog     (3 ranks) rank 1 sleeps 30 s before an all_reduce the others
-//                wait for under a 2 s watchdog.
+//                wait for; rank 0 under a 2 s watchdog, rank 2 under 30 s.
 //   throw        (4 ranks) rank 2 throws mt::Error at step 3; main calls abort_job.
 //   startup_all  every rank reports the same validation error.
 //   startup_one  only rank 1 reports one.
@@ -26,7 +26,10 @@ void say_exit() {
 }
 
 void watchdog(mt::Group& world) {
-  world.context().timeout_s = 2;
+  // Ranks 0 and 2 both wait on rank 1; only rank 0's watchdog is short, so the
+  // report names one rank whatever the scheduling (with equal limits either
+  // rank could fire first).
+  world.context().timeout_s = world.rank() == 0 ? 2 : 30;
   mt::Group dp = world.split(0, world.rank(), "dp");
   std::vector<float> buf(1024, 1.0f);
   for (int64_t step = 0; step < 3; ++step) {
