@@ -3,6 +3,7 @@
 // scaling. One process: schedules without transfers (pp = 1).
 #include <gtest/gtest.h>
 
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,12 +20,12 @@ class FakeStage : public Stage {
 
   double forward_slot(int slot, const int32_t* inputs, const int32_t* targets, int64_t B,
                       int64_t T) override {
-    log.push_back("F" + std::to_string(inputs[0]) + "@" + std::to_string(slot));
+    note("F", inputs[0], "@", slot);
     EXPECT_EQ(targets[0], inputs[0] + 100);
     return static_cast<double>(B * T) * (inputs[0] + 1);  // a loss sum that names the microbatch
   }
   void backward_slot(int slot, float dloss) override {
-    log.push_back("B@" + std::to_string(slot));
+    note("B", "@", slot);
     dlosses.push_back(dloss);
   }
   float* stage_input(int) override { return buf_.data(); }
@@ -32,11 +33,17 @@ class FakeStage : public Stage {
   float* output_grad() override { return buf_.data(); }
   const float* input_grad() const override { return buf_.data(); }
   int64_t residual_numel(int64_t B, int64_t T) const override { return B * T; }
-  void begin_step(int64_t m) override { log.push_back("begin_step " + std::to_string(m)); }
-  void begin_microbatch(int64_t i) override { log.push_back("mb " + std::to_string(i)); }
+  void begin_step(int64_t m) override { note("begin_step ", m); }
+  void begin_microbatch(int64_t i) override { note("mb ", i); }
   void finish_grads() override { log.push_back("finish"); }
 
  private:
+  template <typename... A>
+  void note(const A&... parts) {
+    std::ostringstream os;
+    (os << ... << parts);
+    log.push_back(os.str());
+  }
   std::vector<float> buf_ = std::vector<float>(64);
 };
 
