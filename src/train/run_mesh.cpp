@@ -19,7 +19,7 @@ RunMesh make_run_mesh(const Config& cfg, const Group* world) {
   m.rank = world->rank();
   m.mesh_ = std::make_unique<DeviceMesh>(*world, sizes);
   m.dp_rank = m.mesh_->coord(Axis::dp);
-  m.data_group_ = std::make_unique<Group>(m.mesh_->group(m.cp > 1 ? "dp+cp" : "dp"));
+  m.dp_cp_group_ = std::make_unique<Group>(m.mesh_->group(m.cp > 1 ? "dp+cp" : "dp"));
   m.cp_rank = m.mesh_->coord(Axis::cp);
   if (m.cp > 1) m.cp_group_ = std::make_unique<Group>(m.mesh_->group("cp"));
   m.tp_rank = m.mesh_->coord(Axis::tp);

@@ -27,7 +27,7 @@ class RunMesh {
   // The dp × cp group: the ranks that hold different data (the dp replicas and,
   // with context parallelism, the cp shares of each sequence). Gradients, the
   // valid-token count and the loss are sums over it. Null without MPI.
-  Group* data_group() const { return data_group_.get(); }
+  Group* dp_cp_group() const { return dp_cp_group_.get(); }
   Group* tp_group() const { return tp_group_.get(); }  // null when tp = 1
   Group* pp_group() const { return pp_group_.get(); }  // null when pp = 1
   Group* cp_group() const { return cp_group_.get(); }  // null when cp = 1
@@ -39,7 +39,7 @@ class RunMesh {
  private:
   friend RunMesh make_run_mesh(const Config& cfg, const Group* world);
   std::unique_ptr<DeviceMesh> mesh_;
-  std::unique_ptr<Group> world_, data_group_, tp_group_, pp_group_, tied_group_, cp_group_;
+  std::unique_ptr<Group> world_, dp_cp_group_, tp_group_, pp_group_, tied_group_, cp_group_;
 };
 
 // Builds the groups (collective over `world`). The mesh must fit the world

@@ -53,13 +53,13 @@ namespace {
 // its group is the dp × cp group.
 std::unique_ptr<ParamStore> make_store(const Config& cfg, const RunMesh& mesh, const StageRange& stage) {
   const int zero = static_cast<int>(cfg.parallel.zero);
-  if (!mesh.data_group() || (mesh.dp * mesh.cp == 1 && zero == 0)) return nullptr;
+  if (!mesh.dp_cp_group() || (mesh.dp * mesh.cp == 1 && zero == 0)) return nullptr;
   DataParallelOptions o;
   o.zero = zero;
   o.bucket_bytes = static_cast<int64_t>(cfg.parallel.bucket_mb * (1 << 20));
   const ParamTable table =
       make_param_table(cfg.model, {mesh.tp, mesh.tp_rank}, stage);  // this rank's tp shard of the stage
-  return std::make_unique<DataParallelStore>(make_units(table, cfg.model), *mesh.data_group(), o);
+  return std::make_unique<DataParallelStore>(make_units(table, cfg.model), *mesh.dp_cp_group(), o);
 }
 
 ModelOptions model_options(const Config& cfg, const RunOptions& opts, const RunMesh& mesh) {

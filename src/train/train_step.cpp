@@ -38,8 +38,8 @@ namespace {
 
 // Σ over the dp × cp group: the dp replicas and the cp shares of the sequences.
 template <typename T>
-void sum_over_data(const RunMesh& mesh, T* v, const char* label) {
-  if (mesh.data_group() && mesh.dp * mesh.cp > 1) mesh.data_group()->all_reduce(v, 1, label);
+void sum_over_dp_cp(const RunMesh& mesh, T* v, const char* label) {
+  if (mesh.dp_cp_group() && mesh.dp * mesh.cp > 1) mesh.dp_cp_group()->all_reduce(v, 1, label);
 }
 
 void sum_over(Group* g, double* v, const char* label) {
@@ -100,11 +100,11 @@ StepStats train_step(TrainModel& model, const RunMesh& mesh, const Config& cfg, 
     if (t == cfg.data.ignore_id) t = kIgnoreIndex;
     valid += t != kIgnoreIndex;
   }
-  sum_over_data(mesh, &valid, "valid tokens");  // the loss is a mean over the GLOBAL batch's valid tokens
+  sum_over_dp_cp(mesh, &valid, "valid tokens");  // the loss is a mean over the GLOBAL batch's valid tokens
   double loss_sum = model.executor->run(mine.inputs.data(), mine.targets.data(), valid);
   sum_tied_embedding(mesh, model.tied_store);
   sum_over(mesh.pp_group(), &loss_sum, "pp sum");  // only the last stage has a loss
-  sum_over_data(mesh, &loss_sum, "loss");
+  sum_over_dp_cp(mesh, &loss_sum, "loss");
   double sum_sq = 0.0;
   for (auto& c : model.chunks)
     sum_sq += c->store().grad_sum_squares();
