@@ -47,7 +47,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   const bool do_eval = tc.eval_every > 0 && fs::exists(val_path);
   const TokenFile val_file = do_eval ? TokenFile::open(val_path) : TokenFile();
   TrainModel model = make_train_model(cfg, opts, mesh);
-  const LrSchedule lr{tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
+  const LrSchedule lr_schedule{tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
   const double flops_per_token = train_flops_per_token(cfg.model, tc.seq_len);
 
   RunResult result;
@@ -63,7 +63,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   for (int64_t step = 0; step < tc.steps; ++step) {
     if (mesh.world()) mesh.world()->context().step = step;  // the comm ledger's step
     inject_fault(fault, mesh.rank, step);
-    StepStats s = train_step(model, mesh, cfg, train_file, step, lr.at(step));
+    StepStats s = train_step(model, mesh, cfg, train_file, step, lr_schedule.at(step));
     s.mfu = s.tokens_per_s * flops_per_token / (result.sgemm_gflops * 1e9);
     result.steps.push_back(s);
     report_step(metrics, mesh, model, s, tc, opts);
