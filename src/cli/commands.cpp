@@ -15,6 +15,7 @@
 #include "pipeline/simulate.h"
 #include "train/evaluate.h"
 #include "train/model_io.h"
+#include "train/run_mesh.h"
 
 namespace mt {
 
@@ -35,24 +36,14 @@ int run_train_command(const TrainArgs& a) {
   Config cfg;
   try {
     cfg = load_config(a.config, overrides);
-    cfg.validate();
-    validate_mesh({static_cast<int>(cfg.parallel.pp), static_cast<int>(cfg.parallel.dp),
-                   static_cast<int>(cfg.parallel.cp), static_cast<int>(cfg.parallel.tp)},
-                  world.size());
-    check_training_data(cfg);
-    MT_REQUIRE(a.run.trace_path.empty() || cfg.parallel.pp > 1, ConfigError,
-               "--trace records the pipeline's stages: it needs parallel.pp > 1 (it is ", cfg.parallel.pp,
-               ")");
+    validate_run(cfg, a.run, world.size());
   } catch (const Error& e) {
     error = e.what();
   }
   agree_on_startup_errors(world, error);
   world.context().timeout_s = cfg.parallel.timeout_s;
   if (a.print_mesh && world.rank() == 0) {
-    std::printf("%s",
-                DeviceMesh::table({static_cast<int>(cfg.parallel.pp), static_cast<int>(cfg.parallel.dp),
-                                   static_cast<int>(cfg.parallel.cp), static_cast<int>(cfg.parallel.tp)})
-                    .c_str());
+    std::printf("%s", DeviceMesh::table(mesh_sizes(cfg.parallel)).c_str());
   }
   RunOptions run = a.run;
   run.local_ranks = runtime.local_ranks();

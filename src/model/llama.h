@@ -32,6 +32,7 @@
 #include "model/params.h"
 #include "ops/rope.h"
 #include "parallel/store.h"
+#include "pipeline/stage.h"
 
 namespace mt {
 
@@ -65,12 +66,12 @@ struct ModelOptions {
   bool cp_ring = true;
 };
 
-class Llama {
+class Llama : public pp::Stage {
  public:
   // With no store, the model keeps its parameters and gradients itself
   // (LocalStore: one process). A distributed run passes the store of its layout.
   Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<ParamStore> store = nullptr);
-  ~Llama();
+  ~Llama() override;
   Llama(const Llama&) = delete;
   Llama& operator=(const Llama&) = delete;
 
@@ -113,20 +114,24 @@ class Llama {
   // before the call (Nl = B·T, or B·T/tp under SP). A stage with the head
   // needs `targets` and returns its loss sum; any other returns 0 and leaves its
   // output in stage_output(slot) [Nl, C].
-  double forward_slot(int slot, const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T);
+  double forward_slot(int slot, const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) override;
   // backward_slot: a stage with the head starts from dloss; any other from the
   // gradient of its output, written into output_grad() [Nl, C] before the call.
   // Afterwards a stage without the embedding finds the gradient of its input in
   // input_grad() (valid until the next backward).
-  void backward_slot(int slot, float dloss);
-  float* stage_input(int slot);
-  const float* stage_output(int slot);
-  float* output_grad();
-  const float* input_grad() const;
+  void backward_slot(int slot, float dloss) override;
+  float* stage_input(int slot) override;
+  const float* stage_output(int slot) override;
+  float* output_grad() override;
+  const float* input_grad() const override;
   // Elements of one microbatch's residual stream here: B·T·C, or B·T/tp·C under SP.
-  int64_t residual_numel(int64_t B, int64_t T) const {
+  int64_t residual_numel(int64_t B, int64_t T) const override {
     return (sp_on() ? B * T / tpr_.size : B * T) * cfg_.d_model;
   }
+  // The stage's share of the step's gradient accumulation: its store's (store.h).
+  void begin_step(int64_t microbatches) override { store_->begin_step(microbatches); }
+  void begin_microbatch(int64_t index) override { store_->begin_microbatch(index); }
+  void finish_grads() override { store_->finish_grads(); }
   bool has_embed() const { return table_.embed_unit >= 0; }
   bool has_head() const { return table_.final_unit >= 0; }
   int slots_allocated() const { return static_cast<int>(slots_.size()); }

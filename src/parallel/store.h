@@ -63,14 +63,18 @@ class ParamStore {
   // (MPI moves data only inside MPI calls), so reductions overlap compute.
   virtual void poll() {}
 
-  // --- trainer side (per step) ---
-  // Before the first microbatch: clears gradients. `microbatches` tells the
-  // store which backward is the last one (when reductions are started).
+  // --- step side: called by the executor only (pp::Executor::run, src/pipeline/executor.h) ---
+  // Before the step's first forward: clears gradients. `microbatches` is the
+  // number of backwards the model will run this step.
   virtual void begin_step(int64_t microbatches) = 0;
-  // Before each microbatch's forward.
+  // Right before the model's index-th backward of the step (0 … microbatches−1),
+  // counted per store: the backward with index microbatches−1 is the last, and
+  // its release_grads start the reductions. Counted by backward, not forward,
+  // because a pipeline runs several forwards ahead of their backwards.
   virtual void begin_microbatch(int64_t index) = 0;
   // After the last backward: every reduction has completed.
   virtual void finish_grads() = 0;
+  // --- trainer side (per step, after finish_grads) ---
   // Σ g² over this rank's model (its tp shard) after the dp reduction, each
   // element counted once; parameters with norm_counted = false are left out.
   virtual double grad_sum_squares() = 0;

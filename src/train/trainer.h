@@ -1,6 +1,7 @@
-// The training loop of one process: sample the step's global batch, run its
-// microbatches forward and backward (gradient accumulation), normalise by the
-// global valid-token count, clip, AdamW, log, evaluate.
+// The training loop of one process: set-up, a loop over train_step
+// (train_step.h: sample the step's global batch, run its microbatches forward
+// and backward through the executor, normalise by the global valid-token
+// count, clip, AdamW), evaluation, and the reports (report.h).
 #pragma once
 
 #include <cstdint>
@@ -48,7 +49,15 @@ struct RunResult {
 // (DataError/ConfigError naming the file and the rule).
 void check_training_data(const Config& cfg);
 
-// Runs cfg (validated here) to completion; throws mt::Error on bad input or
+// The start-up checks of a run, each failure a ConfigError (or DataError)
+// with the numbers: the config's rules (Config::validate), the mesh against a
+// world of `world_size` ranks, the training data against the model, and
+// --trace only with pp > 1. Runs no collective: every rank calls it before
+// any, so that a bad input ends every rank with one message.
+void validate_run(const Config& cfg, const RunOptions& opts, int world_size);
+
+// Runs cfg, which has passed validate_run, to completion: set-up, one
+// train_step per step (train_step.h), the reports (report.h). Throws mt::Error
 // after train.max_bad_steps consecutive non-finite steps. `world` is the job's
 // world group (null: a single process without MPI); every rank calls this.
 RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* world = nullptr);

@@ -1,0 +1,41 @@
+// What the executor (executor.h) needs of a model chunk: forward and backward
+// of one microbatch whose activations live in a slot, the buffers a stage
+// boundary passes through, and the gradient-accumulation protocol of the
+// chunk's parameter store. The model (src/model/llama.h) implements it; this
+// folder knows nothing else of the model.
+#pragma once
+
+#include <cstdint>
+
+namespace mt::pp {
+
+class Stage {
+ public:
+  virtual ~Stage() = default;
+
+  // Forward of one microbatch (inputs, targets [B, T]) with its activations
+  // kept in `slot` until its backward. A first stage reads `inputs`; any other
+  // reads stage_input(slot), written before the call. A last stage returns its
+  // loss sum; any other returns 0 and leaves its output in stage_output(slot).
+  virtual double forward_slot(int slot, const int32_t* inputs, const int32_t* targets, int64_t B,
+                              int64_t T) = 0;
+  // Backward of the microbatch in `slot`: a last stage starts from dloss, any
+  // other from output_grad(), written before the call. Afterwards a stage that
+  // is not the first finds the gradient of its input in input_grad().
+  virtual void backward_slot(int slot, float dloss) = 0;
+  virtual float* stage_input(int slot) = 0;
+  virtual const float* stage_output(int slot) = 0;
+  virtual float* output_grad() = 0;
+  virtual const float* input_grad() const = 0;
+  // Floats of one microbatch's activation (and of its gradient) at a stage boundary.
+  virtual int64_t residual_numel(int64_t B, int64_t T) const = 0;
+
+  // Gradient accumulation over a step's microbatches (src/parallel/store.h):
+  // begin_step(m) before the step's first microbatch, begin_microbatch(i)
+  // before the stage's i-th backward of the step, finish_grads() after its last.
+  virtual void begin_step(int64_t microbatches) = 0;
+  virtual void begin_microbatch(int64_t index) = 0;
+  virtual void finish_grads() = 0;
+};
+
+}  // namespace mt::pp

@@ -1,0 +1,235 @@
+#include "train/report.h"
+
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "comm/context.h"
+#include "core/file.h"
+#include "core/memory.h"
+#include "core/threads.h"
+#include "parallel/data_parallel.h"
+#include "train/explain.h"
+#include "train/flops.h"
+
+namespace mt {
+
+namespace {
+
+std::string describe(const RunMesh& mesh, const Config& cfg, const TrainModel& model) {
+  std::ostringstream os;
+  if (mesh.mesh()) {
+    const std::string table = mesh.mesh()->table();
+    os << table.substr(0, table.find('\n') + 1);  // the one-line summary; --print-mesh prints the whole map
+  }
+  os << "data parallel: dp = " << mesh.dp << ", zero = " << cfg.parallel.zero << "\n";
+  if (mesh.cp > 1)
+    os << "context parallel: cp = " << mesh.cp << " (zigzag, "
+       << (cfg.parallel.cp_impl == "ring" ? "ring" : "all-gather") << " attention)\n";
+  if (mesh.tp > 1)
+    os << "tensor parallel: tp = " << mesh.tp << ", sequence parallel " << (cfg.parallel.sp ? "on" : "off")
+       << "\n";
+  if (model.pipelined())
+    os << "pipeline: pp = " << mesh.pp << ", " << cfg.parallel.virtual_stages
+       << " virtual stage(s) per rank\n"
+       << stage_map(model.stages, mesh.pp);
+  return os.str();
+}
+
+// Σ bytes per "op/axis" in this step (this rank's view of its own calls).
+nlohmann::json comm_bytes(const RunMesh& mesh, int64_t step) {
+  nlohmann::json out = nlohmann::json::object();
+  if (!mesh.world()) return out;
+  for (const auto& [key, bytes] : mesh.world()->context().ledger.bytes_by_op_axis(step))
+    out[key.first + "/" + key.second] = bytes;
+  return out;
+}
+
+// ZeRO 0/1: the share of the gradient reduction's time hidden behind the backward.
+double overlap_hidden(TrainModel& model) {
+  const auto* d = dynamic_cast<DataParallelStore*>(&model.first().store());
+  return d ? d->overlap().hidden_fraction() : 0.0;
+}
+
+// Each stage's idle share of the step (the bubble), gathered over pp.
+std::vector<double> pp_idle(const RunMesh& mesh, const TrainModel& model) {
+  std::vector<double> idle;
+  if (!model.pipelined()) return idle;
+  const pp::Executor& e = *model.executor;
+  const double mine = e.wall_s() > 0 ? 1.0 - e.busy_s() / e.wall_s() : 0.0;
+  idle.resize(static_cast<size_t>(mesh.pp));
+  mesh.pp_group()->all_gather(&mine, idle.data(), 1, ElemType::f64, "pp idle");
+  return idle;
+}
+
+// Peak bytes per category on every rank, as a table (collective over the world).
+std::string memory_report(const RunMesh& mesh, const MemStats& mine) {
+  const int K = kNumMemKinds + 1;
+  std::vector<int64_t> row(static_cast<size_t>(K)), all(static_cast<size_t>(K * mesh.world_size));
+  for (int k = 0; k < kNumMemKinds; ++k)
+    row[static_cast<size_t>(k)] = mine.peak[static_cast<size_t>(k)];
+  row[static_cast<size_t>(kNumMemKinds)] = mine.total_peak;
+  if (mesh.world() && mesh.world_size > 1)
+    mesh.world()->all_gather(row.data(), all.data(), K, ElemType::i64, "memory report");
+  else
+    all = row;
+  std::ostringstream os;
+  os << "peak memory per rank (MiB):\n  rank";
+  char buf[32];
+  for (int k = 0; k < kNumMemKinds; ++k) {
+    std::snprintf(buf, sizeof buf, " %11s", std::string(mem_kind_name(static_cast<MemKind>(k))).c_str());
+    os << buf;
+  }
+  os << "       total\n";
+  for (int r = 0; r < mesh.world_size; ++r) {
+    std::snprintf(buf, sizeof buf, "  %4d", r);
+    os << buf;
+    for (int k = 0; k < K; ++k) {
+      std::snprintf(buf, sizeof buf, " %11.2f",
+                    static_cast<double>(all[static_cast<size_t>(r * K + k)]) / (1 << 20));
+      os << buf;
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
+// Chrome-trace JSON: one process per rank with its spans of the last step.
+// Collective over `world`; rank 0 returns the merged file's text.
+std::string trace_json(Group& world, int rank, const std::vector<pp::Span>& spans) {
+  std::string mine;
+  auto event = [&](const std::string& name, int vstage, double start, double end) {
+    char buf[256];
+    std::snprintf(
+        buf, sizeof buf,
+        "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":%.1f,\"dur\":%.1f,"
+        "\"args\":{\"virtual_stage\":%d}},\n",
+        name.c_str(), name.empty() ? "" : (name[0] == 'F' || name[0] == 'B' ? "compute" : "transfer"), rank,
+        start * 1e6, (end - start) * 1e6, vstage);
+    mine += buf;
+  };
+  double last = 0;
+  for (const pp::Span& s : spans) {
+    if (s.start_s > last) event("idle", s.vstage, last, s.start_s);
+    event(s.name, s.vstage, s.start_s, s.end_s);
+    last = s.end_s;
+  }
+  char meta[128];
+  std::snprintf(meta, sizeof meta,
+                "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}},\n",
+                rank, rank);
+  mine += meta;
+  std::string all = gather_to_rank0(world, mine, "trace");
+  if (world.rank() != 0) return "";
+  if (all.size() >= 2) all.resize(all.size() - 2);  // the last ",\n"
+  return "{\"traceEvents\":[\n" + all + "\n]}\n";
+}
+
+}  // namespace
+
+double job_sgemm_gflops(const RunMesh& mesh) {
+  Group* world = mesh.world_size > 1 ? mesh.world() : nullptr;
+  if (world) world->barrier("sgemm ceiling");
+  double rate = measure_sgemm_gflops(1024, 0.3);
+  if (world) world->all_reduce(&rate, 1, "sgemm ceiling");
+  return rate;
+}
+
+void report_start(const RunMesh& mesh, const Config& cfg, const TrainModel& model, double sgemm_gflops,
+                  const RunOptions& opts) {
+  if (opts.quiet || mesh.rank != 0) return;
+  if (mesh.world_size > 1) std::printf("%s", describe(mesh, cfg, model).c_str());
+  int64_t num_params = 0;  // the whole model's
+  for (const auto& s : make_param_table(cfg.model).specs)
+    num_params += s.numel;
+  std::printf(
+      "model: %lld parameters (%lld in matrix products), %lld layers, d_model %lld; %d threads; "
+      "SGEMM ceiling %.1f GFLOP/s\n",
+      static_cast<long long>(num_params), static_cast<long long>(matmul_params(cfg.model)),
+      static_cast<long long>(cfg.model.n_layers), static_cast<long long>(cfg.model.d_model), num_threads(),
+      sgemm_gflops);
+  std::fflush(stdout);
+}
+
+void report_step(MetricsWriter& metrics, const RunMesh& mesh, TrainModel& model, const StepStats& s,
+                 const TrainConfig& tc, const RunOptions& opts) {
+  const bool lead = mesh.rank == 0;
+  const MemStats mem = MemoryTracker::stats();
+  nlohmann::json mem_by_kind = nlohmann::json::object();
+  for (int k = 0; k < kNumMemKinds; ++k)
+    mem_by_kind[std::string(mem_kind_name(static_cast<MemKind>(k)))] = mem.peak[static_cast<size_t>(k)];
+  const nlohmann::json comm = comm_bytes(mesh, s.step);
+  const double hidden = overlap_hidden(model);
+  metrics.write({{"step", s.step},
+                 {"pp_idle", pp_idle(mesh, model)},
+                 {"comm_bytes", comm},
+                 {"overlap_hidden", hidden},
+                 {"mem_peak_by_kind", mem_by_kind},
+                 {"loss", s.loss},
+                 {"lr", s.lr},
+                 {"grad_norm", s.grad_norm},
+                 {"tokens", s.tokens},
+                 {"step_time_s", s.step_time_s},
+                 {"tokens_per_s", s.tokens_per_s},
+                 {"mfu", s.mfu},
+                 {"mem_peak_bytes", s.mem_peak_bytes},
+                 {"skipped", s.skipped}});
+  if (!opts.quiet && lead && (s.step % tc.log_every == 0 || s.step + 1 == tc.steps)) {
+    std::printf(
+        "step %5lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU %.2f | peak mem %.1f MiB%s\n",
+        static_cast<long long>(s.step), s.loss, s.lr, s.grad_norm, s.tokens_per_s, s.mfu,
+        static_cast<double>(s.mem_peak_bytes) / (1 << 20), s.skipped ? " | SKIPPED" : "");
+    std::fflush(stdout);
+  }
+  if (opts.explain && s.step == 0) {  // collective: every rank's calls of the first step, rank 0 prints
+    const std::string report =
+        mesh.world() ? explain_report(*mesh.world(), 0) : "one process: no collectives in step 0\n";
+    if (lead) {
+      std::printf("--explain: every collective of step 0, rank by rank\n%s", report.c_str());
+      std::fflush(stdout);
+    }
+  }
+}
+
+void report_validation(MetricsWriter& metrics, const RunMesh& mesh, int64_t step, double loss,
+                       const RunOptions& opts) {
+  metrics.write({{"step", step}, {"val_loss", loss}});
+  if (!opts.quiet && mesh.rank == 0)
+    std::printf("step %5lld | val loss %.4f\n", static_cast<long long>(step), loss);
+}
+
+void write_trace(const RunMesh& mesh, const TrainModel& model, const RunOptions& opts) {
+  if (opts.trace_path.empty() || !mesh.world()) return;
+  const std::string json = trace_json(*mesh.world(), mesh.rank, model.executor->spans());  // collective
+  if (mesh.rank != 0) return;
+  AtomicFile f(opts.trace_path);
+  f.write(json.data(), json.size());
+  f.commit();
+  if (!opts.quiet) std::printf("trace of the last step written to %s\n", opts.trace_path.c_str());
+}
+
+void report_end(const RunMesh& mesh, const Config& cfg, TrainModel& model, const RunOptions& opts,
+                RunResult& result) {
+  if (opts.profile) {
+    const KernelTimes& kt = model.first().kernel_times();
+    for (int k = 0; k < static_cast<int>(Kernel::count_); ++k)
+      result.kernel_seconds.emplace_back(kernel_name(static_cast<Kernel>(k)),
+                                         kt.seconds[static_cast<size_t>(k)]);
+  }
+  result.memory = MemoryTracker::stats();
+  result.overlap_hidden = overlap_hidden(model);
+  if (opts.quiet) return;
+  const bool lead = mesh.rank == 0;
+  const std::string report = memory_report(mesh, result.memory);  // collective
+  if (lead) std::printf("%s", report.c_str());
+  if (lead && mesh.world_size > 1) std::printf("%s", mesh.world()->context().ledger.summary().c_str());
+  if (lead && mesh.dp > 1 && cfg.parallel.zero <= 1) {
+    std::printf("gradient all-reduce: %.0f%% of its time hidden behind the backward (last step)\n",
+                100 * result.overlap_hidden);
+  }
+}
+
+}  // namespace mt

@@ -1,0 +1,39 @@
+#include "train/run_mesh.h"
+
+namespace mt {
+
+MeshSizes mesh_sizes(const ParallelConfig& p) {
+  return {static_cast<int>(p.pp), static_cast<int>(p.dp), static_cast<int>(p.cp), static_cast<int>(p.tp)};
+}
+
+RunMesh make_run_mesh(const Config& cfg, const Group* world) {
+  RunMesh m;
+  const MeshSizes sizes = mesh_sizes(cfg.parallel);
+  m.dp = sizes[static_cast<int>(Axis::dp)];
+  m.tp = sizes[static_cast<int>(Axis::tp)];
+  m.pp = sizes[static_cast<int>(Axis::pp)];
+  m.cp = sizes[static_cast<int>(Axis::cp)];
+  if (world == nullptr) return m;
+  m.world_ = std::make_unique<Group>(*world);
+  m.world_size = world->size();
+  m.rank = world->rank();
+  m.mesh_ = std::make_unique<DeviceMesh>(*world, sizes);
+  m.dp_rank = m.mesh_->coord(Axis::dp);
+  m.dp_cp_group_ = std::make_unique<Group>(m.mesh_->group(m.cp > 1 ? "dp+cp" : "dp"));
+  m.cp_rank = m.mesh_->coord(Axis::cp);
+  if (m.cp > 1) m.cp_group_ = std::make_unique<Group>(m.mesh_->group("cp"));
+  m.tp_rank = m.mesh_->coord(Axis::tp);
+  if (m.tp > 1) m.tp_group_ = std::make_unique<Group>(m.mesh_->group("tp"));
+  m.pp_rank = m.mesh_->coord(Axis::pp);
+  if (m.pp > 1) {
+    m.pp_group_ = std::make_unique<Group>(m.mesh_->group("pp"));
+    if (cfg.model.tie_embeddings) {  // the first and the last stage (collective over pp)
+      const bool ends = m.pp_rank == 0 || m.pp_rank == m.pp - 1;
+      m.tied_group_ = std::make_unique<Group>(m.pp_group_->split(ends ? 0 : 1, m.pp_rank, "pp_tied"));
+      if (!ends) m.tied_group_.reset();
+    }
+  }
+  return m;
+}
+
+}  // namespace mt

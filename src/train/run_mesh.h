@@ -1,0 +1,49 @@
+// The run's device mesh and its groups: this rank's coordinate on each axis
+// and the group of each axis (or set of axes) the training step communicates
+// over. It owns nothing else: stores, sums and reports are built from it
+// (train_step.h, report.h).
+#pragma once
+
+#include <memory>
+
+#include "comm/group.h"
+#include "config/config.h"
+#include "mesh/mesh.h"
+
+namespace mt {
+
+// The mesh sizes parallel.{pp, dp, cp, tp} ask for.
+MeshSizes mesh_sizes(const ParallelConfig& p);
+
+class RunMesh {
+ public:
+  int world_size = 1, rank = 0;
+  int dp = 1, dp_rank = 0;
+  int tp = 1, tp_rank = 0;
+  int pp = 1, pp_rank = 0;
+  int cp = 1, cp_rank = 0;
+
+  Group* world() const { return world_.get(); }  // null: one process without MPI
+  // The dp × cp group: the ranks that hold different data (the dp replicas and,
+  // with context parallelism, the cp shares of each sequence). Gradients, the
+  // valid-token count and the loss are sums over it. Null without MPI.
+  Group* dp_cp_group() const { return dp_cp_group_.get(); }
+  Group* tp_group() const { return tp_group_.get(); }  // null when tp = 1
+  Group* pp_group() const { return pp_group_.get(); }  // null when pp = 1
+  Group* cp_group() const { return cp_group_.get(); }  // null when cp = 1
+  // With tied embeddings over pp > 1: the first and the last pp rank, which
+  // hold the two copies of the embedding (null on the other ranks).
+  Group* tied_group() const { return tied_group_.get(); }
+  const DeviceMesh* mesh() const { return mesh_.get(); }  // null without MPI
+
+ private:
+  friend RunMesh make_run_mesh(const Config& cfg, const Group* world);
+  std::unique_ptr<DeviceMesh> mesh_;
+  std::unique_ptr<Group> world_, dp_cp_group_, tp_group_, pp_group_, tied_group_, cp_group_;
+};
+
+// Builds the groups (collective over `world`). The mesh must fit the world
+// (validate_run, trainer.h). world may be null for a single process without MPI.
+RunMesh make_run_mesh(const Config& cfg, const Group* world);
+
+}  // namespace mt

@@ -1,0 +1,115 @@
+#include "train/train_model.h"
+
+#include <cstdio>
+
+#include "model/params.h"
+#include "parallel/data_parallel.h"
+#include "pipeline/stages.h"
+#include "train/model_io.h"
+
+namespace mt {
+
+std::vector<StageRange> split_stages(int64_t n_layers, int pp, int v, const std::string& explicit_layers) {
+  const std::vector<int64_t> counts = pp::stage_layer_counts(n_layers, pp, v, explicit_layers);
+  const int64_t K = static_cast<int64_t>(counts.size());
+  std::vector<StageRange> stages;
+  int64_t at = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    StageRange s;
+    s.first_layer = at;
+    s.end_layer = at + counts[static_cast<size_t>(k)];
+    s.embed = k == 0;
+    s.head = k == K - 1;
+    at = s.end_layer;
+    stages.push_back(s);
+  }
+  return stages;
+}
+
+std::string stage_map(const std::vector<StageRange>& stages, int pp) {
+  std::string out;
+  for (size_t k = 0; k < stages.size(); ++k) {
+    const StageRange& s = stages[k];
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "  stage %zu (pp rank %zu, chunk %zu): %s%lld layers %lld-%lld%s\n", k,
+                  k % static_cast<size_t>(pp), k / static_cast<size_t>(pp), s.embed ? "embedding + " : "",
+                  static_cast<long long>(s.end_layer - s.first_layer), static_cast<long long>(s.first_layer),
+                  static_cast<long long>(s.end_layer - 1), s.head ? " + final norm, LM head, loss" : "");
+    out += buf;
+  }
+  return out;
+}
+
+std::vector<Llama*> TrainModel::chunk_ptrs() const {
+  std::vector<Llama*> out;
+  for (const auto& c : chunks)
+    out.push_back(c.get());
+  return out;
+}
+
+namespace {
+
+// The store of one chunk under the layout (null: the model's own LocalStore);
+// its group is the dp × cp group.
+std::unique_ptr<ParamStore> make_store(const Config& cfg, const RunMesh& mesh, const StageRange& stage) {
+  const int zero = static_cast<int>(cfg.parallel.zero);
+  if (!mesh.dp_cp_group() || (mesh.dp * mesh.cp == 1 && zero == 0)) return nullptr;
+  DataParallelOptions o;
+  o.zero = zero;
+  o.bucket_bytes = static_cast<int64_t>(cfg.parallel.bucket_mb * (1 << 20));
+  const ParamTable table =
+      make_param_table(cfg.model, {mesh.tp, mesh.tp_rank}, stage);  // this rank's tp shard of the stage
+  return std::make_unique<DataParallelStore>(make_units(table, cfg.model), *mesh.dp_cp_group(), o);
+}
+
+ModelOptions model_options(const Config& cfg, const RunOptions& opts, const RunMesh& mesh) {
+  ModelOptions mo;
+  mo.max_batch = cfg.train.microbatch_size;
+  mo.max_seq = cfg.train.seq_len / mesh.cp;  // this rank's tokens of each sequence
+  mo.cp = mesh.cp_group();
+  mo.cp_ring = cfg.parallel.cp_impl == "ring";
+  mo.recompute = cfg.train.recompute;
+  mo.profile = opts.profile;
+  mo.tp = mesh.tp_group();
+  mo.sp = cfg.parallel.sp && mesh.tp > 1;
+  return mo;
+}
+
+}  // namespace
+
+TrainModel make_train_model(const Config& cfg, const RunOptions& opts, const RunMesh& mesh) {
+  const TrainConfig& tc = cfg.train;
+  const int v = static_cast<int>(cfg.parallel.virtual_stages);
+  TrainModel t;
+  if (mesh.pp * v > 1)
+    t.stages = split_stages(cfg.model.n_layers, mesh.pp, v, cfg.parallel.stage_layers);
+  else
+    t.stages = {StageRange{}};
+  ModelOptions mo = model_options(cfg, opts, mesh);
+  for (int c = 0; c < v; ++c) {
+    mo.stage = t.stages[static_cast<size_t>(c * mesh.pp + mesh.pp_rank)];
+    t.chunks.push_back(std::make_unique<Llama>(cfg.model, mo, make_store(cfg, mesh, mo.stage)));
+    Llama& m = *t.chunks.back();
+    if (opts.init_from.empty())
+      m.init(tc.seed);
+    else
+      load_model_dir(opts.init_from, m);
+    ParamStore& st = m.store();
+    t.optims.push_back(std::make_unique<AdamW>(st.local_numel(),
+                                               AdamWOptions{tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay},
+                                               st.local_decay_ranges()));
+    if (cfg.model.tie_embeddings && (m.has_embed() || m.has_head())) t.tied_store = &st;
+  }
+  const int microbatches = static_cast<int>(tc.batch_size / (mesh.dp * tc.microbatch_size));
+  pp::Schedule schedule = t.pipelined() ? pp::make_schedule(pp::parse_schedule_kind(cfg.parallel.schedule),
+                                                            mesh.pp, v, microbatches)
+                                        : pp::one_stage_schedule(microbatches);
+  std::vector<pp::Stage*> stages;
+  for (auto& c : t.chunks)
+    stages.push_back(c.get());
+  t.executor = std::make_unique<pp::Executor>(std::move(schedule), mesh.pp_rank, mesh.pp_group(), stages,
+                                              tc.microbatch_size, tc.seq_len / mesh.cp);
+  return t;
+}
+
+}  // namespace mt

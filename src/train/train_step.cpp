@@ -1,0 +1,139 @@
+#include "train/train_step.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/timer.h"
+#include "data/sampler.h"
+#include "optim/clip.h"
+#include "parallel/context_parallel.h"
+#include "train/evaluate.h"
+
+namespace mt {
+
+Batch shard_batch(const RunMesh& mesh, const Batch& global, RowSplit split) {
+  Batch out;
+  out.rows = split == RowSplit::dp ? global.rows / mesh.dp : global.rows;
+  out.T = global.T / mesh.cp;
+  const size_t first = static_cast<size_t>((split == RowSplit::dp ? mesh.dp_rank * out.rows : 0) * global.T);
+  const size_t n = static_cast<size_t>(out.rows * out.T);
+  out.inputs.resize(n);
+  out.targets.resize(n);
+  if (mesh.cp == 1) {
+    std::memcpy(out.inputs.data(), global.inputs.data() + first, n * sizeof(int32_t));
+    std::memcpy(out.targets.data(), global.targets.data() + first, n * sizeof(int32_t));
+  } else {
+    cp::zigzag_slice(out.inputs.data(), global.inputs.data() + first, out.rows, global.T, 1, mesh.cp,
+                     mesh.cp_rank);
+    cp::zigzag_slice(out.targets.data(), global.targets.data() + first, out.rows, global.T, 1, mesh.cp,
+                     mesh.cp_rank);
+  }
+  return out;
+}
+
+namespace {
+
+// Σ over the dp × cp group: the dp replicas and the cp shares of the sequences.
+template <typename T>
+void sum_over_dp_cp(const RunMesh& mesh, T* v, const char* label) {
+  if (mesh.dp_cp_group() && mesh.dp * mesh.cp > 1) mesh.dp_cp_group()->all_reduce(v, 1, label);
+}
+
+void sum_over(Group* g, double* v, const char* label) {
+  if (g) g->all_reduce(v, 1, label);
+}
+
+// With tied embeddings over pp > 1: sums the embedding's gradient between the
+// first stage and the last stage's copy (both hold the same dp share after
+// finish_grads), so that the two copies stay equal.
+void sum_tied_embedding(const RunMesh& mesh, ParamStore* store) {
+  if (!mesh.tied_group() || store == nullptr) return;
+  int64_t n = 0;
+  float* g = store->local_grad_of("model.embed_tokens.weight", &n);
+  mesh.tied_group()->all_reduce(g, n, "tied embedding grads");
+}
+
+// Clip and AdamW on every chunk, or count a non-finite step (throws after
+// train.max_bad_steps of them in a row).
+void update(TrainModel& model, const RunMesh& mesh, const TrainConfig& tc, StepStats& s) {
+  if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
+    s.skipped = true;
+    ++model.bad_steps;
+    if (mesh.rank == 0)
+      std::fprintf(stderr,
+                   "step %lld: loss %g, gradient norm %g is not finite: update skipped (%lld of at most %lld "
+                   "in a row)\n",
+                   static_cast<long long>(s.step), s.loss, s.grad_norm,
+                   static_cast<long long>(model.bad_steps), static_cast<long long>(tc.max_bad_steps));
+    MT_REQUIRE(model.bad_steps < tc.max_bad_steps, Error, "stopping at step ", s.step, ": ", model.bad_steps,
+               " consecutive steps with a non-finite loss or gradient norm (train.max_bad_steps = ",
+               tc.max_bad_steps, ")");
+    return;
+  }
+  model.bad_steps = 0;
+  for (size_t c = 0; c < model.chunks.size(); ++c) {
+    ParamStore& st = model.chunks[c]->store();
+    clip_by_norm(st.local_grads(), st.local_numel(), s.grad_norm, tc.grad_clip);
+    model.optims[c]->step(st.local_params(), st.local_grads(), s.lr);
+    st.after_update();
+  }
+}
+
+}  // namespace
+
+StepStats train_step(TrainModel& model, const RunMesh& mesh, const Config& cfg, const TokenFile& train_file,
+                     int64_t step, double lr) {
+  const TrainConfig& tc = cfg.train;
+  Timer timer;
+  MemoryTracker::reset_peaks();
+  Batch global{tc.batch_size, tc.seq_len, {}, {}};
+  global.inputs.resize(static_cast<size_t>(global.rows * global.T));
+  global.targets.resize(global.inputs.size());
+  sample_rows(train_file, tc.seed, step, global.rows, global.T, 0, global.rows, global.inputs.data(),
+              global.targets.data());
+  Batch mine = shard_batch(mesh, global, RowSplit::dp);
+  int64_t valid = 0;
+  for (int32_t& t : mine.targets) {
+    if (t == cfg.data.ignore_id) t = kIgnoreIndex;
+    valid += t != kIgnoreIndex;
+  }
+  sum_over_dp_cp(mesh, &valid, "valid tokens");  // the loss is a mean over the GLOBAL batch's valid tokens
+  double loss_sum = model.executor->run(mine.inputs.data(), mine.targets.data(), valid);
+  sum_tied_embedding(mesh, model.tied_store);
+  sum_over(mesh.pp_group(), &loss_sum, "pp sum");  // only the last stage has a loss
+  sum_over_dp_cp(mesh, &loss_sum, "loss");
+  double sum_sq = 0.0;
+  for (auto& c : model.chunks)
+    sum_sq += c->store().grad_sum_squares();
+  sum_over(mesh.tp_group(), &sum_sq, "grad norm");  // each tp rank counts its shard and one copy of the rest
+  sum_over(mesh.pp_group(), &sum_sq, "pp sum");
+
+  StepStats s;
+  s.step = step;
+  s.loss = valid > 0 ? loss_sum / static_cast<double>(valid) : 0.0;
+  s.lr = lr;
+  s.grad_norm = std::sqrt(sum_sq);
+  s.tokens = valid;
+  update(model, mesh, tc, s);
+  s.step_time_s = timer.seconds();
+  s.tokens_per_s = static_cast<double>(tc.batch_size * tc.seq_len) / s.step_time_s;
+  s.mem_peak_bytes = MemoryTracker::stats().total_peak;
+  return s;
+}
+
+double validation_loss(TrainModel& model, const RunMesh& mesh, const TrainConfig& tc,
+                       const TokenFile& val_file) {
+  auto forward = [&](const int32_t* in, const int32_t* tg, int64_t b, int64_t t) {
+    Batch global{b, t, {in, in + b * t}, {tg, tg + b * t}};
+    const Batch mine = shard_batch(mesh, global, RowSplit::none);
+    double sum = model.executor->forward_loss(mine.inputs.data(), mine.targets.data(), mine.rows, mine.T);
+    sum_over(mesh.cp_group(), &sum, "eval loss");
+    return sum;
+  };
+  return evaluate_loss(forward, val_file, tc.seq_len, tc.eval_windows, tc.microbatch_size);
+}
+
+}  // namespace mt
