@@ -64,8 +64,10 @@ int main(int argc, char** argv) {
   s->add_option("--tokens", sa.tokens, "Tokens to generate")->capture_default_str();
 
   mt::CompareOptions cmp;
-  CLI::App* c = app.add_subcommand("compare",
-                                   "Compare two runs: per-step losses, and optionally two model directories");
+  CLI::App* c =
+      app.add_subcommand("compare",
+                         "Compare two runs: per-step losses and gradient norms, and optionally two model "
+                         "directories");
   c->add_option("metrics_a", cmp.metrics_a, "Metrics file (JSON lines) of run A")->required();
   c->add_option("metrics_b", cmp.metrics_b, "Metrics file of run B (the reference)")->required();
   c->add_option("--model-a", cmp.model_a, "Model directory of run A");

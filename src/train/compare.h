@@ -1,5 +1,6 @@
-// `meshtrain compare`: are two runs the same run? Per-step losses from two
-// metrics files, and optionally every tensor of two model directories.
+// `meshtrain compare`: are two runs the same run? Per-step losses and gradient
+// norms from two metrics files, and optionally every tensor of two model
+// directories.
 #pragma once
 
 #include <string>
@@ -17,8 +18,10 @@ struct CompareResult {
   std::string report;  // human-readable: steps compared, worst step, worst tensor
 };
 
-// Losses: |a − b| / |b| per step (the step sets must match). Tensors: relative
-// L2 distance ‖a − b‖ / ‖b‖ per tensor (names and shapes must match).
+// Losses and grad_norm: |a − b| / |b| per step (the step sets must match;
+// grad_norm is skipped, with a line saying so, only when neither file records
+// it). Tensors: relative L2 distance ‖a − b‖ / ‖b‖ per tensor (names and shapes
+// must match). Every comparison must be within rtol for ok.
 CompareResult compare_runs(const CompareOptions& opts);
 
 }  // namespace mt
