@@ -1,6 +1,6 @@
 // Config::validate and the notes on keys without effect. Each parallel rule is
 // checked by calling the function that the code relying on it calls, so that
-// the rule and its message live in one place (docs/ARCHITECTURE.md).
+// the rule and its message live in one place.
 #include <cstdint>
 #include <sstream>
 

@@ -185,8 +185,8 @@ TEST_P(Seed004, UnequalCountsNeedTheGlobalNormalisation) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ZeroStages, Seed004, ::testing::Values(0, 1, 2, 3),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return "zero" + std::to_string(info.param);
+                         [](const ::testing::TestParamInfo<int>& param_info) {
+                           return "zero" + std::to_string(param_info.param);
                          });
 
 }  // namespace
