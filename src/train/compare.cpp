@@ -48,7 +48,7 @@ Series read_metrics(const std::string& path) {
 // One line "<what>: N steps, worst relative difference … at step S (a vs b)";
 // false when the worst |a − b| / |b| exceeds rtol (NaN counts as worst).
 bool compare_steps(const char* what, const std::map<int64_t, double>& a, const std::map<int64_t, double>& b,
-                   const CompareOptions& o, std::ostream& out) {
+                   double rtol, const CompareOptions& o, std::ostream& out) {
   MT_REQUIRE(a.size() == b.size(), DataError, o.metrics_a, " has ", a.size(), " steps with ", what, " but ",
              o.metrics_b, " has ", b.size());
   double worst = -1;
@@ -63,10 +63,11 @@ bool compare_steps(const char* what, const std::map<int64_t, double>& a, const s
       worst_step = step;
     }
   }
-  const bool ok = worst <= o.rtol;
+  const bool ok = worst <= rtol;
   out << what << ": " << a.size() << " steps, worst relative difference " << std::scientific << worst
-      << " at step " << worst_step << " (" << a.at(worst_step) << " vs " << b.at(worst_step) << ")"
-      << (ok ? "" : "  EXCEEDS rtol") << "\n";
+      << " at step " << worst_step << " (" << a.at(worst_step) << " vs " << b.at(worst_step) << ")";
+  if (rtol != o.rtol) out << " [rtol " << rtol << "]";
+  out << (ok ? "" : "  EXCEEDS rtol") << "\n";
   return ok;
 }
 
@@ -110,11 +111,12 @@ CompareResult compare_runs(const CompareOptions& o) {
   std::ostringstream out;
   out.precision(6);
   const Series a = read_metrics(o.metrics_a), b = read_metrics(o.metrics_b);
-  r.ok = compare_steps("losses", a.loss, b.loss, o, out);
+  r.ok = compare_steps("losses", a.loss, b.loss, o.rtol, o, out);
   if (a.grad_norm.empty() && b.grad_norm.empty()) {
     out << "grad_norm: in neither file, not compared\n";
   } else {
-    r.ok = compare_steps("grad_norm", a.grad_norm, b.grad_norm, o, out) && r.ok;
+    const double grad_rtol = o.grad_norm_rtol < 0 ? o.rtol : o.grad_norm_rtol;
+    r.ok = compare_steps("grad_norm", a.grad_norm, b.grad_norm, grad_rtol, o, out) && r.ok;
   }
   if (!o.model_a.empty() || !o.model_b.empty()) r.ok = compare_models(o, out) && r.ok;
   out << (r.ok ? "same within rtol " : "DIFFERENT beyond rtol ") << o.rtol << "\n";
