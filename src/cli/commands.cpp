@@ -4,6 +4,7 @@
 
 #include "comm/context.h"
 #include "comm/runtime.h"
+#include "config/config.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "data/prepare.h"
@@ -41,6 +42,10 @@ int run_train_command(const TrainArgs& a) {
     error = e.what();
   }
   agree_on_startup_errors(world, error);
+  if (world.rank() == 0) {  // keys the user set that this layout ignores: say so rather than stay silent
+    for (const std::string& note : ineffective_keys(cfg))
+      std::fprintf(stderr, "meshtrain: note: %s\n", note.c_str());
+  }
   world.context().timeout_s = cfg.parallel.timeout_s;
   if (a.print_mesh && world.rank() == 0) {
     std::printf("%s", DeviceMesh::table(mesh_sizes(cfg.parallel)).c_str());

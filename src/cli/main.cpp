@@ -40,7 +40,10 @@ int main(int argc, char** argv) {
                  "rank as one Chrome-trace JSON file (open in Perfetto)");
   tr->add_flag("--profile", train.run.profile, "Print the share of time per kernel at the end");
   tr->add_flag("--quiet", train.run.quiet, "No per-step log lines");
-  tr->footer("Config keys ([section] key = default  type: meaning):\n\n" + mt::config_help());
+  tr->footer(
+      "Config keys ([section] key = default  type: meaning):\n\n" + mt::config_help() +
+      "\nA key you set (in the file or by --set) that has no effect in the chosen layout is named once on\n"
+      "stderr, e.g. \"meshtrain: note: parallel.bucket_mb has no effect with parallel.zero = 3\".\n");
 
   mt::PrepareArgs prep;
   CLI::App* pr = app.add_subcommand("prepare", "Train a BPE tokenizer on text and write token files");
@@ -64,13 +67,17 @@ int main(int argc, char** argv) {
   s->add_option("--tokens", sa.tokens, "Tokens to generate")->capture_default_str();
 
   mt::CompareOptions cmp;
-  CLI::App* c = app.add_subcommand("compare",
-                                   "Compare two runs: per-step losses, and optionally two model directories");
+  CLI::App* c =
+      app.add_subcommand("compare",
+                         "Compare two runs: per-step losses and gradient norms, and optionally two model "
+                         "directories");
   c->add_option("metrics_a", cmp.metrics_a, "Metrics file (JSON lines) of run A")->required();
   c->add_option("metrics_b", cmp.metrics_b, "Metrics file of run B (the reference)")->required();
   c->add_option("--model-a", cmp.model_a, "Model directory of run A");
   c->add_option("--model-b", cmp.model_b, "Model directory of run B");
   c->add_option("--rtol", cmp.rtol, "Relative tolerance")->capture_default_str();
+  c->add_option("--grad-norm-rtol", cmp.grad_norm_rtol,
+                "Relative tolerance of the per-step grad_norm (default: --rtol)");
 
   mt::ScheduleArgs sch;
   CLI::App* sc = app.add_subcommand(

@@ -11,8 +11,6 @@
 #include <variant>
 
 #include "core/error.h"
-#include "pipeline/schedule.h"
-#include "pipeline/stages.h"
 
 namespace mt {
 
@@ -169,6 +167,7 @@ std::string config_get(const Config& c, const std::string& key) {
 }
 
 void config_set(Config& c, const std::string& key, const std::string& value) {
+  const Entry& entry = find_entry(key);
   std::visit(
       [&](auto* p) {
         using T = std::remove_pointer_t<decltype(p)>;
@@ -191,7 +190,8 @@ void config_set(Config& c, const std::string& key, const std::string& value) {
           *p = parse_number<int64_t>(key, value, "an integer");
         }
       },
-      find_entry(key).field(c));
+      entry.field(c));
+  c.set_keys.insert(entry.key.name);
 }
 
 Config parse_config_text(const std::string& toml_text, const std::string& source_name,
@@ -271,97 +271,6 @@ std::string config_help() {
     os << left << " " << k.type << ": " << k.help << "\n";
   }
   return os.str();
-}
-
-namespace {
-// The rules of parallel.tp and parallel.sp; tp is known to be positive.
-void validate_tensor_parallel(const Config& c) {
-  const ModelConfig& model = c.model;
-  const int64_t tp = c.parallel.tp;
-  // Megatron's split (seed 000 §3.1): attention by heads, the MLP by hidden channels.
-  MT_REQUIRE(model.n_heads % tp == 0, ConfigError, "model.n_heads (", model.n_heads,
-             ") must be divisible by parallel.tp (", tp, "): attention is split by heads");
-  MT_REQUIRE(model.ffn_hidden % tp == 0, ConfigError, "model.ffn_hidden (", model.ffn_hidden,
-             ") must be divisible by parallel.tp (", tp, "): the MLP is split by hidden channels");
-  // Grouped-query attention (seed 000 §9.7): each rank holds whole kv heads, its
-  // own (tp divides n_kv_heads) or copies shared by tp / n_kv_heads ranks.
-  MT_REQUIRE(model.n_kv_heads % tp == 0 || tp % model.n_kv_heads == 0, ConfigError, "model.n_kv_heads (",
-             model.n_kv_heads, ") and parallel.tp (", tp,
-             "): one must divide the other (kv heads are split over tp ranks when tp divides n_kv_heads, "
-             "replicated when n_kv_heads divides tp)");
-  if (!c.parallel.sp) return;
-  MT_REQUIRE(tp > 1, ConfigError, "parallel.sp = true needs tensor parallelism: parallel.tp (", tp,
-             ") must be greater than 1");
-  MT_REQUIRE(c.train.seq_len % tp == 0, ConfigError, "train.seq_len (", c.train.seq_len,
-             ") must be divisible by parallel.tp (", tp,
-             ") with parallel.sp = true: sequence parallelism splits each sequence's tokens over tp");
-}
-}  // namespace
-
-void Config::validate() const {
-  model.validate();
-  const TrainConfig& t = train;
-  auto positive = [](const char* name, int64_t v) {
-    MT_REQUIRE(v > 0, ConfigError, name, " (", v, ") must be positive");
-  };
-  positive("train.steps", t.steps);
-  positive("train.batch_size", t.batch_size);
-  positive("train.microbatch_size", t.microbatch_size);
-  positive("train.seq_len", t.seq_len);
-  MT_REQUIRE(t.seq_len <= model.max_seq_len, ConfigError, "train.seq_len (", t.seq_len,
-             ") must not exceed model.max_seq_len (", model.max_seq_len, ")");
-  MT_REQUIRE(t.lr > 0, ConfigError, "train.lr (", t.lr, ") must be positive");
-  MT_REQUIRE(t.min_lr >= 0 && t.min_lr <= t.lr, ConfigError, "train.min_lr (", t.min_lr,
-             ") must be between 0 and train.lr (", t.lr, ")");
-  MT_REQUIRE(t.warmup_steps >= 0, ConfigError, "train.warmup_steps (", t.warmup_steps,
-             ") must not be negative");
-  MT_REQUIRE(t.weight_decay >= 0, ConfigError, "train.weight_decay (", t.weight_decay,
-             ") must not be negative");
-  MT_REQUIRE(t.beta1 >= 0 && t.beta1 < 1, ConfigError, "train.beta1 (", t.beta1, ") must be in [0, 1)");
-  MT_REQUIRE(t.beta2 >= 0 && t.beta2 < 1, ConfigError, "train.beta2 (", t.beta2, ") must be in [0, 1)");
-  MT_REQUIRE(t.adam_eps > 0, ConfigError, "train.adam_eps (", t.adam_eps, ") must be positive");
-  MT_REQUIRE(t.grad_clip >= 0, ConfigError, "train.grad_clip (", t.grad_clip, ") must not be negative");
-  MT_REQUIRE(t.eval_every >= 0, ConfigError, "train.eval_every (", t.eval_every, ") must not be negative");
-  positive("train.eval_windows", t.eval_windows);
-  positive("train.max_bad_steps", t.max_bad_steps);
-  positive("train.log_every", t.log_every);
-  MT_REQUIRE(t.threads >= 0, ConfigError, "train.threads (", t.threads, ") must not be negative");
-
-  const ParallelConfig& p = parallel;
-  const int64_t dp = p.dp;
-  positive("parallel.dp", p.dp);
-  positive("parallel.tp", p.tp);
-  MT_REQUIRE(p.schedule == "gpipe" || p.schedule == "1f1b" || p.schedule == "interleaved", ConfigError,
-             "parallel.schedule ('", p.schedule, "') must be gpipe, 1f1b or interleaved");
-  MT_REQUIRE(p.cp_impl == "ring" || p.cp_impl == "allgather", ConfigError, "parallel.cp_impl ('", p.cp_impl,
-             "') must be ring or allgather");
-  MT_REQUIRE(p.zero >= 0 && p.zero <= 3, ConfigError, "parallel.zero (", p.zero, ") must be 0, 1, 2 or 3");
-  positive("parallel.cp", p.cp);
-  if (p.cp > 1) {  // zigzag: 2·cp chunks per sequence; SP then splits a rank's T/cp tokens over tp
-    MT_REQUIRE(t.seq_len % (2 * p.cp) == 0, ConfigError, "train.seq_len (", t.seq_len,
-               ") must be divisible by 2 x parallel.cp (", p.cp, ") = ", 2 * p.cp,
-               ": context parallelism cuts each sequence into 2 x cp chunks (zigzag)");
-    MT_REQUIRE(!p.sp || (t.seq_len / p.cp) % p.tp == 0, ConfigError, "train.seq_len / parallel.cp (",
-               t.seq_len / p.cp, ") must be divisible by parallel.tp (", p.tp,
-               ") with parallel.sp = true: sequence parallelism splits each rank's tokens over tp");
-  }
-  positive("parallel.pp", p.pp);
-  positive("parallel.virtual_stages", p.virtual_stages);
-  MT_REQUIRE(p.virtual_stages == 1 || p.pp > 1, ConfigError, "parallel.virtual_stages (", p.virtual_stages,
-             ") > 1 needs pipeline parallelism: parallel.pp (", p.pp, ") must be greater than 1");
-  MT_REQUIRE(p.bucket_mb > 0, ConfigError, "parallel.bucket_mb (", p.bucket_mb, ") must be positive");
-  MT_REQUIRE(p.timeout_s > 0, ConfigError, "parallel.timeout_s (", p.timeout_s, ") must be positive");
-  validate_tensor_parallel(*this);
-  MT_REQUIRE(t.batch_size % (dp * t.microbatch_size) == 0, ConfigError, "train.batch_size (", t.batch_size,
-             ") must be divisible by parallel.dp (", dp, ") x train.microbatch_size (", t.microbatch_size,
-             ")");
-  if (p.pp > 1 || p.virtual_stages > 1) {  // the schedule's rules, with the numbers
-    pp::validate_schedule(pp::parse_schedule_kind(p.schedule), static_cast<int>(p.pp),
-                          static_cast<int>(p.virtual_stages),
-                          static_cast<int>(t.batch_size / (dp * t.microbatch_size)), model.n_layers);
-    pp::stage_layer_counts(model.n_layers, static_cast<int>(p.pp), static_cast<int>(p.virtual_stages),
-                           p.stage_layers);
-  }
 }
 
 }  // namespace mt

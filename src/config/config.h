@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -56,10 +57,22 @@ struct Config {
   TrainConfig train;
   DataConfig data;
   ParallelConfig parallel;
+  // The keys the user gave ("parallel.bucket_mb"), in the file or by --set
+  // (config_set records each); the others hold their defaults.
+  std::set<std::string> set_keys;
 
-  // Every rule that involves more than one key, checked once at start-up.
+  bool was_set(const std::string& key) const { return set_keys.count(key) != 0; }
+
+  // Every rule that involves more than one key, checked once at start-up. Each
+  // rule is the function the code relying on it calls (tp_dims, check_zigzag,
+  // check_sequence_parallel, validate_schedule, ...), not a restatement of it.
   void validate() const;
 };
+
+// The keys the user set that have no effect in the chosen layout, one line
+// each: "parallel.bucket_mb has no effect with parallel.zero = 3". Keys left at
+// their defaults are never named. `meshtrain train` prints each as a note.
+std::vector<std::string> ineffective_keys(const Config& c);
 
 // One configuration key.
 struct ConfigKey {

@@ -54,9 +54,9 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
   MT_REQUIRE(opts_.max_seq <= cfg_.max_seq_len, ConfigError, "seq_len (", opts_.max_seq,
              ") must not exceed model.max_seq_len (", cfg_.max_seq_len, ")");
   MT_REQUIRE(opts_.max_batch >= 1, ConfigError, "microbatch size (", opts_.max_batch, ") must be at least 1");
-  if (sp_on()) {
-    MT_REQUIRE(opts_.max_seq % tpr_.size == 0, ConfigError, "train.seq_len (", opts_.max_seq,
-               ") must be divisible by parallel.tp (", tpr_.size, ") with parallel.sp = true");
+  if (sp_on()) {  // max_seq is this cp rank's share of each sequence
+    const int64_t cp = cp_ ? cp_->size() : 1;
+    tp::check_sequence_parallel(opts_.max_seq * cp, cp, tpr_.size);
   }
   if (td_.kv_replicas > 1) {  // collective over tp
     kv_group_ = std::make_unique<Group>(tp_->split(static_cast<int>(td_.kv_head0), tpr_.rank, "tp_kv"));

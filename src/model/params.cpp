@@ -16,7 +16,7 @@ TpDims tp_dims(const ModelConfig& cfg, TpRank tp) {
   MT_REQUIRE(cfg.n_heads % P == 0, ConfigError, "model.n_heads (", cfg.n_heads,
              ") must be divisible by parallel.tp (", P, "): attention is split by heads");
   MT_REQUIRE(cfg.ffn_hidden % P == 0, ConfigError, "model.ffn_hidden (", cfg.ffn_hidden,
-             ") must be divisible by parallel.tp (", P, ")");
+             ") must be divisible by parallel.tp (", P, "): the MLP is split by hidden channels");
   MT_REQUIRE(
       cfg.n_kv_heads % P == 0 || P % cfg.n_kv_heads == 0, ConfigError, "model.n_kv_heads (", cfg.n_kv_heads,
       ") and parallel.tp (", P,

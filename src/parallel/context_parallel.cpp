@@ -133,6 +133,12 @@ std::string kv_label(std::string_view site, const char* who, const char* dir, co
 
 }  // namespace
 
+CpImpl parse_cp_impl(std::string_view name) {
+  if (name == "ring") return CpImpl::ring;
+  if (name == "allgather") return CpImpl::allgather;
+  MT_THROW(ConfigError, "parallel.cp_impl ('", name, "') must be ring or allgather");
+}
+
 void check_zigzag(int64_t T, int cp) {
   MT_REQUIRE(cp >= 1, ConfigError, "parallel.cp (", cp, ") must be at least 1");
   MT_REQUIRE(T >= 2 * cp && T % (2 * cp) == 0, ConfigError, "train.seq_len (", T,

@@ -52,6 +52,11 @@
 
 namespace mt::cp {
 
+// The attention strategy (parallel.cp_impl): "ring" or "allgather" (below);
+// ConfigError naming the value otherwise.
+enum class CpImpl { ring, allgather };
+CpImpl parse_cp_impl(std::string_view name);
+
 // ---- zigzag layout ----
 
 // Throws ConfigError unless T is divisible by 2·cp (and cp >= 1):

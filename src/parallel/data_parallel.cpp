@@ -23,6 +23,10 @@ void add_into(float* y, const float* x, int64_t n) {
 }
 }  // namespace
 
+void check_zero_stage(int64_t zero) {
+  MT_REQUIRE(zero >= 0 && zero <= 3, ConfigError, "parallel.zero (", zero, ") must be 0, 1, 2 or 3");
+}
+
 struct DataParallelStore::Bucket {
   int64_t begin = 0, end = 0;  // range of the flat gradient buffer
   int units = 0, ready = 0;
@@ -47,8 +51,7 @@ struct DataParallelStore::Scattering {
 
 DataParallelStore::DataParallelStore(std::vector<UnitSpec> units, Group dp, const DataParallelOptions& opts)
     : units_(std::move(units)), dp_(std::move(dp)), opts_(opts), P_(dp_.size()), rank_(dp_.rank()) {
-  MT_REQUIRE(opts_.zero >= 0 && opts_.zero <= 3, ConfigError, "parallel.zero (", opts_.zero,
-             ") must be 0, 1, 2 or 3");
+  check_zero_stage(opts_.zero);
   for (const auto& u : units_) {
     layouts_.emplace_back(u, P_);
     shard_offset_.push_back(local_numel_);

@@ -29,6 +29,9 @@
 
 namespace mt {
 
+// The ZeRO stage must be 0, 1, 2 or 3 (ConfigError naming parallel.zero otherwise).
+void check_zero_stage(int64_t zero);
+
 struct DataParallelOptions {
   int zero = 0;
   int64_t bucket_bytes = 25 << 20;  // ZeRO 0/1 gradient buckets

@@ -30,6 +30,20 @@ int64_t sp_local_tokens(int64_t N, const Group& tp) {
   return N / P;
 }
 
+void check_sequence_parallel(int64_t seq_len, int64_t cp, int64_t tp) {
+  MT_REQUIRE(tp > 1, ConfigError, "parallel.sp = true needs tensor parallelism: parallel.tp (", tp,
+             ") must be greater than 1");
+  if (cp == 1) {
+    MT_REQUIRE(seq_len % tp == 0, ConfigError, "train.seq_len (", seq_len,
+               ") must be divisible by parallel.tp (", tp,
+               ") with parallel.sp = true: sequence parallelism splits each sequence's tokens over tp");
+  } else {
+    MT_REQUIRE((seq_len / cp) % tp == 0, ConfigError, "train.seq_len / parallel.cp (", seq_len / cp,
+               ") must be divisible by parallel.tp (", tp,
+               ") with parallel.sp = true: sequence parallelism splits each rank's tokens over tp");
+  }
+}
+
 void copy_to_tp_forward(const float* /*x*/, int64_t /*rows*/, int64_t /*cols*/, Group& /*tp*/,
                         std::string_view /*site*/) {}
 

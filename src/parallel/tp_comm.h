@@ -70,4 +70,11 @@ void scatter_to_sp_backward(float* dinp, const float* dout, int64_t N, int64_t C
 // N / tp, after checking that tp divides N ("tokens (10) must be divisible by tp (4) ...").
 int64_t sp_local_tokens(int64_t N, const Group& tp);
 
+// The start-up rule of sequence parallelism (parallel.sp = true), checked by
+// Config::validate and by the model: it needs tp > 1, and each rank's tokens of
+// a sequence, seq_len / cp (cp = 1 without context parallelism, which must
+// already divide seq_len), must be divisible by tp, so that every sequence's
+// rows split evenly. ConfigError naming the numbers otherwise.
+void check_sequence_parallel(int64_t seq_len, int64_t cp, int64_t tp);
+
 }  // namespace mt::tp

@@ -7,7 +7,13 @@
 
 namespace mt::pp {
 
+void check_virtual_stages(int pp, int v) {
+  MT_REQUIRE(v == 1 || pp > 1, ConfigError, "parallel.virtual_stages (", v,
+             ") > 1 needs pipeline parallelism: parallel.pp (", pp, ") must be greater than 1");
+}
+
 std::vector<int64_t> stage_layer_counts(int64_t n_layers, int pp, int v, const std::string& explicit_layers) {
+  check_virtual_stages(pp, v);
   const int64_t K = static_cast<int64_t>(pp) * v;
   std::vector<int64_t> counts;
   if (explicit_layers.empty()) {

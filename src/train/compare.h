@@ -1,5 +1,6 @@
-// `meshtrain compare`: are two runs the same run? Per-step losses from two
-// metrics files, and optionally every tensor of two model directories.
+// `meshtrain compare`: are two runs the same run? Per-step losses and gradient
+// norms from two metrics files, and optionally every tensor of two model
+// directories.
 #pragma once
 
 #include <string>
@@ -10,6 +11,10 @@ struct CompareOptions {
   std::string metrics_a, metrics_b;
   std::string model_a, model_b;  // optional model directories
   double rtol = 1e-5;
+  // Tolerance of the per-step grad_norm; < 0: rtol. Gradient norms are more
+  // sensitive to summation order than losses (a norm of gradients whose
+  // elements are sums of cancelling terms), so a check may state its own.
+  double grad_norm_rtol = -1;
 };
 
 struct CompareResult {
@@ -17,8 +22,10 @@ struct CompareResult {
   std::string report;  // human-readable: steps compared, worst step, worst tensor
 };
 
-// Losses: |a − b| / |b| per step (the step sets must match). Tensors: relative
-// L2 distance ‖a − b‖ / ‖b‖ per tensor (names and shapes must match).
+// Losses and grad_norm: |a − b| / |b| per step (the step sets must match;
+// grad_norm is skipped, with a line saying so, only when neither file records
+// it). Tensors: relative L2 distance ‖a − b‖ / ‖b‖ per tensor (names and shapes
+// must match). Every comparison must be within its tolerance for ok.
 CompareResult compare_runs(const CompareOptions& opts);
 
 }  // namespace mt

@@ -29,7 +29,21 @@ awk -v a="$loss" -v b="$first" 'BEGIN { exit !(a < 0.7 * b) }'
 grep -q "train.microbatch_size" "$tmp/help.txt"
 # compare: the same run again is the same; another seed is not (exit 1, naming the worst step).
 "$bin" train "${args[@]}" --metrics "$tmp/m2.jsonl" --save "$tmp/model2"
-"$bin" compare "$tmp/m2.jsonl" "$tmp/m.jsonl" --model-a "$tmp/model2" --model-b "$tmp/model"
+out=$("$bin" compare "$tmp/m2.jsonl" "$tmp/m.jsonl" --model-a "$tmp/model2" --model-b "$tmp/model")
+echo "$out"
+grep -q "^grad_norm: 30 steps, worst relative difference" <<<"$out"
+# compare checks the gradient norm too: the same losses with one step's grad_norm changed differ.
+sed '/"step":7,/s/"grad_norm":[^,}]*/"grad_norm":123.5/' "$tmp/m.jsonl" >"$tmp/m_gn.jsonl"
+test "$(diff "$tmp/m.jsonl" "$tmp/m_gn.jsonl" | grep -c '^>')" -eq 1  # one line changed
+set +e
+out=$("$bin" compare "$tmp/m_gn.jsonl" "$tmp/m.jsonl")
+rc=$?
+set -e
+echo "$out"
+test "$rc" -eq 1
+grep -q "^losses: 30 steps, worst relative difference 0" <<<"$out"
+grep -q "^grad_norm: 30 steps, worst relative difference .* at step 7 (1.235000e+02 vs .*EXCEEDS rtol" <<<"$out"
+grep -q "DIFFERENT beyond rtol" <<<"$out"
 "$bin" train "${args[@]}" --set train.seed=99 --set train.steps=3 --metrics "$tmp/m3.jsonl"
 head -n 3 "$tmp/m.jsonl" | grep '"loss"' >"$tmp/m1-3.jsonl"
 set +e

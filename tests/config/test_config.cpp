@@ -2,7 +2,9 @@
 // values and the rule (STYLE.md §9), and every valid layout passes.
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 #include "core/error.h"
@@ -158,6 +160,52 @@ TEST(ConfigValidate, OverridesReachTheRules) {
   EXPECT_TRUE(c.parallel.sp);
   EXPECT_NE(validate_error(c).find("train.seq_len (7) must be divisible by parallel.tp (2)"),
             std::string::npos);
+}
+
+// The schedule name and the CP strategy are read by the functions the
+// pipeline and the attention use (pp::parse_schedule_kind, cp::parse_cp_impl).
+TEST(ConfigValidate, NamedChoices) {
+  Config c;
+  c.parallel.schedule = "zb";
+  EXPECT_EQ(validate_error(c), "unknown pipeline schedule 'zb': use gpipe, 1f1b or interleaved");
+  c = Config{};
+  c.parallel.cp_impl = "ulysses";
+  EXPECT_EQ(validate_error(c), "parallel.cp_impl ('ulysses') must be ring or allgather");
+}
+
+TEST(ConfigSetKeys, FileAndOverridesAreRememberedDefaultsAreNot) {
+  const Config c = parse_config_text("[parallel]\nzero = 3\n[train]\nlr = 0.01\n", "test.toml",
+                                     {"parallel.bucket_mb=4", "model.n_layers=2"});
+  EXPECT_EQ(c.set_keys,
+            (std::set<std::string>{"parallel.zero", "train.lr", "parallel.bucket_mb", "model.n_layers"}));
+  EXPECT_TRUE(c.was_set("parallel.bucket_mb"));
+  EXPECT_FALSE(c.was_set("parallel.cp_impl"));
+  EXPECT_TRUE(Config{}.set_keys.empty());
+}
+
+// Notes name a key only when the user set it and the layout ignores it.
+TEST(ConfigNotes, KeysWithoutEffectInTheLayout) {
+  EXPECT_EQ(ineffective_keys(parse_config_text("", "t", {"parallel.zero=3"})), std::vector<std::string>{});
+  EXPECT_EQ(ineffective_keys(parse_config_text("", "t", {"parallel.zero=3", "parallel.bucket_mb=4"})),
+            std::vector<std::string>{"parallel.bucket_mb has no effect with parallel.zero = 3"});
+  EXPECT_EQ(ineffective_keys(parse_config_text("", "t", {"parallel.zero=1", "parallel.bucket_mb=4"})),
+            std::vector<std::string>{});
+  const Config c = parse_config_text(
+      "[parallel]\ncp_impl = \"allgather\"\nschedule = \"gpipe\"\nvirtual_stages = 1\nstage_layers = \"8\"\n"
+      "[train]\neval_every = 0\neval_windows = 4\n",
+      "t", {});
+  EXPECT_EQ(ineffective_keys(c), (std::vector<std::string>{
+                                     "parallel.cp_impl has no effect with parallel.cp = 1",
+                                     "parallel.schedule has no effect with parallel.pp = 1",
+                                     "parallel.virtual_stages has no effect with parallel.pp = 1",
+                                     "parallel.stage_layers has no effect with parallel.pp = 1",
+                                     "train.eval_windows has no effect with train.eval_every = 0",
+                                 }));
+  EXPECT_EQ(
+      ineffective_keys(parse_config_text("", "t",
+                                         {"parallel.cp=2", "parallel.cp_impl=allgather", "parallel.pp=2",
+                                          "parallel.schedule=gpipe", "train.eval_windows=4"})),
+      std::vector<std::string>{});
 }
 
 TEST(ConfigHelp, TpAndSpAreNoLongerMarkedUnimplemented) {

@@ -14,6 +14,14 @@ trap 'rm -rf "$tmp"' EXIT
 source "$(dirname "$0")/common.sh"
 make_data
 tiny+=(--set train.adam_eps=1e-5 --set model.n_layers=8)
+# The reference takes the batch as one microbatch; the layouts accumulate 4 or 8
+# microbatches' gradients, in the schedule's order (gpipe backward runs them in
+# reverse). Losses and parameters stay within 1e-5, but the per-step gradient
+# norm, a norm of sums with cancelling terms, moves by up to 5.8e-5 relative by
+# step 9 (measured: dp2_tp2_pp2_zero1; 2.6e-5 to 4.4e-5 for the pp-only runs,
+# identical for pp 2 and pp 4 at the same microbatch count and order, so it is
+# the accumulation order, not the pipeline).
+grad_norm_rtol=1e-4
 
 "$bin" train "${tiny[@]}" --set train.microbatch_size=8 --metrics "$tmp/ref.jsonl" --save "$tmp/ref"
 

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -14,11 +13,9 @@
 
 #include "core/error.h"
 #include "core/threads.h"
-#include "core/timer.h"
 #include "grad_check.h"
 #include "ops/attention.h"
 #include "ops/attention_reference.h"
-#include "ops/gemm.h"
 
 namespace mt {
 namespace {
@@ -404,54 +401,6 @@ TEST(Attention, RejectsBadDims) {
   const std::vector<float> x(static_cast<size_t>(p.n_in), 0.0f);
   std::vector<float> out, lse;
   EXPECT_THROW(fast_forward(p, x, out, lse), ConfigError);
-}
-
-// Print-only benchmark (no timed assertion): the benchmark shape with 2 threads,
-// against a 1024³ cblas_sgemm measured in the same process.
-TEST(AttentionPerf, PrintsRatesAtBenchmarkShape) {
-  const int saved = num_threads();
-  set_num_threads(2);
-  const auto best_of = [](int reps, auto&& fn) {
-    double best = 1e30;
-    for (int i = 0; i < reps; ++i) {
-      Timer t;
-      fn();
-      best = std::min(best, t.seconds());
-    }
-    return best;
-  };
-  const int64_t n = 1024;
-  const std::vector<float> a = random_vec(n * n, 51), bm = random_vec(n * n, 52);
-  std::vector<float> c(static_cast<size_t>(n * n));
-  const auto gemm = [&] {
-    sgemm(Trans::no, Trans::no, n, n, n, a.data(), n, bm.data(), n, c.data(), n, Out::assign);
-  };
-  gemm();
-  const double gemm_rate = 2.0 * n * n * n / best_of(3, gemm) / 1e9;
-
-  const int64_t B = 8, T = 256, H = 8, KV = 8, D = 64;
-  const Problem p = make_problem(B, T, T, H, KV, D, true);
-  const std::vector<float> x = random_vec(p.n_in, 53);
-  const std::vector<float> dout = random_vec(p.n_out(), 54);
-  std::vector<float> out, lse, gx(static_cast<size_t>(p.n_in), 0.0f);
-  fast_forward(p, x, out, lse);
-  fast_backward(p, x, dout, out, lse, gx);
-  const double t_fwd = best_of(5, [&] { fast_forward(p, x, out, lse); });
-  const double t_bwd = best_of(5, [&] { fast_backward(p, x, dout, out, lse, gx); });
-  const double fwd_flops = 2.0 * (2.0 * B * H * D * T * T / 2.0), bwd_flops = 2.5 * fwd_flops;
-  const double fwd_rate = fwd_flops / t_fwd / 1e9, bwd_rate = bwd_flops / t_bwd / 1e9;
-  const double total_rate = (fwd_flops + bwd_flops) / (t_fwd + t_bwd) / 1e9;
-  std::printf("threads %d; sgemm 1024^3: %.1f GFLOP/s\n", num_threads(), gemm_rate);
-  std::printf("attention B=%lld T=%lld H=%lld KV=%lld D=%lld causal\n", static_cast<long long>(B),
-              static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(KV),
-              static_cast<long long>(D));
-  std::printf("  forward  %.3f ms  %.1f GFLOP/s (%.0f%% of sgemm)\n", t_fwd * 1e3, fwd_rate,
-              100 * fwd_rate / gemm_rate);
-  std::printf("  backward %.3f ms  %.1f GFLOP/s (%.0f%% of sgemm)\n", t_bwd * 1e3, bwd_rate,
-              100 * bwd_rate / gemm_rate);
-  std::printf("  fwd+bwd  %.3f ms  %.1f GFLOP/s (%.0f%% of sgemm)\n", (t_fwd + t_bwd) * 1e3, total_rate,
-              100 * total_rate / gemm_rate);
-  set_num_threads(saved);
 }
 
 }  // namespace

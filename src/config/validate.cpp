@@ -1,0 +1,106 @@
+// Config::validate and the notes on keys without effect. Each parallel rule is
+// checked by calling the function that the code relying on it calls, so that
+// the rule and its message live in one place.
+#include <cstdint>
+#include <sstream>
+
+#include "config/config.h"
+#include "core/error.h"
+#include "model/params.h"
+#include "parallel/context_parallel.h"
+#include "parallel/data_parallel.h"
+#include "parallel/tp_comm.h"
+#include "pipeline/schedule.h"
+#include "pipeline/stages.h"
+
+namespace mt {
+
+namespace {
+
+void positive(const char* name, int64_t v) {
+  MT_REQUIRE(v > 0, ConfigError, name, " (", v, ") must be positive");
+}
+
+void validate_train(const TrainConfig& t, const ModelConfig& model) {
+  positive("train.steps", t.steps);
+  positive("train.batch_size", t.batch_size);
+  positive("train.microbatch_size", t.microbatch_size);
+  positive("train.seq_len", t.seq_len);
+  MT_REQUIRE(t.seq_len <= model.max_seq_len, ConfigError, "train.seq_len (", t.seq_len,
+             ") must not exceed model.max_seq_len (", model.max_seq_len, ")");
+  MT_REQUIRE(t.lr > 0, ConfigError, "train.lr (", t.lr, ") must be positive");
+  MT_REQUIRE(t.min_lr >= 0 && t.min_lr <= t.lr, ConfigError, "train.min_lr (", t.min_lr,
+             ") must be between 0 and train.lr (", t.lr, ")");
+  MT_REQUIRE(t.warmup_steps >= 0, ConfigError, "train.warmup_steps (", t.warmup_steps,
+             ") must not be negative");
+  MT_REQUIRE(t.weight_decay >= 0, ConfigError, "train.weight_decay (", t.weight_decay,
+             ") must not be negative");
+  MT_REQUIRE(t.beta1 >= 0 && t.beta1 < 1, ConfigError, "train.beta1 (", t.beta1, ") must be in [0, 1)");
+  MT_REQUIRE(t.beta2 >= 0 && t.beta2 < 1, ConfigError, "train.beta2 (", t.beta2, ") must be in [0, 1)");
+  MT_REQUIRE(t.adam_eps > 0, ConfigError, "train.adam_eps (", t.adam_eps, ") must be positive");
+  MT_REQUIRE(t.grad_clip >= 0, ConfigError, "train.grad_clip (", t.grad_clip, ") must not be negative");
+  MT_REQUIRE(t.eval_every >= 0, ConfigError, "train.eval_every (", t.eval_every, ") must not be negative");
+  positive("train.eval_windows", t.eval_windows);
+  positive("train.max_bad_steps", t.max_bad_steps);
+  positive("train.log_every", t.log_every);
+  MT_REQUIRE(t.threads >= 0, ConfigError, "train.threads (", t.threads, ") must not be negative");
+}
+
+// The pipeline's rules with the run's numbers (microbatches = batch_size /
+// (dp x microbatch_size)), in the order the model's constructors meet them.
+void validate_pipeline(const Config& c) {
+  const ParallelConfig& p = c.parallel;
+  const auto pp = static_cast<int>(p.pp), v = static_cast<int>(p.virtual_stages);
+  pp::check_virtual_stages(pp, v);
+  if (pp == 1) return;
+  const auto microbatches = static_cast<int>(c.train.batch_size / (p.dp * c.train.microbatch_size));
+  pp::validate_schedule(pp::parse_schedule_kind(p.schedule), pp, v, microbatches, c.model.n_layers);
+  pp::stage_layer_counts(c.model.n_layers, pp, v, p.stage_layers);
+}
+
+}  // namespace
+
+void Config::validate() const {
+  model.validate();
+  validate_train(train, model);
+  const TrainConfig& t = train;
+  const ParallelConfig& p = parallel;
+  positive("parallel.dp", p.dp);
+  positive("parallel.tp", p.tp);
+  pp::parse_schedule_kind(p.schedule);
+  cp::parse_cp_impl(p.cp_impl);
+  check_zero_stage(p.zero);
+  positive("parallel.cp", p.cp);
+  if (p.cp > 1) cp::check_zigzag(t.seq_len, static_cast<int>(p.cp));
+  positive("parallel.pp", p.pp);
+  positive("parallel.virtual_stages", p.virtual_stages);
+  MT_REQUIRE(p.bucket_mb > 0, ConfigError, "parallel.bucket_mb (", p.bucket_mb, ") must be positive");
+  MT_REQUIRE(p.timeout_s > 0, ConfigError, "parallel.timeout_s (", p.timeout_s, ") must be positive");
+  tp_dims(model, TpRank{static_cast<int>(p.tp), 0});  // Megatron's split: heads, MLP channels, kv heads
+  if (p.sp) tp::check_sequence_parallel(t.seq_len, p.cp, p.tp);
+  MT_REQUIRE(t.batch_size % (p.dp * t.microbatch_size) == 0, ConfigError, "train.batch_size (", t.batch_size,
+             ") must be divisible by parallel.dp (", p.dp, ") x train.microbatch_size (", t.microbatch_size,
+             ")");
+  validate_pipeline(*this);
+}
+
+std::vector<std::string> ineffective_keys(const Config& c) {
+  const ParallelConfig& p = c.parallel;
+  std::vector<std::string> notes;
+  auto note = [&](const char* key, bool inert, const char* because, auto value) {
+    if (!inert || !c.was_set(key)) return;
+    std::ostringstream os;
+    os << key << " has no effect with " << because << " = " << value;
+    notes.push_back(os.str());
+  };
+  // Buckets group the ZeRO 0/1 gradient all-reduce; ZeRO 2/3 reduce-scatter unit by unit.
+  note("parallel.bucket_mb", p.zero >= 2, "parallel.zero", p.zero);
+  note("parallel.cp_impl", p.cp == 1, "parallel.cp", p.cp);
+  note("parallel.schedule", p.pp == 1, "parallel.pp", p.pp);
+  note("parallel.virtual_stages", p.pp == 1, "parallel.pp", p.pp);  // only 1 is valid there
+  note("parallel.stage_layers", p.pp == 1, "parallel.pp", p.pp);
+  note("train.eval_windows", c.train.eval_every == 0, "train.eval_every", c.train.eval_every);
+  return notes;
+}
+
+}  // namespace mt
