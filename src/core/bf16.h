@@ -16,7 +16,9 @@ struct bf16 {
   uint16_t bits = 0;
 };
 
-constexpr float bf16_to_float(bf16 h) { return std::bit_cast<float>(static_cast<uint32_t>(h.bits) << 16); }
+constexpr float bf16_to_float(bf16 h) {
+  return std::bit_cast<float>(static_cast<uint32_t>(h.bits) << 16);
+}
 
 constexpr bf16 float_to_bf16(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
@@ -31,6 +33,8 @@ constexpr bf16 float_to_bf16(float f) {
 }
 
 // fp32 → bf16 → fp32: the value a bf16 store keeps.
-constexpr float round_to_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
+constexpr float round_to_bf16(float f) {
+  return bf16_to_float(float_to_bf16(f));
+}
 
 }  // namespace mt

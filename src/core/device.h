@@ -25,7 +25,9 @@ struct DeviceId {
 };
 
 inline constexpr DeviceId kHost{DeviceKind::host, 0};
-inline constexpr DeviceId cuda_device(int index) { return DeviceId{DeviceKind::cuda, index}; }
+inline constexpr DeviceId cuda_device(int index) {
+  return DeviceId{DeviceKind::cuda, index};
+}
 
 std::string device_name(DeviceId dev);  // "host", "cuda:0"
 

@@ -107,8 +107,8 @@ __global__ void attention_merge_kernel(float* out, float* lse, const float* out_
 }
 
 template <int R>
-void launch_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* q_pos,
-                    const int32_t* k_pos, const AttentionDims& d) {
+void launch_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                    const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d) {
   const int D = static_cast<int>(d.head_dim);
   const size_t smem = sizeof(float) * static_cast<size_t>(kTile * (D + 1) + kTile * D + kWarps * D);
   MT_CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel<R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -138,10 +138,14 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
   check_attention_dims(d);
   if (d.batch * d.q_len == 0) return;
   switch ((d.head_dim + 31) / 32) {
-    case 1: return launch_forward<1>(out, lse, q, k, v, q_pos, k_pos, d);
-    case 2: return launch_forward<2>(out, lse, q, k, v, q_pos, k_pos, d);
-    case 3: return launch_forward<3>(out, lse, q, k, v, q_pos, k_pos, d);
-    default: return launch_forward<4>(out, lse, q, k, v, q_pos, k_pos, d);
+    case 1:
+      return launch_forward<1>(out, lse, q, k, v, q_pos, k_pos, d);
+    case 2:
+      return launch_forward<2>(out, lse, q, k, v, q_pos, k_pos, d);
+    case 3:
+      return launch_forward<3>(out, lse, q, k, v, q_pos, k_pos, d);
+    default:
+      return launch_forward<4>(out, lse, q, k, v, q_pos, k_pos, d);
   }
 }
 

@@ -182,8 +182,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 template <int R>
 void launch_backward(float* dq, float* dk, float* dv, const float* dout, const float* lse, const float* delta,
-                     const float* q, const float* k, const float* v, const int32_t* q_pos, const int32_t* k_pos,
-                     const AttentionDims& d) {
+                     const float* q, const float* k, const float* v, const int32_t* q_pos,
+                     const int32_t* k_pos, const AttentionDims& d) {
   const int D = static_cast<int>(d.head_dim);
   const float scale = 1.0f / sqrtf(static_cast<float>(D));
   const size_t smem = sizeof(float) * static_cast<size_t>(2 * kTile * (D + 1) + 2 * kWarps * D);
@@ -194,12 +194,13 @@ void launch_backward(float* dq, float* dk, float* dv, const float* dout, const f
   if (d.q_len > 0) {
     const dim3 grid(static_cast<unsigned>((d.q_len + kWarps - 1) / kWarps), static_cast<unsigned>(d.n_heads),
                     static_cast<unsigned>(d.batch));
-    attention_dq_kernel<R><<<grid, kWarps * 32, smem>>>(dq, dout, lse, delta, q, k, v, q_pos, k_pos, d, scale);
+    attention_dq_kernel<R>
+        <<<grid, kWarps * 32, smem>>>(dq, dout, lse, delta, q, k, v, q_pos, k_pos, d, scale);
     MT_CUDA_CHECK_LAUNCH();
   }
   if (d.kv_len > 0) {
-    const dim3 grid(static_cast<unsigned>((d.kv_len + kWarps - 1) / kWarps), static_cast<unsigned>(d.n_kv_heads),
-                    static_cast<unsigned>(d.batch));
+    const dim3 grid(static_cast<unsigned>((d.kv_len + kWarps - 1) / kWarps),
+                    static_cast<unsigned>(d.n_kv_heads), static_cast<unsigned>(d.batch));
     attention_dkv_kernel<R>
         <<<grid, kWarps * 32, smem>>>(dk, dv, dout, lse, delta, q, k, v, q_pos, k_pos, d, scale);
     MT_CUDA_CHECK_LAUNCH();
@@ -221,10 +222,14 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     MT_CUDA_CHECK_LAUNCH();
   }
   switch ((d.head_dim + 31) / 32) {
-    case 1: return launch_backward<1>(dq, dk, dv, dout, lse, delta.get(), q, k, v, q_pos, k_pos, d);
-    case 2: return launch_backward<2>(dq, dk, dv, dout, lse, delta.get(), q, k, v, q_pos, k_pos, d);
-    case 3: return launch_backward<3>(dq, dk, dv, dout, lse, delta.get(), q, k, v, q_pos, k_pos, d);
-    default: return launch_backward<4>(dq, dk, dv, dout, lse, delta.get(), q, k, v, q_pos, k_pos, d);
+    case 1:
+      return launch_backward<1>(dq, dk, dv, dout, lse, delta.get(), q, k, v, q_pos, k_pos, d);
+    case 2:
+      return launch_backward<2>(dq, dk, dv, dout, lse, delta.get(), q, k, v, q_pos, k_pos, d);
+    case 3:
+      return launch_backward<3>(dq, dk, dv, dout, lse, delta.get(), q, k, v, q_pos, k_pos, d);
+    default:
+      return launch_backward<4>(dq, dk, dv, dout, lse, delta.get(), q, k, v, q_pos, k_pos, d);
   }
 }
 

@@ -15,13 +15,15 @@ constexpr int kThreads = 256;
 
 __global__ void embedding_forward_kernel(float* out, const int32_t* ids, const float* table, int64_t N,
                                          int64_t C) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < N * C; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < N * C;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t n = i / C, c = i - n * C;
     out[i] = table[int64_t{ids[n]} * C + c];
   }
 }
 
-__global__ void rope_table_kernel(float* cos_t, float* sin_t, int64_t max_pos, int64_t head_dim, double theta) {
+__global__ void rope_table_kernel(float* cos_t, float* sin_t, int64_t max_pos, int64_t head_dim,
+                                  double theta) {
   const int64_t half = head_dim / 2;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < max_pos * half;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -38,7 +40,8 @@ __global__ void rope_kernel(float* x, const int32_t* pos, RopeTableView t, int64
                             int64_t row_stride, float sign) {
   const int64_t half = t.head_dim / 2;
   const int64_t total = N * n_heads * half;
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total; e += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = e % half, nh = e / half;
     const int64_t h = nh % n_heads, n = nh / n_heads;
     float* lo = x + n * row_stride + h * t.head_dim;
@@ -51,7 +54,8 @@ __global__ void rope_kernel(float* x, const int32_t* pos, RopeTableView t, int64
 }
 
 __global__ void swiglu_forward_kernel(float* out, const float* gu, int64_t N, int64_t F) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < N * F; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < N * F;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t n = i / F, f = i - n * F;
     const float g = gu[n * 2 * F + f], u = gu[n * 2 * F + F + f];
     out[i] = g / (1.0f + expf(-g)) * u;
@@ -60,7 +64,8 @@ __global__ void swiglu_forward_kernel(float* out, const float* gu, int64_t N, in
 
 // d/dg silu(g) = σ(g)·(1 + g·(1 − σ(g))).
 __global__ void swiglu_backward_kernel(float* dgu, const float* dout, const float* gu, int64_t N, int64_t F) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < N * F; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < N * F;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t n = i / F, f = i - n * F;
     const float g = gu[n * 2 * F + f], u = gu[n * 2 * F + F + f];
     const float sig = 1.0f / (1.0f + expf(-g));
@@ -75,8 +80,10 @@ struct AdamWScalars {
 };
 
 // The update of optim/adamw.cpp, term for term.
-__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, int64_t n, AdamWScalars s) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, int64_t n,
+                             AdamWScalars s) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const float g = grads[i];
     const float mi = s.b1 * m[i] + (1.0f - s.b1) * g;
     const float vi = s.b2 * v[i] + (1.0f - s.b2) * g * g;
@@ -88,12 +95,14 @@ __global__ void adamw_kernel(float* params, const float* grads, float* m, float*
 }
 
 __global__ void f32_to_bf16_kernel(__nv_bfloat16* out, const float* in, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
     out[i] = __float2bfloat16_rn(in[i]);
 }
 
 __global__ void bf16_to_f32_kernel(float* out, const __nv_bfloat16* in, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
     out[i] = __bfloat162float(in[i]);
 }
 
@@ -116,8 +125,8 @@ void rope_table_fill(float* cos, float* sin, int64_t max_pos, int64_t head_dim, 
 }
 
 namespace {
-void rope(float* x, const int32_t* pos, const RopeTableView& t, int64_t N, int64_t n_heads, int64_t row_stride,
-          float sign) {
+void rope(float* x, const int32_t* pos, const RopeTableView& t, int64_t N, int64_t n_heads,
+          int64_t row_stride, float sign) {
   MT_CHECK(n_heads * t.head_dim <= row_stride, "n_heads (", n_heads, ") × head_dim (", t.head_dim,
            ") exceeds row_stride (", row_stride, ")");
   const int64_t total = N * n_heads * (t.head_dim / 2);
@@ -168,13 +177,15 @@ void adamw_update(float* params, const float* grads, float* m, float* v, int64_t
 void f32_to_bf16(bf16* out, const float* in, int64_t n) {
   static_assert(sizeof(bf16) == sizeof(__nv_bfloat16));
   if (n == 0) return;
-  f32_to_bf16_kernel<<<detail::blocks_for(n, kThreads), kThreads>>>(reinterpret_cast<__nv_bfloat16*>(out), in, n);
+  f32_to_bf16_kernel<<<detail::blocks_for(n, kThreads), kThreads>>>(reinterpret_cast<__nv_bfloat16*>(out), in,
+                                                                    n);
   MT_CUDA_CHECK_LAUNCH();
 }
 
 void bf16_to_f32(float* out, const bf16* in, int64_t n) {
   if (n == 0) return;
-  bf16_to_f32_kernel<<<detail::blocks_for(n, kThreads), kThreads>>>(out, reinterpret_cast<const __nv_bfloat16*>(in), n);
+  bf16_to_f32_kernel<<<detail::blocks_for(n, kThreads), kThreads>>>(
+      out, reinterpret_cast<const __nv_bfloat16*>(in), n);
   MT_CUDA_CHECK_LAUNCH();
 }
 

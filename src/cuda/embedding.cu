@@ -15,7 +15,8 @@ namespace {
 constexpr int kThreads = 128;
 
 __global__ void iota_kernel(int32_t* x, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
     x[i] = static_cast<int32_t>(i);
 }
 

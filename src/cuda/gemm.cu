@@ -6,9 +6,13 @@
 namespace mt::cuda {
 namespace {
 
-cublasHandle_t get(Blas& b) { return static_cast<cublasHandle_t>(b.handle()); }
+cublasHandle_t get(Blas& b) {
+  return static_cast<cublasHandle_t>(b.handle());
+}
 
-cublasOperation_t op(Trans t) { return t == Trans::yes ? CUBLAS_OP_T : CUBLAS_OP_N; }
+cublasOperation_t op(Trans t) {
+  return t == Trans::yes ? CUBLAS_OP_T : CUBLAS_OP_N;
+}
 
 int to_int(int64_t v, const char* what) {
   MT_CHECK(v >= 0 && v <= INT_MAX, what, " = ", v, " does not fit cuBLAS's 32-bit sizes");
@@ -23,9 +27,9 @@ void gemm_ex(Blas& blas, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, co
   if (M == 0 || N == 0) return;
   const float alpha = 1.0f;
   const float beta = out == Out::add ? 1.0f : 0.0f;
-  MT_CUBLAS_CHECK(cublasGemmEx(get(blas), op(tb), op(ta), to_int(N, "N"), to_int(M, "M"), to_int(K, "K"), &alpha,
-                               B, in_type, to_int(ldb, "ldb"), A, in_type, to_int(lda, "lda"), &beta, C,
-                               CUDA_R_32F, to_int(ldc, "ldc"), compute, CUBLAS_GEMM_DEFAULT));
+  MT_CUBLAS_CHECK(cublasGemmEx(get(blas), op(tb), op(ta), to_int(N, "N"), to_int(M, "M"), to_int(K, "K"),
+                               &alpha, B, in_type, to_int(ldb, "ldb"), A, in_type, to_int(lda, "lda"), &beta,
+                               C, CUDA_R_32F, to_int(ldc, "ldc"), compute, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace
@@ -39,7 +43,9 @@ Blas::Blas() {
   MT_CUBLAS_CHECK(cublasSetAtomicsMode(h, CUBLAS_ATOMICS_NOT_ALLOWED));
 }
 
-Blas::~Blas() { (void)cublasDestroy(static_cast<cublasHandle_t>(handle_)); }
+Blas::~Blas() {
+  (void)cublasDestroy(static_cast<cublasHandle_t>(handle_));
+}
 
 void sgemm(Blas& blas, Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A,
            int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, Out out, GemmMath math) {
@@ -59,7 +65,8 @@ void linear_forward(Blas& blas, float* out, const float* inp, const float* weigh
 
 void linear_backward(Blas& blas, float* dinp, float* dweight, const float* dout, const float* inp,
                      const float* weight, int64_t N, int64_t IC, int64_t OC) {
-  if (dinp != nullptr) sgemm(blas, Trans::no, Trans::no, N, IC, OC, dout, OC, weight, IC, dinp, IC, Out::assign);
+  if (dinp != nullptr)
+    sgemm(blas, Trans::no, Trans::no, N, IC, OC, dout, OC, weight, IC, dinp, IC, Out::assign);
   if (dweight != nullptr) {
     sgemm(blas, Trans::yes, Trans::no, OC, IC, N, dout, OC, inp, IC, dweight, IC, Out::add);
   }

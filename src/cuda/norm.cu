@@ -14,8 +14,8 @@ namespace {
 constexpr int kRowThreads = 256;
 constexpr int kRowsPerChunk = 64;  // rows summed per partial of dweight
 
-__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* weight, int64_t C,
-                                       float eps) {
+__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp, const float* weight,
+                                       int64_t C, float eps) {
   __shared__ float scratch[32];
   const float* x = inp + blockIdx.x * C;
   float ss = 0.0f;
@@ -91,7 +91,8 @@ __global__ void cross_entropy_forward_kernel(float* losses, float* lse, const fl
 __global__ void cross_entropy_backward_kernel(float* dlogits, const float* logits, const float* lse,
                                               const int32_t* targets, float dloss, int64_t N, int64_t V,
                                               int32_t ignore_index) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < N * V; i += int64_t{gridDim.x} * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < N * V;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t n = i / V, v = i - n * V;
     const int32_t t = targets[n];
     const float p = expf(logits[i] - lse[n]);
@@ -128,15 +129,16 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
 void cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
                            int64_t V, int32_t ignore_index) {
   if (N == 0) return;
-  cross_entropy_forward_kernel<<<static_cast<unsigned>(N), 512>>>(losses, lse, logits, targets, V, ignore_index);
+  cross_entropy_forward_kernel<<<static_cast<unsigned>(N), 512>>>(losses, lse, logits, targets, V,
+                                                                  ignore_index);
   MT_CUDA_CHECK_LAUNCH();
 }
 
 void cross_entropy_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
                             float dloss, int64_t N, int64_t V, int32_t ignore_index) {
   if (N * V == 0) return;
-  cross_entropy_backward_kernel<<<detail::blocks_for(N * V, 256), 256>>>(dlogits, logits, lse, targets, dloss, N,
-                                                                         V, ignore_index);
+  cross_entropy_backward_kernel<<<detail::blocks_for(N * V, 256), 256>>>(dlogits, logits, lse, targets, dloss,
+                                                                         N, V, ignore_index);
   MT_CUDA_CHECK_LAUNCH();
 }
 

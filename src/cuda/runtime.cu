@@ -52,7 +52,9 @@ std::string device_description() {
                         p.minor);
 }
 
-void synchronize() { MT_CUDA_CHECK(cudaDeviceSynchronize()); }
+void synchronize() {
+  MT_CUDA_CHECK(cudaDeviceSynchronize());
+}
 
 DeviceAllocator& allocator(int index) {
   MT_CHECK(index >= 0 && index < kMaxCudaDevices, "CUDA device index ", index);

@@ -11,7 +11,8 @@ template <typename T>
 class Scratch {
  public:
   explicit Scratch(int64_t n) {
-    if (n > 0) MT_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&p_), sizeof(T) * static_cast<size_t>(n), 0));
+    if (n > 0)
+      MT_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&p_), sizeof(T) * static_cast<size_t>(n), 0));
   }
   ~Scratch() {
     if (p_ != nullptr) (void)cudaFreeAsync(p_, 0);

@@ -39,7 +39,9 @@ inline std::vector<int32_t> ints(size_t n, uint32_t seed, int32_t lo, int32_t hi
   return v;
 }
 
-inline std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+inline std::vector<double> to_double(const std::vector<float>& v) {
+  return {v.begin(), v.end()};
+}
 
 // A device array whose every element is NaN: an element a kernel fails to
 // write then shows up as NaN in the comparison.

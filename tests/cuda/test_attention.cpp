@@ -21,8 +21,8 @@ struct Case {
   std::vector<int32_t> q_pos, k_pos;  // [B, Tq], [B, Tk]
 };
 
-Case make_case(int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t KV, int64_t D, int32_t q0, int32_t q_step,
-               int32_t k0) {
+Case make_case(int64_t B, int64_t Tq, int64_t Tk, int64_t H, int64_t KV, int64_t D, int32_t q0,
+               int32_t q_step, int32_t k0) {
   Case c;
   c.d = {B, Tq, Tk, H, KV, D, H * D + 7, KV * D + 3, H * D + 5};
   for (int64_t b = 0; b < B; ++b) {
@@ -59,8 +59,8 @@ void check_case(const Case& c, const std::string& name) {
                            d_q.data(), d_k.data(), d_v.data(), d_qp.data(), d_kp.data(), d);
   std::vector<double> out(no, 0.0), lse(nl), dq = to_double(dq0), dk = to_double(dk0), dv = to_double(dv0);
   const auto qd = to_double(q), kd = to_double(k), vd = to_double(v);
-  ref::attention_forward(out.data(), lse.data(), qd.data(), kd.data(), vd.data(), c.q_pos.data(), c.k_pos.data(),
-                         d);
+  ref::attention_forward(out.data(), lse.data(), qd.data(), kd.data(), vd.data(), c.q_pos.data(),
+                         c.k_pos.data(), d);
   ref::attention_backward(dq.data(), dk.data(), dv.data(), to_double(dout).data(), out.data(), lse.data(),
                           qd.data(), kd.data(), vd.data(), c.q_pos.data(), c.k_pos.data(), d);
   expect_close("attention", name + ".out", heads_of(d_out.download(), d), heads_of(out, d));
@@ -70,7 +70,9 @@ void check_case(const Case& c, const std::string& name) {
   expect_close("attention", name + ".dv", d_dv.download(), dv);
 }
 
-TEST(CudaAttention, CausalGqa2) { check_case(make_case(2, 77, 77, 4, 2, 40, 0, 1, 0), "causal_gqa2_d40"); }
+TEST(CudaAttention, CausalGqa2) {
+  check_case(make_case(2, 77, 77, 4, 2, 40, 0, 1, 0), "causal_gqa2_d40");
+}
 
 TEST(CudaAttention, CausalGqa4HeadDim128) {
   check_case(make_case(2, 45, 45, 8, 2, 128, 0, 1, 0), "causal_gqa4_d128");
@@ -96,16 +98,18 @@ TEST(CudaAttention, MergeOfTwoKeyBlocksEqualsTheWhole) {
   const int64_t no = d.q_len * d.out_stride, nl = d.n_heads * d.q_len;
   const auto q = uniform(d.q_len * d.q_stride, 31), k = uniform(d.kv_len * d.kv_stride, 32),
              v = uniform(d.kv_len * d.kv_stride, 33);
-  Array<float> d_q(q), d_k(k), d_v(v), o1 = poisoned(no), l1 = poisoned(nl), o2 = poisoned(no), l2 = poisoned(nl);
+  Array<float> d_q(q), d_k(k), d_v(v), o1 = poisoned(no), l1 = poisoned(nl), o2 = poisoned(no),
+                                       l2 = poisoned(nl);
   Array<int32_t> d_qp(whole.q_pos), d_kp(whole.k_pos);
-  cuda::attention_forward(o1.data(), l1.data(), d_q.data(), d_k.data(), d_v.data(), d_qp.data(), d_kp.data(), first);
+  cuda::attention_forward(o1.data(), l1.data(), d_q.data(), d_k.data(), d_v.data(), d_qp.data(), d_kp.data(),
+                          first);
   const int64_t off = first.kv_len * d.kv_stride;
   cuda::attention_forward(o2.data(), l2.data(), d_q.data(), d_k.data() + off, d_v.data() + off, d_qp.data(),
                           d_kp.data() + first.kv_len, second);
   cuda::attention_merge(o1.data(), l1.data(), o2.data(), l2.data(), d);
   std::vector<double> out(no, 0.0), lse(nl);
-  ref::attention_forward(out.data(), lse.data(), to_double(q).data(), to_double(k).data(), to_double(v).data(),
-                         whole.q_pos.data(), whole.k_pos.data(), d);
+  ref::attention_forward(out.data(), lse.data(), to_double(q).data(), to_double(k).data(),
+                         to_double(v).data(), whole.q_pos.data(), whole.k_pos.data(), d);
   expect_close("attention", "merge.out", heads_of(o1.download(), d), heads_of(out, d));
   expect_close("attention", "merge.lse", l1.download(), lse);
 }

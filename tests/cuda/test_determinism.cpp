@@ -26,13 +26,14 @@ std::vector<float> run_all() {
   std::vector<int32_t> pos(N);
   for (int64_t i = 0; i < N; ++i)
     pos[i] = static_cast<int32_t>(i % T);
-  Array<float> q(uniform(N * C, 51)), k(uniform(N * KV * D, 52)), v(uniform(N * KV * D, 53)), dout(uniform(N * C, 54));
+  Array<float> q(uniform(N * C, 51)), k(uniform(N * KV * D, 52)), v(uniform(N * KV * D, 53)),
+      dout(uniform(N * C, 54));
   Array<float> out(N * C), lse(B * H * T), dq(std::vector<float>(N * C, 0.0f)),
       dk(std::vector<float>(N * KV * D, 0.0f)), dv(std::vector<float>(N * KV * D, 0.0f));
   Array<int32_t> p(pos);
   cuda::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), p.data(), p.data(), d);
-  cuda::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(), k.data(),
-                           v.data(), p.data(), p.data(), d);
+  cuda::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(), q.data(),
+                           k.data(), v.data(), p.data(), p.data(), d);
   Array<float> w(uniform(C, 55)), y(N * C), rstd(N), dx(N * C), dw(std::vector<float>(C, 0.0f));
   cuda::rmsnorm_forward(y.data(), rstd.data(), q.data(), w.data(), N, C, 1e-5f);
   cuda::rmsnorm_backward(dx.data(), dw.data(), dout.data(), q.data(), w.data(), rstd.data(), N, C);

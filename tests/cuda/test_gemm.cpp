@@ -15,9 +15,9 @@ namespace {
 using cuda::Array;
 
 // Row-major C = op(A)·op(B) (+ C0) in double; A stored [M, K] or [K, M] with row stride lda.
-std::vector<double> gemm_ref(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, const std::vector<double>& A,
-                             int64_t lda, const std::vector<double>& B, int64_t ldb, const std::vector<double>& C0,
-                             int64_t ldc, Out out) {
+std::vector<double> gemm_ref(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K,
+                             const std::vector<double>& A, int64_t lda, const std::vector<double>& B,
+                             int64_t ldb, const std::vector<double>& C0, int64_t ldc, Out out) {
   std::vector<double> C = C0;
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
@@ -43,7 +43,8 @@ TEST(CudaGemm, Fp32AllTransposesAndModes) {
         const auto A = uniform(rows_a * lda, 41), B = uniform(rows_b * ldb, 42), C0 = uniform(M * ldc, 43);
         Array<float> dA(A), dB(B), dC(C0);
         cuda::sgemm(blas, ta, tb, M, N, K, dA.data(), lda, dB.data(), ldb, dC.data(), ldc, out);
-        const auto ref = gemm_ref(ta, tb, M, N, K, to_double(A), lda, to_double(B), ldb, to_double(C0), ldc, out);
+        const auto ref =
+            gemm_ref(ta, tb, M, N, K, to_double(A), lda, to_double(B), ldb, to_double(C0), ldc, out);
         const std::string name = std::string(ta == Trans::yes ? "T" : "N") + (tb == Trans::yes ? "T" : "N") +
                                  (out == Out::add ? "_add" : "_assign");
         expect_close("gemm_fp32", name, dC.download(), ref);
@@ -53,14 +54,15 @@ TEST(CudaGemm, Fp32AllTransposesAndModes) {
 TEST(CudaGemm, LinearForwardBackward) {
   cuda::Blas blas;
   const int64_t N = 57, IC = 83, OC = 109;
-  const auto x = uniform(N * IC, 44), w = uniform(OC * IC, 45), dy = uniform(N * OC, 46), dw0 = uniform(OC * IC, 47);
+  const auto x = uniform(N * IC, 44), w = uniform(OC * IC, 45), dy = uniform(N * OC, 46),
+             dw0 = uniform(OC * IC, 47);
   Array<float> dx_in(x), dwt(w), ddy(dy), ddw(dw0), dout = poisoned(N * OC), ddx = poisoned(N * IC);
   cuda::linear_forward(blas, dout.data(), dx_in.data(), dwt.data(), N, IC, OC);
   cuda::linear_backward(blas, ddx.data(), ddw.data(), ddy.data(), dx_in.data(), dwt.data(), N, IC, OC);
   std::vector<double> out(N * OC), dxr(N * IC), dwr = to_double(dw0);
   ref::linear_forward(out.data(), to_double(x).data(), to_double(w).data(), N, IC, OC);
-  ref::linear_backward(dxr.data(), dwr.data(), to_double(dy).data(), to_double(x).data(), to_double(w).data(), N, IC,
-                       OC);
+  ref::linear_backward(dxr.data(), dwr.data(), to_double(dy).data(), to_double(x).data(), to_double(w).data(),
+                       N, IC, OC);
   expect_close("linear", "out", dout.download(), out);
   expect_close("linear", "dinp", ddx.download(), dxr);
   expect_close("linear", "dweight", ddw.download(), dwr);
@@ -101,14 +103,16 @@ TEST(CudaGemm, Bf16InputsFp32Accumulation) {
   EXPECT_EQ(cast_mismatch, 0) << "device f32→bf16 differs from core/bf16.h";
   cuda::bf16_to_f32(back.data(), dA.data(), M * K);
   expect_close("bf16_cast", "roundtrip", back.download(), Ar, 0.0);
-  cuda::gemm_bf16(blas, Trans::no, Trans::yes, M, N, K, dA.data(), K, dB.data(), K, dC.data(), N, Out::assign);
+  cuda::gemm_bf16(blas, Trans::no, Trans::yes, M, N, K, dA.data(), K, dB.data(), K, dC.data(), N,
+                  Out::assign);
   const auto C = dC.download();
   const std::vector<double> zero(M * N, 0.0);
   expect_close("gemm_bf16", "vs_rounded_inputs", C,
                gemm_ref(Trans::no, Trans::yes, M, N, K, Ar, K, Br, K, zero, N, Out::assign), 2e-5);
-  expect_close("gemm_bf16", "vs_fp32_inputs", C,
-               gemm_ref(Trans::no, Trans::yes, M, N, K, to_double(A), K, to_double(B), K, zero, N, Out::assign),
-               3.9e-3);
+  expect_close(
+      "gemm_bf16", "vs_fp32_inputs", C,
+      gemm_ref(Trans::no, Trans::yes, M, N, K, to_double(A), K, to_double(B), K, zero, N, Out::assign),
+      3.9e-3);
 }
 
 }  // namespace

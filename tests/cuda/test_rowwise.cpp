@@ -32,9 +32,10 @@ TEST(CudaOps, Embedding) {
 TEST(CudaOps, RmsNorm) {
   const int64_t N = 131, C = 333;  // N > 64: several row chunks for dweight
   const float eps = 1e-5f;
-  const auto x = uniform(N * C, 5), w = uniform(C, 6, 0.5f, 1.5f), dy = uniform(N * C, 7), dw0 = uniform(C, 8);
+  const auto x = uniform(N * C, 5), w = uniform(C, 6, 0.5f, 1.5f), dy = uniform(N * C, 7),
+             dw0 = uniform(C, 8);
   Array<float> d_x(x), d_w(w), d_dy(dy), d_dw(dw0), d_out = poisoned(N * C), d_rstd = poisoned(N),
-      d_dx = poisoned(N * C);
+                                                    d_dx = poisoned(N * C);
   cuda::rmsnorm_forward(d_out.data(), d_rstd.data(), d_x.data(), d_w.data(), N, C, eps);
   cuda::rmsnorm_backward(d_dx.data(), d_dw.data(), d_dy.data(), d_x.data(), d_w.data(), d_rstd.data(), N, C);
   std::vector<double> out(N * C), rstd(N), dx(N * C), dw = to_double(dw0);
@@ -90,7 +91,8 @@ TEST(CudaOps, CrossEntropyWithIgnoredTargets) {
   Array<float> d_logits(logits), d_loss = poisoned(N), d_lse = poisoned(N), d_dlogits = poisoned(N * V);
   Array<int32_t> d_t(targets);
   cuda::cross_entropy_forward(d_loss.data(), d_lse.data(), d_logits.data(), d_t.data(), N, V, ignore);
-  cuda::cross_entropy_backward(d_dlogits.data(), d_logits.data(), d_lse.data(), d_t.data(), dloss, N, V, ignore);
+  cuda::cross_entropy_backward(d_dlogits.data(), d_logits.data(), d_lse.data(), d_t.data(), dloss, N, V,
+                               ignore);
   std::vector<double> loss(N), lse(N), dlogits(N * V);
   const auto ld = to_double(logits);
   ref::cross_entropy_forward(loss.data(), lse.data(), ld.data(), targets.data(), N, V, ignore);
@@ -99,7 +101,8 @@ TEST(CudaOps, CrossEntropyWithIgnoredTargets) {
   expect_close("cross_entropy", "lse", d_lse.download(), lse);
   expect_close("cross_entropy", "dlogits", d_dlogits.download(), dlogits);
   // In place, as the CPU kernel allows.
-  cuda::cross_entropy_backward(d_logits.data(), d_logits.data(), d_lse.data(), d_t.data(), dloss, N, V, ignore);
+  cuda::cross_entropy_backward(d_logits.data(), d_logits.data(), d_lse.data(), d_t.data(), dloss, N, V,
+                               ignore);
   expect_close("cross_entropy", "dlogits_in_place", d_logits.download(), dlogits);
 }
 
