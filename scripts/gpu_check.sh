@@ -9,6 +9,8 @@
 #                               the kernel tests, the benchmark and PyTorch's GEMM
 #                               rate, logs under $OUT (or /tmp/gpu_check), and prints
 #                               a summary table last. Add --quick for fewer repeats.
+#                               If the packed binaries do not start there, it first
+#                               rebuilds them with that machine's nvcc (build-on-device).
 #
 # The binaries need only libcublas/libcublasLt 13 on the GPU machine (C++ runtime,
 # cudart and GoogleTest are linked in); pack checks that with ldd.
@@ -25,6 +27,9 @@ pack() {
   cmake --build "$build" -j "${JOBS:-2}" --target cuda_tests cuda_bench
   rm -rf "$PACK" && mkdir -p "$PACK/bin"
   cp "$build/tests/cuda/cuda_tests" "$build/bench/cuda_bench" "$PACK/bin/"
+  # GoogleTest's sources, for a rebuild on the GPU machine should these
+  # binaries not start there (another C library; see build_on_device).
+  mkdir -p "$PACK/googletest" && cp -r /usr/src/googletest/googletest/{include,src} "$PACK/googletest/"
   local allowed='linux-vdso|ld-linux|lib(c|m|rt|dl|pthread|gcc_s)\.so|libcublas(Lt)?\.so\.13'
   for exe in "$PACK"/bin/*; do
     if ldd "$exe" | grep -vE "$allowed" | grep -q .; then
@@ -49,6 +54,26 @@ find_cublas() {
       return 0
     fi
   done
+}
+
+# Fallback when the packed binaries do not start on this machine (e.g. a C
+# library older than the one they were linked against): compile the same
+# sources here with nvcc, one job per file, into $PACK/local/.
+build_on_device() {
+  local obj=$PACK/local/obj g=$PACK/googletest
+  mkdir -p "$obj" "$PACK/local/bin"
+  local flags=(-std=c++20 -O3 -arch=sm_90 -Isrc -Itests -I"$g/include" -I"$g" -Xcompiler=-pthread)
+  local srcs=(src/cuda/*.cu src/core/memory.cpp src/core/device.cpp src/ops/reference.cpp
+              src/ops/attention_reference.cpp tests/cuda/*.cpp "$g/src/gtest-all.cc" bench/cuda/cuda_bench.cpp)
+  local f pids=()
+  for f in "${srcs[@]}"; do
+    nvcc "${flags[@]}" -c "$f" -o "$obj/$(echo "$f" | tr '/.' '__').o" & pids+=($!)
+  done
+  for f in "${pids[@]}"; do wait "$f" || return 1; done
+  local lib=("$obj"/src_cuda_*.o "$obj"/src_core_*.o)
+  nvcc -arch=sm_90 -o "$PACK/local/bin/cuda_tests" "${lib[@]}" "$obj"/src_ops_*.o "$obj"/tests_cuda_*.o \
+    "$obj"/*gtest-all_cc.o -lcublas -lpthread || return 1
+  nvcc -arch=sm_90 -o "$PACK/local/bin/cuda_bench" "${lib[@]}" "$obj"/bench_cuda_*.o -lcublas || return 1
 }
 
 summary() {
@@ -84,15 +109,21 @@ run() {
   { nvidia-smi 2>&1 || true; } >"$out/nvidia-smi.txt"
   find_cublas
   ldd "$PACK/bin/cuda_tests" >"$out/ldd.txt" 2>&1
+  local bin=$PACK/bin
+  if ! "$bin/cuda_tests" --gtest_list_tests >"$out/start_probe.txt" 2>&1; then
+    echo "gpu_check: packed binaries do not start here ($(head -c 300 "$out/start_probe.txt")); rebuilding with nvcc"
+    build_on_device >"$out/device_build.log" 2>&1 || { echo "gpu_check: rebuild failed, see device_build.log"; tail -20 "$out/device_build.log"; exit 3; }
+    bin=$PACK/local/bin
+  fi
   rm -f "$out/kernel_errors.txt"
-  MT_CUDA_REPORT="$out/kernel_errors.txt" timeout 150 "$PACK/bin/cuda_tests" \
+  MT_CUDA_REPORT="$out/kernel_errors.txt" timeout 150 "$bin/cuda_tests" \
     --gtest_output="xml:$out/cuda_tests.xml" >"$out/cuda_tests.log" 2>&1
   local rc_tests=$?
   if grep -q "^no CUDA device: skipped" "$out/cuda_tests.log"; then
     echo "no CUDA device: skipped (kernel tests and benchmark need a GPU)"
     return 0
   fi
-  timeout 240 "$PACK/bin/cuda_bench" $quick >"$out/cuda_bench.log" 2>&1 || echo "cuda_bench failed: rc=$?" >>"$out/cuda_bench.log"
+  timeout 240 "$bin/cuda_bench" $quick >"$out/cuda_bench.log" 2>&1 || echo "cuda_bench failed: rc=$?" >>"$out/cuda_bench.log"
   timeout 120 python3 bench/cuda/torch_gemm.py $quick >"$out/torch_gemm.log" 2>&1 || echo "torch_gemm failed: rc=$?" >>"$out/torch_gemm.log"
   tail -n 40 "$out/cuda_tests.log" | grep -E "Failure|error|Expected|Which is|FAILED" | head -20
   cat "$out/cuda_bench.log" | grep -vE "^(GEMM|KERNEL) " | tail -n 30
@@ -103,7 +134,8 @@ run() {
 
 case "${1:-run}" in
   pack) pack ;;
+  build-on-device) build_on_device && ls -la "$PACK/local/bin" ;;
   run) run "${2:-}" ;;
   --quick) run --quick ;;
-  *) echo "usage: scripts/gpu_check.sh [pack | run [--quick] | --quick]" >&2; exit 2 ;;
+  *) echo "usage: scripts/gpu_check.sh [pack | run [--quick] | --quick | build-on-device]" >&2; exit 2 ;;
 esac

@@ -27,7 +27,8 @@ def median_ms(fn, reps):
 
 
 def rate(m, n, k, dtype, tf32, reps):
-    torch.backends.cuda.matmul.allow_tf32 = tf32
+    # "highest": true fp32 products; "high": TF32 tensor cores.
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
     a = torch.rand(m, k, device="cuda", dtype=torch.float32).mul_(2).sub_(1).to(dtype)
     b = torch.rand(n, k, device="cuda", dtype=torch.float32).mul_(2).sub_(1).to(dtype)
     ms = median_ms(lambda: a @ b.T, reps)
