@@ -1,6 +1,6 @@
 // meshtrain_attention_bench: the blockwise attention kernel (ops/attention.h)
 // at the benchmark shape, forward and backward, against a 1024³ sgemm measured
-// in the same process (DESIGN.md §6: rates side by side, as ratios). Prints a
+// in the same process (docs/BENCHMARKS.md, "Definitions": rates side by side, as ratios). Prints a
 // table; asserts nothing. `make bench-attention` runs it.
 #include <CLI/CLI.hpp>
 #include <algorithm>

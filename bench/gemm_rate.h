@@ -1,5 +1,5 @@
 // The MFU ceiling: this machine's SGEMM rate, measured in the same run as the
-// training steps it is compared with (DESIGN.md §6).
+// training steps it is compared with (docs/BENCHMARKS.md, "Definitions").
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // meshtrain_bench: full training steps of the Llama of a config (zero_grads,
 // forward, backward, global-norm clip, AdamW) on a fixed pseudo-random batch,
-// against this machine's SGEMM rate measured in the same run (DESIGN.md §6).
+// against this machine's SGEMM rate measured in the same run (docs/BENCHMARKS.md, "Definitions").
 //
 // Order of a run: warm-up steps; SGEMM rates; timed steps (peak memory is taken
 // over these); SGEMM rates again; then, with a fresh model built with

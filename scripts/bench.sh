@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench`: meshtrain's training step against this machine's SGEMM rate and
-# against PyTorch, side by side in one run (DESIGN.md §6, docs/BENCHMARKS.md).
+# against PyTorch, side by side in one run (docs/BENCHMARKS.md).
 #
 #   bash scripts/bench.sh BUILD_DIR
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench-dist`: data parallelism and ZeRO 0–3 across real processes, measured
-# the way DESIGN.md §6 prescribes: side by side in one run, as ratios
+# the way docs/BENCHMARKS.md "Definitions" prescribes: side by side in one run, as ratios
 # (docs/BENCHMARKS.md, "Data parallel and ZeRO").
 #
 #   bash scripts/bench_dist.sh BUILD_DIR

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench-tp`: tensor parallelism (and sequence parallelism) across real
-# processes, measured the way DESIGN.md §6 prescribes: side by side in one run, as
+# processes, measured the way docs/BENCHMARKS.md "Definitions" prescribes: side by side in one run, as
 # ratios (docs/BENCHMARKS.md, "Tensor parallel").
 #
 #   bash scripts/bench_tp.sh BUILD_DIR

@@ -46,7 +46,7 @@ class AdamW {
   int64_t t_ = 0;
 };
 
-// One element's update, exposed for the golden tests (seed 004 §4).
+// One element's update, exposed for the golden tests (docs/MODEL.md, "Optimizer and schedule").
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, double lr, double beta1,
                   double beta2, double eps, double weight_decay, int64_t t);
 

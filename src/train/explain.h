@@ -1,5 +1,5 @@
 // --explain: every collective of one step, rank by rank, with its axis, tensor
-// shape, element count and call site — seed 000 §6's table, read from the comm
+// shape, element count and call site — the table of docs/PARALLELISM.md "--explain", read from the comm
 // ledger of a real run instead of written by hand.
 //
 //   rank 3: 2 collectives in step 0

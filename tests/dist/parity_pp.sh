@@ -38,7 +38,7 @@ for pp in 2 4; do
   done
 done
 
-# 3-D: dp 2 x tp 2 x pp 2 on 8 ranks, ZeRO-1 (the mesh of seed 003 §08).
+# 3-D: dp 2 x tp 2 x pp 2 on 8 ranks, ZeRO-1 (the mesh table of docs/PARALLELISM.md "The device mesh").
 run dp2_tp2_pp2_zero1 8 --dp 2 --tp 2 --pp 2 --zero 1 --set train.microbatch_size=2 --print-mesh
 check dp2_tp2_pp2_zero1 ref
 # An explicit uneven split.
