@@ -15,6 +15,7 @@
 #include "pipeline/simulate.h"
 #include "train/evaluate.h"
 #include "train/model_io.h"
+#include "train/run_support.h"
 
 namespace mt {
 
@@ -40,6 +41,7 @@ int run_train_command(const TrainArgs& a) {
                    static_cast<int>(cfg.parallel.cp), static_cast<int>(cfg.parallel.tp)},
                   world.size());
     check_training_data(cfg);
+    read_fault();  // a malformed MESHTRAIN_FAULT is refused before any work
     MT_REQUIRE(a.run.trace_path.empty() || cfg.parallel.pp > 1, ConfigError,
                "--trace records the pipeline's stages: it needs parallel.pp > 1 (it is ", cfg.parallel.pp,
                ")");
