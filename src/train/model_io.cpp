@@ -6,6 +6,7 @@
 #include "checkpoint/hf_config.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
+#include "core/atomic_dir.h"
 
 namespace mt {
 
@@ -73,14 +74,15 @@ void save_model_dir(const std::string& dir, const std::vector<Llama*>& chunks, G
   // Each parameter lives on exactly one stage, zeros elsewhere: the sum over pp is the model.
   if (pp != nullptr) pp->all_reduce(full.data(), global.total, "save: gather pp stages");
   if (!write) return;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  MT_REQUIRE(!ec, IoError, "cannot create model directory '", dir, "': ", ec.message());
-  write_hf_config((fs::path(dir) / "config.json").string(), to_hf(cfg));
+  // The directory is replaced as a whole, never file by file: a failure half
+  // way (disk full, a kill) leaves the previous model loadable.
+  AtomicDir out(dir);
+  write_hf_config((fs::path(out.staging()) / "config.json").string(), to_hf(cfg));
   std::vector<TensorRef> tensors;
   for (const auto& s : global.specs)
     tensors.push_back({s.name, s.shape, full.data() + s.offset});
-  write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  write_safetensors((fs::path(out.staging()) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  out.commit();
 }
 
 ModelConfig read_model_config(const std::string& dir) {
