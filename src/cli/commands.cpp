@@ -1,5 +1,6 @@
 #include "cli/commands.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "comm/context.h"
@@ -108,6 +109,8 @@ int run_eval_command(const EvalArgs& a) {
   load_model_dir(a.model, model);
   const double loss = evaluate_loss(model, file, T, a.max_windows, mo.max_batch);
   std::printf("loss %.6f\n", loss);
+  MT_REQUIRE(std::isfinite(loss), Error, "the loss of ", a.model, " on ", a.data, " is ", loss,
+             ", not finite: the model's weights or outputs overflow");
   return 0;
 }
 

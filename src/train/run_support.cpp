@@ -1,14 +1,17 @@
 #include "train/run_support.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
 #include <thread>
 #include <vector>
 
+#include "comm/group.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "model/llama.h"
 
 namespace mt {
 
@@ -96,6 +99,35 @@ void inject_fault(const Fault& f, int rank, int64_t step) {
   if (f.kind == "stall") std::this_thread::sleep_for(std::chrono::hours(1));
   if (f.kind == "enospc") set_write_faults({static_cast<int64_t>(f.arg), 0.0});
   if (f.kind == "slow_io") set_write_faults({-1, f.arg});
+}
+
+}  // namespace mt
+
+namespace mt {
+
+void require_finite_result(const std::vector<Llama*>& chunks,
+                           const std::vector<std::pair<int64_t, double>>& val_losses, const Group* world,
+                           bool lead) {
+  int64_t bad = 0;
+  for (Llama* c : chunks) {
+    const float* p = c->store().local_params();
+    const int64_t n = c->store().local_numel();
+    for (int64_t i = 0; i < n; ++i)
+      bad += !std::isfinite(p[i]);
+  }
+  if (world != nullptr) {
+    Group g = *world;  // a Group is a value; the copy shares the communicator
+    g.all_reduce(&bad, 1, "end of run: non-finite parameters");
+  }
+  const bool bad_eval = !val_losses.empty() && !std::isfinite(val_losses.back().second);
+  if (!lead || (bad == 0 && !bad_eval)) return;
+  std::string why;
+  if (bad > 0) why = std::to_string(bad) + " parameter element(s) are not finite";
+  if (bad_eval) {
+    why += (why.empty() ? "" : " and ") + std::string("the last validation loss (step ") +
+           std::to_string(val_losses.back().first) + ") is " + std::to_string(val_losses.back().second);
+  }
+  MT_THROW(Error, "the run diverged: ", why, "; nothing was saved (lower train.lr or check the data)");
 }
 
 }  // namespace mt

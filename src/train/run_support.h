@@ -1,13 +1,18 @@
-// Small pieces of the training loop's plumbing: the per-step metrics file and
-// the fault injection of the failure tests.
+// Small pieces of the training loop's plumbing: the per-step metrics file, the
+// fault injection of the failure tests and the end-of-run finiteness check.
 #pragma once
 
 #include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace mt {
+
+class Group;
+class Llama;
 
 // One JSON object per line; nothing when the path is empty. IoError naming the
 // path when it cannot be opened.
@@ -42,5 +47,20 @@ Fault parse_fault(const std::string& text);
 Fault read_fault();
 // Fires the fault when (rank, step) is its.
 void inject_fault(const Fault& f, int rank, int64_t step);
+
+}  // namespace mt
+
+namespace mt {
+
+// The end-of-run check, before anything is saved: every rank counts its
+// non-finite parameters (its shard of each of `chunks`), the counts are summed
+// over `world` (collective; null: one process), and when any parameter or the
+// last validation loss in `val_losses` ((step, loss), may be empty) is not
+// finite, the lead rank throws Error saying so and that nothing was saved.
+// Only the lead throws, so that the job ends with one message (abort_job ends
+// the other ranks, which wait in the save's or the report's collectives).
+void require_finite_result(const std::vector<Llama*>& chunks,
+                           const std::vector<std::pair<int64_t, double>>& val_losses, const Group* world,
+                           bool lead);
 
 }  // namespace mt

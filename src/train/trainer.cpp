@@ -296,6 +296,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
                                          kt.seconds[static_cast<size_t>(k)]);
     }
   }
+  require_finite_result(chunk_ptrs, result.val_losses, world, lead);  // collective; before any save
   if (!opts.save_dir.empty()) {
     save_model_dir(opts.save_dir, chunk_ptrs, lay.pp_group(), lead);  // gathered from any layout; one writer
     if (!opts.quiet && lead) std::printf("saved %s\n", opts.save_dir.c_str());

@@ -81,11 +81,11 @@ PY
     check "rank 1's message printed once" test "$(count "meshtrain: error (rank 1 of 2): out of memory (std::bad_alloc" "$tmp/err")" -eq 1
     check "no watchdog" test "$(count watchdog "$tmp/err")" -eq 0
     ;;
-  bad_alloc_ulimit)  # the issue's reproducer, scaled down: rank 1 has too little address space for its model
-    big=(train "${tiny[@]}" --dp 2 --set train.microbatch_size=2 --set train.steps=2 --set model.d_model=512
-      --set model.n_layers=4 --set model.n_heads=8 --set model.n_kv_heads=8 --set model.ffn_hidden=1408
+  bad_alloc_ulimit)  # the issue's reproducer: rank 1 has too little address space for its model
+    big=(train "${tiny[@]}" --dp 2 --set train.microbatch_size=2 --set train.steps=2 --set model.d_model=1024
+      --set model.n_layers=6 --set model.n_heads=8 --set model.n_kv_heads=8 --set model.ffn_hidden=2816
       --set parallel.timeout_s=60)
-    job 30 "${mpi[@]}" -np 1 "$bin" "${big[@]}" : -np 1 bash -c "ulimit -v 600000; exec $bin ${big[*]}"
+    job 30 "${mpi[@]}" -np 1 "$bin" "${big[@]}" : -np 1 bash -c "ulimit -v 1200000; exec $bin ${big[*]}"
     check "exit status non-zero (status $rc)" test "$rc" -ne 0
     check "rank 1's message printed once" test "$(count "meshtrain: error (rank 1 of 2): out of memory" "$tmp/err")" -eq 1
     check "no watchdog" test "$(count watchdog "$tmp/err")" -eq 0
