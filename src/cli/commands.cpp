@@ -46,8 +46,9 @@ int run_train_command(const TrainArgs& a) {
     MT_REQUIRE(a.run.trace_path.empty() || cfg.parallel.pp > 1, ConfigError,
                "--trace records the pipeline's stages: it needs parallel.pp > 1 (it is ", cfg.parallel.pp,
                ")");
-  } catch (const Error& e) {
-    error = e.what();
+  } catch (...) {
+    int status = 1;
+    error = describe_current_exception(&status);
   }
   agree_on_startup_errors(world, error);
   world.context().timeout_s = cfg.parallel.timeout_s;
@@ -62,8 +63,10 @@ int run_train_command(const TrainArgs& a) {
   RunResult r;
   try {
     r = run_training(cfg, run, &world);
-  } catch (const Error& e) {
-    abort_job(world, e.what());  // ends every rank, non-zero
+  } catch (...) {  // any exception, ours or not: ends every rank, non-zero, with its message
+    int status = 1;
+    const std::string message = describe_current_exception(&status);
+    abort_job(world, message, status);
   }
   if (a.run.profile && world.rank() == 0) {
     double total = 0;

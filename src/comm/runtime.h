@@ -38,4 +38,10 @@ void agree_on_startup_errors(const Group& world, const std::optional<std::string
 // the world has more than one) and end every rank of the job, non-zero.
 [[noreturn]] void abort_job(const Group& world, const std::string& message, int status = 1);
 
+// The exception in flight (call from a catch block) as a message and exit
+// status: meshtrain's own errors give their text and 1; anything else (the
+// standard library's, std::bad_alloc, an unknown type) is named as such and
+// gives 2, so that no exception on any rank goes unreported.
+std::string describe_current_exception(int* status);
+
 }  // namespace mt
