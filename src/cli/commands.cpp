@@ -5,6 +5,7 @@
 
 #include "comm/context.h"
 #include "comm/runtime.h"
+#include "core/atomic_dir.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "data/prepare.h"
@@ -43,6 +44,7 @@ int run_train_command(const TrainArgs& a) {
                   world.size());
     check_training_data(cfg);
     read_fault();  // a malformed MESHTRAIN_FAULT is refused before any work
+    if (!a.run.save_dir.empty() && world.rank() == 0) check_dir_writable(a.run.save_dir);  // the writer
     MT_REQUIRE(a.run.trace_path.empty() || cfg.parallel.pp > 1, ConfigError,
                "--trace records the pipeline's stages: it needs parallel.pp > 1 (it is ", cfg.parallel.pp,
                ")");
