@@ -36,6 +36,7 @@ int run_train_command(const TrainArgs& a) {
   // Start-up validation on every rank; one message, every rank exits 1.
   std::optional<std::string> error;
   Config cfg;
+  std::vector<std::string> init_notices;
   try {
     cfg = load_config(a.config, overrides);
     cfg.validate();
@@ -45,6 +46,8 @@ int run_train_command(const TrainArgs& a) {
     check_training_data(cfg);
     read_fault();  // a malformed MESHTRAIN_FAULT is refused before any work
     if (!a.run.save_dir.empty() && world.rank() == 0) check_dir_writable(a.run.save_dir);  // the writer
+    if (!a.run.init_from.empty())
+      init_notices = check_init_from(a.run.init_from, cfg.model, cfg.train.init_allow);
     MT_REQUIRE(a.run.trace_path.empty() || cfg.parallel.pp > 1, ConfigError,
                "--trace records the pipeline's stages: it needs parallel.pp > 1 (it is ", cfg.parallel.pp,
                ")");
@@ -54,6 +57,8 @@ int run_train_command(const TrainArgs& a) {
   }
   agree_on_startup_errors(world, error);
   world.context().timeout_s = cfg.parallel.timeout_s;
+  for (const std::string& n : init_notices)
+    if (world.rank() == 0) std::fprintf(stderr, "meshtrain: notice: %s\n", n.c_str());
   if (a.print_mesh && world.rank() == 0) {
     std::printf("%s",
                 DeviceMesh::table({static_cast<int>(cfg.parallel.pp), static_cast<int>(cfg.parallel.dp),

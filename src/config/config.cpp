@@ -65,6 +65,10 @@ const std::vector<Entry>& entries() {
              "stop after this many consecutive steps with a NaN/Inf loss or grad norm"),
       MT_KEY(train, log_every, "int", "print a log line every N steps"),
       MT_KEY(train, threads, "int", "threads per rank (0: this machine's cores / ranks on it)"),
+      MT_KEY(train, init_allow, "string",
+             "--init-from: comma-separated model fields that may differ from the saved config.json and take "
+             "this run's value (rope_theta, norm_eps, max_seq_len, rope_scaling); any other difference is "
+             "refused"),
       MT_KEY(data, dir, "string", "folder with train.bin and val.bin (written by `meshtrain prepare`)"),
       MT_KEY(data, ignore_id, "int", "targets equal to this token id are ignored by the loss (-1: none)"),
       MT_KEY(parallel, dp, "int", "data-parallel degree (ranks holding the same shard, different data)"),

@@ -31,7 +31,8 @@ struct TrainConfig {
   bool recompute = false;
   int64_t max_bad_steps = 5;
   int64_t log_every = 1;
-  int64_t threads = 0;  // 0: all cores (divided among the ranks on this machine)
+  int64_t threads = 0;     // 0: all cores (divided among the ranks on this machine)
+  std::string init_allow;  // --init-from: model fields that may differ from the saved config.json
 };
 
 struct DataConfig {
