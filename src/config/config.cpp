@@ -96,6 +96,9 @@ const std::vector<Entry>& entries() {
       MT_KEY(parallel, bucket_mb, "float", "gradient bucket size in MiB for the ZeRO 0/1 all-reduce"),
       MT_KEY(parallel, timeout_s, "float",
              "watchdog: a collective not complete after this many seconds ends the job"),
+      MT_KEY(parallel, io_timeout_s, "float",
+             "watchdog for waits on another rank's long local work (its save of the model, its write of a "
+             "trace): such a wait not complete after this many seconds ends the job"),
   };
   return table;
 }
@@ -355,6 +358,8 @@ void Config::validate() const {
              ") > 1 needs pipeline parallelism: parallel.pp (", p.pp, ") must be greater than 1");
   MT_REQUIRE(p.bucket_mb > 0, ConfigError, "parallel.bucket_mb (", p.bucket_mb, ") must be positive");
   MT_REQUIRE(p.timeout_s > 0, ConfigError, "parallel.timeout_s (", p.timeout_s, ") must be positive");
+  MT_REQUIRE(p.io_timeout_s > 0, ConfigError, "parallel.io_timeout_s (", p.io_timeout_s,
+             ") must be positive");
   validate_tensor_parallel(*this);
   MT_REQUIRE(t.batch_size % (dp * t.microbatch_size) == 0, ConfigError, "train.batch_size (", t.batch_size,
              ") must be divisible by parallel.dp (", dp, ") x train.microbatch_size (", t.microbatch_size,

@@ -48,8 +48,9 @@ struct ParallelConfig {
   int64_t virtual_stages = 1;
   std::string stage_layers;  // "" or "3,2,2,1": layers per virtual stage
   std::string cp_impl = "ring";
-  double bucket_mb = 25.0;   // ZeRO 0/1 gradient bucket size
-  double timeout_s = 300.0;  // watchdog: a collective not done after this long ends the job
+  double bucket_mb = 25.0;       // ZeRO 0/1 gradient bucket size
+  double timeout_s = 300.0;      // watchdog: a collective not done after this long ends the job
+  double io_timeout_s = 3600.0;  // the same for waits on another rank's long local work (save, trace)
 };
 
 struct Config {

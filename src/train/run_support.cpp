@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/context.h"
 #include "comm/group.h"
 #include "core/error.h"
 #include "core/file.h"
@@ -128,6 +129,27 @@ void require_finite_result(const std::vector<Llama*>& chunks,
            std::to_string(val_losses.back().first) + ") is " + std::to_string(val_losses.back().second);
   }
   MT_THROW(Error, "the run diverged: ", why, "; nothing was saved (lower train.lr or check the data)");
+}
+
+}  // namespace mt
+
+namespace mt {
+
+void wait_for_local_work(const Group* world, double io_timeout_s, const char* what) {
+  if (world == nullptr) return;
+  Group g = *world;
+  CommContext& ctx = g.context();
+  const double collective_timeout = ctx.timeout_s;
+  ctx.timeout_s = io_timeout_s;
+  int64_t nothing = 0;
+  const std::string label = std::string("wait for ") + what + " (parallel.io_timeout_s)";
+  try {
+    g.all_reduce(&nothing, 1, label);
+  } catch (...) {
+    ctx.timeout_s = collective_timeout;
+    throw;
+  }
+  ctx.timeout_s = collective_timeout;
 }
 
 }  // namespace mt

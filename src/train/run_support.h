@@ -1,5 +1,6 @@
 // Small pieces of the training loop's plumbing: the per-step metrics file, the
-// fault injection of the failure tests and the end-of-run finiteness check.
+// fault injection of the failure tests, the end-of-run finiteness check and the
+// wait for another rank's long local work.
 #pragma once
 
 #include <cstdint>
@@ -62,5 +63,16 @@ namespace mt {
 void require_finite_result(const std::vector<Llama*>& chunks,
                            const std::vector<std::pair<int64_t, double>>& val_losses, const Group* world,
                            bool lead);
+
+}  // namespace mt
+
+namespace mt {
+
+// Long local work of one rank that the others then wait for (the lead's save
+// of the model, its write of a trace): every rank calls this after it, and the
+// wait runs under the watchdog limit `io_timeout_s` (parallel.io_timeout_s)
+// instead of the collectives' parallel.timeout_s, so that a slow disk is not
+// taken for a hung peer. Collective over `world` (null: one process, no-op).
+void wait_for_local_work(const Group* world, double io_timeout_s, const char* what);
 
 }  // namespace mt

@@ -288,6 +288,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
       f.commit();
       if (!opts.quiet) std::printf("trace of the last step written to %s\n", opts.trace_path.c_str());
     }
+    wait_for_local_work(world, cfg.parallel.io_timeout_s, "the trace's write");
   }
   if (opts.profile) {
     const KernelTimes& kt = model.kernel_times();
@@ -299,6 +300,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   require_finite_result(chunk_ptrs, result.val_losses, world, lead);  // collective; before any save
   if (!opts.save_dir.empty()) {
     save_model_dir(opts.save_dir, chunk_ptrs, lay.pp_group(), lead);  // gathered from any layout; one writer
+    wait_for_local_work(world, cfg.parallel.io_timeout_s, "the model's save");
     if (!opts.quiet && lead) std::printf("saved %s\n", opts.save_dir.c_str());
   }
   result.memory = MemoryTracker::stats();
