@@ -82,7 +82,13 @@ void abort_job(const Group& world, const std::string& message, int status) {
   int finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, status);
+  // Alone in the world there is no other rank to end: shut MPI down quietly.
+  if (initialized && !finalized) {
+    if (P > 1)
+      MPI_Abort(MPI_COMM_WORLD, status);
+    else
+      MPI_Finalize();
+  }
   std::_Exit(status);
 }
 
