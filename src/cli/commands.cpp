@@ -16,6 +16,7 @@
 #include "pipeline/schedule.h"
 #include "pipeline/simulate.h"
 #include "train/evaluate.h"
+#include "train/memory_estimate.h"
 #include "train/model_io.h"
 #include "train/run_support.h"
 
@@ -44,6 +45,8 @@ int run_train_command(const TrainArgs& a) {
                    static_cast<int>(cfg.parallel.cp), static_cast<int>(cfg.parallel.tp)},
                   world.size());
     check_training_data(cfg);
+    // Before any allocation: the ranks on this machine must fit in its memory.
+    require_fits(estimate_training_memory(cfg), runtime.local_ranks(), available_memory_bytes());
     read_fault();  // a malformed MESHTRAIN_FAULT is refused before any work
     if (!a.run.save_dir.empty() && world.rank() == 0) check_dir_writable(a.run.save_dir);  // the writer
     if (!a.run.init_from.empty())
@@ -115,6 +118,7 @@ int run_eval_command(const EvalArgs& a) {
   ModelOptions mo;
   mo.max_batch = 4;
   mo.max_seq = T;
+  require_fits(estimate_eval_memory(cfg, mo.max_batch, T), 1, available_memory_bytes());
   Llama model(cfg, mo);
   load_model_dir(a.model, model);
   const double loss = evaluate_loss(model, file, T, a.max_windows, mo.max_batch);
@@ -128,6 +132,7 @@ int run_sample_command(const SampleArgs& a) {
   set_num_threads(hardware_threads());
   const Tokenizer tok = Tokenizer::load(a.tokenizer);
   const ModelConfig cfg = read_model_config(a.model);
+  require_fits(estimate_eval_memory(cfg, 1, cfg.max_seq_len), 1, available_memory_bytes());
   Llama model(cfg, ModelOptions{});
   load_model_dir(a.model, model);
   std::vector<int32_t> ids = tok.encode(a.prompt);

@@ -3,7 +3,7 @@
 # binary: the job must end as stated, and what it leaves on disk must be whole.
 #   hardening.sh MESHTRAIN CASE
 # CASE: enospc_save | nonfinite | bad_alloc | bad_alloc_ulimit | save_dir | fault_grammar | single_banner |
-#       init_from | io_timeout
+#       init_from | io_timeout | sizes
 set -u
 bin=$1
 case_name=$2
@@ -156,6 +156,26 @@ PY
       --set parallel.io_timeout_s=1
     check "beyond parallel.io_timeout_s the watchdog ends the job (status $rc)" test "$rc" -ne 0
     check "naming the wait" has "wait for the model's save (parallel.io_timeout_s)" "$tmp/err"
+    ;;
+  sizes)  # sizes that cannot fit (or overflow 64 bits) are refused before allocating, naming the numbers
+    job 20 "${one[@]}" --set model.n_layers=1000000000
+    check "10^9 layers refused (status $rc)" test "$rc" -eq 1
+    check "naming estimate, available memory and the largest part" \
+      grep -qE "needs about .* GiB .* only .* GiB is available .* the largest part is" "$tmp/err"
+    job 20 "${one[@]}" --set model.d_model=1000000000000 --set model.n_heads=1 --set model.n_kv_heads=1
+    check "d_model 10^12 refused (status $rc)" test "$rc" -eq 1
+    check "as an overflow of 64 bits" has "does not fit in 64 bits" "$tmp/err"
+    "${one[@]}" --save "$tmp/m" || fail=1
+    for edit in "hidden_size=10**12;num_attention_heads=1;num_key_value_heads=1" "max_position_embeddings=10**12" \
+      "num_hidden_layers=10**9"; do
+      cp -r "$tmp/m" "$tmp/big"
+      /usr/bin/python3 -c "import json,sys; p=sys.argv[1]; c=json.load(open(p)); exec(';'.join('c[\"%s\"]=%s' % tuple(kv.split('=')) for kv in sys.argv[2].split(';'))); json.dump(c, open(p,'w'))" \
+        "$tmp/big/config.json" "$edit"
+      job 20 "$bin" eval --model "$tmp/big" --data "$tmp/data/val.bin" --threads 1
+      check "config.json with $edit refused (status $rc)" test "$rc" -eq 1
+      check "with the numbers" grep -qE "does not fit in 64 bits|needs about" "$tmp/err"
+      rm -rf "$tmp/big"
+    done
     ;;
   *)
     echo "hardening.sh: unknown case '$case_name'" >&2
