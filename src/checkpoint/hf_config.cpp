@@ -58,6 +58,26 @@ class Reader {
   const std::string& path_;
 };
 
+// RoPE in either spelling (see read_hf_config in hf_config.h) into c.
+void read_rope(const Json& root, const Reader& r, const std::string& path, HfLlamaConfig* c) {
+  c->rope_theta = r.present("rope_theta") ? r.number("rope_theta") : 10000.0;
+  if (r.present("rope_scaling")) c->rope_scaling = root["rope_scaling"].dump();
+  if (!r.present("rope_parameters")) return;
+  const Json& p = root["rope_parameters"];
+  if (!p.is_object()) r.fail("rope_parameters", "must be an object, got ", p.dump());
+  const Reader nested(p, path);
+  if (nested.present("rope_theta")) {
+    const double theta = nested.number("rope_theta");
+    if (r.present("rope_theta") && theta != c->rope_theta) {
+      r.fail("rope_parameters", "holds rope_theta ", theta, " but the top-level rope_theta is ",
+             c->rope_theta);
+    }
+    c->rope_theta = theta;
+  }
+  const std::string type = nested.present("rope_type") ? nested.string("rope_type") : "default";
+  if (type != "default" && c->rope_scaling.empty()) c->rope_scaling = p.dump();
+}
+
 }  // namespace
 
 void check_hf_config(const HfLlamaConfig& c, const std::string& source) {
@@ -103,7 +123,7 @@ void write_hf_config(const std::string& path, const HfLlamaConfig& c) {
   write_file_atomic(path, j.dump(2) + "\n");
 }
 
-HfLlamaConfig read_hf_config(const std::string& path) {
+HfLlamaConfig read_hf_config(const std::string& path, const HfReadOptions& opts) {
   std::ifstream in(path, std::ios::binary);
   if (!in) MT_THROW(IoError, "cannot open '", path, "': ", std::system_category().message(errno));
   std::stringstream text;
@@ -130,7 +150,10 @@ HfLlamaConfig read_hf_config(const std::string& path) {
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     if (r.present(key) && r.boolean(key)) r.fail(key, "is true; biases are not supported");
   }
-  if (r.present("rope_scaling")) r.fail("rope_scaling", "is set; RoPE scaling is not supported");
+  for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts"}) {
+    if (r.present(key) && !(root[key].is_number_integer() && root[key].get<int64_t>() <= 1))
+      r.fail(key, "is ", root[key].dump(), "; mixture-of-experts models are not supported");
+  }
 
   HfLlamaConfig c;
   c.vocab_size = r.integer("vocab_size");
@@ -142,8 +165,12 @@ HfLlamaConfig read_hf_config(const std::string& path) {
       r.present("num_key_value_heads") ? r.integer("num_key_value_heads") : c.num_attention_heads;
   c.max_position_embeddings = r.integer("max_position_embeddings");
   c.rms_norm_eps = r.number("rms_norm_eps");
-  c.rope_theta = r.present("rope_theta") ? r.number("rope_theta") : 10000.0;
+  read_rope(root, r, path, &c);
   c.tie_word_embeddings = r.present("tie_word_embeddings") ? r.boolean("tie_word_embeddings") : false;
+  if (!c.rope_scaling.empty() && !opts.keep_rope_scaling) {
+    r.fail(r.present("rope_scaling") ? "rope_scaling" : "rope_parameters", "is set (", c.rope_scaling,
+           "); RoPE scaling is not supported");
+  }
   check_hf_config(c, path);
   if (r.present("head_dim") && r.integer("head_dim") != c.hidden_size / c.num_attention_heads) {
     r.fail("head_dim", "(", r.integer("head_dim"), ") must equal hidden_size / num_attention_heads (",

@@ -5,7 +5,9 @@
 //              {"__metadata__": {"key": "value", ...},
 //               "<name>": {"dtype": "F32", "shape": [d0, d1, ...], "data_offsets": [begin, end]}, ...}
 //   [rest]     data buffer; [begin, end) is relative to its start, tensors are
-//              contiguous and row-major, little-endian.
+//              contiguous and row-major, little-endian. The tensors tile the
+//              buffer exactly (no gaps, overlaps or trailing bytes); the reader
+//              refuses a file where they do not.
 //
 // We write fp32 only. We read F32, and also BF16 and F16 (widened exactly to
 // fp32), since published Hugging Face checkpoints are often 16-bit.
@@ -72,6 +74,7 @@ class SafetensorsFile {
   SafetensorsFile() = default;
   const Entry& entry(const std::string& name) const;
   void parse_header(const char* header, uint64_t header_len, uint64_t data_len);
+  void check_tiling(uint64_t data_len) const;
 
   std::string path_;
   void* map_ = nullptr;  // whole file, read-only

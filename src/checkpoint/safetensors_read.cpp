@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -136,6 +137,36 @@ void SafetensorsFile::parse_header(const char* header, uint64_t header_len, uint
     }
     names_.push_back(name);
     entries_.emplace(name, std::move(e));
+  }
+  check_tiling(data_len);
+}
+
+// The tensors must tile the data buffer exactly, as the format's reference
+// reader requires: sorted by offset, each begins where the previous ended, the
+// first at 0 and the last at the end of the buffer. A gap, an overlap or
+// trailing bytes mean the header and the data disagree (e.g. bytes inserted
+// after the header shift every tensor), so the file is refused rather than
+// read at the wrong place.
+void SafetensorsFile::check_tiling(uint64_t data_len) const {
+  std::vector<std::pair<uint64_t, uint64_t>> spans;  // (begin, end), every tensor
+  std::map<uint64_t, std::string> name_at;           // for the message only
+  for (const auto& [name, e] : entries_) {
+    spans.emplace_back(e.begin, e.end);
+    name_at.emplace(e.begin, name);
+  }
+  std::sort(spans.begin(), spans.end());
+  uint64_t covered = 0;
+  for (const auto& [begin, end] : spans) {
+    if (begin != covered) {
+      MT_BAD_FILE("tensor '", name_at[begin], "' begins at byte ", begin,
+                  " of the data buffer but the tensors ", "before it end at byte ", covered, " (",
+                  begin > covered ? "gap" : "overlap", "); tensors must tile the data buffer exactly");
+    }
+    covered = end;
+  }
+  if (covered != data_len) {
+    MT_BAD_FILE("the tensors cover ", covered, " bytes but the data buffer holds ", data_len,
+                " (trailing bytes); tensors must tile the data buffer exactly");
   }
 }
 

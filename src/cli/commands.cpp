@@ -1,5 +1,6 @@
 #include "cli/commands.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "comm/context.h"
@@ -15,6 +16,7 @@
 #include "pipeline/schedule.h"
 #include "pipeline/simulate.h"
 #include "train/evaluate.h"
+#include "train/memory_estimate.h"
 #include "train/model_io.h"
 #include "train/run_mesh.h"
 
@@ -35,11 +37,15 @@ int run_train_command(const TrainArgs& a) {
   // Start-up validation on every rank; one message, every rank exits 1.
   std::optional<std::string> error;
   Config cfg;
+  std::vector<std::string> init_notices;
   try {
     cfg = load_config(a.config, overrides);
-    validate_run(cfg, a.run, world.size());
-  } catch (const Error& e) {
-    error = e.what();
+    RunOptions checked = a.run;
+    checked.local_ranks = runtime.local_ranks();
+    init_notices = validate_run(cfg, checked, world.size(), world.rank());
+  } catch (...) {
+    int status = 1;
+    error = describe_current_exception(&status);
   }
   agree_on_startup_errors(world, error);
   if (world.rank() == 0) {  // keys the user set that this layout ignores: say so rather than stay silent
@@ -47,6 +53,8 @@ int run_train_command(const TrainArgs& a) {
       std::fprintf(stderr, "meshtrain: note: %s\n", note.c_str());
   }
   world.context().timeout_s = cfg.parallel.timeout_s;
+  for (const std::string& n : init_notices)
+    if (world.rank() == 0) std::fprintf(stderr, "meshtrain: notice: %s\n", n.c_str());
   if (a.print_mesh && world.rank() == 0) {
     std::printf("%s", DeviceMesh::table(mesh_sizes(cfg.parallel)).c_str());
   }
@@ -55,8 +63,10 @@ int run_train_command(const TrainArgs& a) {
   RunResult r;
   try {
     r = run_training(cfg, run, &world);
-  } catch (const Error& e) {
-    abort_job(world, e.what());  // ends every rank, non-zero
+  } catch (...) {  // any exception, ours or not: ends every rank, non-zero, with its message
+    int status = 1;
+    const std::string message = describe_current_exception(&status);
+    abort_job(world, message, status);
   }
   if (a.run.profile && world.rank() == 0) {
     double total = 0;
@@ -98,10 +108,13 @@ int run_eval_command(const EvalArgs& a) {
   ModelOptions mo;
   mo.max_batch = 4;
   mo.max_seq = T;
+  require_fits(estimate_eval_memory(cfg, mo.max_batch, T), 1, available_memory_bytes());
   Llama model(cfg, mo);
   load_model_dir(a.model, model);
   const double loss = evaluate_loss(model, file, T, a.max_windows, mo.max_batch);
   std::printf("loss %.6f\n", loss);
+  MT_REQUIRE(std::isfinite(loss), Error, "the loss of ", a.model, " on ", a.data, " is ", loss,
+             ", not finite: the model's weights or outputs overflow");
   return 0;
 }
 
@@ -109,6 +122,7 @@ int run_sample_command(const SampleArgs& a) {
   set_num_threads(hardware_threads());
   const Tokenizer tok = Tokenizer::load(a.tokenizer);
   const ModelConfig cfg = read_model_config(a.model);
+  require_fits(estimate_eval_memory(cfg, 1, cfg.max_seq_len), 1, available_memory_bytes());
   Llama model(cfg, ModelOptions{});
   load_model_dir(a.model, model);
   std::vector<int32_t> ids = tok.encode(a.prompt);

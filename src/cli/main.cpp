@@ -116,6 +116,9 @@ int main(int argc, char** argv) {
   } catch (const std::exception& err) {
     std::fprintf(stderr, "meshtrain: internal error: %s\n", err.what());
     return 2;
+  } catch (...) {  // no exception leaves main unreported
+    std::fprintf(stderr, "meshtrain: internal error: an exception of unknown type\n");
+    return 2;
   }
   return 0;
 }

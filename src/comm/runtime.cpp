@@ -2,7 +2,10 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <memory>
+#include <new>
+#include <string>
 
 #include "comm/context.h"
 #include "comm/mpi_backend.h"
@@ -79,8 +82,32 @@ void abort_job(const Group& world, const std::string& message, int status) {
   int finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, status);
+  // Alone in the world there is no other rank to end: shut MPI down quietly.
+  if (initialized && !finalized) {
+    if (P > 1)
+      MPI_Abort(MPI_COMM_WORLD, status);
+    else
+      MPI_Finalize();
+  }
   std::_Exit(status);
+}
+
+std::string describe_current_exception(int* status) {
+  try {
+    throw;
+  } catch (const Error& e) {
+    *status = 1;
+    return e.what();
+  } catch (const std::bad_alloc&) {
+    *status = 2;
+    return "out of memory (std::bad_alloc)";
+  } catch (const std::exception& e) {
+    *status = 2;
+    return std::string("internal error: ") + e.what();
+  } catch (...) {
+    *status = 2;
+    return "internal error: an exception of unknown type";
+  }
 }
 
 }  // namespace mt

@@ -35,7 +35,15 @@ class CommRuntime {
 void agree_on_startup_errors(const Group& world, const std::optional<std::string>& error);
 
 // An error on one rank in the middle of a run: print it (naming the rank when
-// the world has more than one) and end every rank of the job, non-zero.
+// the world has more than one) and end every rank of the job, non-zero. A
+// world of one ends with the message alone (no MPI_Abort, whose banner would
+// follow it).
 [[noreturn]] void abort_job(const Group& world, const std::string& message, int status = 1);
+
+// The exception in flight (call from a catch block) as a message and exit
+// status: meshtrain's own errors give their text and 1; anything else (the
+// standard library's, std::bad_alloc, an unknown type) is named as such and
+// gives 2, so that no exception on any rank goes unreported.
+std::string describe_current_exception(int* status);
 
 }  // namespace mt

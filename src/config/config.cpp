@@ -63,6 +63,10 @@ const std::vector<Entry>& entries() {
              "stop after this many consecutive steps with a NaN/Inf loss or grad norm"),
       MT_KEY(train, log_every, "int", "print a log line every N steps"),
       MT_KEY(train, threads, "int", "threads per rank (0: this machine's cores / ranks on it)"),
+      MT_KEY(train, init_allow, "string",
+             "--init-from: comma-separated model fields that may differ from the saved config.json and take "
+             "this run's value (rope_theta, norm_eps, max_seq_len, rope_scaling); any other difference is "
+             "refused"),
       MT_KEY(data, dir, "string", "folder with train.bin and val.bin (written by `meshtrain prepare`)"),
       MT_KEY(data, ignore_id, "int", "targets equal to this token id are ignored by the loss (-1: none)"),
       MT_KEY(parallel, dp, "int", "data-parallel degree (ranks holding the same shard, different data)"),
@@ -90,6 +94,9 @@ const std::vector<Entry>& entries() {
       MT_KEY(parallel, bucket_mb, "float", "gradient bucket size in MiB for the ZeRO 0/1 all-reduce"),
       MT_KEY(parallel, timeout_s, "float",
              "watchdog: a collective not complete after this many seconds ends the job"),
+      MT_KEY(parallel, io_timeout_s, "float",
+             "watchdog for waits on another rank's long local work (its save of the model, its write of a "
+             "trace): such a wait not complete after this many seconds ends the job"),
   };
   return table;
 }

@@ -32,7 +32,8 @@ struct TrainConfig {
   bool recompute = false;
   int64_t max_bad_steps = 5;
   int64_t log_every = 1;
-  int64_t threads = 0;  // 0: all cores (divided among the ranks on this machine)
+  int64_t threads = 0;     // 0: all cores (divided among the ranks on this machine)
+  std::string init_allow;  // --init-from: model fields that may differ from the saved config.json
 };
 
 struct DataConfig {
@@ -48,8 +49,9 @@ struct ParallelConfig {
   int64_t virtual_stages = 1;
   std::string stage_layers;  // "" or "3,2,2,1": layers per virtual stage
   std::string cp_impl = "ring";
-  double bucket_mb = 25.0;   // ZeRO 0/1 gradient bucket size
-  double timeout_s = 300.0;  // watchdog: a collective not done after this long ends the job
+  double bucket_mb = 25.0;       // ZeRO 0/1 gradient bucket size
+  double timeout_s = 300.0;      // watchdog: a collective not done after this long ends the job
+  double io_timeout_s = 3600.0;  // the same for waits on another rank's long local work (save, trace)
 };
 
 struct Config {

@@ -76,6 +76,8 @@ void Config::validate() const {
   positive("parallel.virtual_stages", p.virtual_stages);
   MT_REQUIRE(p.bucket_mb > 0, ConfigError, "parallel.bucket_mb (", p.bucket_mb, ") must be positive");
   MT_REQUIRE(p.timeout_s > 0, ConfigError, "parallel.timeout_s (", p.timeout_s, ") must be positive");
+  MT_REQUIRE(p.io_timeout_s > 0, ConfigError, "parallel.io_timeout_s (", p.io_timeout_s,
+             ") must be positive");
   tp_dims(model, TpRank{static_cast<int>(p.tp), 0});  // Megatron's split: heads, MLP channels, kv heads
   if (p.sp) tp::check_sequence_parallel(t.seq_len, p.cp, p.tp);
   MT_REQUIRE(t.batch_size % (p.dp * t.microbatch_size) == 0, ConfigError, "train.batch_size (", t.batch_size,

@@ -5,9 +5,11 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include "core/error.h"
@@ -26,7 +28,26 @@ std::string temporary_name(const std::string& path) {
   return path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
 }
 
+// The injected faults (set_write_faults); relaxed atomics, since only the
+// tests set them and a write only needs to see some recent value.
+std::atomic<int64_t> g_enospc_after{-1};
+std::atomic<double> g_commit_delay_s{0};
+
+// Charges `bytes` to the injected ENOSPC budget; false when it is spent.
+bool write_fault_allows(size_t bytes) {
+  int64_t left = g_enospc_after.load(std::memory_order_relaxed);
+  if (left < 0) return true;
+  const int64_t after = left - static_cast<int64_t>(bytes);
+  g_enospc_after.store(after < 0 ? 0 : after, std::memory_order_relaxed);
+  return after >= 0;
+}
+
 }  // namespace
+
+void set_write_faults(const WriteFaults& f) {
+  g_enospc_after.store(f.enospc_after, std::memory_order_relaxed);
+  g_commit_delay_s.store(f.commit_delay_s, std::memory_order_relaxed);
+}
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_path_(temporary_name(path_)) {
   fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -44,6 +65,10 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::write(const void* data, size_t bytes) {
   MT_REQUIRE(fd_ >= 0, IoError, "write to '", path_, "' after it was committed or failed");
   const char* p = static_cast<const char*>(data);
+  if (!write_fault_allows(bytes)) {
+    MT_THROW(IoError, "cannot write '", tmp_path_, "' (for '", path_, "'): ", sys_message(ENOSPC),
+             " (injected by MESHTRAIN_FAULT)");
+  }
   while (bytes > 0) {
     const ssize_t n = ::write(fd_, p, bytes);
     if (n < 0 && errno == EINTR) continue;
@@ -55,6 +80,8 @@ void AtomicFile::write(const void* data, size_t bytes) {
 
 void AtomicFile::commit() {
   MT_REQUIRE(fd_ >= 0, IoError, "commit of '", path_, "' after it was committed or failed");
+  const double delay = g_commit_delay_s.load(std::memory_order_relaxed);
+  if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
   if (::fsync(fd_) != 0) MT_THROW(IoError, "cannot flush '", tmp_path_, "' to disk: ", sys_message(errno));
   const int fd = std::exchange(fd_, -1);
   if (::close(fd) != 0) MT_THROW(IoError, "cannot close '", tmp_path_, "': ", sys_message(errno));

@@ -46,4 +46,14 @@ void write_file_atomic(const std::string& path, std::string_view contents);
 // Whole file as bytes.
 std::string read_file(const std::string& path);
 
+// Fault injection for the failure tests (MESHTRAIN_FAULT kinds enospc and
+// slow_io): from this call on, AtomicFile writes of this process fail with
+// ENOSPC, as on a full disk, once `enospc_after` more bytes have been written
+// (negative: never), and each commit first sleeps `commit_delay_s` seconds.
+struct WriteFaults {
+  int64_t enospc_after = -1;
+  double commit_delay_s = 0;
+};
+void set_write_faults(const WriteFaults& f);
+
 }  // namespace mt

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <sstream>
 
 #include "checkpoint/hf_config.h"
 #include "checkpoint/safetensors.h"
+#include "core/atomic_dir.h"
 #include "core/error.h"
 
 namespace mt {
@@ -73,14 +75,15 @@ void save_model_dir(const std::string& dir, const std::vector<Llama*>& chunks, G
   // Each parameter lives on exactly one stage, zeros elsewhere: the sum over pp is the model.
   if (pp != nullptr) pp->all_reduce(full.data(), global.total, "save: gather pp stages");
   if (!write) return;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  MT_REQUIRE(!ec, IoError, "cannot create model directory '", dir, "': ", ec.message());
-  write_hf_config((fs::path(dir) / "config.json").string(), to_hf(cfg));
+  // The directory is replaced as a whole, never file by file: a failure half
+  // way (disk full, a kill) leaves the previous model loadable.
+  AtomicDir out(dir);
+  write_hf_config((fs::path(out.staging()) / "config.json").string(), to_hf(cfg));
   std::vector<TensorRef> tensors;
   for (const auto& s : global.specs)
     tensors.push_back({s.name, s.shape, full.data() + s.offset});
-  write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  write_safetensors((fs::path(out.staging()) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  out.commit();
 }
 
 ModelConfig read_model_config(const std::string& dir) {
@@ -97,6 +100,63 @@ ModelConfig read_model_config(const std::string& dir) {
   c.norm_eps = h.rms_norm_eps;
   c.tie_embeddings = h.tie_word_embeddings;
   return c;
+}
+
+namespace {
+// train.init_allow as a list; ConfigError for a name that is not allowable.
+std::vector<std::string> parse_init_allow(const std::string& allow) {
+  static const std::vector<std::string> allowable = {"rope_theta", "norm_eps", "max_seq_len", "rope_scaling"};
+  std::vector<std::string> out;
+  std::string item;
+  for (size_t i = 0; i <= allow.size(); ++i) {
+    if (i < allow.size() && allow[i] != ',') {
+      if (allow[i] != ' ') item += allow[i];
+      continue;
+    }
+    if (item.empty()) continue;
+    MT_REQUIRE(
+        std::find(allowable.begin(), allowable.end(), item) != allowable.end(), ConfigError,
+        "train.init_allow names '", item,
+        "'; only fields that shape no tensor may differ: rope_theta, norm_eps, max_seq_len, rope_scaling");
+    out.push_back(item);
+    item.clear();
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<std::string> check_init_from(const std::string& dir, const ModelConfig& run,
+                                         const std::string& allow) {
+  const std::vector<std::string> allowed = parse_init_allow(allow);
+  const HfLlamaConfig saved =
+      read_hf_config((fs::path(dir) / "config.json").string(), {.keep_rope_scaling = true});
+  const HfLlamaConfig mine = to_hf(run);
+  std::vector<std::string> notices;
+  auto same = [&](const char* key, const auto& there, const auto& here) {
+    if (there == here) return;
+    std::ostringstream values;
+    values.precision(17);
+    values << "model." << key << " is " << there << " in " << dir << "/config.json but " << here
+           << " in this run's configuration";
+    const bool ok = std::find(allowed.begin(), allowed.end(), key) != allowed.end();
+    MT_REQUIRE(
+        ok, ConfigError, "--init-from ", dir, ": ", values.str(),
+        ok ? "" : " (list the field in train.init_allow to use the run's value, if it shapes no tensor)");
+    notices.push_back("--init-from: " + values.str() + "; using this run's value (train.init_allow)");
+  };
+  same("vocab_size", saved.vocab_size, mine.vocab_size);
+  same("d_model", saved.hidden_size, mine.hidden_size);
+  same("ffn_hidden", saved.intermediate_size, mine.intermediate_size);
+  same("n_layers", saved.num_hidden_layers, mine.num_hidden_layers);
+  same("n_heads", saved.num_attention_heads, mine.num_attention_heads);
+  same("n_kv_heads", saved.num_key_value_heads, mine.num_key_value_heads);
+  same("tie_embeddings", saved.tie_word_embeddings, mine.tie_word_embeddings);
+  same("rope_theta", saved.rope_theta, mine.rope_theta);
+  same("norm_eps", saved.rms_norm_eps, mine.rms_norm_eps);
+  same("max_seq_len", saved.max_position_embeddings, mine.max_position_embeddings);
+  same("rope_scaling", saved.rope_scaling.empty() ? std::string("none") : saved.rope_scaling,
+       std::string("none"));
+  return notices;
 }
 
 void load_model_dir(const std::string& dir, Llama& model) {

@@ -23,6 +23,16 @@ void save_model_dir(const std::string& dir, const std::vector<Llama*>& chunks, G
 // The model configuration stored in dir/config.json (init_std is not stored).
 ModelConfig read_model_config(const std::string& dir);
 
+// --init-from's start-up check of dir/config.json against the run's model
+// configuration. Every field that shapes the function (sizes, heads, kv heads,
+// tying, rope_theta, norm_eps, max_seq_len, RoPE scaling, experts) must match,
+// or ConfigError names the field and both values. `allow` is
+// train.init_allow: a comma-separated list of the fields that do not shape a
+// tensor (rope_theta, norm_eps, max_seq_len, rope_scaling) that may differ;
+// each such difference is returned as a notice (the run's value is used).
+std::vector<std::string> check_init_from(const std::string& dir, const ModelConfig& run,
+                                         const std::string& allow);
+
 // Loads dir/model.safetensors into the model's parameters. ConfigError if the
 // directory's configuration differs from the model's (naming the key and both
 // values), DataError for a missing tensor or a shape mismatch.

@@ -14,6 +14,7 @@
 #include "parallel/data_parallel.h"
 #include "train/explain.h"
 #include "train/flops.h"
+#include "train/run_support.h"
 
 namespace mt {
 
@@ -201,14 +202,16 @@ void report_validation(MetricsWriter& metrics, const RunMesh& mesh, int64_t step
     std::printf("step %5lld | val loss %.4f\n", static_cast<long long>(step), loss);
 }
 
-void write_trace(const RunMesh& mesh, const TrainModel& model, const RunOptions& opts) {
+void write_trace(const RunMesh& mesh, const TrainModel& model, const RunOptions& opts, double io_timeout_s) {
   if (opts.trace_path.empty() || !mesh.world()) return;
   const std::string json = trace_json(*mesh.world(), mesh.rank, model.executor->spans());  // collective
-  if (mesh.rank != 0) return;
-  AtomicFile f(opts.trace_path);
-  f.write(json.data(), json.size());
-  f.commit();
-  if (!opts.quiet) std::printf("trace of the last step written to %s\n", opts.trace_path.c_str());
+  if (mesh.rank == 0) {
+    AtomicFile f(opts.trace_path);
+    f.write(json.data(), json.size());
+    f.commit();
+    if (!opts.quiet) std::printf("trace of the last step written to %s\n", opts.trace_path.c_str());
+  }
+  wait_for_local_work(mesh.world(), io_timeout_s, "the trace's write");
 }
 
 void report_end(const RunMesh& mesh, const Config& cfg, TrainModel& model, const RunOptions& opts,

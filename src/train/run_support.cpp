@@ -1,11 +1,18 @@
 #include "train/run_support.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <thread>
+#include <vector>
 
+#include "comm/context.h"
+#include "comm/group.h"
 #include "core/error.h"
+#include "core/file.h"
+#include "model/llama.h"
 
 namespace mt {
 
@@ -21,23 +28,128 @@ void MetricsWriter::write(const nlohmann::json& j) {
   out_.flush();
 }
 
-Fault read_fault() {
+namespace {
+
+constexpr const char* kFaultGrammar =
+    "KIND:RANK:STEP[:ARG] with KIND one of throw, bad_alloc, stall (no ARG), enospc:RANK:STEP:BYTES, "
+    "slow_io:RANK:STEP:SECONDS; RANK and STEP non-negative integers";
+
+// The whole of `s` as a non-negative integer (digits only), or -1.
+int64_t whole_number(const std::string& s) {
+  if (s.empty() || s.size() > 18) return -1;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+std::vector<std::string> split_colons(const std::string& s) {
+  std::vector<std::string> parts(1);
+  for (char c : s) {
+    if (c == ':')
+      parts.emplace_back();
+    else
+      parts.back() += c;
+  }
+  return parts;
+}
+
+}  // namespace
+
+Fault parse_fault(const std::string& text) {
+  const std::vector<std::string> p = split_colons(text);
+  auto bad = [&](const std::string& why) {
+    MT_THROW(ConfigError, "MESHTRAIN_FAULT '", text, "': ", why, "; the accepted grammar is ", kFaultGrammar);
+  };
+  const std::string& kind = p[0];
+  const bool takes_arg = kind == "enospc" || kind == "slow_io";
+  if (kind != "throw" && kind != "bad_alloc" && kind != "stall" && !takes_arg)
+    bad("unknown kind '" + kind + "'");
+  const size_t want = takes_arg ? 4 : 3;
+  if (p.size() != want) {
+    bad("kind " + kind + " takes " + std::to_string(want) + " fields but " + std::to_string(p.size()) +
+        " were given");
+  }
   Fault f;
-  const char* env = std::getenv("MESHTRAIN_FAULT");
-  if (env == nullptr) return f;
-  char kind[16] = {0};
-  long long step = -1;
-  MT_REQUIRE(std::sscanf(env, "%15[a-z]:%d:%lld", kind, &f.rank, &step) == 3, ConfigError,
-             "MESHTRAIN_FAULT '", env, "' must be throw:RANK:STEP or stall:RANK:STEP");
   f.kind = kind;
-  f.step = step;
+  const int64_t rank = whole_number(p[1]);
+  if (rank < 0 || rank > INT32_MAX) bad("RANK '" + p[1] + "' is not a non-negative integer");
+  f.rank = static_cast<int>(rank);
+  f.step = whole_number(p[2]);
+  if (f.step < 0) bad("STEP '" + p[2] + "' is not a non-negative integer");
+  if (takes_arg) {
+    const int64_t arg = whole_number(p[3]);
+    if (arg < 0) bad("ARG '" + p[3] + "' is not a non-negative integer");
+    f.arg = static_cast<double>(arg);
+  }
   return f;
 }
 
+Fault read_fault() {
+  const char* env = std::getenv("MESHTRAIN_FAULT");
+  if (env == nullptr) return {};
+  return parse_fault(env);
+}
+
 void inject_fault(const Fault& f, int rank, int64_t step) {
-  if (f.rank != rank || f.step != step) return;
+  if (f.kind.empty() || f.rank != rank || f.step != step) return;
   if (f.kind == "throw") MT_THROW(Error, "injected fault (MESHTRAIN_FAULT) at step ", step);
+  if (f.kind == "bad_alloc") throw std::bad_alloc();
   if (f.kind == "stall") std::this_thread::sleep_for(std::chrono::hours(1));
+  if (f.kind == "enospc") set_write_faults({static_cast<int64_t>(f.arg), 0.0});
+  if (f.kind == "slow_io") set_write_faults({-1, f.arg});
+}
+
+}  // namespace mt
+
+namespace mt {
+
+void require_finite_result(const std::vector<Llama*>& chunks,
+                           const std::vector<std::pair<int64_t, double>>& val_losses, const Group* world,
+                           bool lead) {
+  int64_t bad = 0;
+  for (Llama* c : chunks) {
+    const float* p = c->store().local_params();
+    const int64_t n = c->store().local_numel();
+    for (int64_t i = 0; i < n; ++i)
+      bad += !std::isfinite(p[i]);
+  }
+  if (world != nullptr) {
+    Group g = *world;  // a Group is a value; the copy shares the communicator
+    g.all_reduce(&bad, 1, "end of run: non-finite parameters");
+  }
+  const bool bad_eval = !val_losses.empty() && !std::isfinite(val_losses.back().second);
+  if (!lead || (bad == 0 && !bad_eval)) return;
+  std::string why;
+  if (bad > 0) why = std::to_string(bad) + " parameter element(s) are not finite";
+  if (bad_eval) {
+    why += (why.empty() ? "" : " and ") + std::string("the last validation loss (step ") +
+           std::to_string(val_losses.back().first) + ") is " + std::to_string(val_losses.back().second);
+  }
+  MT_THROW(Error, "the run diverged: ", why, "; nothing was saved (lower train.lr or check the data)");
+}
+
+}  // namespace mt
+
+namespace mt {
+
+void wait_for_local_work(const Group* world, double io_timeout_s, const char* what) {
+  if (world == nullptr) return;
+  Group g = *world;
+  CommContext& ctx = g.context();
+  const double collective_timeout = ctx.timeout_s;
+  ctx.timeout_s = io_timeout_s;
+  int64_t nothing = 0;
+  const std::string label = std::string("wait for ") + what + " (parallel.io_timeout_s)";
+  try {
+    g.all_reduce(&nothing, 1, label);
+  } catch (...) {
+    ctx.timeout_s = collective_timeout;
+    throw;
+  }
+  ctx.timeout_s = collective_timeout;
 }
 
 }  // namespace mt

@@ -5,11 +5,13 @@
 #include <filesystem>
 
 #include "comm/context.h"
+#include "core/atomic_dir.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "data/token_file.h"
 #include "optim/schedule.h"
 #include "train/flops.h"
+#include "train/memory_estimate.h"
 #include "train/model_io.h"
 #include "train/report.h"
 #include "train/run_mesh.h"
@@ -28,12 +30,18 @@ void check_training_data(const Config& cfg) {
              train_file.vocab_size(), "-token vocabulary but model.vocab_size is ", cfg.model.vocab_size);
 }
 
-void validate_run(const Config& cfg, const RunOptions& opts, int world_size) {
+std::vector<std::string> validate_run(const Config& cfg, const RunOptions& opts, int world_size, int rank) {
   cfg.validate();
   validate_mesh(mesh_sizes(cfg.parallel), world_size);
   check_training_data(cfg);
+  // Before any allocation: the ranks on this machine must fit in its memory.
+  require_fits(estimate_training_memory(cfg), opts.local_ranks, available_memory_bytes());
+  read_fault();                                                                // a malformed MESHTRAIN_FAULT
+  if (!opts.save_dir.empty() && rank == 0) check_dir_writable(opts.save_dir);  // the one writer
   MT_REQUIRE(opts.trace_path.empty() || cfg.parallel.pp > 1, ConfigError,
              "--trace records the pipeline's stages: it needs parallel.pp > 1 (it is ", cfg.parallel.pp, ")");
+  if (opts.init_from.empty()) return {};
+  return check_init_from(opts.init_from, cfg.model, cfg.train.init_allow);
 }
 
 RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* world) {
@@ -70,9 +78,12 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     if (do_eval && (step + 1) % tc.eval_every == 0) evaluate(step);
   }
   if (do_eval && tc.steps % tc.eval_every != 0) evaluate(tc.steps - 1);
-  write_trace(mesh, model, opts);
+  write_trace(mesh, model, opts, cfg.parallel.io_timeout_s);
+  require_finite_result(model.chunk_ptrs(), result.val_losses, mesh.world(),
+                        lead);  // collective; before any save
   if (!opts.save_dir.empty()) {
     save_model_dir(opts.save_dir, model.chunk_ptrs(), mesh.pp_group(), lead);  // gathered from any layout
+    wait_for_local_work(mesh.world(), cfg.parallel.io_timeout_s, "the model's save");
     if (!opts.quiet && lead) std::printf("saved %s\n", opts.save_dir.c_str());
   }
   report_end(mesh, cfg, model, opts, result);

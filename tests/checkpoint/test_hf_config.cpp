@@ -135,6 +135,32 @@ TEST(HfConfig, RejectsValuesAndFeaturesWeCannotHonour) {
   EXPECT_EQ(read_hf_config(path).hidden_size, 64);
 }
 
+TEST(HfConfig, ReadsRopeThetaInBothSpellings) {
+  // transformers 5 writes rope_theta inside rope_parameters; reading only the
+  // top-level key would default it to 10000 and load such a model wrong.
+  TempDir dir;
+  const std::string path = dir.file("config.json");
+  testing::write_bytes(
+      path, config_text({{"rope_parameters", {{"rope_theta", 500000.0}, {"rope_type", "default"}}}}));
+  EXPECT_EQ(read_hf_config(path).rope_theta, 500000.0);
+  testing::write_bytes(path, config_text({{"rope_theta", 250000.0}}));
+  EXPECT_EQ(read_hf_config(path).rope_theta, 250000.0);
+  testing::write_bytes(
+      path, config_text({{"rope_theta", 500000.0}, {"rope_parameters", {{"rope_theta", 500000.0}}}}));
+  EXPECT_EQ(read_hf_config(path).rope_theta, 500000.0);
+  expect_config_error(dir, config_text({{"rope_theta", 1e4}, {"rope_parameters", {{"rope_theta", 5e5}}}}),
+                      "holds rope_theta 500000 but the top-level rope_theta is 10000");
+  expect_config_error(dir, config_text({{"rope_parameters", {{"rope_theta", 5e5}, {"rope_type", "llama3"}}}}),
+                      "key 'rope_parameters' is set");
+  expect_config_error(dir, config_text({{"rope_parameters", 3}}), "key 'rope_parameters' must be an object");
+  expect_config_error(dir, config_text({{"num_local_experts", 8}}),
+                      "mixture-of-experts models are not supported");
+  // A scaling is kept, not refused, when asked (for comparing configs).
+  testing::write_bytes(path,
+                       config_text({{"rope_parameters", {{"rope_theta", 5e5}, {"rope_type", "yarn"}}}}));
+  EXPECT_NE(read_hf_config(path, {.keep_rope_scaling = true}).rope_scaling.find("yarn"), std::string::npos);
+}
+
 TEST(HfConfig, WriteRejectsInvalidConfigAndMissingFileIsIoError) {
   TempDir dir;
   HfLlamaConfig c = small_config();

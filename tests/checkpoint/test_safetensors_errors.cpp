@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,42 @@ TEST(SafetensorsErrors, OffsetsOutOfRangeOrWrongSize) {
              "span 8 bytes but shape [3] of F32 needs 3 x 4 bytes");
   expect_bad(dir, bytes(R"("dtype":"BF16","shape":[2,3],"data_offsets":[0,8])"),
              "span 8 bytes but shape [2,3] of BF16 needs 6 x 2 bytes");
+}
+
+TEST(SafetensorsErrors, TensorsMustTileTheDataBuffer) {
+  TempDir dir;
+  auto two = [](const std::string& a, const std::string& b) {
+    return R"({"a":{"dtype":"F32","shape":[1],"data_offsets":)" + a + R"(},"b":{"dtype":"F32","shape":[1],)" +
+           R"("data_offsets":)" + b + "}}";
+  };
+  expect_bad(dir, testing::safetensors_bytes(two("[0,4]", "[8,12]"), std::string(12, '\0')),
+             "tensor 'b' begins at byte 8 of the data buffer but the tensors before it end at byte 4 (gap)");
+  expect_bad(dir, testing::safetensors_bytes(two("[4,8]", "[8,12]"), std::string(12, '\0')),
+             "tensor 'a' begins at byte 4 of the data buffer but the tensors before it end at byte 0 (gap)");
+  expect_bad(dir, testing::safetensors_bytes(two("[0,4]", "[2,6]"), std::string(6, '\0')), "(overlap)");
+  expect_bad(dir, testing::safetensors_bytes(two("[0,4]", "[0,4]"), std::string(4, '\0')), "(overlap)");
+  expect_bad(dir, testing::safetensors_bytes(two("[0,4]", "[4,8]"), std::string(9, '\0')),
+             "the tensors cover 8 bytes but the data buffer holds 9 (trailing bytes)");
+  expect_bad(dir, testing::safetensors_bytes("{}", "xy"),
+             "the tensors cover 0 bytes but the data buffer holds 2");
+  // The tensors in header order need not be in offset order.
+  const std::string path = dir.file("swapped.safetensors");
+  testing::write_bytes(path, testing::safetensors_bytes(two("[4,8]", "[0,4]"), std::string(8, '\0')));
+  EXPECT_EQ(SafetensorsFile::open(path).names().size(), 2u);
+}
+
+TEST(SafetensorsErrors, BytesInsertedAfterTheHeaderAreRefused) {
+  // Four bytes inserted after the header shift every tensor: the header still
+  // parses and every span still fits, but the data no longer tiles.
+  TempDir dir;
+  const std::string good = dir.file("good.safetensors");
+  const std::vector<float> v = {1, 2, 3, 4, 5, 6};
+  write_safetensors(good, {{"w", {2, 3}, v.data()}}, {});
+  std::string bytes = testing::read_bytes(good);
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);
+  bytes.insert(8 + header_len, "\x01\x02\x03\x04");
+  expect_bad(dir, bytes, "the tensors cover 24 bytes but the data buffer holds 28 (trailing bytes)");
 }
 
 TEST(SafetensorsErrors, ReaderCallerErrors) {

@@ -1,0 +1,156 @@
+#include "train/memory_estimate.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace mt {
+
+int64_t checked_mul(int64_t a, int64_t b, const char* what) {
+  int64_t r = 0;
+  MT_REQUIRE(!__builtin_mul_overflow(a, b, &r), ConfigError, "the size of ", what, " (", a, " x ", b,
+             ") does not fit in 64 bits");
+  return r;
+}
+
+int64_t checked_add(int64_t a, int64_t b, const char* what) {
+  int64_t r = 0;
+  MT_REQUIRE(!__builtin_add_overflow(a, b, &r), ConfigError, "the size of ", what, " (", a, " + ", b,
+             ") does not fit in 64 bits");
+  return r;
+}
+
+const std::pair<std::string, int64_t>& MemoryEstimate::largest() const {
+  return *std::max_element(parts.begin(), parts.end(),
+                           [](const auto& a, const auto& b) { return a.second < b.second; });
+}
+
+int64_t checked_param_count(const ModelConfig& m) {
+  const int64_t d = m.d_model;
+  const int64_t hd = m.n_heads > 0 ? d / m.n_heads : 0;
+  const int64_t q = checked_mul(m.n_heads, hd, "the query projection");
+  const int64_t kv = checked_mul(m.n_kv_heads, hd, "the key/value projections");
+  int64_t layer = checked_mul(d, checked_add(q, checked_mul(2, kv, "k and v"), "q, k and v"), "wqkv");
+  layer = checked_add(layer, checked_mul(q, d, "wo"), "a layer");
+  layer = checked_add(layer, checked_mul(checked_mul(3, d, "the MLP"), m.ffn_hidden, "the MLP"), "a layer");
+  layer = checked_add(layer, checked_mul(2, d, "the norms"), "a layer");
+  const int64_t embed = checked_mul(m.vocab_size, d, "the embedding (vocab_size x d_model)");
+  int64_t total = checked_mul(layer, m.n_layers, "the layers (per layer x n_layers)");
+  total = checked_add(total, embed, "the model");
+  total = checked_add(total, d, "the model");
+  return m.tie_embeddings ? total : checked_add(total, embed, "the model");
+}
+
+namespace {
+constexpr int64_t kFloat = 4;
+
+// Activations kept for the backward per token and layer, in floats: the layer
+// input and both norm outputs, q/k/v, the attention output, the residual, and
+// the MLP's gate, up and product (docs/MODEL.md's layer).
+int64_t floats_per_token_layer(const ModelConfig& m) {
+  const int64_t d = m.d_model, hd = m.n_heads > 0 ? d / m.n_heads : 0;
+  const int64_t qkv =
+      checked_mul(checked_add(m.n_heads, checked_mul(2, m.n_kv_heads, "kv"), "heads"), hd, "qkv");
+  int64_t f = checked_add(checked_mul(5, d, "activations"), qkv, "activations");
+  f = checked_add(f, checked_mul(3, m.ffn_hidden, "activations"), "activations");
+  return f;
+}
+
+// cos and sin of every position up to max_seq_len and each of head_dim / 2
+// frequencies.
+int64_t rope_table_bytes(const ModelConfig& m) {
+  const int64_t hd = m.n_heads > 0 ? m.d_model / m.n_heads : 0;
+  return checked_mul(checked_mul(m.max_seq_len, hd, "the RoPE tables (max_seq_len x head_dim)"), kFloat,
+                     "the RoPE tables");
+}
+}  // namespace
+
+MemoryEstimate estimate_training_memory(const Config& cfg) {
+  const ModelConfig& m = cfg.model;
+  const ParallelConfig& p = cfg.parallel;
+  const int64_t params = checked_param_count(m) / std::max<int64_t>(1, p.tp * p.pp);
+  const int64_t dp = std::max<int64_t>(1, p.dp);
+  MemoryEstimate e;
+  e.parts.emplace_back("parameters", checked_mul(params / (p.zero >= 3 ? dp : 1), kFloat, "the parameters"));
+  e.parts.emplace_back("gradients", checked_mul(params / (p.zero >= 2 ? dp : 1), kFloat, "the gradients"));
+  e.parts.emplace_back("AdamW state",
+                       checked_mul(params / (p.zero >= 1 ? dp : 1), 2 * kFloat, "AdamW state"));
+  const int64_t tokens = checked_mul(cfg.train.microbatch_size,
+                                     cfg.train.seq_len / std::max<int64_t>(1, p.cp), "a microbatch's tokens");
+  const int64_t in_flight = p.pp > 1 ? p.pp : 1;  // microbatches whose activations a stage holds at once
+  const int64_t layers = cfg.train.recompute ? 1 : (m.n_layers + p.pp - 1) / std::max<int64_t>(1, p.pp);
+  int64_t act =
+      checked_mul(checked_mul(tokens, floats_per_token_layer(m), "activations"), layers, "activations");
+  act = checked_mul(checked_mul(act, in_flight, "activations"), kFloat, "activations");
+  e.parts.emplace_back("activations", act);
+  // Logits and their gradient, the vocabulary split over tp.
+  e.parts.emplace_back("logits",
+                       checked_mul(checked_mul(tokens, m.vocab_size / std::max<int64_t>(1, p.tp), "logits"),
+                                   2 * kFloat, "logits"));
+  e.parts.emplace_back("RoPE tables", rope_table_bytes(m));
+  for (const auto& [name, bytes] : e.parts)
+    e.total = checked_add(e.total, bytes, "the memory estimate");
+  return e;
+}
+
+MemoryEstimate estimate_eval_memory(const ModelConfig& m, int64_t batch, int64_t seq) {
+  MemoryEstimate e;
+  e.parts.emplace_back("parameters", checked_mul(checked_param_count(m), kFloat, "the parameters"));
+  const int64_t tokens = checked_mul(batch, seq, "a batch's tokens");
+  e.parts.emplace_back(
+      "activations",
+      checked_mul(checked_mul(tokens, floats_per_token_layer(m), "activations"), kFloat, "activations"));
+  e.parts.emplace_back("logits", checked_mul(checked_mul(tokens, m.vocab_size, "logits"), kFloat, "logits"));
+  e.parts.emplace_back("RoPE tables", rope_table_bytes(m));
+  for (const auto& [name, bytes] : e.parts)
+    e.total = checked_add(e.total, bytes, "the memory estimate");
+  return e;
+}
+
+namespace {
+// The first number in `path` (or after `key` in it), -1 when absent or "max".
+int64_t read_number(const std::string& path, const std::string& key = "") {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!key.empty() && line.compare(0, key.size(), key) != 0) continue;
+    std::istringstream is(key.empty() ? line : line.substr(key.size()));
+    long long v = -1;
+    if (!(is >> v)) return -1;
+    return key.empty() ? v : v * 1024;  // /proc/meminfo counts kB
+  }
+  return -1;
+}
+}  // namespace
+
+int64_t available_memory_bytes() {
+  int64_t avail = read_number("/proc/meminfo", "MemAvailable:");
+  // cgroup v2, then v1; a limit of "max" (or v1's huge number) reads as none.
+  int64_t limit = read_number("/sys/fs/cgroup/memory.max");
+  int64_t used = read_number("/sys/fs/cgroup/memory.current");
+  if (limit < 0) {
+    limit = read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+    used = read_number("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+  }
+  if (limit > 0 && limit < (int64_t{1} << 60)) {
+    const int64_t left = std::max<int64_t>(0, limit - std::max<int64_t>(0, used));
+    avail = avail < 0 ? left : std::min(avail, left);
+  }
+  return avail;
+}
+
+void require_fits(const MemoryEstimate& e, int ranks_here, int64_t available) {
+  if (available < 0) return;
+  const int64_t need =
+      checked_mul(e.total, std::max(1, ranks_here), "the memory estimate of this machine's ranks");
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  MT_REQUIRE(need <= available, ConfigError, "the run needs about ", static_cast<double>(need) / gib,
+             " GiB on this machine (", ranks_here, " rank(s) x ", static_cast<double>(e.total) / gib,
+             " GiB) but only ", static_cast<double>(available) / gib,
+             " GiB is available (min of MemAvailable and the cgroup limit); the largest part is ",
+             e.largest().first, " (", static_cast<double>(e.largest().second) / gib, " GiB per rank)");
+}
+
+}  // namespace mt

@@ -1,0 +1,50 @@
+// A first memory model: each rank's bytes, estimated from the configuration and
+// the layout before anything is allocated, so that a run that cannot fit is
+// refused at start-up with the numbers instead of dying in the allocator (or
+// taking the machine down). The categories are those of the allocator's
+// counters (core/memory.h); the observability work compares them with the
+// measured peaks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/config.h"
+#include "model/config.h"
+
+namespace mt {
+
+struct MemoryEstimate {
+  std::vector<std::pair<std::string, int64_t>> parts;  // (category, bytes), one rank
+  int64_t total = 0;
+  const std::pair<std::string, int64_t>& largest() const;
+};
+
+// a × b and a + b on sizes, ConfigError naming `what` when the result leaves
+// 64 bits (10^12 × 10^12 does, before any estimate could be compared).
+int64_t checked_mul(int64_t a, int64_t b, const char* what);
+int64_t checked_add(int64_t a, int64_t b, const char* what);
+
+// Elements of the whole model's parameters, overflow-checked.
+int64_t checked_param_count(const ModelConfig& m);
+
+// One training rank of `cfg`'s layout: parameters, gradients and AdamW state
+// (sharded as tp, pp and the ZeRO stage shard them), activations of the
+// microbatches in flight and the logits.
+MemoryEstimate estimate_training_memory(const Config& cfg);
+// One process evaluating (or sampling from) model `m`: parameters, and the
+// activations of `batch` windows of `seq` tokens.
+MemoryEstimate estimate_eval_memory(const ModelConfig& m, int64_t batch, int64_t seq);
+
+// Bytes this machine can still give: min(MemAvailable of /proc/meminfo, the
+// cgroup's memory limit less its usage); -1 when neither can be read.
+int64_t available_memory_bytes();
+
+// ConfigError when `ranks_here` ranks of estimate `e` exceed `available`
+// (bytes; negative: unknown, nothing checked), naming the estimate, the
+// available memory and the largest contributor.
+void require_fits(const MemoryEstimate& e, int ranks_here, int64_t available);
+
+}  // namespace mt

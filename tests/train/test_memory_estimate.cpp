@@ -1,0 +1,86 @@
+// The first memory model: overflow-checked sizes, hand-counted parameters, and
+// a refusal that names the estimate, the available memory and the largest part.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "config/config.h"
+#include "core/error.h"
+#include "train/memory_estimate.h"
+
+namespace mt {
+namespace {
+
+using ::testing::HasSubstr;
+
+ModelConfig tiny() {
+  ModelConfig m;
+  m.vocab_size = 300;
+  m.d_model = 32;
+  m.n_layers = 2;
+  m.n_heads = 4;
+  m.n_kv_heads = 2;
+  m.ffn_hidden = 48;
+  return m;
+}
+
+TEST(MemoryEstimate, ParameterCountByHand) {
+  // Per layer: wqkv 32 x (32 + 2 x 16) = 2048, wo 32 x 32 = 1024, MLP 3 x 32 x 48
+  // = 4608, two norms 64: 7744; two layers 15488; embedding and head 2 x 9600;
+  // final norm 32.
+  ModelConfig m = tiny();
+  EXPECT_EQ(checked_param_count(m), 15488 + 19200 + 32);
+  m.tie_embeddings = true;
+  EXPECT_EQ(checked_param_count(m), 15488 + 9600 + 32);
+}
+
+TEST(MemoryEstimate, SizesThatOverflowSixtyFourBitsAreConfigErrors) {
+  ModelConfig m = tiny();
+  m.vocab_size = 1000000000000;
+  m.d_model = 1000000000000;
+  m.n_heads = 1;
+  m.n_kv_heads = 1;
+  try {
+    checked_param_count(m);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("does not fit in 64 bits"));
+  }
+  EXPECT_THROW(checked_mul(INT64_MAX / 2, 3, "x"), ConfigError);
+  EXPECT_THROW(checked_add(INT64_MAX, 1, "x"), ConfigError);
+  EXPECT_EQ(checked_mul(3037000499, 3037000499, "x"), 9223372030926249001);
+}
+
+TEST(MemoryEstimate, ShardingDividesTheModelState) {
+  Config one;
+  one.model = tiny();
+  one.parallel.dp = 4;
+  Config z3 = one;
+  z3.parallel.zero = 3;
+  const MemoryEstimate a = estimate_training_memory(one), b = estimate_training_memory(z3);
+  EXPECT_EQ(a.parts[0].second, checked_param_count(tiny()) * 4);  // parameters, replicated
+  EXPECT_EQ(b.parts[0].second, checked_param_count(tiny()) / 4 * 4);
+  EXPECT_EQ(b.parts[2].second, checked_param_count(tiny()) / 4 * 8);  // AdamW m and v
+}
+
+TEST(MemoryEstimate, RefusalNamesEstimateAvailableAndLargestPart) {
+  Config c;
+  c.model = tiny();
+  c.model.n_layers = 1000000000;
+  c.train.recompute = true;  // one layer's activations: the model state dominates
+  const MemoryEstimate e = estimate_training_memory(c);
+  EXPECT_EQ(e.largest().first, "AdamW state");
+  try {
+    require_fits(e, 2, int64_t{8} << 30);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& err) {
+    EXPECT_THAT(err.what(), HasSubstr("2 rank(s) x"));
+    EXPECT_THAT(err.what(), HasSubstr("only 8 GiB is available"));
+    EXPECT_THAT(err.what(), HasSubstr("the largest part is AdamW state"));
+  }
+  EXPECT_NO_THROW(require_fits(estimate_training_memory(Config{}), 1, int64_t{64} << 30));
+  EXPECT_NO_THROW(require_fits(e, 1, -1));  // unknown availability: nothing to check against
+  EXPECT_GT(available_memory_bytes(), 0);
+}
+
+}  // namespace
+}  // namespace mt

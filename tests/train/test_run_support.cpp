@@ -1,0 +1,58 @@
+// MESHTRAIN_FAULT's grammar: every accepted form, and every malformed one
+// refused with the value and the grammar (never ignored).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
+#include "train/run_support.h"
+
+namespace mt {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(FaultGrammar, AcceptsEveryKind) {
+  Fault f = parse_fault("throw:1:3");
+  EXPECT_EQ(f.kind, "throw");
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_EQ(f.step, 3);
+  EXPECT_EQ(parse_fault("stall:0:12").step, 12);
+  EXPECT_EQ(parse_fault("bad_alloc:2:0").rank, 2);
+  f = parse_fault("enospc:0:5:4096");
+  EXPECT_EQ(f.kind, "enospc");
+  EXPECT_EQ(f.arg, 4096);
+  EXPECT_EQ(parse_fault("slow_io:1:0:3").arg, 3);
+}
+
+void expect_refused(const std::string& text, const std::string& why) {
+  try {
+    parse_fault(text);
+    ADD_FAILURE() << "'" << text << "' was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("MESHTRAIN_FAULT '" + text + "'"));
+    EXPECT_THAT(e.what(), HasSubstr(why));
+    EXPECT_THAT(e.what(), HasSubstr("KIND:RANK:STEP[:ARG]"));
+    EXPECT_THAT(e.what(), HasSubstr("throw, bad_alloc, stall"));
+  }
+}
+
+TEST(FaultGrammar, RefusesUnknownKindsAndJunk) {
+  expect_refused("explode:1:3", "unknown kind 'explode'");
+  expect_refused("Throw:1:3", "unknown kind 'Throw'");
+  expect_refused("", "unknown kind ''");
+  expect_refused("throw:1:3junk", "STEP '3junk' is not a non-negative integer");
+  expect_refused("throw:1:3:4", "kind throw takes 3 fields but 4 were given");
+  expect_refused("throw:1", "kind throw takes 3 fields but 2 were given");
+  expect_refused("throw:-1:3", "RANK '-1' is not a non-negative integer");
+  expect_refused("throw: 1:3", "RANK ' 1'");
+  expect_refused("stall:0:x", "STEP 'x'");
+  expect_refused("enospc:0:0", "kind enospc takes 4 fields but 3 were given");
+  expect_refused("enospc:0:0:1e6", "ARG '1e6'");
+  expect_refused("slow_io:0:0:2:", "takes 4 fields but 5 were given");
+  expect_refused("throw:99999999999:0", "RANK '99999999999'");
+}
+
+}  // namespace
+}  // namespace mt
