@@ -22,7 +22,8 @@
 namespace mt {
 
 // One parameter inside a unit: rows × row_size elements at `offset` of the
-// full flat buffer. Shards split rows (dim 0).
+// full flat buffer. Shards split rows (dim 0). The model derives it from the
+// parameter's spec (model/params.h param_slot); a store reads nothing else.
 struct ParamSlot {
   std::string name;
   int64_t offset = 0;

@@ -15,6 +15,7 @@
 #include "ops/reference.h"
 #include "ops/swiglu.h"
 #include "parallel/tensor_parallel.h"
+#include "parallel/tp_plan.h"
 #include "tp_test_util.h"
 
 namespace mt {
@@ -79,7 +80,7 @@ TEST_P(TpLinear, ColumnMatchesFull) {
   const auto inp = on ? block(X, IC, t * Nl, Nl, 0, IC) : X;
   const auto w = block(W, IC, t * OCl, OCl, 0, IC);  // rows of this rank
   std::vector<float> out(N * OCl), inp_full(on ? N * IC : 0);
-  const tp::TpLayer layer{g, "test column", sp};
+  const tp::TpLayer layer{&g, "test column", sp};
   tp::column_parallel_forward(out.data(), on ? inp_full.data() : nullptr, inp.data(), w.data(), N, IC, OCl,
                               layer);
   EXPECT_LT(rel_err(out, block(Y, OC, 0, N, t * OCl, OCl)), kTol);
@@ -89,7 +90,7 @@ TEST_P(TpLinear, ColumnMatchesFull) {
 
   const auto dout = block(dY, OC, 0, N, t * OCl, OCl);
   std::vector<float> dinp(inp.size()), dw(w.size(), 1.0f);
-  tp::column_parallel_backward(dinp.data(), dw.data(), dout.data(), on ? inp_full.data() : X.data(), w.data(),
+  tp::column_parallel_backward(dinp.data(), dw.data(), test::scratch(), dout.data(), on ? inp_full.data() : X.data(), w.data(),
                                N, IC, OCl, layer);
   EXPECT_LT(rel_err(dinp, on ? block(dX, IC, t * Nl, Nl, 0, IC) : dX), kTol);
   EXPECT_LT(rel_err(dw, plus_one(block(dW, IC, t * OCl, OCl, 0, IC))), kTol);
@@ -112,13 +113,13 @@ TEST_P(TpLinear, RowMatchesFull) {
   const auto inp = block(X, IC, 0, N, t * ICl, ICl);  // input columns of this rank
   const auto w = block(W, IC, 0, OC, t * ICl, ICl);
   std::vector<float> out((on ? Nl : N) * OC);
-  const tp::TpLayer layer{g, "test row", sp};
-  tp::row_parallel_forward(out.data(), inp.data(), w.data(), N, ICl, OC, layer);
+  const tp::TpLayer layer{&g, "test row", sp};
+  tp::row_parallel_forward(out.data(), test::scratch(), inp.data(), w.data(), N, ICl, OC, layer);
   EXPECT_LT(rel_err(out, on ? block(Y, OC, t * Nl, Nl, 0, OC) : Y), kTol);
 
   const auto dout = on ? block(dY, OC, t * Nl, Nl, 0, OC) : dY;
   std::vector<float> dinp(inp.size()), dw(w.size(), 1.0f);
-  tp::row_parallel_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), N, ICl, OC, layer);
+  tp::row_parallel_backward(dinp.data(), dw.data(), test::scratch(), dout.data(), inp.data(), w.data(), N, ICl, OC, layer);
   EXPECT_LT(rel_err(dinp, block(dX, IC, 0, N, t * ICl, ICl)), kTol);
   EXPECT_LT(rel_err(dw, plus_one(block(dW, IC, 0, OC, t * ICl, ICl))), kTol);
 }
@@ -152,18 +153,18 @@ TEST_P(TpLinear, SwiGluMlpMatchesFull) {
   const auto wd = tp::shard_weight(Wd.data(), C, F, down, t, P);
   const auto x = on ? block(X, C, t * Nl, Nl, 0, C) : X;
   std::vector<float> x_full(on ? N * C : 0), gul(N * 2 * Fl), hl(N * Fl), y((on ? Nl : N) * C);
-  const tp::TpLayer up{g, "test mlp up", sp}, dn{g, "test mlp down", sp};
+  const tp::TpLayer up{&g, "test mlp up", sp}, dn{&g, "test mlp down", sp};
   tp::column_parallel_forward(gul.data(), x_full.data(), x.data(), wgu.data(), N, C, 2 * Fl, up);
   swiglu_forward(hl.data(), gul.data(), N, Fl);
-  tp::row_parallel_forward(y.data(), hl.data(), wd.data(), N, Fl, C, dn);
+  tp::row_parallel_forward(y.data(), test::scratch(), hl.data(), wd.data(), N, Fl, C, dn);
   EXPECT_LT(rel_err(y, on ? block(Y, C, t * Nl, Nl, 0, C) : Y), kTol);
 
   const auto dy = on ? block(dY, C, t * Nl, Nl, 0, C) : dY;
   std::vector<float> dhl(N * Fl), dgul(N * 2 * Fl), dx(x.size()), dwgu(wgu.size(), 1.0f),
       dwd(wd.size(), 1.0f);
-  tp::row_parallel_backward(dhl.data(), dwd.data(), dy.data(), hl.data(), wd.data(), N, Fl, C, dn);
+  tp::row_parallel_backward(dhl.data(), dwd.data(), test::scratch(), dy.data(), hl.data(), wd.data(), N, Fl, C, dn);
   swiglu_backward(dgul.data(), dhl.data(), gul.data(), N, Fl);
-  tp::column_parallel_backward(dx.data(), dwgu.data(), dgul.data(), on ? x_full.data() : X.data(), wgu.data(),
+  tp::column_parallel_backward(dx.data(), dwgu.data(), test::scratch(), dgul.data(), on ? x_full.data() : X.data(), wgu.data(),
                                N, C, 2 * Fl, up);
   EXPECT_LT(rel_err(dx, on ? block(dX, C, t * Nl, Nl, 0, C) : dX), kTol);
   EXPECT_LT(rel_err(dwd, plus_one(block(dWd, F, 0, C, t * Fl, Fl))), kTol);
