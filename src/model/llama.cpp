@@ -227,8 +227,8 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
   }
   {
     MT_TIMED(Kernel::gemm);
-    tp::column_parallel_forward(sl.logits.data(), sl.lnf_full.data(), sl.lnf.data(), head + head_rel_, N, C, Vl,
-                                tp_layer("head"));
+    tp::column_parallel_forward(sl.logits.data(), sl.lnf_full.data(), sl.lnf.data(), head + head_rel_, N, C,
+                                Vl, tp_layer("head"));
   }
   if (head_unit_ != fu) store_->release_params(head_unit_, Pass::forward);
   store_->release_params(fu, Pass::forward);

@@ -170,8 +170,8 @@ class Llama {
 
   ModelConfig cfg_;
   ModelOptions opts_;
-  Group* tp_ = nullptr;  // null: no tensor parallelism
-  Group* cp_ = nullptr;  // null: no context parallelism
+  Group* tp_ = nullptr;        // null: no tensor parallelism
+  Group* cp_ = nullptr;        // null: no context parallelism
   cp::CpAttention attention_;  // local, ring or all-gather: chosen here, once
   TpRank tpr_;
   TpDims td_;

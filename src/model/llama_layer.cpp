@@ -28,8 +28,8 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
   {
     MT_TIMED(Kernel::gemm);  // q, k, v in one GEMM
     const std::string site = site_of(gl, "attn qkv");
-    tp::column_parallel_forward(a.qkv.data(), a.ln1_full.data(), sp ? norm_scratch() : a.ln1.data(), P + o.qkv,
-                                N, C, QKV, tp_layer(site));
+    tp::column_parallel_forward(a.qkv.data(), a.ln1_full.data(), sp ? norm_scratch() : a.ln1.data(),
+                                P + o.qkv, N, C, QKV, tp_layer(site));
   }
   {
     MT_TIMED(Kernel::rope);
@@ -46,7 +46,8 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
   {
     MT_TIMED(Kernel::gemm);  // mid = x + o_proj(att)
     const std::string site = site_of(gl, "attn o");
-    tp::row_parallel_forward(a.mid.data(), part_scratch(), a.att.data(), P + o.o, N, Q, C, tp_layer(site), x_in);
+    tp::row_parallel_forward(a.mid.data(), part_scratch(), a.att.data(), P + o.o, N, Q, C, tp_layer(site),
+                             x_in);
   }
   {
     MT_TIMED(Kernel::rmsnorm);
@@ -63,9 +64,10 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
     swiglu_forward(a.h.data(), a.gu.data(), N, F);
   }
   if (x_out == nullptr) return;  // recomputation needs the activations, not the output
-  MT_TIMED(Kernel::gemm);  // x_out = mid + down(h)
+  MT_TIMED(Kernel::gemm);        // x_out = mid + down(h)
   const std::string site = site_of(gl, "mlp down");
-  tp::row_parallel_forward(x_out, part_scratch(), a.h.data(), P + o.down, N, F, C, tp_layer(site), a.mid.data());
+  tp::row_parallel_forward(x_out, part_scratch(), a.h.data(), P + o.down, N, F, C, tp_layer(site),
+                           a.mid.data());
 }
 
 void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in,
@@ -88,8 +90,8 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
   {
     MT_TIMED(Kernel::gemm);  // dh
     const std::string site = site_of(gl, "mlp down");
-    tp::row_parallel_backward(b.dmid.data(), G + o.down, b.dfull.data(), dres, a.h.data(), P + o.down, N, F, C,
-                              tp_layer(site));
+    tp::row_parallel_backward(b.dmid.data(), G + o.down, b.dfull.data(), dres, a.h.data(), P + o.down, N, F,
+                              C, tp_layer(site));
   }
   {
     MT_TIMED(Kernel::swiglu);
@@ -100,8 +102,8 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
   {
     MT_TIMED(Kernel::gemm);
     const std::string site = site_of(gl, "mlp gate_up");
-    tp::column_parallel_backward(dln2, G + o.gate_up, b.part.data(), b.dgu.data(), ln2_in, P + o.gate_up, N, C,
-                                 2 * F, tp_layer(site));
+    tp::column_parallel_backward(dln2, G + o.gate_up, b.part.data(), b.dgu.data(), ln2_in, P + o.gate_up, N,
+                                 C, 2 * F, tp_layer(site));
   }
   {
     MT_TIMED(Kernel::rmsnorm);

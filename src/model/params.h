@@ -57,7 +57,7 @@ struct ParamSpec {
   int64_t offset = 0;                 // first element in the flat buffer
   int64_t numel = 0;
   ParamInit init = ParamInit::normal;
-  bool weight_decay = true;  // false for norms and embeddings
+  bool weight_decay = true;              // false for norms and embeddings
   tp::Role role = tp::Role::replicated;  // its row of the plan (parallel/tp_plan.h)
   ShardMap map = ShardMap::whole;
   int64_t first = 0, count = 0;  // see ShardMap

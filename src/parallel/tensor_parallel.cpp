@@ -84,7 +84,7 @@ void row_parallel_forward(float* out, float* scratch, const float* inp, const fl
   }
   const bool sp = layer.sp_on();
   const int64_t rows = sp ? N / layer.group->size() : N;  // of out
-  float* part = out;  // this rank's partial sum [N, OC]
+  float* part = out;                                      // this rank's partial sum [N, OC]
   if (sp || resid != nullptr) {
     MT_CHECK(scratch != nullptr, "row_parallel_forward needs scratch [N, OC] under SP or with a residual");
     part = scratch;

@@ -69,7 +69,8 @@ TpSlice even(ShardMap map, int64_t dim, int tp, int rank, const char* what) {
 }  // namespace
 
 TpSlice tp_slice(Role role, const std::vector<int64_t>& g, int tp, int rank, int64_t head_dim) {
-  MT_REQUIRE(tp >= 1 && rank >= 0 && rank < tp, ConfigError, "tp rank ", rank, " is outside a tp group of ", tp);
+  MT_REQUIRE(tp >= 1 && rank >= 0 && rank < tp, ConfigError, "tp rank ", rank, " is outside a tp group of ",
+             tp);
   TpSlice s;
   if (tp == 1) return s;
   switch (role) {
@@ -146,7 +147,8 @@ void for_each_block_run(int64_t rows, int64_t cols, const WeightSplit& ws, int r
   const int64_t local_cols = column ? cols : cols / tp;
   int64_t start = 0, lstart = 0;  // block start in the full and the local split dim
   for (int64_t b : blocks) {
-    const TpSlice s = column ? tp_slice(Role::column, {b, cols}, tp, rank) : tp_slice(Role::row, {rows, b}, tp, rank);
+    const TpSlice s =
+        column ? tp_slice(Role::column, {b, cols}, tp, rank) : tp_slice(Role::row, {rows, b}, tp, rank);
     if (column) {
       f((start + s.first) * cols, lstart * cols, s.count * cols);
     } else {

@@ -37,7 +37,7 @@ enum class Role { column, row, vocab, replicated, kv_replicated };
 const char* role_name(Role r);  // "column", "row", "vocab", "replicated", "kv-replicated"
 
 struct PlanRow {
-  std::string_view suffix;      // of the Hugging Face name: "mlp.down_proj.weight"
+  std::string_view suffix;  // of the Hugging Face name: "mlp.down_proj.weight"
   Role role;
   std::string_view activation;  // the activation this weight produces, over tp
 };

@@ -120,7 +120,8 @@ TEST_F(Seed000, FfnOnTp2TimesFsdp2FromARealRun) {
   {  // backward (§5)
     const float* p = store.acquire_params(0, Pass::backward);
     float* g = store.acquire_grads(0);
-    tp::row_parallel_backward(dz.data(), g + 2 * Hl * D, test::scratch(), dY.data(), z.data(), p + 2 * Hl * D, 1, Hl, D, l2);
+    tp::row_parallel_backward(dz.data(), g + 2 * Hl * D, test::scratch(), dY.data(), z.data(), p + 2 * Hl * D,
+                              1, Hl, D, l2);
     swiglu_backward(dgu.data(), dz.data(), gu.data(), 1, Hl);
     tp::column_parallel_backward(dx.data(), g, test::scratch(), dgu.data(), X.data(), p, 1, D, 2 * Hl, l13);
     store.release_grads(0);

@@ -63,10 +63,11 @@ void run_mlp_and_check(SequenceParallel sp) {
   tp::row_parallel_forward(y.data(), test::scratch(), h.data(), wd.data(), N, Fl, C, down);
   const auto fwd = test::entries_since(g, mark, "tp");
   mark = test::ledger_mark(g);
-  tp::row_parallel_backward(dh.data(), dwd.data(), test::scratch(), dy.data(), h.data(), wd.data(), N, Fl, C, down);
+  tp::row_parallel_backward(dh.data(), dwd.data(), test::scratch(), dy.data(), h.data(), wd.data(), N, Fl, C,
+                            down);
   swiglu_backward(dgu.data(), dh.data(), gu.data(), N, Fl);
-  tp::column_parallel_backward(dx.data(), dwgu.data(), test::scratch(), dgu.data(), on ? x_full.data() : x.data(), wgu.data(),
-                               N, C, 2 * Fl, up);
+  tp::column_parallel_backward(dx.data(), dwgu.data(), test::scratch(), dgu.data(),
+                               on ? x_full.data() : x.data(), wgu.data(), N, C, 2 * Fl, up);
   const auto bwd = test::entries_since(g, mark, "tp");
 
   if (!on) {

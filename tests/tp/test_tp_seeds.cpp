@@ -59,13 +59,15 @@ TEST_F(TpSeed, Seed003ColumnReluRow) {
   // §05: dH = [2, −1, 1, 4] by channel; dX contributions [0, −1] and [4, 11] → [4, 10].
   const V dY = {2, -1};
   V dh(2), dw2(4, 0.0f), dw1(4, 0.0f), dx_own(2), dx(2);
-  tp::row_parallel_backward(dh.data(), dw2.data(), test::scratch(), dY.data(), h.data(), w2.data(), 1, 2, 2, down);
+  tp::row_parallel_backward(dh.data(), dw2.data(), test::scratch(), dY.data(), h.data(), w2.data(), 1, 2, 2,
+                            down);
   EXPECT_EQ(dh, t == 0 ? (V{2, -1}) : (V{1, 4}));
   for (size_t i = 0; i < 2; ++i)
     dh[i] = h[i] > 0 ? dh[i] : 0.0f;
   linear_backward(dx_own.data(), nullptr, dh.data(), X.data(), w1.data(), 1, 2, 2);
   EXPECT_EQ(dx_own, t == 0 ? (V{0, -1}) : (V{4, 11}));
-  tp::column_parallel_backward(dx.data(), dw1.data(), test::scratch(), dh.data(), X.data(), w1.data(), 1, 2, 2, up);
+  tp::column_parallel_backward(dx.data(), dw1.data(), test::scratch(), dh.data(), X.data(), w1.data(), 1, 2,
+                               2, up);
   EXPECT_EQ(dx, (V{4, 10}));
   // Weight gradients belong to the shards: dW1[o, :] = dH[o]·X, dW2[:, i] = dYᵀ·H[i].
   EXPECT_EQ(dw1, t == 0 ? (V{2, 4, -1, -2}) : (V{1, 2, 4, 8}));
@@ -90,7 +92,8 @@ TEST_F(TpSeed, Seed004InputGradientIsASum) {
   const V gy = {Gy[static_cast<size_t>(t)]};
   linear_backward(gx_own.data(), nullptr, gy.data(), x.data(), w.data(), 1, 2, 1);
   EXPECT_EQ(gx_own, t == 0 ? (V{1, 2}) : (V{6, 8}));  // G_x^(0), G_x^(1)
-  tp::column_parallel_backward(gx.data(), gw.data(), test::scratch(), gy.data(), x.data(), w.data(), 1, 2, 1, col);
+  tp::column_parallel_backward(gx.data(), gw.data(), test::scratch(), gy.data(), x.data(), w.data(), 1, 2, 1,
+                               col);
   EXPECT_EQ(gx, (V{7, 10}));                      // a SUM, not a mean
   EXPECT_EQ(gw, t == 0 ? (V{1, 2}) : (V{2, 4}));  // G_W0 = xᵀ·1, G_W1 = xᵀ·2: per shard
 
@@ -99,7 +102,8 @@ TEST_F(TpSeed, Seed004InputGradientIsASum) {
   V yr(2), gxr(1), gwr(2, 0.0f);
   tp::row_parallel_forward(yr.data(), test::scratch(), xr.data(), wr.data(), 1, 1, 2, row);
   EXPECT_EQ(yr, (V{5, 11}));
-  tp::row_parallel_backward(gxr.data(), gwr.data(), test::scratch(), Gy.data(), xr.data(), wr.data(), 1, 1, 2, row);
+  tp::row_parallel_backward(gxr.data(), gwr.data(), test::scratch(), Gy.data(), xr.data(), wr.data(), 1, 1, 2,
+                            row);
   EXPECT_EQ(gxr, t == 0 ? V{7} : V{10});
 }
 
@@ -141,9 +145,11 @@ TEST_F(TpSeed, Seed000SwiGluFfnLedger) {
   tp::row_parallel_forward(y.data(), test::scratch(), zl.data(), w2.data(), 1, Hl, D, l2);
   const auto fwd = test::entries_since(g, mark, "tp");
   mark = test::ledger_mark(g);
-  tp::row_parallel_backward(dzl.data(), dw2.data(), test::scratch(), dY.data(), zl.data(), w2.data(), 1, Hl, D, l2);
+  tp::row_parallel_backward(dzl.data(), dw2.data(), test::scratch(), dY.data(), zl.data(), w2.data(), 1, Hl,
+                            D, l2);
   swiglu_backward(dgul.data(), dzl.data(), gul.data(), 1, Hl);
-  tp::column_parallel_backward(dx.data(), dw13.data(), test::scratch(), dgul.data(), X.data(), w13.data(), 1, D, 2 * Hl, l13);
+  tp::column_parallel_backward(dx.data(), dw13.data(), test::scratch(), dgul.data(), X.data(), w13.data(), 1,
+                               D, 2 * Hl, l13);
   const auto bwd = test::entries_since(g, mark, "tp");
 
   ASSERT_EQ(fwd.size(), 1u);
