@@ -70,7 +70,7 @@ std::vector<int64_t> local_shape(const Layout& layout, const MeshSizes& sizes) {
     const Placement& p = layout.placement(a);
     if (p.is_shard()) {
       int64_t& n = shape[static_cast<size_t>(p.dim())];
-      n = padded_shard_size(n, sizes[axis_index(a)]);
+      n = padded_shard_size(n, sizes[a]);
     }
   }
   return shape;
@@ -91,7 +91,7 @@ std::pair<int64_t, int64_t> local_range(const Layout& layout, int dim, const Mes
   int64_t begin = 0, extent = n;  // in padded coordinates
   for (Axis a : kRankOrder) {
     if (!layout.placement(a).is_shard(dim)) continue;
-    extent = padded_shard_size(extent, sizes[axis_index(a)]);
+    extent = padded_shard_size(extent, sizes[a]);
     begin += extent * coords[axis_index(a)];
   }
   return {std::min(n, begin), std::min(n, begin + extent)};

@@ -2,8 +2,9 @@
 // functions of the axis sizes, testable without MPI (DeviceMesh in mesh.h adds
 // the process groups).
 //
-// Axes are named pp, dp, cp, tp. Sizes and coordinates are arrays indexed by
-// Axis, in that order: MeshSizes{pp, dp, cp, tp}.
+// Axes are named dp, pp, cp, tp. Sizes are a struct with a field per axis
+// (MeshSizes{.dp = 2, .tp = 4}, the others 1); coordinates an array indexed by
+// Axis.
 //
 // Rank order (which axis varies fastest) follows seed 003 §08 and picotron's
 // arange(world).view(dp, pp, cp, tp): dp outermost, then pp, cp, tp innermost.
@@ -26,8 +27,19 @@ inline constexpr std::array<Axis, kNumAxes> kAllAxes = {Axis::pp, Axis::dp, Axis
 // Outermost first: the order in which coordinates nest into a rank.
 inline constexpr std::array<Axis, kNumAxes> kRankOrder = {Axis::dp, Axis::pp, Axis::cp, Axis::tp};
 
-using MeshSizes = std::array<int, kNumAxes>;   // {pp, dp, cp, tp}
-using MeshCoords = std::array<int, kNumAxes>;  // {pp, dp, cp, tp}
+// The size of each axis; fields in rank order (dp outermost, tp innermost).
+// Room for the axes to come: expert parallelism is carved out of dp × cp and
+// 2-D tensor parallelism splits tp into two sub-axes, both as groups of
+// adjacent coordinates inside an existing axis (DeviceMesh::block_group), so
+// neither adds a field here.
+struct MeshSizes {
+  int dp = 1, pp = 1, cp = 1, tp = 1;
+
+  int operator[](Axis a) const;
+  int& operator[](Axis a);
+  bool operator==(const MeshSizes&) const = default;
+};
+using MeshCoords = std::array<int, kNumAxes>;  // indexed by Axis: {pp, dp, cp, tp}
 
 inline int axis_index(Axis a) {
   return static_cast<int>(a);

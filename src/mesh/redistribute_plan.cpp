@@ -49,7 +49,7 @@ void check_nesting(const Layout& cur, const RedistStep& step, const std::optiona
     if (dim < 0) continue;
     for (Axis inner : kRankOrder) {
       if (nesting(inner) <= nesting(step.axis) || !cur.placement(inner).is_shard(dim)) continue;
-      if (sizes && (*sizes)[axis_index(inner)] == 1) continue;
+      if (sizes && (*sizes)[inner] == 1) continue;
       MT_THROW(Error, "redistribute ", cur.to_string(), ": changing ", axis_name(step.axis), " from ",
                step.from.to_string(), " to ", step.to.to_string(), " while ", axis_name(inner),
                " (inside it) also shards dim ", dim, " is not supported; change ", axis_name(inner),

@@ -58,8 +58,11 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
     MT_REQUIRE(opts_.max_seq % tpr_.size == 0, ConfigError, "train.seq_len (", opts_.max_seq,
                ") must be divisible by parallel.tp (", tpr_.size, ") with parallel.sp = true");
   }
-  if (td_.kv_replicas > 1) {  // collective over tp
-    kv_group_ = std::make_unique<Group>(tp_->split(static_cast<int>(td_.kv_head0), tpr_.rank, "tp_kv"));
+  if (td_.kv_replicas > 1) {
+    MT_REQUIRE(opts_.tp_kv != nullptr && opts_.tp_kv->size() == td_.kv_replicas, ConfigError, "tp (",
+               tpr_.size, ") > n_kv_heads (", cfg_.n_kv_heads, ") needs the kv-replica group of ",
+               td_.kv_replicas, " ranks (ModelOptions::tp_kv, from tp::kv_replica_group)");
+    kv_group_ = opts_.tp_kv;
   }
   const int64_t B = opts_.max_batch, T = opts_.max_seq, N = B * T, Nl = sp_on() ? N / tpr_.size : N;
   const int64_t C = cfg_.d_model, F = td_.ffn, Q = td_.heads * cfg_.head_dim();

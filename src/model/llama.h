@@ -58,6 +58,9 @@ struct ModelOptions {
   // computes this rank's shard (params.h) and communicates over tp itself.
   Group* tp = nullptr;
   bool sp = false;
+  // The tp ranks sharing this rank's kv heads when tp > n_kv_heads, built by
+  // the layout (tp::kv_replica_group in parallel/tp_plan.h); null otherwise.
+  Group* tp_kv = nullptr;
   // Pipeline parallelism: the layers (and ends) this stage holds (params.h).
   StageRange stage;
   // Context parallelism: this rank's cp group (null or size 1: none). The model
@@ -175,7 +178,7 @@ class Llama {
   cp::CpAttention attention_;  // local, ring or all-gather: chosen here, once
   TpRank tpr_;
   TpDims td_;
-  std::unique_ptr<Group> kv_group_;  // the ranks sharing this rank's kv head (tp > n_kv_heads)
+  Group* kv_group_ = nullptr;  // the ranks sharing this rank's kv head (tp > n_kv_heads)
   ParamTable table_;
   std::vector<UnitSpec> units_;
   std::vector<LayerParamOffsets> rel_;  // per stage layer, offsets within its unit

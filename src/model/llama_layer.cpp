@@ -142,7 +142,7 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
   {
     MT_TIMED(Kernel::gemm);
     const std::string site = site_of(gl, "attn qkv"), kv_site = site_of(gl, "attn k|v");
-    const tp::ReplicatedRows kv{kv_group_.get(), Q, 2 * KV * D, C, b.kvg.data(), kv_site};
+    const tp::ReplicatedRows kv{kv_group_, Q, 2 * KV * D, C, b.kvg.data(), kv_site};
     tp::column_parallel_backward(dln1, G + o.qkv, b.part.data(), b.dqkv.data(), ln1_in, P + o.qkv, N, C, QKV,
                                  tp_layer(site), kv);
   }

@@ -119,6 +119,14 @@ Layout tp_layout(Role role, std::vector<int64_t> global) {
   return l;
 }
 
+std::unique_ptr<Group> kv_replica_group(Group* tp, int64_t n_kv_heads) {
+  if (tp == nullptr || tp->size() <= n_kv_heads) return nullptr;
+  MT_REQUIRE(tp->size() % n_kv_heads == 0, ConfigError, "parallel.tp (", tp->size(),
+             ") must be a multiple of model.n_kv_heads (", n_kv_heads, ") when it exceeds it");
+  const int replicas = static_cast<int>(tp->size() / n_kv_heads);
+  return std::make_unique<Group>(tp->split(tp->rank() / replicas, tp->rank(), "tp_kv"));
+}
+
 // ---- weights given whole ----
 
 namespace {

@@ -17,9 +17,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <vector>
 
+#include "comm/group.h"
 #include "mesh/layout.h"
 
 namespace mt {
@@ -62,6 +64,12 @@ TpSlice tp_slice(Role role, const std::vector<int64_t>& global, int tp, int rank
 // The layout over tp of a parameter with this role: Shard(0), Shard(1) or
 // Replicate (a replicated kv head is Shard(0) over the kv-head groups).
 Layout tp_layout(Role role, std::vector<int64_t> global);
+
+// The ranks of `tp` holding the same kv heads when tp > n_kv_heads: blocks of
+// tp / n_kv_heads adjacent tp ranks (a sub-axis of tp), a group named "tp_kv"
+// over which a replicated kv head's gradient is summed. Null when no kv head
+// is replicated (or tp is null). Collective over tp.
+std::unique_ptr<Group> kv_replica_group(Group* tp, int64_t n_kv_heads);
 
 // Calls f(local_begin, global_begin, n) for each run of the local elements
 // [first, first + n) of a piece (local shape `cols` columns, full tensor

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "model/params.h"
 #include "parallel/data_parallel.h"
+#include "parallel/tp_plan.h"
 #include "train/explain.h"
 #include "train/flops.h"
 #include "train/pipeline.h"
@@ -16,7 +17,10 @@ namespace mt {
 
 namespace {
 MeshSizes mesh_sizes(const ParallelConfig& p) {
-  return {static_cast<int>(p.pp), static_cast<int>(p.dp), static_cast<int>(p.cp), static_cast<int>(p.tp)};
+  return {.dp = static_cast<int>(p.dp),
+          .pp = static_cast<int>(p.pp),
+          .cp = static_cast<int>(p.cp),
+          .tp = static_cast<int>(p.tp)};
 }
 }  // namespace
 
@@ -26,12 +30,12 @@ RunLayout make_run_layout(const Config& cfg, const Group* world) {
   validate_mesh(sizes, world ? world->size() : 1);
   lay.zero_ = static_cast<int>(cfg.parallel.zero);
   lay.bucket_bytes_ = static_cast<int64_t>(cfg.parallel.bucket_mb * (1 << 20));
-  lay.dp = sizes[static_cast<int>(Axis::dp)];
-  lay.tp = sizes[static_cast<int>(Axis::tp)];
+  lay.dp = sizes.dp;
+  lay.tp = sizes.tp;
   lay.sp = cfg.parallel.sp && lay.tp > 1;
   lay.cp_ring = cfg.parallel.cp_impl == "ring";
-  lay.pp = sizes[static_cast<int>(Axis::pp)];
-  lay.cp = sizes[static_cast<int>(Axis::cp)];
+  lay.pp = sizes.pp;
+  lay.cp = sizes.cp;
   lay.virtual_stages = static_cast<int>(cfg.parallel.virtual_stages);
   if (lay.pp * lay.virtual_stages > 1)
     lay.stages = split_stages(cfg.model.n_layers, lay.pp, lay.virtual_stages, cfg.parallel.stage_layers);
@@ -50,6 +54,7 @@ RunLayout make_run_layout(const Config& cfg, const Group* world) {
   if (lay.cp > 1) lay.cp_group_ = std::make_unique<Group>(lay.mesh_->group("cp"));
   lay.tp_rank = lay.mesh_->coord(Axis::tp);
   if (lay.tp > 1) lay.tp_group_ = std::make_unique<Group>(lay.mesh_->group("tp"));
+  lay.tp_kv_group_ = tp::kv_replica_group(lay.tp_group_.get(), cfg.model.n_kv_heads);
   lay.pp_rank = lay.mesh_->coord(Axis::pp);
   if (lay.pp > 1) {
     lay.pp_group_ = std::make_unique<Group>(lay.mesh_->group("pp"));

@@ -40,6 +40,8 @@ class RunLayout {
 
   // The tensor-parallel group (null when tp = 1), for the model.
   Group* tp_group() const { return tp_group_.get(); }
+  // The tp ranks sharing a kv head when tp > n_kv_heads (null otherwise), for the model.
+  Group* tp_kv_group() const { return tp_kv_group_.get(); }
   // Σ over tp of this rank's squared gradient norm (each rank counts its shard
   // and one copy of what is replicated): the whole model's.
   void sum_over_tp(double* v);
@@ -80,7 +82,7 @@ class RunLayout {
   int zero_ = 0;
   int64_t bucket_bytes_ = 0;
   std::unique_ptr<DeviceMesh> mesh_;
-  std::unique_ptr<Group> world_, dp_group_, tp_group_, pp_group_, tied_group_, cp_group_;
+  std::unique_ptr<Group> world_, dp_group_, tp_group_, tp_kv_group_, pp_group_, tied_group_, cp_group_;
 };
 
 // Validates the mesh against the world (ConfigError with the numbers) and builds

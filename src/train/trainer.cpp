@@ -61,6 +61,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   mo.recompute = tc.recompute;
   mo.profile = opts.profile;
   mo.tp = lay.tp_group();
+  mo.tp_kv = lay.tp_kv_group();
   mo.sp = lay.sp;
   // This rank's model chunks: one, or one per virtual pipeline stage it holds.
   std::vector<std::unique_ptr<Llama>> chunks;

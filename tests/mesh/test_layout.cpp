@@ -44,7 +44,7 @@ TEST(ShardRange, EvenAndUneven) {
 }
 
 TEST(Layout, LocalShapeAndRange) {
-  const MeshSizes sizes = {1, 2, 1, 4};  // dp 2 × tp 4
+  const MeshSizes sizes{.dp = 2, .tp = 4};
   const Layout col = Layout({7, 5}).with(Axis::tp, S(1));
   EXPECT_EQ(local_shape(col, sizes), (std::vector<int64_t>{7, 2}));
   EXPECT_EQ(local_numel(col, sizes), 14);
@@ -102,7 +102,7 @@ TEST(Redistribute, OneStepPerAxisInNestingOrder) {
   // dp cannot regather dim 0 while tp, inside it, still splits dim 0...
   EXPECT_THROW(plan_redistribute(both, both.with(Axis::dp, R)), Error);
   // ...unless tp has one rank.
-  EXPECT_NO_THROW(plan_redistribute(both, both.with(Axis::dp, R), MeshSizes{1, 2, 1, 1}));
+  EXPECT_NO_THROW(plan_redistribute(both, both.with(Axis::dp, R), MeshSizes{.dp = 2}));
 }
 
 }  // namespace

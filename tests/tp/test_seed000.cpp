@@ -76,7 +76,7 @@ class Seed000 : public ::testing::Test {
 };
 
 TEST_F(Seed000, FfnOnTp2TimesFsdp2FromARealRun) {
-  DeviceMesh mesh(world(), MeshSizes{1, 2, 1, 2});  // pp, dp, cp, tp
+  DeviceMesh mesh(world(), MeshSizes{.dp = 2, .tp = 2});
   Group tp = mesh.group("tp"), dp = mesh.group("dp");
   const int t = mesh.coord("tp"), d = mesh.coord("dp");
   EXPECT_EQ(world().rank(), 2 * d + t);  // §2.1: tp groups {0, 1}, {2, 3}; dp groups {0, 2}, {1, 3}
