@@ -36,12 +36,36 @@ Layout Layout::with(Axis a, Placement p) const {
   return out;
 }
 
+std::vector<AxisSet> Layout::split_order() const {
+  if (!order.empty()) return order;
+  std::vector<AxisSet> out;
+  for (Axis a : kRankOrder) {
+    if (placement(a).is_shard()) out.push_back(axis_bit(a));
+  }
+  return out;
+}
+
 void Layout::validate() const {
+  AxisSet ordered = 0;
+  for (AxisSet set : order) {
+    int dim = -2;
+    for (Axis a : kAllAxes) {
+      if (!(set & axis_bit(a))) continue;
+      MT_REQUIRE(
+          placement(a).is_shard() && (dim == -2 || placement(a).dim() == dim) && !(ordered & axis_bit(a)),
+          ConfigError, "layout ", to_string(), ": order entry ", axis_set_name(set),
+          " must name shard axes of one dim, each once");
+      dim = placement(a).dim();
+    }
+    ordered |= set;
+  }
   for (Axis a : kAllAxes) {
     const Placement& p = placement(a);
     MT_REQUIRE(!p.is_shard() || (p.dim() >= 0 && p.dim() < static_cast<int>(shape.size())), ConfigError,
                "layout ", to_string(), ": ", axis_name(a), " shards dim ", p.dim(), " but the tensor has ",
                shape.size(), " dims");
+    MT_REQUIRE(order.empty() || !p.is_shard() || (ordered & axis_bit(a)), ConfigError, "layout ", to_string(),
+               ": ", axis_name(a), " shards but is not in the order");
   }
   for (int64_t n : shape)
     MT_REQUIRE(n >= 0, ConfigError, "layout ", to_string(), ": negative size");
@@ -60,18 +84,58 @@ std::string Layout::to_string() const {
     s += std::string(" ") + axis_name(a) + ":" + placement(a).to_string();
     any = true;
   }
-  return any ? s : s + " R";
+  if (!any) s += " R";
+  if (!order.empty()) {
+    s += " order ";
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (i > 0) s += ",";
+      s += axis_set_name(order[i]);
+    }
+  }
+  return s;
+}
+
+namespace {
+
+// An entry of the split order as one axis: the dim it shards, its size and
+// the coordinate of `coords` on it (flattened in rank order).
+struct FlatAxis {
+  int dim = -1;
+  int size = 1, coord = 0;
+};
+FlatAxis flat_axis(const Layout& layout, AxisSet set, const MeshSizes& sizes, const MeshCoords* coords) {
+  FlatAxis f;
+  for (Axis a : kRankOrder) {
+    if (!(set & axis_bit(a))) continue;
+    f.dim = layout.placement(a).dim();
+    f.size *= sizes[a];
+    if (coords != nullptr) f.coord = f.coord * sizes[a] + (*coords)[static_cast<size_t>(axis_index(a))];
+  }
+  return f;
+}
+
+}  // namespace
+
+Layout zero_layout(const Layout& param, AxisSet group) {
+  Layout out = param;
+  out.order.clear();
+  const std::vector<AxisSet> inner = param.split_order();
+  for (Axis a : kAllAxes) {
+    if (group & axis_bit(a)) out = out.with(a, Placement::shard(0));
+  }
+  out.order = inner;
+  out.order.push_back(group);
+  out.validate();
+  return out;
 }
 
 std::vector<int64_t> local_shape(const Layout& layout, const MeshSizes& sizes) {
   layout.validate();
   std::vector<int64_t> shape = layout.shape;
-  for (Axis a : kRankOrder) {
-    const Placement& p = layout.placement(a);
-    if (p.is_shard()) {
-      int64_t& n = shape[static_cast<size_t>(p.dim())];
-      n = padded_shard_size(n, sizes[a]);
-    }
+  for (AxisSet set : layout.split_order()) {
+    const FlatAxis f = flat_axis(layout, set, sizes, nullptr);
+    int64_t& n = shape[static_cast<size_t>(f.dim)];
+    n = padded_shard_size(n, f.size);
   }
   return shape;
 }
@@ -87,14 +151,19 @@ std::pair<int64_t, int64_t> local_range(const Layout& layout, int dim, const Mes
                                         const MeshCoords& coords) {
   layout.validate();
   MT_CHECK(dim >= 0 && dim < static_cast<int>(layout.shape.size()), "dim ", dim);
-  const int64_t n = layout.shape[static_cast<size_t>(dim)];
-  int64_t begin = 0, extent = n;  // in padded coordinates
-  for (Axis a : kRankOrder) {
-    if (!layout.placement(a).is_shard(dim)) continue;
-    extent = padded_shard_size(extent, sizes[a]);
-    begin += extent * coords[axis_index(a)];
+  // Each split cuts the piece left by the previous one (padded extent, real
+  // rows a prefix of it): its real rows end where that piece's do, as
+  // shard_range's do.
+  int64_t begin = 0, extent = layout.shape[static_cast<size_t>(dim)], real = extent;
+  for (AxisSet set : layout.split_order()) {
+    const FlatAxis f = flat_axis(layout, set, sizes, &coords);
+    if (f.dim != dim) continue;
+    extent = padded_shard_size(extent, f.size);
+    const int64_t skip = extent * f.coord;
+    begin += std::min(skip, real);  // an all-padding piece sits at the end of the real rows
+    real = std::clamp<int64_t>(real - skip, 0, extent);
   }
-  return {std::min(n, begin), std::min(n, begin + extent)};
+  return {begin, begin + real};
 }
 
 }  // namespace mt

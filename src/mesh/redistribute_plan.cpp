@@ -66,6 +66,8 @@ std::vector<RedistStep> plan_redistribute(const Layout& from, const Layout& to,
   to.validate();
   MT_REQUIRE(from.shape == to.shape, ConfigError, "redistribute: global shapes differ: ", from.to_string(),
              " vs ", to.to_string());
+  MT_REQUIRE(from.order.empty() && to.order.empty(), Error, "redistribute ", from.to_string(), " → ",
+             to.to_string(), ": layouts with a split order are not supported yet");
   std::vector<RedistStep> steps;
   Layout cur = from;
   auto add = [&](Axis a) {

@@ -50,9 +50,9 @@ DataParallelStore::DataParallelStore(std::vector<UnitSpec> units, Group dp, cons
   MT_REQUIRE(opts_.zero >= 0 && opts_.zero <= 3, ConfigError, "parallel.zero (", opts_.zero,
              ") must be 0, 1, 2 or 3");
   for (const auto& u : units_) {
-    layouts_.emplace_back(u, P_);
+    shards_.emplace_back(u, P_);
     shard_offset_.push_back(local_numel_);
-    local_numel_ += layouts_.back().shard_numel();
+    local_numel_ += shards_.back().shard_numel();
   }
   const int64_t total = units_total(units_);
   const int z = opts_.zero;
@@ -104,7 +104,7 @@ void DataParallelStore::give_comm(Tensor t) {
 
 void DataParallelStore::start_gather(int unit) {
   auto g = std::make_unique<Gathered>();
-  const ShardLayout& L = layouts_[static_cast<size_t>(unit)];
+  const UnitShards& L = shards_[static_cast<size_t>(unit)];
   g->packed = take_comm(P_ * L.shard_numel());
   g->work = dp_.all_gather_async(shard_of(local_params_, unit), g->packed.data(), L.shard_numel(),
                                  ElemType::f32, units_[static_cast<size_t>(unit)].name + " params");
@@ -125,7 +125,7 @@ const float* DataParallelStore::acquire_params(int unit, Pass pass) {
   if (!g.unpacked) {
     g.work.wait();
     g.full = Tensor({units_[static_cast<size_t>(unit)].numel()}, MemKind::param);
-    layouts_[static_cast<size_t>(unit)].unpack(g.packed.data(), g.full.data());
+    shards_[static_cast<size_t>(unit)].unpack(g.packed.data(), g.full.data());
     give_comm(std::move(g.packed));
     g.unpacked = true;
   }
@@ -159,7 +159,7 @@ void DataParallelStore::release_grads(int unit) {
   // full-size buffer is freed as soon as it is packed.
   auto it = unit_grads_.find(unit);
   MT_CHECK(it != unit_grads_.end(), "release of gradients not acquired");
-  const ShardLayout& L = layouts_[static_cast<size_t>(unit)];
+  const UnitShards& L = shards_[static_cast<size_t>(unit)];
   auto s = std::make_unique<Scattering>();
   s->unit = unit;
   s->send = take_comm(P_ * L.shard_numel());
@@ -200,7 +200,7 @@ void DataParallelStore::retire_scatters(bool wait) {
     else if (!s.work.test())
       return;
     add_into(shard_of(local_grads_, s.unit), s.recv.data(),
-             layouts_[static_cast<size_t>(s.unit)].shard_numel());
+             shards_[static_cast<size_t>(s.unit)].shard_numel());
     give_comm(std::move(s.send));
     give_comm(std::move(s.recv));
     scattering_.pop_front();
@@ -238,8 +238,7 @@ void DataParallelStore::finish_grads() {
   overlap_.comm_window_s = first_launch_ >= 0 ? t1 - first_launch_ : 0.0;
   if (opts_.zero == 1) {
     for (size_t u = 0; u < units_.size(); ++u) {
-      layouts_[u].extract(full_grads_.data() + units_[u].begin, rank_,
-                          local_grads_.data() + shard_offset_[u]);
+      shards_[u].extract(full_grads_.data() + units_[u].begin, rank_, local_grads_.data() + shard_offset_[u]);
     }
   }
 }
@@ -250,7 +249,7 @@ double DataParallelStore::grad_sum_squares() {
   double s = 0.0;                                            // disjoint shards; padding is zero
   for (size_t u = 0; u < units_.size(); ++u) {
     const float* shard = local_grads_.data() + shard_offset_[u];
-    for (const auto& p : layouts_[u].pieces()) {
+    for (const auto& p : shards_[u].pieces()) {
       if (p.param->norm_counted) s += sum_squares(shard + p.in_shard, p.shard_rows * p.param->row_size);
     }
   }
@@ -265,7 +264,7 @@ float* DataParallelStore::local_grad_of(const std::string& name, int64_t* n) {
     return full_grads_.data() + p.offset;
   }
   for (size_t u = 0; u < units_.size(); ++u) {
-    for (const auto& piece : layouts_[u].pieces()) {
+    for (const auto& piece : shards_[u].pieces()) {
       if (piece.param->name != name) continue;
       *n = piece.shard_rows * piece.param->row_size;  // padding rows are zero on every rank
       return local_grads_.data() + shard_offset_[u] + piece.in_shard;
@@ -278,8 +277,8 @@ float* DataParallelStore::local_params() {
   if (opts_.zero == 0) return full_params_.data();
   if (opts_.zero <= 2) {  // the update works on this rank's shard, copied out of the full parameters
     for (size_t u = 0; u < units_.size(); ++u) {
-      layouts_[u].extract(full_params_.data() + units_[u].begin, rank_,
-                          local_params_.data() + shard_offset_[u]);
+      shards_[u].extract(full_params_.data() + units_[u].begin, rank_,
+                         local_params_.data() + shard_offset_[u]);
     }
   }
   return local_params_.data();
@@ -293,7 +292,7 @@ std::vector<DecayRange> DataParallelStore::local_decay_ranges() const {
   if (opts_.zero == 0) return full_decay_ranges(units_);
   std::vector<DecayRange> r;
   for (size_t u = 0; u < units_.size(); ++u) {
-    for (const auto& p : layouts_[u].pieces()) {
+    for (const auto& p : shards_[u].pieces()) {
       const int64_t off = shard_offset_[u] + p.in_shard, n = p.shard_rows * p.param->row_size;
       if (!r.empty() && r.back().decay == p.param->decay)
         r.back().numel += n;
@@ -309,10 +308,10 @@ void DataParallelStore::after_update() {
   // One all-gather per unit, straight from this rank's updated shard: the
   // communication buffer never exceeds one unit (gathered, unpacked, freed).
   for (size_t u = 0; u < units_.size(); ++u) {
-    Tensor packed({P_ * layouts_[u].shard_numel()}, MemKind::comm);
-    dp_.all_gather(local_params_.data() + shard_offset_[u], packed.data(), layouts_[u].shard_numel(),
+    Tensor packed({P_ * shards_[u].shard_numel()}, MemKind::comm);
+    dp_.all_gather(local_params_.data() + shard_offset_[u], packed.data(), shards_[u].shard_numel(),
                    ElemType::f32, units_[u].name + " updated params");
-    layouts_[u].unpack(packed.data(), full_params_.data() + units_[u].begin);
+    shards_[u].unpack(packed.data(), full_params_.data() + units_[u].begin);
   }
 }
 
@@ -322,10 +321,10 @@ void DataParallelStore::gather_full_params(float* out) {
     return;
   }
   for (size_t u = 0; u < units_.size(); ++u) {
-    Tensor packed({P_ * layouts_[u].shard_numel()}, MemKind::comm);
-    dp_.all_gather(shard_of(local_params_, static_cast<int>(u)), packed.data(), layouts_[u].shard_numel(),
+    Tensor packed({P_ * shards_[u].shard_numel()}, MemKind::comm);
+    dp_.all_gather(shard_of(local_params_, static_cast<int>(u)), packed.data(), shards_[u].shard_numel(),
                    ElemType::f32, units_[u].name + " params (gather for save)");
-    layouts_[u].unpack(packed.data(), out + units_[u].begin);
+    shards_[u].unpack(packed.data(), out + units_[u].begin);
   }
 }
 
@@ -335,7 +334,7 @@ void DataParallelStore::scatter_full_params(const float* full) {
     return;
   }
   for (size_t u = 0; u < units_.size(); ++u) {
-    layouts_[u].extract(full + units_[u].begin, rank_, local_params_.data() + shard_offset_[u]);
+    shards_[u].extract(full + units_[u].begin, rank_, local_params_.data() + shard_offset_[u]);
   }
 }
 
@@ -349,9 +348,9 @@ void DataParallelStore::init_params(const ParamFill& fill) {
   }
   local_params_.zero();
   for (size_t u = 0; u < units_.size(); ++u) {
-    for (const auto& p : layouts_[u].pieces()) {  // only the rows this rank owns
+    for (const auto& p : shards_[u].pieces()) {  // only the rows this rank owns
       const int64_t K = p.param->row_size;
-      const int64_t b = layouts_[u].row_begin(p, rank_), e = layouts_[u].row_end(p, rank_);
+      const auto [b, e] = shards_[u].rows_of(p, rank_);
       if (e > b) fill(*p.param, b * K, (e - b) * K, local_params_.data() + shard_offset_[u] + p.in_shard);
     }
   }

@@ -89,7 +89,7 @@ class DataParallelStore : public ParamStore {
   Group dp_;
   DataParallelOptions opts_;
   int P_ = 1, rank_ = 0;
-  std::vector<ShardLayout> layouts_;
+  std::vector<UnitShards> shards_;
   std::vector<int64_t> shard_offset_;  // unit → offset of its shard in the local buffers
   int64_t local_numel_ = 0;
 

@@ -227,7 +227,7 @@ TEST_F(Seed000, FfnOnTp2TimesFsdp2FromARealRun) {
   V packed(static_cast<size_t>(2 * store.local_numel())), unit_grads(static_cast<size_t>(ffn_unit().numel()));
   dp.all_gather(store.local_grads(), packed.data(), store.local_numel(), ElemType::f32, "test: gather grads");
   const UnitSpec unit = ffn_unit();
-  ShardLayout(unit, 2).unpack(packed.data(), unit_grads.data());
+  UnitShards(unit, 2).unpack(packed.data(), unit_grads.data());
   V dW1_full(H * D, 0.0f), dW3_full(H * D, 0.0f), dW2_full(D * H, 0.0f);
   tp::unshard_weight(dW1_full.data(), unit_grads.data(), H, D, col, t, 2);
   tp::unshard_weight(dW3_full.data(), unit_grads.data() + Hl * D, H, D, col, t, 2);
