@@ -38,6 +38,7 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
       store_(store ? std::move(store) : std::make_unique<LocalStore>(units_)),
       buf_(std::make_unique<Buffers>()) {
   cfg_.validate();
+  set_state_layouts(table_, store_->sharding());
   if (!tp_) opts_.sp = false;
   n_stage_layers_ = static_cast<int64_t>(table_.layers.size());
   for (int64_t i = 0; i < n_stage_layers_; ++i) {

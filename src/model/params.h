@@ -59,6 +59,15 @@ struct ParamSpec {
   ParamInit init = ParamInit::normal;
   bool weight_decay = true;              // false for norms and embeddings
   tp::Role role = tp::Role::replicated;  // its row of the plan (parallel/tp_plan.h)
+  // Where the parameter, its (reduced) gradient and its optimizer state live on
+  // the mesh: the tp placement of its role, then the store's ZeRO sharding
+  // (mesh/layout.h zero_layout): parameters from ZeRO 3, gradients from
+  // ZeRO 2, optimizer state from ZeRO 1. A kv head replicated over tp
+  // (kv-replicated with tp > n_kv_heads) is Shard(0) over the groups of ranks
+  // sharing a head, a tp sub-axis the mesh does not name yet: its tp
+  // placement reads Shard(0) and tp_holders says how many ranks hold each piece.
+  Layout layout, grad_layout, state_layout;
+  int tp_holders = 1;
   ShardMap map = ShardMap::whole;
   int64_t first = 0, count = 0;  // see ShardMap
   // Whether this rank counts the parameter in the gradient norm: false on all
@@ -107,6 +116,10 @@ struct ParamTable {
 };
 
 ParamTable make_param_table(const ModelConfig& cfg, TpRank tp = {}, StageRange stage = {});
+
+// Sets every spec's grad_layout and state_layout (and layout under ZeRO 3)
+// from the store's sharding.
+void set_state_layouts(ParamTable& table, const StoreSharding& sharding);
 
 // What a store needs of a parameter (its unit's slot), derived from its spec.
 ParamSlot param_slot(const ParamSpec& spec);

@@ -80,6 +80,11 @@ DataParallelStore::DataParallelStore(std::vector<UnitSpec> units, Group dp, cons
   }
 }
 
+StoreSharding DataParallelStore::sharding() const {
+  const AxisSet dp = axis_bit(Axis::dp);
+  return {opts_.zero, dp_.axis() == "dp+cp" ? dp | axis_bit(Axis::cp) : dp};
+}
+
 DataParallelStore::~DataParallelStore() = default;
 
 Tensor DataParallelStore::take_comm(int64_t n) {

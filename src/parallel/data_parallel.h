@@ -51,6 +51,7 @@ class DataParallelStore : public ParamStore {
   float* acquire_grads(int unit) override;
   void release_grads(int unit) override;
   void poll() override { progress(); }
+  StoreSharding sharding() const override;
 
   void begin_step(int64_t microbatches) override;
   void begin_microbatch(int64_t index) override;

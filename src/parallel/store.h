@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "mesh/mesh_shape.h"
 #include "optim/adamw.h"
 
 namespace mt {
@@ -48,6 +49,13 @@ struct UnitSpec {
 
 enum class Pass { forward, backward };
 
+// How a store shards model state over its group (dp, or dp × cp): ZeRO stage
+// 0 (nothing sharded) to 3 (parameters too), and the group's mesh axes.
+struct StoreSharding {
+  int zero = 0;
+  AxisSet group = 0;  // 0: a store of one process
+};
+
 class ParamStore {
  public:
   virtual ~ParamStore() = default;
@@ -63,6 +71,8 @@ class ParamStore {
   // Called by the model between kernels: lets non-blocking communication progress
   // (MPI moves data only inside MPI calls), so reductions overlap compute.
   virtual void poll() {}
+  // How this store shards parameters, gradients and optimizer state.
+  virtual StoreSharding sharding() const { return {}; }
 
   // --- trainer side (per step) ---
   // Before the first microbatch: clears gradients. `microbatches` tells the
