@@ -18,6 +18,15 @@
 
 namespace mt {
 
+namespace {
+MeshSizes sizes_of(const ParallelConfig& p) {
+  return {.dp = static_cast<int>(p.dp),
+          .pp = static_cast<int>(p.pp),
+          .cp = static_cast<int>(p.cp),
+          .tp = static_cast<int>(p.tp)};
+}
+}  // namespace
+
 int run_train_command(const TrainArgs& a) {
   std::vector<std::string> overrides = a.overrides;
   auto shorthand = [&](const char* key, const std::optional<int64_t>& v) {
@@ -36,9 +45,7 @@ int run_train_command(const TrainArgs& a) {
   try {
     cfg = load_config(a.config, overrides);
     cfg.validate();
-    validate_mesh({static_cast<int>(cfg.parallel.pp), static_cast<int>(cfg.parallel.dp),
-                   static_cast<int>(cfg.parallel.cp), static_cast<int>(cfg.parallel.tp)},
-                  world.size());
+    validate_mesh(sizes_of(cfg.parallel), world.size());
     check_training_data(cfg);
     MT_REQUIRE(a.run.trace_path.empty() || cfg.parallel.pp > 1, ConfigError,
                "--trace records the pipeline's stages: it needs parallel.pp > 1 (it is ", cfg.parallel.pp,
@@ -49,10 +56,7 @@ int run_train_command(const TrainArgs& a) {
   agree_on_startup_errors(world, error);
   world.context().timeout_s = cfg.parallel.timeout_s;
   if (a.print_mesh && world.rank() == 0) {
-    std::printf("%s",
-                DeviceMesh::table({static_cast<int>(cfg.parallel.pp), static_cast<int>(cfg.parallel.dp),
-                                   static_cast<int>(cfg.parallel.cp), static_cast<int>(cfg.parallel.tp)})
-                    .c_str());
+    std::printf("%s", DeviceMesh::table(sizes_of(cfg.parallel)).c_str());
   }
   RunOptions run = a.run;
   run.local_ranks = runtime.local_ranks();

@@ -33,6 +33,13 @@ inline constexpr std::array<Axis, kNumAxes> kRankOrder = {Axis::dp, Axis::pp, Ax
 // adjacent coordinates inside an existing axis (DeviceMesh::block_group), so
 // neither adds a field here.
 struct MeshSizes {
+  // Only named fields: a positional {2, 2, 1, 2} does not compile (the axis
+  // order is easy to get wrong, and a wrong one still multiplies to the world).
+  struct NamedOnly {
+    explicit NamedOnly() = default;
+    bool operator==(const NamedOnly&) const = default;
+  };
+  [[no_unique_address]] NamedOnly named_only{};
   int dp = 1, pp = 1, cp = 1, tp = 1;
 
   int operator[](Axis a) const;

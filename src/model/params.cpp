@@ -73,6 +73,37 @@ const ParamSpec& ParamTable::find(const std::string& name) const {
   MT_THROW(ConfigError, "no parameter named '", name, "' (parameters include ", some, ", ...)");
 }
 
+namespace {
+
+// One parameter at `offset`: its full shape, and the piece of it this rank
+// holds, cut by its row of the plan. Of the ranks holding the same piece, the
+// first counts it in the gradient norm.
+ParamSpec make_spec(std::string name, std::vector<int64_t> full, ParamInit init, bool decay, TpRank tp,
+                    int64_t head_dim, int64_t offset) {
+  ParamSpec s;
+  s.name = std::move(name);
+  s.role = tp::plan_row(s.name).role;
+  const tp::TpSlice slice = tp::tp_slice(s.role, full, tp.size, tp.rank, head_dim);
+  s.shape = slice.local_shape(full);
+  s.global_shape = std::move(full);
+  s.map = slice.map;
+  s.first = slice.first;
+  s.count = slice.count;
+  s.norm_counted = tp.rank % slice.holders == 0;
+  s.tp_holders = slice.holders;
+  s.layout = tp.size > 1 ? tp::tp_layout(s.role, s.global_shape) : Layout(s.global_shape);
+  s.grad_layout = s.state_layout = s.layout;  // until a store shards them (set_state_layouts)
+  s.offset = offset;
+  s.numel = 1;
+  for (int64_t x : s.shape)
+    s.numel *= x;
+  s.init = init;
+  s.weight_decay = decay;
+  return s;
+}
+
+}  // namespace
+
 ParamTable make_param_table(const ModelConfig& cfg, TpRank tp, StageRange stage) {
   ParamTable t;
   if (stage.end_layer < 0) stage.end_layer = cfg.n_layers;
@@ -90,33 +121,11 @@ ParamTable make_param_table(const ModelConfig& cfg, TpRank tp, StageRange stage)
     return static_cast<int>(t.units.size()) - 1;
   };
   tp_dims(cfg, tp);  // the model's tp rules, with the numbers, before any slicing
-  const int64_t C = cfg.d_model, F = cfg.ffn_hidden, V = cfg.vocab_size, D = cfg.head_dim();
-  // One parameter: its full shape, and the piece of it this rank holds, cut
-  // by its row of the plan. Of the ranks holding the same piece, the first
-  // counts it in the gradient norm.
+  const int64_t C = cfg.d_model, F = cfg.ffn_hidden, V = cfg.vocab_size;
   auto add = [&](std::string name, std::vector<int64_t> full, ParamInit init, bool decay) {
-    ParamSpec s;
-    s.name = std::move(name);
-    s.role = tp::plan_row(s.name).role;
-    const tp::TpSlice slice = tp::tp_slice(s.role, full, tp.size, tp.rank, D);
-    s.shape = slice.local_shape(full);
-    s.global_shape = std::move(full);
-    s.map = slice.map;
-    s.first = slice.first;
-    s.count = slice.count;
-    s.norm_counted = tp.rank % slice.holders == 0;
-    s.tp_holders = slice.holders;
-    s.layout = tp.size > 1 ? tp::tp_layout(s.role, s.global_shape) : Layout(s.global_shape);
-    s.grad_layout = s.state_layout = s.layout;  // until a store shards them (set_state_layouts)
-    s.offset = t.total;
-    s.numel = 1;
-    for (int64_t x : s.shape)
-      s.numel *= x;
-    s.init = init;
-    s.weight_decay = decay;
-    t.total += s.numel;
+    t.specs.push_back(make_spec(std::move(name), std::move(full), init, decay, tp, cfg.head_dim(), t.total));
+    t.total += t.specs.back().numel;
     t.units.back().end = t.total;
-    t.specs.push_back(std::move(s));
     return t.specs.back().offset;
   };
   if (stage.embed) {
