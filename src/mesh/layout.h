@@ -3,7 +3,7 @@
 //   Replicate  every rank of the axis holds the whole tensor;
 //   Shard(d)   the axis splits tensor dim d, rank i of the axis holds piece i;
 //   Partial    every rank holds a full-shaped addend; the tensor is their sum.
-// Every change of placement is one collective (DESIGN §1); see redistribute.h.
+// Every change of placement is one collective (docs/PARALLELISM.md); see redistribute.h.
 //
 // Uneven sizes use the PADDED convention (the one ZeRO uses for flat buffers):
 // a dim of n rows split k ways gives every shard ceil(n/k) rows; the real rows

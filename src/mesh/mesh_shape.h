@@ -6,8 +6,9 @@
 // (MeshSizes{.dp = 2, .tp = 4}, the others 1); coordinates an array indexed by
 // Axis.
 //
-// Rank order (which axis varies fastest) follows seed 003 §08 and picotron's
-// arange(world).view(dp, pp, cp, tp): dp outermost, then pp, cp, tp innermost.
+// Rank order (which axis varies fastest; docs/PARALLELISM.md "The device mesh")
+// follows picotron's arange(world).view(dp, pp, cp, tp): dp outermost, then
+// pp, cp, tp innermost.
 //   rank = ((dp·PP + pp)·CP + cp)·TP + tp
 // So a TP group is a run of adjacent ranks (one node when ranks are packed per
 // node), a pipeline stage's TP groups sit next to each other, and a DP group
@@ -29,9 +30,10 @@ inline constexpr std::array<Axis, kNumAxes> kRankOrder = {Axis::dp, Axis::pp, Ax
 
 // The size of each axis; fields in rank order (dp outermost, tp innermost).
 // Room for the axes to come: expert parallelism is carved out of dp × cp and
-// 2-D tensor parallelism splits tp into two sub-axes, both as groups of
-// adjacent coordinates inside an existing axis (DeviceMesh::block_group), so
-// neither adds a field here.
+// 2-D tensor parallelism splits tp into two sub-axes, both as blocks of
+// adjacent coordinates inside existing axes (as the kv-replica group already
+// is inside tp: parallel/tp_plan.h kv_replica_group), so neither adds a rank
+// axis here.
 struct MeshSizes {
   // Only named fields: a positional {2, 2, 1, 2} does not compile (the axis
   // order is easy to get wrong, and a wrong one still multiplies to the world).
@@ -78,7 +80,7 @@ int mesh_rank_of(const MeshCoords& coords, const MeshSizes& sizes);
 // order of the group's own ranks).
 std::vector<std::vector<int>> mesh_group_ranks(const MeshSizes& sizes, AxisSet set);
 
-// The rank map as a readable table (seed 003 §08): one row per dp replica, one
+// The rank map as a readable table (--print-mesh): one row per dp replica, one
 // column per pipeline stage listing its TP groups; then the DP groups (and CP
 // and PP groups when those axes are > 1).
 std::string mesh_table(const MeshSizes& sizes);
