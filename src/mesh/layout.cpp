@@ -66,6 +66,9 @@ void Layout::validate() const {
                shape.size(), " dims");
     MT_REQUIRE(order.empty() || !p.is_shard() || (ordered & axis_bit(a)), ConfigError, "layout ", to_string(),
                ": ", axis_name(a), " shards but is not in the order");
+    const int r = replicas[static_cast<size_t>(axis_index(a))];
+    MT_REQUIRE(r >= 1 && (r == 1 || p.is_shard()), ConfigError, "layout ", to_string(), ": ", axis_name(a),
+               " has ", r, " replicas per piece but does not shard");
   }
   for (int64_t n : shape)
     MT_REQUIRE(n >= 0, ConfigError, "layout ", to_string(), ": negative size");
@@ -82,6 +85,11 @@ std::string Layout::to_string() const {
   for (Axis a : kAllAxes) {
     if (placement(a).is_replicate()) continue;
     s += std::string(" ") + axis_name(a) + ":" + placement(a).to_string();
+    const int r = replicas[static_cast<size_t>(axis_index(a))];
+    if (r > 1) {
+      s += 'x';
+      s += std::to_string(r);
+    }
     any = true;
   }
   if (!any) s += " R";
@@ -108,8 +116,12 @@ FlatAxis flat_axis(const Layout& layout, AxisSet set, const MeshSizes& sizes, co
   for (Axis a : kRankOrder) {
     if (!(set & axis_bit(a))) continue;
     f.dim = layout.placement(a).dim();
-    f.size *= sizes[a];
-    if (coords != nullptr) f.coord = f.coord * sizes[a] + (*coords)[static_cast<size_t>(axis_index(a))];
+    const int r = layout.replicas[static_cast<size_t>(axis_index(a))];
+    MT_REQUIRE(sizes[a] % r == 0, ConfigError, "layout ", layout.to_string(), ": ", axis_name(a), " (",
+               sizes[a], ") is not a multiple of its ", r, " replicas");
+    f.size *= sizes[a] / r;
+    if (coords != nullptr)
+      f.coord = f.coord * (sizes[a] / r) + (*coords)[static_cast<size_t>(axis_index(a))] / r;
   }
   return f;
 }
@@ -164,6 +176,53 @@ std::pair<int64_t, int64_t> local_range(const Layout& layout, int dim, const Mes
     real = std::clamp<int64_t>(real - skip, 0, extent);
   }
   return {begin, begin + real};
+}
+
+namespace {
+
+// Calls f(full_offset, local_offset, n) for each run of real elements along
+// the last dim of the piece at `coords`.
+template <class F>
+void for_each_block_run(const Layout& layout, const MeshSizes& sizes, const MeshCoords& coords, F&& f) {
+  const std::vector<int64_t> local = local_shape(layout, sizes);
+  const size_t nd = local.size();
+  std::vector<std::pair<int64_t, int64_t>> range(nd);
+  for (size_t d = 0; d < nd; ++d)
+    range[d] = local_range(layout, static_cast<int>(d), sizes, coords);
+  const int64_t last = nd == 0 ? 1 : local[nd - 1];
+  const int64_t run = nd == 0 ? 1 : range[nd - 1].second - range[nd - 1].first;
+  int64_t outer = 1;
+  for (size_t d = 0; d + 1 < nd; ++d)
+    outer *= local[d];
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t rest = o, full_off = 0, stride = 1;
+    bool real = run > 0;
+    for (size_t d = nd - 1; d-- > 0;) {  // dims nd−2 … 0 of the local index o
+      const int64_t i = rest % local[d];
+      rest /= local[d];
+      real = real && i < range[d].second - range[d].first;
+      stride *= layout.shape[d + 1];
+      full_off += (range[d].first + i) * stride;
+    }
+    if (real) f(full_off + (nd == 0 ? 0 : range[nd - 1].first), o * last, run);
+  }
+}
+
+}  // namespace
+
+void copy_to_local(const Layout& layout, const MeshSizes& sizes, const MeshCoords& coords, const float* full,
+                   float* local) {
+  std::fill(local, local + local_numel(layout, sizes), 0.0f);
+  for_each_block_run(layout, sizes, coords, [&](int64_t fi, int64_t li, int64_t n) {
+    std::copy(full + fi, full + fi + n, local + li);
+  });
+}
+
+void copy_to_full(const Layout& layout, const MeshSizes& sizes, const MeshCoords& coords, const float* local,
+                  float* full) {
+  for_each_block_run(layout, sizes, coords, [&](int64_t fi, int64_t li, int64_t n) {
+    std::copy(local + li, local + li + n, full + fi);
+  });
 }
 
 }  // namespace mt

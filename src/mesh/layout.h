@@ -69,6 +69,11 @@ struct Layout {
   // its size the product, the padded rule applied once). Empty: every shard
   // axis on its own, in rank order. Otherwise every shard axis is in exactly one entry.
   std::vector<AxisSet> order;
+  // Coordinates per piece on each shard axis: with replicas[a] = r, the
+  // sizes[a] coordinates of axis a hold sizes[a] / r pieces, coordinates
+  // c·r … c·r + r − 1 all piece c (a kv head replicated on the r tp ranks whose
+  // query heads use it). 1: every coordinate holds its own piece.
+  std::array<int, kNumAxes> replicas{1, 1, 1, 1};
 
   Layout() = default;
   explicit Layout(std::vector<int64_t> global_shape) : shape(std::move(global_shape)) {}
@@ -93,6 +98,14 @@ struct Layout {
 // (dp or dp+cp) as one flattened axis, after tp. The rows a rank holds are
 // then those of parallel/shard.h's UnitShards.
 Layout zero_layout(const Layout& param, AxisSet group);
+
+// Copies between a full row-major tensor (layout.shape) and the piece the rank
+// at `coords` holds (local_shape, row-major): to_local zeroes the padding,
+// to_full writes only the real elements. The slice reader of checkpoints.
+void copy_to_local(const Layout& layout, const MeshSizes& sizes, const MeshCoords& coords, const float* full,
+                   float* local);
+void copy_to_full(const Layout& layout, const MeshSizes& sizes, const MeshCoords& coords, const float* local,
+                  float* full);
 
 // The shape of this rank's piece (padded), and its element count.
 std::vector<int64_t> local_shape(const Layout& layout, const MeshSizes& sizes);

@@ -90,9 +90,8 @@ ParamSpec make_spec(std::string name, std::vector<int64_t> full, ParamInit init,
   s.first = slice.first;
   s.count = slice.count;
   s.norm_counted = tp.rank % slice.holders == 0;
-  s.tp_holders = slice.holders;
-  s.layout = tp.size > 1 ? tp::tp_layout(s.role, s.global_shape) : Layout(s.global_shape);
-  s.grad_layout = s.state_layout = s.layout;  // until a store shards them (set_state_layouts)
+  s.layout = tp.size > 1 ? tp::tp_layout(s.role, s.global_shape, slice.holders) : Layout(s.global_shape);
+  s.stored_layout = s.grad_layout = s.state_layout = s.layout;  // until a store shards them
   s.offset = offset;
   s.numel = 1;
   for (int64_t x : s.shape)
@@ -172,12 +171,12 @@ ParamTable make_param_table(const ModelConfig& cfg, TpRank tp, StageRange stage)
 
 void set_state_layouts(ParamTable& table, const StoreSharding& sh) {
   for (ParamSpec& s : table.specs) {
-    const Layout tp_only = s.grad_layout = s.state_layout = s.layout;
+    s.stored_layout = s.grad_layout = s.state_layout = s.layout;
     if (sh.group == 0 || sh.zero == 0) continue;
-    const Layout sharded = zero_layout(tp_only, sh.group);
+    const Layout sharded = zero_layout(s.layout, sh.group);
     s.state_layout = sharded;
     if (sh.zero >= 2) s.grad_layout = sharded;
-    if (sh.zero >= 3) s.layout = sharded;
+    if (sh.zero >= 3) s.stored_layout = sharded;
   }
 }
 

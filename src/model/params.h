@@ -59,15 +59,12 @@ struct ParamSpec {
   ParamInit init = ParamInit::normal;
   bool weight_decay = true;              // false for norms and embeddings
   tp::Role role = tp::Role::replicated;  // its row of the plan (parallel/tp_plan.h)
-  // Where the parameter, its (reduced) gradient and its optimizer state live on
-  // the mesh: the tp placement of its role, then the store's ZeRO sharding
-  // (mesh/layout.h zero_layout): parameters from ZeRO 3, gradients from
-  // ZeRO 2, optimizer state from ZeRO 1. A kv head replicated over tp
-  // (kv-replicated with tp > n_kv_heads) is Shard(0) over the groups of ranks
-  // sharing a head, a tp sub-axis the mesh does not name yet: its tp
-  // placement reads Shard(0) and tp_holders says how many ranks hold each piece.
-  Layout layout, grad_layout, state_layout;
-  int tp_holders = 1;
+  // Where the parameter lives on the mesh: `layout` as the model computes with
+  // it (its role's tp placement; a kv head replicated over tp is Shard(0) with
+  // tp / n_kv_heads ranks per piece), then as the store keeps it between uses
+  // (sharded from ZeRO 3), its reduced gradient (from ZeRO 2) and its optimizer
+  // state (from ZeRO 1): mesh/layout.h zero_layout over the store's group.
+  Layout layout, stored_layout, grad_layout, state_layout;
   ShardMap map = ShardMap::whole;
   int64_t first = 0, count = 0;  // see ShardMap
   // Whether this rank counts the parameter in the gradient norm: false on all
@@ -117,8 +114,8 @@ struct ParamTable {
 
 ParamTable make_param_table(const ModelConfig& cfg, TpRank tp = {}, StageRange stage = {});
 
-// Sets every spec's grad_layout and state_layout (and layout under ZeRO 3)
-// from the store's sharding.
+// Sets every spec's stored_layout, grad_layout and state_layout from the
+// store's sharding (its layout, the model's, is unchanged).
 void set_state_layouts(ParamTable& table, const StoreSharding& sharding);
 
 // What a store needs of a parameter (its unit's slot), derived from its spec.

@@ -104,12 +104,14 @@ TpSlice tp_slice(Role role, const std::vector<int64_t>& g, int tp, int rank, int
   return s;
 }
 
-Layout tp_layout(Role role, std::vector<int64_t> global) {
+Layout tp_layout(Role role, std::vector<int64_t> global, int holders) {
   Layout l(std::move(global));
   switch (role) {
+    case Role::kv_replicated:
+      l.replicas[static_cast<size_t>(axis_index(Axis::tp))] = holders;
+      return l.with(Axis::tp, Placement::shard(0));
     case Role::column:
     case Role::vocab:
-    case Role::kv_replicated:
       return l.with(Axis::tp, Placement::shard(0));
     case Role::row:
       return l.with(Axis::tp, Placement::shard(1));

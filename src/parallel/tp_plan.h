@@ -62,8 +62,9 @@ struct TpSlice {
 TpSlice tp_slice(Role role, const std::vector<int64_t>& global, int tp, int rank, int64_t head_dim = 1);
 
 // The layout over tp of a parameter with this role: Shard(0), Shard(1) or
-// Replicate (a replicated kv head is Shard(0) over the kv-head groups).
-Layout tp_layout(Role role, std::vector<int64_t> global);
+// Replicate; a kv head replicated on `holders` ranks (TpSlice::holders) is
+// Shard(0) with that many tp ranks per piece (Layout::replicas).
+Layout tp_layout(Role role, std::vector<int64_t> global, int holders = 1);
 
 // The ranks of `tp` holding the same kv heads when tp > n_kv_heads: blocks of
 // tp / n_kv_heads adjacent tp ranks (a sub-axis of tp), a group named "tp_kv"

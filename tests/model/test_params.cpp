@@ -108,6 +108,19 @@ TEST(ParamTable, TensorParallelShardsReassembleTheFullModel) {
         counted += s.map == ShardMap::rows ? s.count * s.shape[1] : s.numel;
       }
       EXPECT_EQ(mine, sliced) << "tp " << P << " rank " << r;
+      // The layout in the table reads the same piece (mesh/layout.h's slice reader).
+      MeshCoords at{};
+      at[static_cast<size_t>(axis_index(Axis::tp))] = r;
+      for (size_t i = 0; i < t.specs.size(); ++i) {
+        const ParamSpec& s = t.specs[i];
+        std::vector<float> piece(static_cast<size_t>(s.numel), -3.0f);
+        ASSERT_EQ(local_shape(s.layout, MeshSizes{.tp = P}), s.shape) << s.name;
+        copy_to_local(s.layout, MeshSizes{.tp = P}, at, full.data() + whole.specs[i].offset, piece.data());
+        EXPECT_TRUE(std::equal(piece.begin(), piece.end(), sliced.begin() + s.offset))
+            << s.name << " tp " << P;
+      }
+      EXPECT_EQ(t.find("model.layers.0.self_attn.k_proj.weight").layout.to_string(),
+                P == 2 ? "[8, 16] tp:S(0)" : "[8, 16] tp:S(0)x2");
       const ParamSpec& q = t.find("model.layers.0.self_attn.q_proj.weight");
       EXPECT_EQ(q.shape, (std::vector<int64_t>{16 / P, 16}));
       const ParamSpec& k = t.find("model.layers.1.self_attn.k_proj.weight");
@@ -144,7 +157,8 @@ TEST(ParamTable, LayoutsAgreeWithTheTpSliceAndZeroShards) {
       const UnitShards shards(unit, 4);
       for (const UnitShards::Piece& piece : shards.pieces()) {
         const ParamSpec& s = table.find(piece.param->name);
-        EXPECT_EQ(s.layout, s.state_layout) << s.name;
+        EXPECT_EQ(s.stored_layout, s.state_layout) << s.name;
+        EXPECT_EQ(s.grad_layout, s.state_layout) << s.name;
         const int64_t tp_row0 = s.map == ShardMap::rows ? s.first : 0;
         const int64_t tp_rows = s.map == ShardMap::rows ? s.count : s.shape[0];
         for (int d = 0; d < 2; ++d)
