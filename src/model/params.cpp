@@ -50,19 +50,6 @@ void for_each_run(const ParamSpec& s, int64_t first, int64_t n, F&& f) {
 }
 }  // namespace
 
-void param_to_local(const ParamSpec& s, const float* full, float* local) {
-  std::memset(local, 0, sizeof(float) * static_cast<size_t>(s.numel));
-  for_each_run(s, 0, s.numel, [&](int64_t li, int64_t gi, int64_t n) {
-    std::memcpy(local + li, full + gi, sizeof(float) * static_cast<size_t>(n));
-  });
-}
-
-void param_to_full(const ParamSpec& s, const float* local, float* full) {
-  for_each_run(s, 0, s.numel, [&](int64_t li, int64_t gi, int64_t n) {
-    std::memcpy(full + gi, local + li, sizeof(float) * static_cast<size_t>(n));
-  });
-}
-
 const ParamSpec& ParamTable::find(const std::string& name) const {
   for (const auto& s : specs) {
     if (s.name == name) return s;

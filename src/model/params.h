@@ -74,11 +74,6 @@ struct ParamSpec {
   bool tied_copy = false;
 };
 
-// Copies between a full tensor (spec.global_shape) and this rank's local one:
-// to_local zeroes the padding; to_full writes only the real elements.
-void param_to_local(const ParamSpec& spec, const float* full, float* local);
-void param_to_full(const ParamSpec& spec, const float* local, float* full);
-
 // The part of the model one pipeline stage holds: decoder layers
 // [first_layer, end_layer) (end −1: n_layers), the embedding on the first
 // stage, the final norm and LM head on the last. With tied embeddings and the
