@@ -36,12 +36,39 @@ Layout Layout::with(Axis a, Placement p) const {
   return out;
 }
 
+std::vector<AxisSet> Layout::split_order() const {
+  if (!order.empty()) return order;
+  std::vector<AxisSet> out;
+  for (Axis a : kRankOrder) {
+    if (placement(a).is_shard()) out.push_back(axis_bit(a));
+  }
+  return out;
+}
+
 void Layout::validate() const {
+  AxisSet ordered = 0;
+  for (AxisSet set : order) {
+    int dim = -2;
+    for (Axis a : kAllAxes) {
+      if (!(set & axis_bit(a))) continue;
+      MT_REQUIRE(
+          placement(a).is_shard() && (dim == -2 || placement(a).dim() == dim) && !(ordered & axis_bit(a)),
+          ConfigError, "layout ", to_string(), ": order entry ", axis_set_name(set),
+          " must name shard axes of one dim, each once");
+      dim = placement(a).dim();
+    }
+    ordered |= set;
+  }
   for (Axis a : kAllAxes) {
     const Placement& p = placement(a);
     MT_REQUIRE(!p.is_shard() || (p.dim() >= 0 && p.dim() < static_cast<int>(shape.size())), ConfigError,
                "layout ", to_string(), ": ", axis_name(a), " shards dim ", p.dim(), " but the tensor has ",
                shape.size(), " dims");
+    MT_REQUIRE(order.empty() || !p.is_shard() || (ordered & axis_bit(a)), ConfigError, "layout ", to_string(),
+               ": ", axis_name(a), " shards but is not in the order");
+    const int r = replicas[static_cast<size_t>(axis_index(a))];
+    MT_REQUIRE(r >= 1 && (r == 1 || p.is_shard()), ConfigError, "layout ", to_string(), ": ", axis_name(a),
+               " has ", r, " replicas per piece but does not shard");
   }
   for (int64_t n : shape)
     MT_REQUIRE(n >= 0, ConfigError, "layout ", to_string(), ": negative size");
@@ -58,20 +85,69 @@ std::string Layout::to_string() const {
   for (Axis a : kAllAxes) {
     if (placement(a).is_replicate()) continue;
     s += std::string(" ") + axis_name(a) + ":" + placement(a).to_string();
+    const int r = replicas[static_cast<size_t>(axis_index(a))];
+    if (r > 1) {
+      s += 'x';
+      s += std::to_string(r);
+    }
     any = true;
   }
-  return any ? s : s + " R";
+  if (!any) s += " R";
+  if (!order.empty()) {
+    s += " order ";
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (i > 0) s += ",";
+      s += axis_set_name(order[i]);
+    }
+  }
+  return s;
+}
+
+namespace {
+
+// An entry of the split order as one axis: the dim it shards, its size and
+// the coordinate of `coords` on it (flattened in rank order).
+struct FlatAxis {
+  int dim = -1;
+  int size = 1, coord = 0;
+};
+FlatAxis flat_axis(const Layout& layout, AxisSet set, const MeshSizes& sizes, const MeshCoords* coords) {
+  FlatAxis f;
+  for (Axis a : kRankOrder) {
+    if (!(set & axis_bit(a))) continue;
+    f.dim = layout.placement(a).dim();
+    const int r = layout.replicas[static_cast<size_t>(axis_index(a))];
+    MT_REQUIRE(sizes[a] % r == 0, ConfigError, "layout ", layout.to_string(), ": ", axis_name(a), " (",
+               sizes[a], ") is not a multiple of its ", r, " replicas");
+    f.size *= sizes[a] / r;
+    if (coords != nullptr)
+      f.coord = f.coord * (sizes[a] / r) + (*coords)[static_cast<size_t>(axis_index(a))] / r;
+  }
+  return f;
+}
+
+}  // namespace
+
+Layout zero_layout(const Layout& param, AxisSet group) {
+  Layout out = param;
+  out.order.clear();
+  const std::vector<AxisSet> inner = param.split_order();
+  for (Axis a : kAllAxes) {
+    if (group & axis_bit(a)) out = out.with(a, Placement::shard(0));
+  }
+  out.order = inner;
+  out.order.push_back(group);
+  out.validate();
+  return out;
 }
 
 std::vector<int64_t> local_shape(const Layout& layout, const MeshSizes& sizes) {
   layout.validate();
   std::vector<int64_t> shape = layout.shape;
-  for (Axis a : kRankOrder) {
-    const Placement& p = layout.placement(a);
-    if (p.is_shard()) {
-      int64_t& n = shape[static_cast<size_t>(p.dim())];
-      n = padded_shard_size(n, sizes[axis_index(a)]);
-    }
+  for (AxisSet set : layout.split_order()) {
+    const FlatAxis f = flat_axis(layout, set, sizes, nullptr);
+    int64_t& n = shape[static_cast<size_t>(f.dim)];
+    n = padded_shard_size(n, f.size);
   }
   return shape;
 }
@@ -87,14 +163,66 @@ std::pair<int64_t, int64_t> local_range(const Layout& layout, int dim, const Mes
                                         const MeshCoords& coords) {
   layout.validate();
   MT_CHECK(dim >= 0 && dim < static_cast<int>(layout.shape.size()), "dim ", dim);
-  const int64_t n = layout.shape[static_cast<size_t>(dim)];
-  int64_t begin = 0, extent = n;  // in padded coordinates
-  for (Axis a : kRankOrder) {
-    if (!layout.placement(a).is_shard(dim)) continue;
-    extent = padded_shard_size(extent, sizes[axis_index(a)]);
-    begin += extent * coords[axis_index(a)];
+  // Each split cuts the piece left by the previous one (padded extent, real
+  // rows a prefix of it): its real rows end where that piece's do, as
+  // shard_range's do.
+  int64_t begin = 0, extent = layout.shape[static_cast<size_t>(dim)], real = extent;
+  for (AxisSet set : layout.split_order()) {
+    const FlatAxis f = flat_axis(layout, set, sizes, &coords);
+    if (f.dim != dim) continue;
+    extent = padded_shard_size(extent, f.size);
+    const int64_t skip = extent * f.coord;
+    begin += std::min(skip, real);  // an all-padding piece sits at the end of the real rows
+    real = std::clamp<int64_t>(real - skip, 0, extent);
   }
-  return {std::min(n, begin), std::min(n, begin + extent)};
+  return {begin, begin + real};
+}
+
+namespace {
+
+// Calls f(full_offset, local_offset, n) for each run of real elements along
+// the last dim of the piece at `coords`.
+template <class F>
+void for_each_block_run(const Layout& layout, const MeshSizes& sizes, const MeshCoords& coords, F&& f) {
+  const std::vector<int64_t> local = local_shape(layout, sizes);
+  const size_t nd = local.size();
+  std::vector<std::pair<int64_t, int64_t>> range(nd);
+  for (size_t d = 0; d < nd; ++d)
+    range[d] = local_range(layout, static_cast<int>(d), sizes, coords);
+  const int64_t last = nd == 0 ? 1 : local[nd - 1];
+  const int64_t run = nd == 0 ? 1 : range[nd - 1].second - range[nd - 1].first;
+  int64_t outer = 1;
+  for (size_t d = 0; d + 1 < nd; ++d)
+    outer *= local[d];
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t rest = o, full_off = 0, stride = 1;
+    bool real = run > 0;
+    for (size_t d = nd - 1; d-- > 0;) {  // dims nd−2 … 0 of the local index o
+      const int64_t i = rest % local[d];
+      rest /= local[d];
+      real = real && i < range[d].second - range[d].first;
+      stride *= layout.shape[d + 1];
+      full_off += (range[d].first + i) * stride;
+    }
+    if (real) f(full_off + (nd == 0 ? 0 : range[nd - 1].first), o * last, run);
+  }
+}
+
+}  // namespace
+
+void copy_to_local(const Layout& layout, const MeshSizes& sizes, const MeshCoords& coords, const float* full,
+                   float* local) {
+  std::fill(local, local + local_numel(layout, sizes), 0.0f);
+  for_each_block_run(layout, sizes, coords, [&](int64_t fi, int64_t li, int64_t n) {
+    std::copy(full + fi, full + fi + n, local + li);
+  });
+}
+
+void copy_to_full(const Layout& layout, const MeshSizes& sizes, const MeshCoords& coords, const float* local,
+                  float* full) {
+  for_each_block_run(layout, sizes, coords, [&](int64_t fi, int64_t li, int64_t n) {
+    std::copy(local + li, local + li + n, full + fi);
+  });
 }
 
 }  // namespace mt

@@ -3,7 +3,7 @@
 //   Replicate  every rank of the axis holds the whole tensor;
 //   Shard(d)   the axis splits tensor dim d, rank i of the axis holds piece i;
 //   Partial    every rank holds a full-shaped addend; the tensor is their sum.
-// Every change of placement is one collective (DESIGN §1); see redistribute.h.
+// Every change of placement is one collective (docs/PARALLELISM.md); see redistribute.h.
 //
 // Uneven sizes use the PADDED convention (the one ZeRO uses for flat buffers):
 // a dim of n rows split k ways gives every shard ceil(n/k) rows; the real rows
@@ -14,7 +14,10 @@
 // shards hold rows [0,2), [2,4), [4,5)+1 pad, and 2 pad.
 // When several axes shard the same dim they split it in rank order (dp, pp,
 // cp, tp: outermost first), each splitting the padded extent left by the
-// previous one.
+// previous one; Layout::order can say otherwise. ZeRO/FSDP over TP is such a
+// layout: tp cuts the TP piece first, then the store's group (dp, or dp × cp
+// taken as ONE flattened axis, rounding up once) shards that piece's dim 0 —
+// zero_layout below.
 #pragma once
 
 #include <array>
@@ -61,6 +64,16 @@ std::pair<int64_t, int64_t> shard_range(int64_t n, int k, int index);
 struct Layout {
   std::vector<int64_t> shape;                  // global, row-major
   std::array<Placement, kNumAxes> placements;  // indexed by Axis; all Replicate by default
+  // Who splits a sharded dim first, outermost first: each entry a set of shard
+  // axes acting as one flattened axis (its coordinate flattened in rank order,
+  // its size the product, the padded rule applied once). Empty: every shard
+  // axis on its own, in rank order. Otherwise every shard axis is in exactly one entry.
+  std::vector<AxisSet> order;
+  // Coordinates per piece on each shard axis: with replicas[a] = r, the
+  // sizes[a] coordinates of axis a hold sizes[a] / r pieces, coordinates
+  // c·r … c·r + r − 1 all piece c (a kv head replicated on the r tp ranks whose
+  // query heads use it). 1: every coordinate holds its own piece.
+  std::array<int, kNumAxes> replicas{1, 1, 1, 1};
 
   Layout() = default;
   explicit Layout(std::vector<int64_t> global_shape) : shape(std::move(global_shape)) {}
@@ -70,11 +83,29 @@ struct Layout {
   const Placement& placement(Axis a) const { return placements[static_cast<size_t>(axis_index(a))]; }
   // A copy with axis `a` placed as `p`: Layout({6, 5}).with(Axis::tp, Placement::shard(1)).
   Layout with(Axis a, Placement p) const;
-  // Throws ConfigError when a Shard names a dim the shape does not have.
+  // The entries of `order`, or each shard axis alone in rank order when it is empty.
+  std::vector<AxisSet> split_order() const;
+  // Throws ConfigError when a Shard names a dim the shape does not have, or
+  // `order` misses a shard axis or groups axes sharding different dims.
   void validate() const;
   bool operator==(const Layout&) const = default;
-  std::string to_string() const;  // "[6, 5] tp:S(1)" (Replicate axes omitted; "R" if all are)
+  std::string to_string()
+      const;  // "[6, 5] tp:S(1)" (Replicate axes omitted; "R" if all are; " order tp,dp+cp")
 };
+
+// The layout of a parameter's piece sharded by a ZeRO/FSDP store: `param`
+// (its layout over tp) with dim 0 of each tp piece sharded over `group`
+// (dp or dp+cp) as one flattened axis, after tp. The rows a rank holds are
+// then those of parallel/shard.h's UnitShards.
+Layout zero_layout(const Layout& param, AxisSet group);
+
+// Copies between a full row-major tensor (layout.shape) and the piece the rank
+// at `coords` holds (local_shape, row-major): to_local zeroes the padding,
+// to_full writes only the real elements. The slice reader of checkpoints.
+void copy_to_local(const Layout& layout, const MeshSizes& sizes, const MeshCoords& coords, const float* full,
+                   float* local);
+void copy_to_full(const Layout& layout, const MeshSizes& sizes, const MeshCoords& coords, const float* local,
+                  float* full);
 
 // The shape of this rank's piece (padded), and its element count.
 std::vector<int64_t> local_shape(const Layout& layout, const MeshSizes& sizes);

@@ -2,7 +2,7 @@
 // group per axis and per set of axes. A value passed to whoever needs it, never
 // a global. Rank order and the pure mapping are in mesh_shape.h.
 //
-//   DeviceMesh mesh(world, {/*pp*/ 2, /*dp*/ 2, /*cp*/ 1, /*tp*/ 2});
+//   DeviceMesh mesh(world, MeshSizes{.dp = 2, .pp = 2, .tp = 2});
 //   mesh.group("tp").all_reduce(buf, n, "layer 3 mlp out");
 //   mesh.group({"dp", "cp"})  // gradient reduction over data and context
 #pragma once
@@ -34,7 +34,7 @@ class DeviceMesh {
   static std::string table(const MeshSizes& sizes) { return mesh_table(sizes); }
 
   const MeshSizes& sizes() const { return sizes_; }
-  int size(Axis a) const { return sizes_[axis_index(a)]; }
+  int size(Axis a) const { return sizes_[a]; }
   int size(std::string_view axis) const { return size(parse_axis(axis)); }
   int rank() const { return world_.rank(); }
   int world_size() const { return world_.size(); }

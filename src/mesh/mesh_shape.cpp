@@ -52,16 +52,41 @@ AxisSet parse_axis_set(std::string_view names) {
   return set;
 }
 
+int MeshSizes::operator[](Axis a) const {
+  switch (a) {
+    case Axis::dp:
+      return dp;
+    case Axis::pp:
+      return pp;
+    case Axis::cp:
+      return cp;
+    case Axis::tp:
+      break;
+  }
+  return tp;
+}
+
+int& MeshSizes::operator[](Axis a) {
+  switch (a) {
+    case Axis::dp:
+      return dp;
+    case Axis::pp:
+      return pp;
+    case Axis::cp:
+      return cp;
+    case Axis::tp:
+      break;
+  }
+  return tp;
+}
+
 int mesh_world_size(const MeshSizes& sizes) {
-  int n = 1;
-  for (int s : sizes)
-    n *= s;
-  return n;
+  return sizes.dp * sizes.pp * sizes.cp * sizes.tp;
 }
 
 void validate_mesh(const MeshSizes& sizes, int world_size) {
   for (Axis a : kAllAxes) {
-    int s = sizes[axis_index(a)];
+    int s = sizes[a];
     MT_REQUIRE(s >= 1, ConfigError, axis_name(a), " (", s, ") must be at least 1");
   }
   const int product = mesh_world_size(sizes);
@@ -70,11 +95,11 @@ void validate_mesh(const MeshSizes& sizes, int world_size) {
   const std::array<Axis, kNumAxes> spoken = {Axis::dp, Axis::cp, Axis::tp, Axis::pp};
   int split_axes = 0;
   for (Axis a : spoken)
-    split_axes += sizes[axis_index(a)] > 1 ? 1 : 0;
+    split_axes += sizes[a] > 1 ? 1 : 0;
   std::ostringstream os;
   bool first = true;
   for (Axis a : spoken) {
-    int s = sizes[axis_index(a)];
+    int s = sizes[a];
     if (s == 1 && split_axes >= 1) continue;
     os << (first ? "" : " × ") << axis_name(a) << " (" << s << ")";
     first = false;
@@ -87,7 +112,7 @@ MeshCoords mesh_coords_of(int rank, const MeshSizes& sizes) {
   MT_CHECK(rank >= 0 && rank < mesh_world_size(sizes), "rank ", rank);
   MeshCoords c{};
   for (auto it = kRankOrder.rbegin(); it != kRankOrder.rend(); ++it) {
-    const int s = sizes[axis_index(*it)];
+    const int s = sizes[*it];
     c[axis_index(*it)] = rank % s;
     rank /= s;
   }
@@ -98,8 +123,8 @@ int mesh_rank_of(const MeshCoords& coords, const MeshSizes& sizes) {
   int rank = 0;
   for (Axis a : kRankOrder) {
     const int i = axis_index(a);
-    MT_CHECK(coords[i] >= 0 && coords[i] < sizes[i], axis_name(a), " coordinate ", coords[i]);
-    rank = rank * sizes[i] + coords[i];
+    MT_CHECK(coords[i] >= 0 && coords[i] < sizes[a], axis_name(a), " coordinate ", coords[i]);
+    rank = rank * sizes[a] + coords[i];
   }
   return rank;
 }

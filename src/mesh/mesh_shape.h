@@ -2,11 +2,13 @@
 // functions of the axis sizes, testable without MPI (DeviceMesh in mesh.h adds
 // the process groups).
 //
-// Axes are named pp, dp, cp, tp. Sizes and coordinates are arrays indexed by
-// Axis, in that order: MeshSizes{pp, dp, cp, tp}.
+// Axes are named dp, pp, cp, tp. Sizes are a struct with a field per axis
+// (MeshSizes{.dp = 2, .tp = 4}, the others 1); coordinates an array indexed by
+// Axis.
 //
-// Rank order (which axis varies fastest) follows seed 003 §08 and picotron's
-// arange(world).view(dp, pp, cp, tp): dp outermost, then pp, cp, tp innermost.
+// Rank order (which axis varies fastest; docs/PARALLELISM.md "The device mesh")
+// follows picotron's arange(world).view(dp, pp, cp, tp): dp outermost, then
+// pp, cp, tp innermost.
 //   rank = ((dp·PP + pp)·CP + cp)·TP + tp
 // So a TP group is a run of adjacent ranks (one node when ranks are packed per
 // node), a pipeline stage's TP groups sit next to each other, and a DP group
@@ -26,8 +28,27 @@ inline constexpr std::array<Axis, kNumAxes> kAllAxes = {Axis::pp, Axis::dp, Axis
 // Outermost first: the order in which coordinates nest into a rank.
 inline constexpr std::array<Axis, kNumAxes> kRankOrder = {Axis::dp, Axis::pp, Axis::cp, Axis::tp};
 
-using MeshSizes = std::array<int, kNumAxes>;   // {pp, dp, cp, tp}
-using MeshCoords = std::array<int, kNumAxes>;  // {pp, dp, cp, tp}
+// The size of each axis; fields in rank order (dp outermost, tp innermost).
+// Room for the axes to come: expert parallelism is carved out of dp × cp and
+// 2-D tensor parallelism splits tp into two sub-axes, both as blocks of
+// adjacent coordinates inside existing axes (as the kv-replica group already
+// is inside tp: parallel/tp_plan.h kv_replica_group), so neither adds a rank
+// axis here.
+struct MeshSizes {
+  // Only named fields: a positional {2, 2, 1, 2} does not compile (the axis
+  // order is easy to get wrong, and a wrong one still multiplies to the world).
+  struct NamedOnly {
+    explicit NamedOnly() = default;
+    bool operator==(const NamedOnly&) const = default;
+  };
+  [[no_unique_address]] NamedOnly named_only{};
+  int dp = 1, pp = 1, cp = 1, tp = 1;
+
+  int operator[](Axis a) const;
+  int& operator[](Axis a);
+  bool operator==(const MeshSizes&) const = default;
+};
+using MeshCoords = std::array<int, kNumAxes>;  // indexed by Axis: {pp, dp, cp, tp}
 
 inline int axis_index(Axis a) {
   return static_cast<int>(a);
@@ -59,7 +80,7 @@ int mesh_rank_of(const MeshCoords& coords, const MeshSizes& sizes);
 // order of the group's own ranks).
 std::vector<std::vector<int>> mesh_group_ranks(const MeshSizes& sizes, AxisSet set);
 
-// The rank map as a readable table (seed 003 §08): one row per dp replica, one
+// The rank map as a readable table (--print-mesh): one row per dp replica, one
 // column per pipeline stage listing its TP groups; then the DP groups (and CP
 // and PP groups when those axes are > 1).
 std::string mesh_table(const MeshSizes& sizes);

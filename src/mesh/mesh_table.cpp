@@ -56,8 +56,7 @@ void print_aligned(std::ostream& os, const std::vector<std::vector<std::string>>
 }  // namespace
 
 std::string mesh_table(const MeshSizes& sizes) {
-  const int pp = sizes[axis_index(Axis::pp)], dp = sizes[axis_index(Axis::dp)];
-  const int cp = sizes[axis_index(Axis::cp)], tp = sizes[axis_index(Axis::tp)];
+  const int pp = sizes.pp, dp = sizes.dp, cp = sizes.cp, tp = sizes.tp;
   std::ostringstream os;
   os << "mesh: dp " << dp << " × pp " << pp << " × cp " << cp << " × tp " << tp << " = "
      << mesh_world_size(sizes)

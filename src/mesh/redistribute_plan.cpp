@@ -49,7 +49,7 @@ void check_nesting(const Layout& cur, const RedistStep& step, const std::optiona
     if (dim < 0) continue;
     for (Axis inner : kRankOrder) {
       if (nesting(inner) <= nesting(step.axis) || !cur.placement(inner).is_shard(dim)) continue;
-      if (sizes && (*sizes)[axis_index(inner)] == 1) continue;
+      if (sizes && (*sizes)[inner] == 1) continue;
       MT_THROW(Error, "redistribute ", cur.to_string(), ": changing ", axis_name(step.axis), " from ",
                step.from.to_string(), " to ", step.to.to_string(), " while ", axis_name(inner),
                " (inside it) also shards dim ", dim, " is not supported; change ", axis_name(inner),
@@ -66,6 +66,8 @@ std::vector<RedistStep> plan_redistribute(const Layout& from, const Layout& to,
   to.validate();
   MT_REQUIRE(from.shape == to.shape, ConfigError, "redistribute: global shapes differ: ", from.to_string(),
              " vs ", to.to_string());
+  MT_REQUIRE(from.order.empty() && to.order.empty(), Error, "redistribute ", from.to_string(), " → ",
+             to.to_string(), ": layouts with a split order are not supported yet");
   std::vector<RedistStep> steps;
   Layout cur = from;
   auto add = [&](Axis a) {

@@ -9,7 +9,6 @@
 #include "ops/attention.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
-#include "ops/gemm.h"
 #include "ops/rmsnorm.h"
 #include "ops/swiglu.h"
 #include "parallel/context_parallel.h"
@@ -30,6 +29,7 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
       opts_(opts),
       tp_(opts.tp != nullptr && opts.tp->size() > 1 ? opts.tp : nullptr),
       cp_(opts.cp != nullptr && opts.cp->size() > 1 ? opts.cp : nullptr),
+      attention_(cp_, opts.cp_impl),
       tpr_{tp_ ? tp_->size() : 1, tp_ ? tp_->rank() : 0},
       td_(tp_dims(cfg, tpr_)),
       table_(make_param_table(cfg, tpr_, opts.stage)),
@@ -38,6 +38,7 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
       store_(store ? std::move(store) : std::make_unique<LocalStore>(units_)),
       buf_(std::make_unique<Buffers>()) {
   cfg_.validate();
+  set_state_layouts(table_, store_->sharding());
   if (!tp_) opts_.sp = false;
   n_stage_layers_ = static_cast<int64_t>(table_.layers.size());
   for (int64_t i = 0; i < n_stage_layers_; ++i) {
@@ -58,8 +59,11 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
     const int64_t cp = cp_ ? cp_->size() : 1;
     tp::check_sequence_parallel(opts_.max_seq * cp, cp, tpr_.size);
   }
-  if (td_.kv_replicas > 1) {  // collective over tp
-    kv_group_ = std::make_unique<Group>(tp_->split(static_cast<int>(td_.kv_head0), tpr_.rank, "tp_kv"));
+  if (td_.kv_replicas > 1) {
+    MT_REQUIRE(opts_.tp_kv != nullptr && opts_.tp_kv->size() == td_.kv_replicas, ConfigError, "tp (",
+               tpr_.size, ") > n_kv_heads (", cfg_.n_kv_heads, ") needs the kv-replica group of ",
+               td_.kv_replicas, " ranks (ModelOptions::tp_kv, from tp::kv_replica_group)");
+    kv_group_ = opts_.tp_kv;
   }
   const int64_t B = opts_.max_batch, T = opts_.max_seq, N = B * T, Nl = sp_on() ? N / tpr_.size : N;
   const int64_t C = cfg_.d_model, F = td_.ffn, Q = td_.heads * cfg_.head_dim();
@@ -128,6 +132,14 @@ float* Llama::norm_scratch() {
   return has_head() ? cur_->lnf.data() : buf_->norm_out.data();
 }
 
+float* Llama::column_dinput_buffer() {
+  return !tp_ ? buf_->dmid.data() : sp_on() ? buf_->dln.data() : buf_->part.data();
+}
+
+float* Llama::part_scratch() {
+  return buf_->part.data();
+}
+
 double Llama::forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
   return forward_slot(0, inputs, targets, B, T);
 }
@@ -187,7 +199,6 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
     for (int64_t i = 0; i < N; ++i)
       sl.pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % T);
   }
-  const tp::SequenceParallel spm = sp_on() ? tp::SequenceParallel::on : tp::SequenceParallel::off;
   if (has_embed()) {
     const int eu = table_.embed_unit;
     const float* E = store_->acquire_params(eu, Pass::forward);
@@ -195,8 +206,8 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
     {
       MT_TIMED(Kernel::embedding);
       if (tp_)
-        tp::vocab_embedding_forward(sl.resid[0].data(), sl.inputs.data(), table, N, C, V,
-                                    {*tp_, "embed", spm});
+        tp::vocab_embedding_forward(sl.resid[0].data(), buf_->part.data(), sl.inputs.data(), table, N, C, V,
+                                    tp_layer("embed"));
       else
         embedding_forward(sl.resid[0].data(), sl.inputs.data(), table, N, C);
     }
@@ -218,10 +229,10 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
     rmsnorm_forward(sl.lnf.data(), sl.rstdf.data(), sl.resid.back().data(), Fp + norm_rel_, Nl, C,
                     static_cast<float>(cfg_.norm_eps));
   }
-  const float* xf = column_input(sl.lnf.data(), sl.lnf_full.data(), "head");
   {
     MT_TIMED(Kernel::gemm);
-    linear_forward(sl.logits.data(), xf, head + head_rel_, N, C, Vl);
+    tp::column_parallel_forward(sl.logits.data(), sl.lnf_full.data(), sl.lnf.data(), head + head_rel_, N, C,
+                                Vl, tp_layer("head"));
   }
   if (head_unit_ != fu) store_->release_params(head_unit_, Pass::forward);
   store_->release_params(fu, Pass::forward);
@@ -272,12 +283,13 @@ void Llama::backward_slot(int s, float dloss) {
     const float* head = tied_here ? store_->acquire_params(head_unit_, Pass::backward) : Fp;
     if (tied_here) Eg = store_->acquire_grads(head_unit_);
     float* head_grad = tied_here ? Eg : Fg;
+    float* dlnf = column_dinput_buffer();
     {
       MT_TIMED(Kernel::gemm);
-      linear_backward(nullptr, head_grad + head_rel_, sl.logits.data(),
-                      sp ? sl.lnf_full.data() : sl.lnf.data(), head + head_rel_, N, C, Vl);
+      tp::column_parallel_backward(dlnf, head_grad + head_rel_, b.part.data(), sl.logits.data(),
+                                   sp ? sl.lnf_full.data() : sl.lnf.data(), head + head_rel_, N, C, Vl,
+                                   tp_layer("head"));
     }
-    const float* dlnf = column_dinput(sl.logits.data(), head + head_rel_, Vl, "head");
     {
       MT_TIMED(Kernel::rmsnorm);
       float* gnorm = sp ? b.normg.data() : Fg + norm_rel_;
@@ -316,9 +328,8 @@ void Llama::backward_slot(int s, float dloss) {
       float* dtable = Eg + (table_.embed - units_[static_cast<size_t>(eu)].begin);
       MT_TIMED(Kernel::embedding);
       if (tp_)
-        tp::vocab_embedding_backward(
-            dtable, b.dres.data(), sl.inputs.data(), N, C, V,
-            {*tp_, "embed", sp ? tp::SequenceParallel::on : tp::SequenceParallel::off});
+        tp::vocab_embedding_backward(dtable, b.dfull.data(), b.dres.data(), sl.inputs.data(), N, C, V,
+                                     tp_layer("embed"));
       else
         embedding_backward(dtable, b.dres.data(), sl.inputs.data(), N, C);
     }

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "comm/group.h"
@@ -31,7 +32,9 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "ops/rope.h"
+#include "parallel/cp_attention.h"
 #include "parallel/store.h"
+#include "parallel/tensor_parallel.h"
 #include "pipeline/stage.h"
 
 namespace mt {
@@ -56,6 +59,9 @@ struct ModelOptions {
   // computes this rank's shard (params.h) and communicates over tp itself.
   Group* tp = nullptr;
   bool sp = false;
+  // The tp ranks sharing this rank's kv heads when tp > n_kv_heads, built by
+  // the layout (tp::kv_replica_group in parallel/tp_plan.h); null otherwise.
+  Group* tp_kv = nullptr;
   // Pipeline parallelism: the layers (and ends) this stage holds (params.h).
   StageRange stage;
   // Context parallelism: this rank's cp group (null or size 1: none). The model
@@ -63,7 +69,7 @@ struct ModelOptions {
   // of parallel/context_parallel.h (positions are global), and its attention
   // exchanges keys and values over cp: around a ring, or by all-gather.
   Group* cp = nullptr;
-  bool cp_ring = true;
+  cp::CpImpl cp_impl = cp::CpImpl::ring;
 };
 
 class Llama : public pp::Stage {
@@ -159,26 +165,25 @@ class Llama : public pp::Stage {
   void layer_forward(int64_t l, const float* P, LayerActs& a, const float* x_in, float* x_out);
   void layer_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in, float* dres);
   LayerActs& acts_for(int64_t l);
-  // Row-parallel output: out[Nl, C] = resid + (inp[N, ICl] · Wᵀ summed over tp).
-  void row_out(float* out, const float* resid, const float* inp, const float* W, int64_t ICl,
-               const std::string& site);
-  // Column-parallel input gradient: dln[Nl, C] ← Σ_tp dout[N, OCl] · W (the
-  // buffer it lands in is returned: part_ without SP, dln_ with it).
-  const float* column_dinput(const float* dout, const float* W, int64_t OCl, const std::string& site);
-  // The [N, C] input a column layer's GEMM reads: ln itself, or gathered (SP).
-  const float* column_input(const float* ln, float* full, const std::string& site);
-  // The [N, C] gradient a row layer's backward reads: dres itself, or gathered (SP).
-  const float* row_dout(const float* dres, const std::string& site);
+  // The tensor-parallel layer at `site` (no group without tp: a plain linear layer).
+  tp::TpLayer tp_layer(std::string_view site) const {
+    return {tp_, site, sp_on() ? tp::SequenceParallel::on : tp::SequenceParallel::off};
+  }
+  // Where a column layer's input gradient [Nl, C] lands: dmid without tp, the
+  // tp scratch part without SP, dln with SP (part then holds the partial sum).
+  float* column_dinput_buffer();
+  float* part_scratch();  // [N, C] scratch of tp layers (null without tp)
   bool tp_on() const { return tp_ != nullptr; }
   bool sp_on() const { return tp_ != nullptr && opts_.sp; }
 
   ModelConfig cfg_;
   ModelOptions opts_;
-  Group* tp_ = nullptr;  // null: no tensor parallelism
-  Group* cp_ = nullptr;  // null: no context parallelism
+  Group* tp_ = nullptr;        // null: no tensor parallelism
+  Group* cp_ = nullptr;        // null: no context parallelism
+  cp::CpAttention attention_;  // local, ring or all-gather: chosen here, once
   TpRank tpr_;
   TpDims td_;
-  std::unique_ptr<Group> kv_group_;  // the ranks sharing this rank's kv head (tp > n_kv_heads)
+  Group* kv_group_ = nullptr;  // the ranks sharing this rank's kv head (tp > n_kv_heads)
   ParamTable table_;
   std::vector<UnitSpec> units_;
   std::vector<LayerParamOffsets> rel_;  // per stage layer, offsets within its unit

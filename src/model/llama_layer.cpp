@@ -5,71 +5,13 @@
 
 #include "model/llama_internal.h"
 #include "ops/attention.h"
-#include "ops/gemm.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
-#include "parallel/context_parallel.h"
+#include "parallel/tensor_parallel.h"
 #include "parallel/tp_comm.h"
 
 namespace mt {
-
-const float* Llama::column_input(const float* ln, float* full, const std::string& site) {
-  if (!sp_on()) {
-    if (tp_) tp::copy_to_tp_forward(ln, N_, cfg_.d_model, *tp_, site);  // identity: every rank has ln
-    return ln;
-  }
-  tp::gather_from_sp_forward(full, ln, N_, cfg_.d_model, *tp_, site);
-  return full;
-}
-
-void Llama::row_out(float* out, const float* resid, const float* inp, const float* W, int64_t ICl,
-                    const std::string& site) {
-  const int64_t N = N_, Nl = Nl_, C = cfg_.d_model;
-  if (!tp_) {
-    MT_TIMED(Kernel::gemm);
-    std::memcpy(out, resid, static_cast<size_t>(N * C) * sizeof(float));
-    linear_forward(out, inp, W, N, ICl, C, Out::add);  // residual add fused
-    return;
-  }
-  float* part = buf_->part.data();
-  {
-    MT_TIMED(Kernel::gemm);
-    linear_forward(part, inp, W, N, ICl, C);  // this rank's partial sum
-  }
-  if (sp_on()) {
-    tp::scatter_to_sp_forward(out, part, N, C, *tp_, site);
-  } else {
-    tp::reduce_from_tp_forward(part, N, C, *tp_, site);
-    std::memcpy(out, part, static_cast<size_t>(N * C) * sizeof(float));
-  }
-  add_inplace(out, resid, Nl * C);
-}
-
-const float* Llama::row_dout(const float* dres, const std::string& site) {
-  if (!sp_on()) {
-    if (tp_) tp::reduce_from_tp_backward(dres, N_, cfg_.d_model, *tp_, site);  // identity
-    return dres;
-  }
-  tp::scatter_to_sp_backward(buf_->dfull.data(), dres, N_, cfg_.d_model, *tp_, site);
-  return buf_->dfull.data();
-}
-
-const float* Llama::column_dinput(const float* dout, const float* W, int64_t OCl, const std::string& site) {
-  const int64_t N = N_, C = cfg_.d_model;
-  float* part = tp_ ? buf_->part.data() : buf_->dmid.data();
-  {
-    MT_TIMED(Kernel::gemm);
-    linear_backward(part, nullptr, dout, nullptr, W, N, C, OCl);
-  }
-  if (!tp_) return part;
-  if (!sp_on()) {
-    tp::copy_to_tp_backward(part, N, C, *tp_, site);
-    return part;
-  }
-  tp::gather_from_sp_backward(buf_->dln.data(), part, N, C, *tp_, site);
-  return buf_->dln.data();
-}
 
 void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* x_in, float* x_out) {
   const LayerParamOffsets& o = rel_[static_cast<size_t>(l)];
@@ -83,11 +25,11 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
     MT_TIMED(Kernel::rmsnorm);
     rmsnorm_forward(sp ? norm_scratch() : a.ln1.data(), a.rstd1.data(), x_in, P + o.ln1, Nl, C, eps);
   }
-  const float* x1 =
-      column_input(sp ? norm_scratch() : a.ln1.data(), a.ln1_full.data(), site_of(gl, "attn qkv"));
   {
-    MT_TIMED(Kernel::gemm);
-    linear_forward(a.qkv.data(), x1, P + o.qkv, N, C, QKV);  // q, k, v in one GEMM
+    MT_TIMED(Kernel::gemm);  // q, k, v in one GEMM
+    const std::string site = site_of(gl, "attn qkv");
+    tp::column_parallel_forward(a.qkv.data(), a.ln1_full.data(), sp ? norm_scratch() : a.ln1.data(),
+                                P + o.qkv, N, C, QKV, tp_layer(site));
   }
   {
     MT_TIMED(Kernel::rope);
@@ -99,31 +41,33 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
     AttentionDims d{B, T, T, H, KV, D, QKV, QKV, Q};
     const float* q = a.qkv.data();
     const float *k = q + Q, *v = q + Q + KV * D;
-    if (!cp_)
-      attention_forward(a.att.data(), a.lse.data(), q, k, v, pos, pos, d);
-    else if (opts_.cp_ring)
-      cp::ring_attention_forward(a.att.data(), a.lse.data(), q, k, v, pos, pos, d, *cp_, site_of(gl, "attn"));
-    else
-      cp::allgather_attention_forward(a.att.data(), a.lse.data(), q, k, v, pos, pos, d, *cp_,
-                                      site_of(gl, "attn"));
+    attention_.forward(a.att.data(), a.lse.data(), q, k, v, pos, pos, d, site_of(gl, "attn"));
   }
-  row_out(a.mid.data(), x_in, a.att.data(), P + o.o, Q, site_of(gl, "attn o"));
+  {
+    MT_TIMED(Kernel::gemm);  // mid = x + o_proj(att)
+    const std::string site = site_of(gl, "attn o");
+    tp::row_parallel_forward(a.mid.data(), part_scratch(), a.att.data(), P + o.o, N, Q, C, tp_layer(site),
+                             x_in);
+  }
   {
     MT_TIMED(Kernel::rmsnorm);
     rmsnorm_forward(sp ? norm_scratch() : a.ln2.data(), a.rstd2.data(), a.mid.data(), P + o.ln2, Nl, C, eps);
   }
-  const float* x2 =
-      column_input(sp ? norm_scratch() : a.ln2.data(), a.ln2_full.data(), site_of(gl, "mlp gate_up"));
   {
-    MT_TIMED(Kernel::gemm);
-    linear_forward(a.gu.data(), x2, P + o.gate_up, N, C, 2 * F);  // gate and up in one GEMM
+    MT_TIMED(Kernel::gemm);  // gate and up in one GEMM
+    const std::string site = site_of(gl, "mlp gate_up");
+    tp::column_parallel_forward(a.gu.data(), a.ln2_full.data(), sp ? norm_scratch() : a.ln2.data(),
+                                P + o.gate_up, N, C, 2 * F, tp_layer(site));
   }
   {
     MT_TIMED(Kernel::swiglu);
     swiglu_forward(a.h.data(), a.gu.data(), N, F);
   }
   if (x_out == nullptr) return;  // recomputation needs the activations, not the output
-  row_out(x_out, a.mid.data(), a.h.data(), P + o.down, F, site_of(gl, "mlp down"));
+  MT_TIMED(Kernel::gemm);        // x_out = mid + down(h)
+  const std::string site = site_of(gl, "mlp down");
+  tp::row_parallel_forward(x_out, part_scratch(), a.h.data(), P + o.down, N, F, C, tp_layer(site),
+                           a.mid.data());
 }
 
 void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in,
@@ -143,21 +87,24 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
   const float* ln1_in = sp ? a.ln1_full.data() : a.ln1.data();  // what the q|k|v GEMM read
   const float* ln2_in = sp ? a.ln2_full.data() : a.ln2.data();
   // MLP: x = mid + down(h); dres is dL/dx on entry.
-  const float* dy = row_dout(dres, site_of(gl, "mlp down"));
   {
-    MT_TIMED(Kernel::gemm);
-    linear_backward(b.dmid.data(), G + o.down, dy, a.h.data(), P + o.down, N, F, C);  // dh
+    MT_TIMED(Kernel::gemm);  // dh
+    const std::string site = site_of(gl, "mlp down");
+    tp::row_parallel_backward(b.dmid.data(), G + o.down, b.dfull.data(), dres, a.h.data(), P + o.down, N, F,
+                              C, tp_layer(site));
   }
   {
     MT_TIMED(Kernel::swiglu);
     swiglu_backward(b.dgu.data(), b.dmid.data(), a.gu.data(), N, F);
   }
   store_->poll();
+  float* dln2 = column_dinput_buffer();
   {
     MT_TIMED(Kernel::gemm);
-    linear_backward(nullptr, G + o.gate_up, b.dgu.data(), ln2_in, P + o.gate_up, N, C, 2 * F);
+    const std::string site = site_of(gl, "mlp gate_up");
+    tp::column_parallel_backward(dln2, G + o.gate_up, b.part.data(), b.dgu.data(), ln2_in, P + o.gate_up, N,
+                                 C, 2 * F, tp_layer(site));
   }
-  const float* dln2 = column_dinput(b.dgu.data(), P + o.gate_up, 2 * F, site_of(gl, "mlp gate_up"));
   {
     MT_TIMED(Kernel::rmsnorm);
     rmsnorm_backward(b.dtmp.data(), g_ln2, dln2, a.mid.data(), P + o.ln2, a.rstd2.data(), Nl, C);
@@ -165,10 +112,11 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
   }
   store_->poll();
   // Attention: mid = x + o_proj(att).
-  const float* dmid = row_dout(dres, site_of(gl, "attn o"));
   {
-    MT_TIMED(Kernel::gemm);
-    linear_backward(b.dmid.data(), G + o.o, dmid, a.att.data(), P + o.o, N, Q, C);  // datt
+    MT_TIMED(Kernel::gemm);  // datt
+    const std::string site = site_of(gl, "attn o");
+    tp::row_parallel_backward(b.dmid.data(), G + o.o, b.dfull.data(), dres, a.att.data(), P + o.o, N, Q, C,
+                              tp_layer(site));
   }
   {
     MT_TIMED(Kernel::attention);
@@ -178,15 +126,8 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
     float* dq = b.dqkv.data();
     const float *k = q + Q, *v = q + Q + KV * D;
     float *dk = dq + Q, *dv = dq + Q + KV * D;
-    const float* datt = b.dmid.data();
-    if (!cp_)
-      attention_backward(dq, dk, dv, datt, a.att.data(), a.lse.data(), q, k, v, pos, pos, d);
-    else if (opts_.cp_ring)
-      cp::ring_attention_backward(dq, dk, dv, datt, a.att.data(), a.lse.data(), q, k, v, pos, pos, d, *cp_,
-                                  site_of(gl, "attn"));
-    else
-      cp::allgather_attention_backward(dq, dk, dv, datt, a.att.data(), a.lse.data(), q, k, v, pos, pos, d,
-                                       *cp_, site_of(gl, "attn"));
+    attention_.backward(dq, dk, dv, b.dmid.data(), a.att.data(), a.lse.data(), q, k, v, pos, pos, d,
+                        site_of(gl, "attn"));
   }
   store_->poll();
   {
@@ -197,22 +138,14 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
   // A kv head replicated on several tp ranks gets a part of its gradient from
   // each (through that rank's query heads): the parts are summed over the
   // replicas, once, before they join G.
-  float* gkv = G + o.qkv + Q * C;
-  const int64_t nkv = 2 * KV * D * C;
-  if (kv_group_) {
-    std::memcpy(b.kvg.data(), gkv, static_cast<size_t>(nkv) * sizeof(float));
-    std::memset(gkv, 0, static_cast<size_t>(nkv) * sizeof(float));
-  }
+  float* dln1 = column_dinput_buffer();
   {
     MT_TIMED(Kernel::gemm);
-    linear_backward(nullptr, G + o.qkv, b.dqkv.data(), ln1_in, P + o.qkv, N, C, QKV);
+    const std::string site = site_of(gl, "attn qkv"), kv_site = site_of(gl, "attn k|v");
+    const tp::ReplicatedRows kv{kv_group_, Q, 2 * KV * D, C, b.kvg.data(), kv_site};
+    tp::column_parallel_backward(dln1, G + o.qkv, b.part.data(), b.dqkv.data(), ln1_in, P + o.qkv, N, C, QKV,
+                                 tp_layer(site), kv);
   }
-  if (kv_group_) {
-    kv_group_->all_reduce(
-        gkv, nkv, tp::comm_label(site_of(gl, "attn k|v"), "replica grads", "backward", {2 * KV * D, C}));
-    add_inplace(gkv, b.kvg.data(), nkv);
-  }
-  const float* dln1 = column_dinput(b.dqkv.data(), P + o.qkv, QKV, site_of(gl, "attn qkv"));
   {
     MT_TIMED(Kernel::rmsnorm);
     rmsnorm_backward(b.dtmp.data(), g_ln1, dln1, x_in, P + o.ln1, a.rstd1.data(), Nl, C);

@@ -10,13 +10,9 @@
 //
 // Under tensor parallelism (TpRank.size > 1) the table is THIS RANK's: the same
 // names and order, with each parameter's local shape and a map onto the full
-// tensor (Megatron's split, docs/PARALLELISM.md "Tensor parallelism"):
-//   q, k, v, gate, up   column-parallel: rows (output features) split
-//   o, down             row-parallel: columns (input features) split
-//   k, v with tp > n_kv_heads   one kv head per rank, replicated on the
-//                       tp / n_kv_heads ranks whose query heads use it
-//   embed, lm_head      vocab-parallel: ceil(V / tp) rows, the last ones padding
-//   norms               replicated
+// tensor, cut by the plan table of parallel/tp_plan.h (q, gate, up column; k, v
+// kv-replicated; o, down row; embed, lm_head vocab; norms replicated;
+// docs/PARALLELISM.md "Tensor parallelism").
 // The fused q|k|v and gate|up blocks then hold this rank's pieces, so the
 // same fused GEMMs compute this rank's heads and hidden features.
 #pragma once
@@ -27,6 +23,7 @@
 
 #include "model/config.h"
 #include "parallel/store.h"
+#include "parallel/tp_plan.h"
 
 namespace mt {
 
@@ -53,13 +50,6 @@ struct TpDims {
 // ffn_hidden, or when neither of tp and n_kv_heads divides the other.
 TpDims tp_dims(const ModelConfig& cfg, TpRank tp);
 
-// How a local parameter lies in the full one.
-enum class ShardMap {
-  whole,  // the full tensor (replicated)
-  rows,   // local row r is global row first + r for r < count; rows ≥ count are padding (zero)
-  cols,   // local column c is global column first + c; count columns
-};
-
 struct ParamSpec {
   std::string name;                   // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
   std::vector<int64_t> shape;         // [out, in] for weights, like PyTorch; this rank's under tp
@@ -67,7 +57,14 @@ struct ParamSpec {
   int64_t offset = 0;                 // first element in the flat buffer
   int64_t numel = 0;
   ParamInit init = ParamInit::normal;
-  bool weight_decay = true;  // false for norms and embeddings
+  bool weight_decay = true;              // false for norms and embeddings
+  tp::Role role = tp::Role::replicated;  // its row of the plan (parallel/tp_plan.h)
+  // Where the parameter lives on the mesh: `layout` as the model computes with
+  // it (its role's tp placement; a kv head replicated over tp is Shard(0) with
+  // tp / n_kv_heads ranks per piece), then as the store keeps it between uses
+  // (sharded from ZeRO 3), its reduced gradient (from ZeRO 2) and its optimizer
+  // state (from ZeRO 1): mesh/layout.h zero_layout over the store's group.
+  Layout layout, stored_layout, grad_layout, state_layout;
   ShardMap map = ShardMap::whole;
   int64_t first = 0, count = 0;  // see ShardMap
   // Whether this rank counts the parameter in the gradient norm: false on all
@@ -76,11 +73,6 @@ struct ParamSpec {
   // The last pipeline stage's copy of a tied embedding (see StageRange).
   bool tied_copy = false;
 };
-
-// Copies between a full tensor (spec.global_shape) and this rank's local one:
-// to_local zeroes the padding; to_full writes only the real elements.
-void param_to_local(const ParamSpec& spec, const float* full, float* local);
-void param_to_full(const ParamSpec& spec, const float* local, float* full);
 
 // The part of the model one pipeline stage holds: decoder layers
 // [first_layer, end_layer) (end −1: n_layers), the embedding on the first
@@ -116,6 +108,13 @@ struct ParamTable {
 };
 
 ParamTable make_param_table(const ModelConfig& cfg, TpRank tp = {}, StageRange stage = {});
+
+// Sets every spec's stored_layout, grad_layout and state_layout from the
+// store's sharding (its layout, the model's, is unchanged).
+void set_state_layouts(ParamTable& table, const StoreSharding& sharding);
+
+// What a store needs of a parameter (its unit's slot), derived from its spec.
+ParamSlot param_slot(const ParamSpec& spec);
 
 // Initialises params[0, table.total): element i of parameter p is a pure
 // function of (seed, p.name, i) — Philox normal · init_std (· 1/sqrt(2·n_layers)

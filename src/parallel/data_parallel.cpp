@@ -53,9 +53,9 @@ DataParallelStore::DataParallelStore(std::vector<UnitSpec> units, Group dp, cons
     : units_(std::move(units)), dp_(std::move(dp)), opts_(opts), P_(dp_.size()), rank_(dp_.rank()) {
   check_zero_stage(opts_.zero);
   for (const auto& u : units_) {
-    layouts_.emplace_back(u, P_);
+    shards_.emplace_back(u, P_);
     shard_offset_.push_back(local_numel_);
-    local_numel_ += layouts_.back().shard_numel();
+    local_numel_ += shards_.back().shard_numel();
   }
   const int64_t total = units_total(units_);
   const int z = opts_.zero;
@@ -83,6 +83,11 @@ DataParallelStore::DataParallelStore(std::vector<UnitSpec> units, Group dp, cons
   }
 }
 
+StoreSharding DataParallelStore::sharding() const {
+  const AxisSet dp = axis_bit(Axis::dp);
+  return {opts_.zero, dp_.axis() == "dp+cp" ? dp | axis_bit(Axis::cp) : dp};
+}
+
 DataParallelStore::~DataParallelStore() = default;
 
 Tensor DataParallelStore::take_comm(int64_t n) {
@@ -107,7 +112,7 @@ void DataParallelStore::give_comm(Tensor t) {
 
 void DataParallelStore::start_gather(int unit) {
   auto g = std::make_unique<Gathered>();
-  const ShardLayout& L = layouts_[static_cast<size_t>(unit)];
+  const UnitShards& L = shards_[static_cast<size_t>(unit)];
   g->packed = take_comm(P_ * L.shard_numel());
   g->work = dp_.all_gather_async(shard_of(local_params_, unit), g->packed.data(), L.shard_numel(),
                                  ElemType::f32, units_[static_cast<size_t>(unit)].name + " params");
@@ -128,7 +133,7 @@ const float* DataParallelStore::acquire_params(int unit, Pass pass) {
   if (!g.unpacked) {
     g.work.wait();
     g.full = Tensor({units_[static_cast<size_t>(unit)].numel()}, MemKind::param);
-    layouts_[static_cast<size_t>(unit)].unpack(g.packed.data(), g.full.data());
+    shards_[static_cast<size_t>(unit)].unpack(g.packed.data(), g.full.data());
     give_comm(std::move(g.packed));
     g.unpacked = true;
   }
@@ -162,7 +167,7 @@ void DataParallelStore::release_grads(int unit) {
   // full-size buffer is freed as soon as it is packed.
   auto it = unit_grads_.find(unit);
   MT_CHECK(it != unit_grads_.end(), "release of gradients not acquired");
-  const ShardLayout& L = layouts_[static_cast<size_t>(unit)];
+  const UnitShards& L = shards_[static_cast<size_t>(unit)];
   auto s = std::make_unique<Scattering>();
   s->unit = unit;
   s->send = take_comm(P_ * L.shard_numel());
@@ -203,7 +208,7 @@ void DataParallelStore::retire_scatters(bool wait) {
     else if (!s.work.test())
       return;
     add_into(shard_of(local_grads_, s.unit), s.recv.data(),
-             layouts_[static_cast<size_t>(s.unit)].shard_numel());
+             shards_[static_cast<size_t>(s.unit)].shard_numel());
     give_comm(std::move(s.send));
     give_comm(std::move(s.recv));
     scattering_.pop_front();
@@ -241,8 +246,7 @@ void DataParallelStore::finish_grads() {
   overlap_.comm_window_s = first_launch_ >= 0 ? t1 - first_launch_ : 0.0;
   if (opts_.zero == 1) {
     for (size_t u = 0; u < units_.size(); ++u) {
-      layouts_[u].extract(full_grads_.data() + units_[u].begin, rank_,
-                          local_grads_.data() + shard_offset_[u]);
+      shards_[u].extract(full_grads_.data() + units_[u].begin, rank_, local_grads_.data() + shard_offset_[u]);
     }
   }
 }
@@ -253,7 +257,7 @@ double DataParallelStore::grad_sum_squares() {
   double s = 0.0;                                            // disjoint shards; padding is zero
   for (size_t u = 0; u < units_.size(); ++u) {
     const float* shard = local_grads_.data() + shard_offset_[u];
-    for (const auto& p : layouts_[u].pieces()) {
+    for (const auto& p : shards_[u].pieces()) {
       if (p.param->norm_counted) s += sum_squares(shard + p.in_shard, p.shard_rows * p.param->row_size);
     }
   }
@@ -268,7 +272,7 @@ float* DataParallelStore::local_grad_of(const std::string& name, int64_t* n) {
     return full_grads_.data() + p.offset;
   }
   for (size_t u = 0; u < units_.size(); ++u) {
-    for (const auto& piece : layouts_[u].pieces()) {
+    for (const auto& piece : shards_[u].pieces()) {
       if (piece.param->name != name) continue;
       *n = piece.shard_rows * piece.param->row_size;  // padding rows are zero on every rank
       return local_grads_.data() + shard_offset_[u] + piece.in_shard;
@@ -281,8 +285,8 @@ float* DataParallelStore::local_params() {
   if (opts_.zero == 0) return full_params_.data();
   if (opts_.zero <= 2) {  // the update works on this rank's shard, copied out of the full parameters
     for (size_t u = 0; u < units_.size(); ++u) {
-      layouts_[u].extract(full_params_.data() + units_[u].begin, rank_,
-                          local_params_.data() + shard_offset_[u]);
+      shards_[u].extract(full_params_.data() + units_[u].begin, rank_,
+                         local_params_.data() + shard_offset_[u]);
     }
   }
   return local_params_.data();
@@ -296,7 +300,7 @@ std::vector<DecayRange> DataParallelStore::local_decay_ranges() const {
   if (opts_.zero == 0) return full_decay_ranges(units_);
   std::vector<DecayRange> r;
   for (size_t u = 0; u < units_.size(); ++u) {
-    for (const auto& p : layouts_[u].pieces()) {
+    for (const auto& p : shards_[u].pieces()) {
       const int64_t off = shard_offset_[u] + p.in_shard, n = p.shard_rows * p.param->row_size;
       if (!r.empty() && r.back().decay == p.param->decay)
         r.back().numel += n;
@@ -312,10 +316,10 @@ void DataParallelStore::after_update() {
   // One all-gather per unit, straight from this rank's updated shard: the
   // communication buffer never exceeds one unit (gathered, unpacked, freed).
   for (size_t u = 0; u < units_.size(); ++u) {
-    Tensor packed({P_ * layouts_[u].shard_numel()}, MemKind::comm);
-    dp_.all_gather(local_params_.data() + shard_offset_[u], packed.data(), layouts_[u].shard_numel(),
+    Tensor packed({P_ * shards_[u].shard_numel()}, MemKind::comm);
+    dp_.all_gather(local_params_.data() + shard_offset_[u], packed.data(), shards_[u].shard_numel(),
                    ElemType::f32, units_[u].name + " updated params");
-    layouts_[u].unpack(packed.data(), full_params_.data() + units_[u].begin);
+    shards_[u].unpack(packed.data(), full_params_.data() + units_[u].begin);
   }
 }
 
@@ -325,10 +329,10 @@ void DataParallelStore::gather_full_params(float* out) {
     return;
   }
   for (size_t u = 0; u < units_.size(); ++u) {
-    Tensor packed({P_ * layouts_[u].shard_numel()}, MemKind::comm);
-    dp_.all_gather(shard_of(local_params_, static_cast<int>(u)), packed.data(), layouts_[u].shard_numel(),
+    Tensor packed({P_ * shards_[u].shard_numel()}, MemKind::comm);
+    dp_.all_gather(shard_of(local_params_, static_cast<int>(u)), packed.data(), shards_[u].shard_numel(),
                    ElemType::f32, units_[u].name + " params (gather for save)");
-    layouts_[u].unpack(packed.data(), out + units_[u].begin);
+    shards_[u].unpack(packed.data(), out + units_[u].begin);
   }
 }
 
@@ -338,7 +342,7 @@ void DataParallelStore::scatter_full_params(const float* full) {
     return;
   }
   for (size_t u = 0; u < units_.size(); ++u) {
-    layouts_[u].extract(full + units_[u].begin, rank_, local_params_.data() + shard_offset_[u]);
+    shards_[u].extract(full + units_[u].begin, rank_, local_params_.data() + shard_offset_[u]);
   }
 }
 
@@ -352,9 +356,9 @@ void DataParallelStore::init_params(const ParamFill& fill) {
   }
   local_params_.zero();
   for (size_t u = 0; u < units_.size(); ++u) {
-    for (const auto& p : layouts_[u].pieces()) {  // only the rows this rank owns
+    for (const auto& p : shards_[u].pieces()) {  // only the rows this rank owns
       const int64_t K = p.param->row_size;
-      const int64_t b = layouts_[u].row_begin(p, rank_), e = layouts_[u].row_end(p, rank_);
+      const auto [b, e] = shards_[u].rows_of(p, rank_);
       if (e > b) fill(*p.param, b * K, (e - b) * K, local_params_.data() + shard_offset_[u] + p.in_shard);
     }
   }

@@ -54,6 +54,7 @@ class DataParallelStore : public ParamStore {
   float* acquire_grads(int unit) override;
   void release_grads(int unit) override;
   void poll() override { progress(); }
+  StoreSharding sharding() const override;
 
   void begin_step(int64_t microbatches) override;
   void begin_microbatch(int64_t index) override;
@@ -92,7 +93,7 @@ class DataParallelStore : public ParamStore {
   Group dp_;
   DataParallelOptions opts_;
   int P_ = 1, rank_ = 0;
-  std::vector<ShardLayout> layouts_;
+  std::vector<UnitShards> shards_;
   std::vector<int64_t> shard_offset_;  // unit → offset of its shard in the local buffers
   int64_t local_numel_ = 0;
 

@@ -1,25 +1,28 @@
 // Per-parameter dim-0 sharding of one unit over P ranks (FSDP-style).
 //
-// Each parameter of rows × row_size is split by rows: every rank holds
+// Each parameter of rows × row_size is split by rows with the padded rule of
+// mesh/layout.h (padded_shard_size, shard_range): every rank holds
 // s = ceil(rows / P) rows, rank r the rows [r·s, min(rows, (r+1)·s)), padded
-// with zeros to s rows. A rank's shard of the unit packs its pieces of every
-// parameter one after the other: shard_numel = Σ s·row_size. Padding is zero in
-// parameters, gradients and optimizer state alike, so it never changes a result.
+// with zeros to s rows. As a Layout this is Shard(0) over the store's group
+// taken as one flattened axis, after tp (zero_layout in mesh/layout.h). A rank's shard of the unit packs its
+// pieces of every parameter one after the other: shard_numel = Σ s·row_size. Padding is zero in parameters,
+// gradients and optimizer state alike, so it never changes a result.
 //
 //   full unit  ──pack──▶  [rank 0's shard | rank 1's shard | … ]  (reduce-scatter input)
 //   [rank 0's shard | …]  ──unpack──▶  full unit                   (all-gather output)
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "parallel/store.h"
 
 namespace mt {
 
-class ShardLayout {
+class UnitShards {
  public:
-  ShardLayout(const UnitSpec& unit, int P);
+  UnitShards(const UnitSpec& unit, int P);
 
   int64_t shard_numel() const { return shard_numel_; }
   int ranks() const { return P_; }
@@ -38,9 +41,8 @@ class ShardLayout {
     int64_t in_shard = 0;    // first element within a shard
   };
   const std::vector<Piece>& pieces() const { return pieces_; }
-  // Valid rows [begin, end) of rank r for piece p.
-  int64_t row_begin(const Piece& p, int r) const;
-  int64_t row_end(const Piece& p, int r) const;
+  // Real rows [begin, end) of rank r for piece p (mesh::shard_range).
+  std::pair<int64_t, int64_t> rows_of(const Piece& p, int r) const;
 
  private:
   int P_;

@@ -17,12 +17,14 @@
 #include <string>
 #include <vector>
 
+#include "mesh/mesh_shape.h"
 #include "optim/adamw.h"
 
 namespace mt {
 
 // One parameter inside a unit: rows × row_size elements at `offset` of the
-// full flat buffer. Shards split rows (dim 0).
+// full flat buffer. Shards split rows (dim 0). The model derives it from the
+// parameter's spec (model/params.h param_slot); a store reads nothing else.
 struct ParamSlot {
   std::string name;
   int64_t offset = 0;
@@ -47,6 +49,13 @@ struct UnitSpec {
 
 enum class Pass { forward, backward };
 
+// How a store shards model state over its group (dp, or dp × cp): ZeRO stage
+// 0 (nothing sharded) to 3 (parameters too), and the group's mesh axes.
+struct StoreSharding {
+  int zero = 0;
+  AxisSet group = 0;  // 0: a store of one process
+};
+
 class ParamStore {
  public:
   virtual ~ParamStore() = default;
@@ -62,6 +71,8 @@ class ParamStore {
   // Called by the model between kernels: lets non-blocking communication progress
   // (MPI moves data only inside MPI calls), so reductions overlap compute.
   virtual void poll() {}
+  // How this store shards parameters, gradients and optimizer state.
+  virtual StoreSharding sharding() const { return {}; }
 
   // --- step side: called by the executor only (pp::Executor::run, src/pipeline/executor.h) ---
   // Before the step's first forward: clears gradients. `microbatches` is the

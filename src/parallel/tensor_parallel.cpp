@@ -8,167 +8,108 @@
 
 namespace mt::tp {
 
-void column_parallel_forward(float* out, float* inp_full, const float* inp, const float* weight, int64_t N,
-                             int64_t IC, int64_t OCl, const TpLayer& layer) {
-  const float* x = inp;
-  if (layer.sp == SequenceParallel::on) {
-    MT_CHECK(inp_full != nullptr, "column_parallel_forward under SP needs inp_full [N, IC]");
-    gather_from_sp_forward(inp_full, inp, N, IC, layer.group, layer.site);
-    x = inp_full;
-  } else {
-    copy_to_tp_forward(inp, N, IC, layer.group, layer.site);
-  }
-  linear_forward(out, x, weight, N, IC, OCl);
-}
-
-void column_parallel_backward(float* dinp, float* dweight, const float* dout, const float* gemm_inp,
-                              const float* weight, int64_t N, int64_t IC, int64_t OCl, const TpLayer& layer) {
-  linear_backward(nullptr, dweight, dout, gemm_inp, weight, N, IC, OCl);
-  if (dinp == nullptr) return;
-  if (layer.sp == SequenceParallel::on) {
-    // This rank's contribution to the gradient of every token, then the sum of
-    // the contributions for this rank's tokens only.
-    std::vector<float> partial(static_cast<size_t>(N * IC));
-    linear_backward(partial.data(), nullptr, dout, gemm_inp, weight, N, IC, OCl);
-    gather_from_sp_backward(dinp, partial.data(), N, IC, layer.group, layer.site);
-  } else {
-    linear_backward(dinp, nullptr, dout, gemm_inp, weight, N, IC, OCl);
-    copy_to_tp_backward(dinp, N, IC, layer.group, layer.site);
-  }
-}
-
-void row_parallel_forward(float* out, const float* inp, const float* weight, int64_t N, int64_t ICl,
-                          int64_t OC, const TpLayer& layer) {
-  if (layer.sp == SequenceParallel::on) {
-    std::vector<float> partial(static_cast<size_t>(N * OC));
-    linear_forward(partial.data(), inp, weight, N, ICl, OC);
-    scatter_to_sp_forward(out, partial.data(), N, OC, layer.group, layer.site);
-  } else {
-    linear_forward(out, inp, weight, N, ICl, OC);
-    reduce_from_tp_forward(out, N, OC, layer.group, layer.site);
-  }
-}
-
-void row_parallel_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                           const float* weight, int64_t N, int64_t ICl, int64_t OC, const TpLayer& layer) {
-  std::vector<float> gathered;
-  const float* g = dout;
-  if (layer.sp == SequenceParallel::on) {
-    gathered.resize(static_cast<size_t>(N * OC));
-    scatter_to_sp_backward(gathered.data(), dout, N, OC, layer.group, layer.site);
-    g = gathered.data();
-  } else {
-    reduce_from_tp_backward(dout, N, OC, layer.group, layer.site);
-  }
-  linear_backward(dinp, dweight, g, inp, weight, N, ICl, OC);
-}
-
-// ---- plan ----
-
 namespace {
 
-// Sizes of the blocks along the split dim (one block = the whole dim), checked
-// against the dim and against tp.
-std::vector<int64_t> checked_blocks(int64_t rows, int64_t cols, const WeightSplit& ws, int tp) {
-  const int64_t dim = ws.split == Split::column ? rows : cols;
-  std::vector<int64_t> blocks = ws.blocks.empty() ? std::vector<int64_t>{dim} : ws.blocks;
-  int64_t total = 0;
-  for (size_t b = 0; b < blocks.size(); ++b) {
-    MT_REQUIRE(blocks[b] % tp == 0, ConfigError, (ws.split == Split::column ? "output" : "input"),
-               " features of block ", b, " (", blocks[b], ") must be divisible by tp (", tp, ")");
-    total += blocks[b];
-  }
-  MT_REQUIRE(total == dim, ConfigError, "fused blocks sum to ", total, " but the split dim has ", dim);
-  return blocks;
+void add_into(float* y, const float* x, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] += x[i];
 }
 
-// Global index along the split dim of local index i of rank `rank`.
-std::vector<int64_t> global_indices(const std::vector<int64_t>& blocks, int rank, int tp) {
-  std::vector<int64_t> idx;
-  int64_t start = 0;
-  for (int64_t b : blocks) {
-    const int64_t piece = b / tp;
-    for (int64_t i = 0; i < piece; ++i)
-      idx.push_back(start + rank * piece + i);
-    start += b;
+void copy(float* dst, const float* src, int64_t n) {
+  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+
+// dweight += dout[N, OCl]ᵀ · gemm_inp, the rows in `rep` summed over rep.group:
+// what the weight already holds is set aside, so that only this call's
+// contribution is reduced.
+void column_weight_grad(float* dweight, const float* dout, const float* gemm_inp, int64_t N, int64_t IC,
+                        int64_t OCl, const ReplicatedRows& rep) {
+  if (rep.group == nullptr) {
+    linear_backward(nullptr, dweight, dout, gemm_inp, nullptr, N, IC, OCl);
+    return;
   }
-  return idx;
+  float* g = dweight + rep.first * rep.row_size;
+  const int64_t n = rep.count * rep.row_size;
+  copy(rep.scratch, g, n);
+  std::memset(g, 0, static_cast<size_t>(n) * sizeof(float));
+  linear_backward(nullptr, dweight, dout, gemm_inp, nullptr, N, IC, OCl);
+  rep.group->all_reduce(g, n, comm_label(rep.site, "replica grads", "backward", {rep.count, rep.row_size}));
+  add_into(g, rep.scratch, n);
 }
 
 }  // namespace
 
-Layout weight_layout(int64_t rows, int64_t cols, Split split) {
-  return Layout({rows, cols}).with(Axis::tp, Placement::shard(split == Split::column ? 0 : 1));
+const float* column_parallel_forward(float* out, float* inp_full, const float* inp, const float* weight,
+                                     int64_t N, int64_t IC, int64_t OCl, const TpLayer& layer) {
+  const float* x = inp;
+  if (layer.sp_on()) {
+    MT_CHECK(inp_full != nullptr, "column_parallel_forward under SP needs inp_full [N, IC]");
+    gather_from_sp_forward(inp_full, inp, N, IC, *layer.group, layer.site);
+    x = inp_full;
+  } else if (layer.on()) {
+    copy_to_tp_forward(inp, N, IC, *layer.group, layer.site);
+  }
+  linear_forward(out, x, weight, N, IC, OCl);
+  return x;
 }
 
-std::vector<int64_t> shard_shape(int64_t rows, int64_t cols, const WeightSplit& ws, int tp) {
-  checked_blocks(rows, cols, ws, tp);
-  return ws.split == Split::column ? std::vector<int64_t>{rows / tp, cols}
-                                   : std::vector<int64_t>{rows, cols / tp};
+void column_parallel_backward(float* dinp, float* dweight, float* scratch, const float* dout,
+                              const float* gemm_inp, const float* weight, int64_t N, int64_t IC, int64_t OCl,
+                              const TpLayer& layer, const ReplicatedRows& replicated) {
+  if (dweight != nullptr) column_weight_grad(dweight, dout, gemm_inp, N, IC, OCl, replicated);
+  if (dinp == nullptr) return;
+  if (layer.sp_on()) {
+    // This rank's contribution to the gradient of every token, then the sum of
+    // the contributions for this rank's tokens only.
+    MT_CHECK(scratch != nullptr, "column_parallel_backward under SP needs scratch [N, IC]");
+    linear_backward(scratch, nullptr, dout, nullptr, weight, N, IC, OCl);
+    gather_from_sp_backward(dinp, scratch, N, IC, *layer.group, layer.site);
+    return;
+  }
+  linear_backward(dinp, nullptr, dout, nullptr, weight, N, IC, OCl);
+  if (layer.on()) copy_to_tp_backward(dinp, N, IC, *layer.group, layer.site);
 }
 
-std::vector<float> shard_weight(const float* full, int64_t rows, int64_t cols, const WeightSplit& ws,
-                                int rank, int tp) {
-  const std::vector<int64_t> idx = global_indices(checked_blocks(rows, cols, ws, tp), rank, tp);
-  const int64_t n = static_cast<int64_t>(idx.size());
-  std::vector<float> shard(static_cast<size_t>(rows * cols / tp));
-  if (ws.split == Split::column) {
-    for (int64_t i = 0; i < n; ++i)
-      std::memcpy(&shard[static_cast<size_t>(i * cols)], full + idx[static_cast<size_t>(i)] * cols,
-                  sizeof(float) * static_cast<size_t>(cols));
+void row_parallel_forward(float* out, float* scratch, const float* inp, const float* weight, int64_t N,
+                          int64_t ICl, int64_t OC, const TpLayer& layer, const float* resid) {
+  if (!layer.on()) {
+    if (resid == nullptr) {
+      linear_forward(out, inp, weight, N, ICl, OC);
+    } else {
+      copy(out, resid, N * OC);
+      linear_forward(out, inp, weight, N, ICl, OC, Out::add);
+    }
+    return;
+  }
+  const bool sp = layer.sp_on();
+  const int64_t rows = sp ? N / layer.group->size() : N;  // of out
+  float* part = out;                                      // this rank's partial sum [N, OC]
+  if (sp || resid != nullptr) {
+    MT_CHECK(scratch != nullptr, "row_parallel_forward needs scratch [N, OC] under SP or with a residual");
+    part = scratch;
+  }
+  linear_forward(part, inp, weight, N, ICl, OC);
+  if (sp) {
+    scatter_to_sp_forward(out, part, N, OC, *layer.group, layer.site);
   } else {
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < n; ++j)
-        shard[static_cast<size_t>(r * n + j)] = full[r * cols + idx[static_cast<size_t>(j)]];
+    reduce_from_tp_forward(part, N, OC, *layer.group, layer.site);
+    if (part != out) copy(out, part, N * OC);
   }
-  return shard;
+  if (resid != nullptr) add_into(out, resid, rows * OC);
 }
 
-void unshard_weight(float* full, const float* shard, int64_t rows, int64_t cols, const WeightSplit& ws,
-                    int rank, int tp) {
-  const std::vector<int64_t> idx = global_indices(checked_blocks(rows, cols, ws, tp), rank, tp);
-  const int64_t n = static_cast<int64_t>(idx.size());
-  if (ws.split == Split::column) {
-    for (int64_t i = 0; i < n; ++i)
-      std::memcpy(full + idx[static_cast<size_t>(i)] * cols, shard + i * cols,
-                  sizeof(float) * static_cast<size_t>(cols));
-  } else {
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < n; ++j)
-        full[r * cols + idx[static_cast<size_t>(j)]] = shard[r * n + j];
+void row_parallel_backward(float* dinp, float* dweight, float* scratch, const float* dout, const float* inp,
+                           const float* weight, int64_t N, int64_t ICl, int64_t OC, const TpLayer& layer) {
+  const float* g = dout;
+  if (layer.sp_on()) {
+    MT_CHECK(scratch != nullptr, "row_parallel_backward under SP needs scratch [N, OC]");
+    scatter_to_sp_backward(scratch, dout, N, OC, *layer.group, layer.site);
+    g = scratch;
+  } else if (layer.on()) {
+    reduce_from_tp_backward(dout, N, OC, *layer.group, layer.site);
   }
-}
-
-const std::vector<PlanRow>& llama_plan() {
-  static const std::vector<PlanRow> plan = {
-      {"model.embed_tokens.weight", Role::vocab, "R (SP: S(0) tokens, by reduce-scatter)"},
-      {"input_layernorm.weight", Role::replicate, "R (SP: S(0) tokens)"},
-      {"self_attn.q_proj.weight", Role::column, "S(last): this rank's heads"},
-      {"self_attn.k_proj.weight", Role::column, "S(last): this rank's kv heads"},
-      {"self_attn.v_proj.weight", Role::column, "S(last): this rank's kv heads"},
-      {"self_attn.o_proj.weight", Role::row, "P → R (SP: P → S(0))"},
-      {"post_attention_layernorm.weight", Role::replicate, "R (SP: S(0) tokens)"},
-      {"mlp.gate_proj.weight", Role::column, "S(last): hidden slice"},
-      {"mlp.up_proj.weight", Role::column, "S(last): hidden slice"},
-      {"mlp.down_proj.weight", Role::row, "P → R (SP: P → S(0))"},
-      {"model.norm.weight", Role::replicate, "R (SP: S(0) tokens)"},
-      {"lm_head.weight", Role::vocab, "S(last): vocab slice of the logits"},
-  };
-  return plan;
-}
-
-const char* role_name(Role r) {
-  switch (r) {
-    case Role::column:
-      return "column";
-    case Role::row:
-      return "row";
-    case Role::vocab:
-      return "vocab";
-    case Role::replicate:
-      return "replicate";
-  }
-  return "?";
+  linear_backward(dinp, dweight, g, inp, weight, N, ICl, OC);
 }
 
 }  // namespace mt::tp

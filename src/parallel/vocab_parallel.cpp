@@ -29,16 +29,15 @@ VocabShard vocab_shard(int64_t V, int tp, int rank) {
   return VocabShard{begin, end, padded_shard_size(V, tp)};
 }
 
-void vocab_embedding_forward(float* out, const int32_t* ids, const float* table_local, int64_t N, int64_t C,
-                             int64_t V, const TpLayer& layer) {
+void vocab_embedding_forward(float* out, float* scratch, const int32_t* ids, const float* table_local,
+                             int64_t N, int64_t C, int64_t V, const TpLayer& layer) {
   check_ids(ids, N, V, -1, false);
-  const VocabShard vs = vocab_shard(V, layer.group.size(), layer.group.rank());
-  std::vector<float> partial;
-  float* p = out;
-  if (layer.sp == SequenceParallel::on) {
-    partial.resize(static_cast<size_t>(N * C));
-    p = partial.data();
-  }
+  MT_CHECK(layer.group != nullptr, "vocab_embedding_forward needs a tp group");
+  Group& tp = *layer.group;
+  const VocabShard vs = vocab_shard(V, tp.size(), tp.rank());
+  const bool sp = layer.sp == SequenceParallel::on;
+  MT_CHECK(!sp || scratch != nullptr, "vocab_embedding_forward under SP needs scratch [N, C]");
+  float* p = sp ? scratch : out;
   for (int64_t n = 0; n < N; ++n) {
     const int64_t id = ids[n];
     float* row = p + n * C;
@@ -47,24 +46,25 @@ void vocab_embedding_forward(float* out, const int32_t* ids, const float* table_
     else
       std::fill(row, row + C, 0.0f);
   }
-  if (layer.sp == SequenceParallel::on)
-    scatter_to_sp_forward(out, p, N, C, layer.group, layer.site);
+  if (sp)
+    scatter_to_sp_forward(out, p, N, C, tp, layer.site);
   else
-    reduce_from_tp_forward(out, N, C, layer.group, layer.site);
+    reduce_from_tp_forward(out, N, C, tp, layer.site);
 }
 
-void vocab_embedding_backward(float* dtable_local, const float* dout, const int32_t* ids, int64_t N,
-                              int64_t C, int64_t V, const TpLayer& layer) {
+void vocab_embedding_backward(float* dtable_local, float* scratch, const float* dout, const int32_t* ids,
+                              int64_t N, int64_t C, int64_t V, const TpLayer& layer) {
   check_ids(ids, N, V, -1, false);
-  const VocabShard vs = vocab_shard(V, layer.group.size(), layer.group.rank());
-  std::vector<float> gathered;
+  MT_CHECK(layer.group != nullptr, "vocab_embedding_backward needs a tp group");
+  Group& tp = *layer.group;
+  const VocabShard vs = vocab_shard(V, tp.size(), tp.rank());
   const float* g = dout;
   if (layer.sp == SequenceParallel::on) {
-    gathered.resize(static_cast<size_t>(N * C));
-    scatter_to_sp_backward(gathered.data(), dout, N, C, layer.group, layer.site);
-    g = gathered.data();
+    MT_CHECK(scratch != nullptr, "vocab_embedding_backward under SP needs scratch [N, C]");
+    scatter_to_sp_backward(scratch, dout, N, C, tp, layer.site);
+    g = scratch;
   } else {
-    reduce_from_tp_backward(dout, N, C, layer.group, layer.site);
+    reduce_from_tp_backward(dout, N, C, tp, layer.site);
   }
   for (int64_t n = 0; n < N; ++n) {
     const int64_t id = ids[n];

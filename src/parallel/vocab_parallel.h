@@ -35,13 +35,15 @@ VocabShard vocab_shard(int64_t V, int tp, int rank);
 
 // out[N, C] (SP: [N/tp, C]) = table[ids[n], :] over the whole vocabulary, where
 // table_local[Vl, C] holds this rank's rows. Ids must lie in [0, V) (MT_CHECK).
-void vocab_embedding_forward(float* out, const int32_t* ids, const float* table_local, int64_t N, int64_t C,
-                             int64_t V, const TpLayer& layer);
+// scratch [N, C] holds the partial lookup under SP (unused otherwise).
+// layer.group must be set (without tp the model runs ops/embedding.h).
+void vocab_embedding_forward(float* out, float* scratch, const int32_t* ids, const float* table_local,
+                             int64_t N, int64_t C, int64_t V, const TpLayer& layer);
 
 // dtable_local[ids[n] − begin, :] += dout[n, :] for the ids this rank owns, in
-// token order. dout is [N, C] (SP: [N/tp, C]).
-void vocab_embedding_backward(float* dtable_local, const float* dout, const int32_t* ids, int64_t N,
-                              int64_t C, int64_t V, const TpLayer& layer);
+// token order. dout is [N, C] (SP: [N/tp, C], gathered first into scratch [N, C]).
+void vocab_embedding_backward(float* dtable_local, float* scratch, const float* dout, const int32_t* ids,
+                              int64_t N, int64_t C, int64_t V, const TpLayer& layer);
 
 // losses[N] = lse[n] − logits[n, targets[n]] (0 when targets[n] == ignore_index),
 // lse[N] = log Σ_{v < V} exp(logits[n, v]) saved for the backward; both the

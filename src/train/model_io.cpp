@@ -8,6 +8,7 @@
 #include "checkpoint/safetensors.h"
 #include "core/atomic_dir.h"
 #include "core/error.h"
+#include "mesh/layout.h"
 
 namespace mt {
 
@@ -31,6 +32,12 @@ HfLlamaConfig to_hf(const ModelConfig& c) {
 }  // namespace
 
 namespace {
+MeshCoords tp_coords(int rank) {
+  MeshCoords c{};
+  c[static_cast<size_t>(axis_index(Axis::tp))] = rank;
+  return c;
+}
+
 // This stage's parameters, whole (not sharded over tp), in the order of the
 // stage's one-process table, from this rank's tp shard `local` (every tp rank
 // passes its own; collective over tp).
@@ -44,10 +51,12 @@ std::vector<float> gather_over_tp(const Llama& model, const std::vector<float>& 
   tp->all_gather(local.data(), all.data(), n, ElemType::f32, "save: gather tp shards");
   const ParamTable whole = make_param_table(model.config(), {}, stage);
   std::vector<float> full(static_cast<size_t>(whole.total));
-  for (int r = 0; r < P; ++r) {
+  const MeshSizes sizes{.tp = P};
+  for (int r = 0; r < P; ++r) {  // each rank's pieces, written where their layout puts them
     const ParamTable t = make_param_table(model.config(), {P, r}, stage);
     for (size_t i = 0; i < t.specs.size(); ++i)
-      param_to_full(t.specs[i], all.data() + r * n + t.specs[i].offset, full.data() + whole.specs[i].offset);
+      copy_to_full(t.specs[i].layout, sizes, tp_coords(r), all.data() + r * n + t.specs[i].offset,
+                   full.data() + whole.specs[i].offset);
   }
   return full;
 }
@@ -175,7 +184,8 @@ void load_model_dir(const std::string& dir, Llama& model) {
   same("tie_embeddings", saved.tie_embeddings, c.tie_embeddings);
   const SafetensorsFile f = SafetensorsFile::open((fs::path(dir) / "model.safetensors").string());
   std::vector<float> local(static_cast<size_t>(model.num_params())), full;
-  for (const auto& s : model.param_table().specs) {  // this rank's tp shard of each tensor
+  const MeshSizes sizes{.tp = model.tp_rank().size};
+  for (const auto& s : model.param_table().specs) {  // this rank's piece of each tensor, read by its layout
     MT_REQUIRE(f.has(s.name), DataError, f.path(), ": tensor '", s.name, "' is missing");
     MT_REQUIRE(f.shape(s.name) == s.global_shape, DataError, f.path(), ": tensor '", s.name,
                "' has the wrong shape");
@@ -184,7 +194,7 @@ void load_model_dir(const std::string& dir, Llama& model) {
       numel *= d;
     full.resize(static_cast<size_t>(numel));
     f.read_f32(s.name, full.data(), numel);
-    param_to_local(s, full.data(), local.data() + s.offset);
+    copy_to_local(s.layout, sizes, tp_coords(model.tp_rank().rank), full.data(), local.data() + s.offset);
   }
   model.store().scatter_full_params(local.data());  // each dp rank keeps its share
 }

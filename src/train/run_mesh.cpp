@@ -1,18 +1,23 @@
 #include "train/run_mesh.h"
 
+#include "parallel/tp_plan.h"
+
 namespace mt {
 
 MeshSizes mesh_sizes(const ParallelConfig& p) {
-  return {static_cast<int>(p.pp), static_cast<int>(p.dp), static_cast<int>(p.cp), static_cast<int>(p.tp)};
+  return {.dp = static_cast<int>(p.dp),
+          .pp = static_cast<int>(p.pp),
+          .cp = static_cast<int>(p.cp),
+          .tp = static_cast<int>(p.tp)};
 }
 
 RunMesh make_run_mesh(const Config& cfg, const Group* world) {
   RunMesh m;
   const MeshSizes sizes = mesh_sizes(cfg.parallel);
-  m.dp = sizes[static_cast<int>(Axis::dp)];
-  m.tp = sizes[static_cast<int>(Axis::tp)];
-  m.pp = sizes[static_cast<int>(Axis::pp)];
-  m.cp = sizes[static_cast<int>(Axis::cp)];
+  m.dp = sizes.dp;
+  m.tp = sizes.tp;
+  m.pp = sizes.pp;
+  m.cp = sizes.cp;
   if (world == nullptr) return m;
   m.world_ = std::make_unique<Group>(*world);
   m.world_size = world->size();
@@ -24,6 +29,7 @@ RunMesh make_run_mesh(const Config& cfg, const Group* world) {
   if (m.cp > 1) m.cp_group_ = std::make_unique<Group>(m.mesh_->group("cp"));
   m.tp_rank = m.mesh_->coord(Axis::tp);
   if (m.tp > 1) m.tp_group_ = std::make_unique<Group>(m.mesh_->group("tp"));
+  m.tp_kv_group_ = tp::kv_replica_group(m.tp_group_.get(), cfg.model.n_kv_heads);  // collective over tp
   m.pp_rank = m.mesh_->coord(Axis::pp);
   if (m.pp > 1) {
     m.pp_group_ = std::make_unique<Group>(m.mesh_->group("pp"));

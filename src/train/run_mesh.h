@@ -29,6 +29,8 @@ class RunMesh {
   // valid-token count and the loss are sums over it. Null without MPI.
   Group* dp_cp_group() const { return dp_cp_group_.get(); }
   Group* tp_group() const { return tp_group_.get(); }  // null when tp = 1
+  // The tp ranks sharing a kv head when tp > n_kv_heads (null otherwise), for the model.
+  Group* tp_kv_group() const { return tp_kv_group_.get(); }
   Group* pp_group() const { return pp_group_.get(); }  // null when pp = 1
   Group* cp_group() const { return cp_group_.get(); }  // null when cp = 1
   // With tied embeddings over pp > 1: the first and the last pp rank, which
@@ -39,7 +41,7 @@ class RunMesh {
  private:
   friend RunMesh make_run_mesh(const Config& cfg, const Group* world);
   std::unique_ptr<DeviceMesh> mesh_;
-  std::unique_ptr<Group> world_, dp_cp_group_, tp_group_, pp_group_, tied_group_, cp_group_;
+  std::unique_ptr<Group> world_, dp_cp_group_, tp_group_, tp_kv_group_, pp_group_, tied_group_, cp_group_;
 };
 
 // Builds the groups (collective over `world`). The mesh must fit the world

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "model/params.h"
+#include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
 #include "pipeline/stages.h"
 #include "train/model_io.h"
@@ -67,7 +68,8 @@ ModelOptions model_options(const Config& cfg, const RunOptions& opts, const RunM
   mo.max_batch = cfg.train.microbatch_size;
   mo.max_seq = cfg.train.seq_len / mesh.cp;  // this rank's tokens of each sequence
   mo.cp = mesh.cp_group();
-  mo.cp_ring = cfg.parallel.cp_impl == "ring";
+  mo.cp_impl = cp::parse_cp_impl(cfg.parallel.cp_impl);
+  mo.tp_kv = mesh.tp_kv_group();
   mo.recompute = cfg.train.recompute;
   mo.profile = opts.profile;
   mo.tp = mesh.tp_group();

@@ -40,7 +40,7 @@ inline double rel_err(const std::vector<double>& a, const std::vector<double>& b
 
 // The world as a (dp = world / cp) × cp mesh; every rank joins the split.
 inline DeviceMesh cp_mesh(int cp) {
-  return DeviceMesh(world(), MeshSizes{1, world().size() / cp, cp, 1});
+  return DeviceMesh(world(), MeshSizes{.dp = world().size() / cp, .cp = cp});
 }
 
 inline size_t ledger_mark(const Group& g) {

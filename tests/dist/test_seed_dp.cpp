@@ -94,11 +94,11 @@ Reduced reduce_through_store(int zero, const std::vector<float>& X, const std::v
   if (zero == 0) {
     std::copy(store.local_grads(), store.local_grads() + kOut * kIn, r.dW.begin());
   } else {
-    const ShardLayout layout(units[0], world().size());
-    std::vector<float> packed(static_cast<size_t>(world().size() * layout.shard_numel()));
-    world().all_gather(store.local_grads(), packed.data(), layout.shard_numel(), ElemType::f32,
+    const UnitShards shards(units[0], world().size());
+    std::vector<float> packed(static_cast<size_t>(world().size() * shards.shard_numel()));
+    world().all_gather(store.local_grads(), packed.data(), shards.shard_numel(), ElemType::f32,
                        "seed 004 gradient shards");
-    layout.unpack(packed.data(), r.dW.data());
+    shards.unpack(packed.data(), r.dW.data());
   }
   return r;
 }

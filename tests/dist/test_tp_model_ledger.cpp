@@ -25,6 +25,7 @@
 #include "comm/context.h"
 #include "comm/mpi_test.h"
 #include "model/llama.h"
+#include "parallel/tp_plan.h"
 
 namespace mt {
 namespace {
@@ -144,6 +145,8 @@ void check_microbatch(bool sp) {
   mo.max_batch = B;
   mo.max_seq = T;
   mo.tp = &tp;
+  const std::unique_ptr<Group> tp_kv = tp::kv_replica_group(&tp, cfg.n_kv_heads);
+  mo.tp_kv = tp_kv.get();
   mo.sp = sp;
   Llama model(cfg, mo);
   model.init(3);

@@ -20,9 +20,16 @@ std::vector<int> members(Group g) {
 
 // Every mesh of these shapes that fits the world.
 std::vector<MeshSizes> shapes_for(int world) {
-  const std::vector<MeshSizes> candidates = {{1, 2, 1, 2}, {2, 1, 1, 2}, {1, 1, 2, 2}, {1, 4, 1, 1},
-                                             {1, 1, 1, 4}, {2, 2, 1, 2}, {1, 2, 2, 2}, {2, 1, 2, 2},
-                                             {1, 4, 1, 2}, {2, 2, 2, 1}};
+  const std::vector<MeshSizes> candidates = {{.dp = 2, .tp = 2},
+                                             {.pp = 2, .tp = 2},
+                                             {.cp = 2, .tp = 2},
+                                             {.dp = 4},
+                                             {.tp = 4},
+                                             {.dp = 2, .pp = 2, .tp = 2},
+                                             {.dp = 2, .cp = 2, .tp = 2},
+                                             {.pp = 2, .cp = 2, .tp = 2},
+                                             {.dp = 4, .tp = 2},
+                                             {.dp = 2, .pp = 2, .cp = 2}};
   std::vector<MeshSizes> out;
   for (const MeshSizes& s : candidates) {
     if (mesh_world_size(s) == world) out.push_back(s);
@@ -56,7 +63,7 @@ TEST(MeshGroups, EverySetOfAxesHasTheRightMembers) {
 TEST(MeshGroups, Seed003MappingOnEightRanks) {
   if (test::world().size() != 8) GTEST_SKIP() << "needs 8 ranks";
   const int r = test::world().rank();
-  const DeviceMesh mesh(test::world(), {2, 2, 1, 2});
+  const DeviceMesh mesh(test::world(), MeshSizes{.dp = 2, .pp = 2, .tp = 2});
   EXPECT_EQ(members(mesh.group("tp")), (std::vector<int>{r / 2 * 2, r / 2 * 2 + 1}));
   const int pp_first = r / 4 * 4 + r % 2;
   EXPECT_EQ(members(mesh.group("pp")), (std::vector<int>{pp_first, pp_first + 2}));
@@ -71,7 +78,7 @@ TEST(MeshGroups, DataAndContextTogether) {
   const int world = test::world().size(), r = test::world().rank();
   if (world % 4 != 0) GTEST_SKIP() << "needs a multiple of 4 ranks";
   // dp (world/4) × cp 2 × tp 2: the dp+cp group is every rank with my tp coordinate.
-  const DeviceMesh mesh(test::world(), {1, world / 4, 2, 2});
+  const DeviceMesh mesh(test::world(), MeshSizes{.dp = world / 4, .cp = 2, .tp = 2});
   std::vector<int> expected;
   for (int q = r % 2; q < world; q += 2)
     expected.push_back(q);
@@ -85,14 +92,14 @@ TEST(MeshGroups, DataAndContextTogether) {
 TEST(MeshGroups, WrongSizesFailOnEveryRankWithTheNumbers) {
   const int world = test::world().size();
   try {
-    DeviceMesh mesh(test::world(), {2, world, 1, 2});
+    DeviceMesh mesh(test::world(), MeshSizes{.dp = world, .pp = 2, .tp = 2});
     ADD_FAILURE() << "no error";
   } catch (const ConfigError& e) {
     EXPECT_EQ(std::string(e.what()), "dp (" + std::to_string(world) +
                                          ") × tp (2) × pp (2) = " + std::to_string(4 * world) +
                                          " but the world has " + std::to_string(world) + " ranks");
   }
-  EXPECT_THROW(DeviceMesh(test::world(), {1, world, 1, 1}).group("xp"), ConfigError);
+  EXPECT_THROW(DeviceMesh(test::world(), MeshSizes{.dp = world}).group("xp"), ConfigError);
 }
 
 }  // namespace

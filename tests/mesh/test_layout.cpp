@@ -43,8 +43,40 @@ TEST(ShardRange, EvenAndUneven) {
   EXPECT_EQ(shard_range(3, 1, 0), Range(0, 3));
 }
 
+// ZeRO over TP: tp cuts a [10, 4] column weight into pieces of 5 rows, then
+// dp × cp = 4 (one flattened axis, rounding up once) shards each piece's rows:
+// ceil(5 / 4) = 2 rows a rank, the rule of UnitShards (shard_range(5, 4, i)).
+// Axis by axis (dp, then cp, then tp) would give other rows.
+TEST(Layout, ZeroOverTpShardsEachTpPieceOverTheFlattenedGroup) {
+  const MeshSizes sizes{.dp = 2, .cp = 2, .tp = 2};
+  const Layout tp_col = Layout({10, 4}).with(Axis::tp, S(0));
+  const Layout z = zero_layout(tp_col, axis_bit(Axis::dp) | axis_bit(Axis::cp));
+  EXPECT_EQ(z.to_string(), "[10, 4] dp:S(0) cp:S(0) tp:S(0) order tp,dp+cp");
+  EXPECT_EQ(local_shape(z, sizes), (std::vector<int64_t>{2, 4}));
+  for (int t = 0; t < 2; ++t)
+    for (int d = 0; d < 2; ++d)
+      for (int c = 0; c < 2; ++c) {
+        MeshCoords at{};
+        at[static_cast<size_t>(axis_index(Axis::tp))] = t;
+        at[static_cast<size_t>(axis_index(Axis::dp))] = d;
+        at[static_cast<size_t>(axis_index(Axis::cp))] = c;
+        const auto [b, e] = shard_range(5, 4, d * 2 + c);
+        EXPECT_EQ(local_range(z, 0, sizes, at), Range(5 * t + b, 5 * t + e));
+      }
+  // The default order would let dp split first: rank (dp 1, cp 0, tp 0) gets rows [5, 7), not [4, 5).
+  Layout by_axis = z;
+  by_axis.order.clear();
+  MeshCoords at{};
+  at[static_cast<size_t>(axis_index(Axis::dp))] = 1;
+  EXPECT_EQ(local_range(by_axis, 0, sizes, at), Range(5, 7));
+  EXPECT_EQ(local_range(z, 0, sizes, at), Range(4, 5));
+  Layout bad = tp_col;
+  bad.order = {axis_bit(Axis::dp)};
+  EXPECT_THROW(bad.validate(), ConfigError);
+}
+
 TEST(Layout, LocalShapeAndRange) {
-  const MeshSizes sizes = {1, 2, 1, 4};  // dp 2 × tp 4
+  const MeshSizes sizes{.dp = 2, .tp = 4};
   const Layout col = Layout({7, 5}).with(Axis::tp, S(1));
   EXPECT_EQ(local_shape(col, sizes), (std::vector<int64_t>{7, 2}));
   EXPECT_EQ(local_numel(col, sizes), 14);
@@ -102,7 +134,7 @@ TEST(Redistribute, OneStepPerAxisInNestingOrder) {
   // dp cannot regather dim 0 while tp, inside it, still splits dim 0...
   EXPECT_THROW(plan_redistribute(both, both.with(Axis::dp, R)), Error);
   // ...unless tp has one rank.
-  EXPECT_NO_THROW(plan_redistribute(both, both.with(Axis::dp, R), MeshSizes{1, 2, 1, 1}));
+  EXPECT_NO_THROW(plan_redistribute(both, both.with(Axis::dp, R), MeshSizes{.dp = 2}));
 }
 
 }  // namespace

@@ -91,7 +91,7 @@ TEST(Redistribute, EveryChangeOverTpMatchesTheReference) {
   };
   for (int k : {2, 4}) {
     if (world % k != 0) continue;
-    const DeviceMesh mesh(test::world(), {1, world / k, 1, k});
+    const DeviceMesh mesh(test::world(), MeshSizes{.dp = world / k, .tp = k});
     const int t = mesh.coord(Axis::tp);
     CommLedger& ledger = mesh.world().context().ledger;
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{7, 5}, {5, 3}, {8, 6}}) {
@@ -125,7 +125,7 @@ TEST(Redistribute, EveryChangeOverTpMatchesTheReference) {
 // Two axes at once on (dp × tp 2): one collective per changed axis, in order.
 TEST(Redistribute, TwoAxesOneCollectiveEach) {
   const int world = test::world().size();
-  const DeviceMesh mesh(test::world(), {1, world / 2, 1, 2});
+  const DeviceMesh mesh(test::world(), MeshSizes{.dp = world / 2, .tp = 2});
   const int t = mesh.coord(Axis::tp), d = mesh.coord(Axis::dp), kd = world / 2;
   CommLedger& ledger = mesh.world().context().ledger;
   const Mat g = global(9, 7);

@@ -1,11 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "core/error.h"
 #include "core/philox.h"
 #include "model/params.h"
+#include "parallel/shard.h"
 
 namespace mt {
 namespace {
@@ -95,17 +97,25 @@ TEST(ParamTable, TensorParallelShardsReassembleTheFullModel) {
       const ParamTable t = make_param_table(c, {P, r});
       ASSERT_EQ(t.specs.size(), whole.specs.size());
       std::vector<float> mine(static_cast<size_t>(t.total)), sliced(mine.size());
+      MeshCoords at{};
+      at[static_cast<size_t>(axis_index(Axis::tp))] = r;
       init_params(mine.data(), t, c, 5);
       for (size_t i = 0; i < t.specs.size(); ++i) {
         const ParamSpec& s = t.specs[i];
         EXPECT_EQ(s.global_shape, whole.specs[i].shape) << s.name;
-        param_to_local(s, full.data() + whole.specs[i].offset, sliced.data() + s.offset);
-        param_to_full(s, mine.data() + s.offset, rebuilt.data() + whole.specs[i].offset);
+        // The layout in the table reads this rank's piece (mesh/layout.h's slice reader) and writes it back.
+        ASSERT_EQ(local_shape(s.layout, MeshSizes{.tp = P}), s.shape) << s.name;
+        copy_to_local(s.layout, MeshSizes{.tp = P}, at, full.data() + whole.specs[i].offset,
+                      sliced.data() + s.offset);
+        copy_to_full(s.layout, MeshSizes{.tp = P}, at, mine.data() + s.offset,
+                     rebuilt.data() + whole.specs[i].offset);
         if (!s.norm_counted) continue;
         // Real (non-padding) elements only.
         counted += s.map == ShardMap::rows ? s.count * s.shape[1] : s.numel;
       }
       EXPECT_EQ(mine, sliced) << "tp " << P << " rank " << r;
+      EXPECT_EQ(t.find("model.layers.0.self_attn.k_proj.weight").layout.to_string(),
+                P == 2 ? "[8, 16] tp:S(0)" : "[8, 16] tp:S(0)x2");
       const ParamSpec& q = t.find("model.layers.0.self_attn.q_proj.weight");
       EXPECT_EQ(q.shape, (std::vector<int64_t>{16 / P, 16}));
       const ParamSpec& k = t.find("model.layers.1.self_attn.k_proj.weight");
@@ -118,6 +128,49 @@ TEST(ParamTable, TensorParallelShardsReassembleTheFullModel) {
     EXPECT_EQ(counted, whole.total) << "tp " << P;
   }
   EXPECT_THROW(make_param_table(c, {3, 0}), ConfigError);  // 4 heads over 3 ranks
+}
+
+// The layouts in the table say which rows each rank holds, and they agree with
+// the code that cuts them: the plan's tp slice, then ZeRO's UnitShards over
+// dp × cp (one flattened axis). Checked for every spec, every rank of
+// tp 2 × dp 2 × cp 2, ZeRO 3 (parameters, gradients and state all sharded).
+TEST(ParamTable, LayoutsAgreeWithTheTpSliceAndZeroShards) {
+  ModelConfig c;
+  c.vocab_size = 37;
+  c.d_model = 16;
+  c.n_layers = 1;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn_hidden = 24;
+  const MeshSizes sizes{.dp = 2, .cp = 2, .tp = 2};
+  const AxisSet group = axis_bit(Axis::dp) | axis_bit(Axis::cp);
+  for (int t = 0; t < 2; ++t) {
+    ParamTable table = make_param_table(c, {2, t});
+    EXPECT_EQ(table.find("model.layers.0.mlp.down_proj.weight").layout.to_string(), "[16, 24] tp:S(1)");
+    set_state_layouts(table, {.zero = 3, .group = group});
+    for (const UnitSpec& unit : table.units) {
+      const UnitShards shards(unit, 4);
+      for (const UnitShards::Piece& piece : shards.pieces()) {
+        const ParamSpec& s = table.find(piece.param->name);
+        EXPECT_EQ(s.stored_layout, s.state_layout) << s.name;
+        EXPECT_EQ(s.grad_layout, s.state_layout) << s.name;
+        const int64_t tp_row0 = s.map == ShardMap::rows ? s.first : 0;
+        const int64_t tp_rows = s.map == ShardMap::rows ? s.count : s.shape[0];
+        for (int d = 0; d < 2; ++d)
+          for (int k = 0; k < 2; ++k) {
+            MeshCoords at{};
+            at[static_cast<size_t>(axis_index(Axis::tp))] = t;
+            at[static_cast<size_t>(axis_index(Axis::dp))] = d;
+            at[static_cast<size_t>(axis_index(Axis::cp))] = k;
+            auto [b, e] = shards.rows_of(piece, d * 2 + k);
+            e = std::min(e, tp_rows);  // the tp piece's padding rows are not real
+            b = std::min(b, e);
+            EXPECT_EQ(local_range(s.stored_layout, 0, sizes, at), std::make_pair(tp_row0 + b, tp_row0 + e))
+                << s.name;
+          }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -35,6 +35,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/shard.h"
 #include "parallel/tensor_parallel.h"
+#include "parallel/tp_plan.h"
 #include "tp_test_util.h"
 #include "train/explain.h"
 
@@ -75,7 +76,7 @@ class Seed000 : public ::testing::Test {
 };
 
 TEST_F(Seed000, FfnOnTp2TimesFsdp2FromARealRun) {
-  DeviceMesh mesh(world(), MeshSizes{1, 2, 1, 2});  // pp, dp, cp, tp
+  DeviceMesh mesh(world(), MeshSizes{.dp = 2, .tp = 2});
   Group tp = mesh.group("tp"), dp = mesh.group("dp");
   const int t = mesh.coord("tp"), d = mesh.coord("dp");
   EXPECT_EQ(world().rank(), 2 * d + t);  // §2.1: tp groups {0, 1}, {2, 3}; dp groups {0, 2}, {1, 3}
@@ -100,7 +101,7 @@ TEST_F(Seed000, FfnOnTp2TimesFsdp2FromARealRun) {
   store.scatter_full_params(unit_params.data());
   EXPECT_EQ(store.local_numel(), 3 * 2 * D);  // w1, w3, w2: [2, 4] each
 
-  const tp::TpLayer l13{tp, "seed000 ffn w1|w3"}, l2{tp, "seed000 ffn w2"};
+  const tp::TpLayer l13{&tp, "seed000 ffn w1|w3"}, l2{&tp, "seed000 ffn w2"};
   V gu(2 * Hl), z(Hl), y(D), dz(Hl), dgu(2 * Hl), dx(D);
   CommContext& ctx = world().context();
   const int64_t saved_step = ctx.step;
@@ -112,16 +113,17 @@ TEST_F(Seed000, FfnOnTp2TimesFsdp2FromARealRun) {
     const float* p = store.acquire_params(0, Pass::forward);
     tp::column_parallel_forward(gu.data(), nullptr, X.data(), p, 1, D, 2 * Hl, l13);
     swiglu_forward(z.data(), gu.data(), 1, Hl);
-    tp::row_parallel_forward(y.data(), z.data(), p + 2 * Hl * D, 1, Hl, D, l2);
+    tp::row_parallel_forward(y.data(), test::scratch(), z.data(), p + 2 * Hl * D, 1, Hl, D, l2);
     store.release_params(0, Pass::forward);
   }
   const size_t m1 = test::ledger_mark(world());
   {  // backward (§5)
     const float* p = store.acquire_params(0, Pass::backward);
     float* g = store.acquire_grads(0);
-    tp::row_parallel_backward(dz.data(), g + 2 * Hl * D, dY.data(), z.data(), p + 2 * Hl * D, 1, Hl, D, l2);
+    tp::row_parallel_backward(dz.data(), g + 2 * Hl * D, test::scratch(), dY.data(), z.data(), p + 2 * Hl * D,
+                              1, Hl, D, l2);
     swiglu_backward(dgu.data(), dz.data(), gu.data(), 1, Hl);
-    tp::column_parallel_backward(dx.data(), g, dgu.data(), X.data(), p, 1, D, 2 * Hl, l13);
+    tp::column_parallel_backward(dx.data(), g, test::scratch(), dgu.data(), X.data(), p, 1, D, 2 * Hl, l13);
     store.release_grads(0);
     store.release_params(0, Pass::backward);
     store.finish_grads();
@@ -225,7 +227,7 @@ TEST_F(Seed000, FfnOnTp2TimesFsdp2FromARealRun) {
   V packed(static_cast<size_t>(2 * store.local_numel())), unit_grads(static_cast<size_t>(ffn_unit().numel()));
   dp.all_gather(store.local_grads(), packed.data(), store.local_numel(), ElemType::f32, "test: gather grads");
   const UnitSpec unit = ffn_unit();
-  ShardLayout(unit, 2).unpack(packed.data(), unit_grads.data());
+  UnitShards(unit, 2).unpack(packed.data(), unit_grads.data());
   V dW1_full(H * D, 0.0f), dW3_full(H * D, 0.0f), dW2_full(D * H, 0.0f);
   tp::unshard_weight(dW1_full.data(), unit_grads.data(), H, D, col, t, 2);
   tp::unshard_weight(dW3_full.data(), unit_grads.data() + Hl * D, H, D, col, t, 2);

@@ -12,6 +12,7 @@
 #include "comm/mpi_test.h"
 #include "ops/swiglu.h"
 #include "parallel/tensor_parallel.h"
+#include "parallel/tp_plan.h"
 #include "tp_test_util.h"
 
 namespace mt {
@@ -53,19 +54,20 @@ void run_mlp_and_check(SequenceParallel sp) {
   const auto x = test::random_vec(Nt * C, 3), dy = test::random_vec(Nt * C, 4);
   std::vector<float> x_full(on ? N * C : 0), gu(N * 2 * Fl), h(N * Fl), y(Nt * C);
   std::vector<float> dh(N * Fl), dgu(N * 2 * Fl), dx(Nt * C), dwgu(wgu.size()), dwd(wd.size());
-  const tp::TpLayer up{g, "layer 3 mlp up", sp}, down{g, "layer 3 mlp down", sp};
+  const tp::TpLayer up{&g, "layer 3 mlp up", sp}, down{&g, "layer 3 mlp down", sp};
 
   size_t mark = test::ledger_mark(g);
   tp::column_parallel_forward(gu.data(), on ? x_full.data() : nullptr, x.data(), wgu.data(), N, C, 2 * Fl,
                               up);
   swiglu_forward(h.data(), gu.data(), N, Fl);
-  tp::row_parallel_forward(y.data(), h.data(), wd.data(), N, Fl, C, down);
+  tp::row_parallel_forward(y.data(), test::scratch(), h.data(), wd.data(), N, Fl, C, down);
   const auto fwd = test::entries_since(g, mark, "tp");
   mark = test::ledger_mark(g);
-  tp::row_parallel_backward(dh.data(), dwd.data(), dy.data(), h.data(), wd.data(), N, Fl, C, down);
+  tp::row_parallel_backward(dh.data(), dwd.data(), test::scratch(), dy.data(), h.data(), wd.data(), N, Fl, C,
+                            down);
   swiglu_backward(dgu.data(), dh.data(), gu.data(), N, Fl);
-  tp::column_parallel_backward(dx.data(), dwgu.data(), dgu.data(), on ? x_full.data() : x.data(), wgu.data(),
-                               N, C, 2 * Fl, up);
+  tp::column_parallel_backward(dx.data(), dwgu.data(), test::scratch(), dgu.data(),
+                               on ? x_full.data() : x.data(), wgu.data(), N, C, 2 * Fl, up);
   const auto bwd = test::entries_since(g, mark, "tp");
 
   if (!on) {

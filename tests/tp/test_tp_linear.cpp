@@ -12,9 +12,11 @@
 
 #include "comm/mpi_test.h"
 #include "core/error.h"
+#include "ops/gemm.h"
 #include "ops/reference.h"
 #include "ops/swiglu.h"
 #include "parallel/tensor_parallel.h"
+#include "parallel/tp_plan.h"
 #include "tp_test_util.h"
 
 namespace mt {
@@ -60,6 +62,30 @@ TEST(TpPlan, ShardsAreTheSlicesAndUnshardInverts) {
   EXPECT_THROW(tp::shard_shape(4, 6, tp::WeightSplit{tp::Split::column, {1, 3}}, 2), ConfigError);
 }
 
+// The plan table names each Hugging Face parameter's role, and tp_slice cuts it.
+TEST(TpPlan, RolesAndSlices) {
+  EXPECT_EQ(tp::plan_row("model.layers.3.self_attn.k_proj.weight").role, tp::Role::kv_replicated);
+  EXPECT_EQ(tp::plan_row("model.layers.0.mlp.down_proj.weight").role, tp::Role::row);
+  EXPECT_STREQ(tp::role_name(tp::plan_row("model.norm.weight").role), "replicated");
+  EXPECT_THROW(tp::plan_row("model.layers.0.mlp.bias"), ConfigError);
+  // 2 kv heads of 4 rows on tp 4: each head held whole by 2 ranks; rank 3 holds head 1.
+  const tp::TpSlice kv = tp::tp_slice(tp::Role::kv_replicated, {8, 6}, 4, 3, 4);
+  EXPECT_EQ(kv.map, ShardMap::rows);
+  EXPECT_EQ(kv.first, 4);
+  EXPECT_EQ(kv.count, 4);
+  EXPECT_EQ(kv.holders, 2);
+  // A vocabulary of 5 rows on tp 4: 2 rows each (padded), rank 2 holds row 4 and a pad row.
+  const tp::TpSlice v = tp::tp_slice(tp::Role::vocab, {5, 3}, 4, 2);
+  EXPECT_EQ(v.first, 4);
+  EXPECT_EQ(v.count, 1);
+  EXPECT_EQ(v.local_shape({5, 3}), (std::vector<int64_t>{2, 3}));
+  const tp::TpSlice o = tp::tp_slice(tp::Role::row, {6, 8}, 2, 1);
+  EXPECT_EQ(o.map, ShardMap::cols);
+  EXPECT_EQ(o.first, 4);
+  EXPECT_EQ(tp::tp_slice(tp::Role::replicated, {6}, 4, 1).holders, 4);
+  EXPECT_THROW(tp::tp_slice(tp::Role::column, {6, 2}, 4, 0), ConfigError);
+}
+
 class TpLinear : public ::testing::TestWithParam<SequenceParallel> {};
 
 TEST_P(TpLinear, ColumnMatchesFull) {
@@ -79,7 +105,7 @@ TEST_P(TpLinear, ColumnMatchesFull) {
   const auto inp = on ? block(X, IC, t * Nl, Nl, 0, IC) : X;
   const auto w = block(W, IC, t * OCl, OCl, 0, IC);  // rows of this rank
   std::vector<float> out(N * OCl), inp_full(on ? N * IC : 0);
-  const tp::TpLayer layer{g, "test column", sp};
+  const tp::TpLayer layer{&g, "test column", sp};
   tp::column_parallel_forward(out.data(), on ? inp_full.data() : nullptr, inp.data(), w.data(), N, IC, OCl,
                               layer);
   EXPECT_LT(rel_err(out, block(Y, OC, 0, N, t * OCl, OCl)), kTol);
@@ -89,8 +115,8 @@ TEST_P(TpLinear, ColumnMatchesFull) {
 
   const auto dout = block(dY, OC, 0, N, t * OCl, OCl);
   std::vector<float> dinp(inp.size()), dw(w.size(), 1.0f);
-  tp::column_parallel_backward(dinp.data(), dw.data(), dout.data(), on ? inp_full.data() : X.data(), w.data(),
-                               N, IC, OCl, layer);
+  tp::column_parallel_backward(dinp.data(), dw.data(), test::scratch(), dout.data(),
+                               on ? inp_full.data() : X.data(), w.data(), N, IC, OCl, layer);
   EXPECT_LT(rel_err(dinp, on ? block(dX, IC, t * Nl, Nl, 0, IC) : dX), kTol);
   EXPECT_LT(rel_err(dw, plus_one(block(dW, IC, t * OCl, OCl, 0, IC))), kTol);
 }
@@ -112,13 +138,14 @@ TEST_P(TpLinear, RowMatchesFull) {
   const auto inp = block(X, IC, 0, N, t * ICl, ICl);  // input columns of this rank
   const auto w = block(W, IC, 0, OC, t * ICl, ICl);
   std::vector<float> out((on ? Nl : N) * OC);
-  const tp::TpLayer layer{g, "test row", sp};
-  tp::row_parallel_forward(out.data(), inp.data(), w.data(), N, ICl, OC, layer);
+  const tp::TpLayer layer{&g, "test row", sp};
+  tp::row_parallel_forward(out.data(), test::scratch(), inp.data(), w.data(), N, ICl, OC, layer);
   EXPECT_LT(rel_err(out, on ? block(Y, OC, t * Nl, Nl, 0, OC) : Y), kTol);
 
   const auto dout = on ? block(dY, OC, t * Nl, Nl, 0, OC) : dY;
   std::vector<float> dinp(inp.size()), dw(w.size(), 1.0f);
-  tp::row_parallel_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), N, ICl, OC, layer);
+  tp::row_parallel_backward(dinp.data(), dw.data(), test::scratch(), dout.data(), inp.data(), w.data(), N,
+                            ICl, OC, layer);
   EXPECT_LT(rel_err(dinp, block(dX, IC, 0, N, t * ICl, ICl)), kTol);
   EXPECT_LT(rel_err(dw, plus_one(block(dW, IC, 0, OC, t * ICl, ICl))), kTol);
 }
@@ -152,19 +179,20 @@ TEST_P(TpLinear, SwiGluMlpMatchesFull) {
   const auto wd = tp::shard_weight(Wd.data(), C, F, down, t, P);
   const auto x = on ? block(X, C, t * Nl, Nl, 0, C) : X;
   std::vector<float> x_full(on ? N * C : 0), gul(N * 2 * Fl), hl(N * Fl), y((on ? Nl : N) * C);
-  const tp::TpLayer up{g, "test mlp up", sp}, dn{g, "test mlp down", sp};
+  const tp::TpLayer up{&g, "test mlp up", sp}, dn{&g, "test mlp down", sp};
   tp::column_parallel_forward(gul.data(), x_full.data(), x.data(), wgu.data(), N, C, 2 * Fl, up);
   swiglu_forward(hl.data(), gul.data(), N, Fl);
-  tp::row_parallel_forward(y.data(), hl.data(), wd.data(), N, Fl, C, dn);
+  tp::row_parallel_forward(y.data(), test::scratch(), hl.data(), wd.data(), N, Fl, C, dn);
   EXPECT_LT(rel_err(y, on ? block(Y, C, t * Nl, Nl, 0, C) : Y), kTol);
 
   const auto dy = on ? block(dY, C, t * Nl, Nl, 0, C) : dY;
   std::vector<float> dhl(N * Fl), dgul(N * 2 * Fl), dx(x.size()), dwgu(wgu.size(), 1.0f),
       dwd(wd.size(), 1.0f);
-  tp::row_parallel_backward(dhl.data(), dwd.data(), dy.data(), hl.data(), wd.data(), N, Fl, C, dn);
+  tp::row_parallel_backward(dhl.data(), dwd.data(), test::scratch(), dy.data(), hl.data(), wd.data(), N, Fl,
+                            C, dn);
   swiglu_backward(dgul.data(), dhl.data(), gul.data(), N, Fl);
-  tp::column_parallel_backward(dx.data(), dwgu.data(), dgul.data(), on ? x_full.data() : X.data(), wgu.data(),
-                               N, C, 2 * Fl, up);
+  tp::column_parallel_backward(dx.data(), dwgu.data(), test::scratch(), dgul.data(),
+                               on ? x_full.data() : X.data(), wgu.data(), N, C, 2 * Fl, up);
   EXPECT_LT(rel_err(dx, on ? block(dX, C, t * Nl, Nl, 0, C) : dX), kTol);
   EXPECT_LT(rel_err(dwd, plus_one(block(dWd, F, 0, C, t * Fl, Fl))), kTol);
   // This rank's gate rows, then its up rows, of the full gradient.
@@ -174,10 +202,82 @@ TEST_P(TpLinear, SwiGluMlpMatchesFull) {
   EXPECT_LT(rel_err(dwgu, plus_one(want)), kTol);
 }
 
+// The fused residual mode: out = resid + the row layer's reduced output.
+TEST_P(TpLinear, RowWithResidualAddsItOnce) {
+  const int P = test::world().size(), t = test::world().rank();
+  DeviceMesh mesh = test::tp_mesh(P);
+  Group g = mesh.group("tp");
+  const bool on = GetParam() == SequenceParallel::on;
+  constexpr int64_t IC = 8, OC = 6;
+  const int64_t ICl = IC / P, Nl = N / P, No = on ? Nl : N;
+  const auto X = random_vec(N * IC, 11), W = random_vec(OC * IC, 12), R = random_vec(N * OC, 13);
+  std::vector<double> Y(N * OC);
+  ref::linear_forward(Y.data(), to_double(X).data(), to_double(W).data(), N, IC, OC);
+  for (int64_t i = 0; i < N * OC; ++i)
+    Y[static_cast<size_t>(i)] += R[static_cast<size_t>(i)];
+  const auto inp = block(X, IC, 0, N, t * ICl, ICl);
+  const auto w = block(W, IC, 0, OC, t * ICl, ICl);
+  const auto resid = on ? block(R, OC, t * Nl, Nl, 0, OC) : R;
+  std::vector<float> out(No * OC);
+  tp::row_parallel_forward(out.data(), test::scratch(), inp.data(), w.data(), N, ICl, OC,
+                           {&g, "test row resid", GetParam()}, resid.data());
+  EXPECT_LT(rel_err(out, on ? block(Y, OC, t * Nl, Nl, 0, OC) : Y), kTol);
+}
+
 INSTANTIATE_TEST_SUITE_P(Sp, TpLinear, ::testing::Values(SequenceParallel::off, SequenceParallel::on),
                          [](const ::testing::TestParamInfo<SequenceParallel>& p) {
                            return p.param == SequenceParallel::on ? "sp_on" : "sp_off";
                          });
+
+// Without a tp group the layers are exactly ops/gemm.h's linear layer (the
+// model's one-process path): bitwise, with the residual fused by accumulation.
+TEST(TpLinearLocal, WithoutAGroupIsThePlainLinear) {
+  constexpr int64_t IC = 5, OC = 3;
+  const auto X = random_vec(N * IC, 14), W = random_vec(OC * IC, 15), R = random_vec(N * OC, 16),
+             dY = random_vec(N * OC, 17);
+  const tp::TpLayer none{nullptr, "local"};
+  std::vector<float> out(N * OC), want(N * OC);
+  tp::column_parallel_forward(out.data(), nullptr, X.data(), W.data(), N, IC, OC, none);
+  linear_forward(want.data(), X.data(), W.data(), N, IC, OC);
+  EXPECT_EQ(out, want);
+  tp::row_parallel_forward(out.data(), nullptr, X.data(), W.data(), N, IC, OC, none, R.data());
+  want = R;
+  linear_forward(want.data(), X.data(), W.data(), N, IC, OC, Out::add);
+  EXPECT_EQ(out, want);
+  std::vector<float> dx(N * IC), dw(OC * IC, 1.0f), want_dx(N * IC), want_dw(OC * IC, 1.0f);
+  tp::column_parallel_backward(dx.data(), dw.data(), nullptr, dY.data(), X.data(), W.data(), N, IC, OC, none);
+  linear_backward(want_dx.data(), want_dw.data(), dY.data(), X.data(), W.data(), N, IC, OC);
+  EXPECT_EQ(dx, want_dx);
+  EXPECT_EQ(dw, want_dw);
+}
+
+// Rows held alike by every rank (a kv head replicated over tp): their weight
+// gradient is the sum of every rank's contribution, added once to what the
+// gradient held; the other rows keep this rank's own contribution.
+TEST(TpLinearReplicated, ReplicatedRowsAreSummedOverTheirGroup) {
+  const int P = test::world().size(), t = test::world().rank();
+  DeviceMesh mesh = test::tp_mesh(P);
+  Group g = mesh.group("tp");
+  constexpr int64_t IC = 4, OC = 3, first = 1, count = 2;  // rows 1 and 2 replicated
+  const auto X = random_vec(N * IC, 18), W = random_vec(OC * IC, 19);
+  std::vector<double> want(OC * IC, 1.0), mine(OC * IC, 0.0);
+  for (int r = 0; r < P; ++r) {
+    std::vector<double> dW(OC * IC, 0.0), dX(N * IC);
+    const auto dYr = random_vec(N * OC, static_cast<uint32_t>(20 + r));
+    ref::linear_backward(dX.data(), dW.data(), to_double(dYr).data(), to_double(X).data(),
+                         to_double(W).data(), N, IC, OC);
+    for (int64_t i = 0; i < OC * IC; ++i) {
+      const bool rep = i / IC >= first && i / IC < first + count;
+      if (rep || r == t) want[static_cast<size_t>(i)] += dW[static_cast<size_t>(i)];
+    }
+  }
+  const auto dY = random_vec(N * OC, static_cast<uint32_t>(20 + t));
+  std::vector<float> dw(OC * IC, 1.0f), rep_scratch(count * IC);
+  const tp::ReplicatedRows rep{&g, first, count, IC, rep_scratch.data(), "test kv"};
+  tp::column_parallel_backward(nullptr, dw.data(), nullptr, dY.data(), X.data(), W.data(), N, IC, OC,
+                               {&g, "test column"}, rep);
+  EXPECT_LT(rel_err(dw, want), kTol);
+}
 
 }  // namespace
 }  // namespace mt

@@ -13,6 +13,7 @@
 #include "ops/reference.h"
 #include "ops/swiglu.h"
 #include "parallel/tensor_parallel.h"
+#include "parallel/tp_plan.h"
 #include "tp_test_util.h"
 
 namespace mt {
@@ -40,7 +41,7 @@ TEST_F(TpSeed, Seed003ColumnReluRow) {
   const V W1 = {1, 0, 2, 1, 0, 3, 1, 2};  // [out 4, in 2]
   const V W2 = {1, 0, 1, 2, 0, 1, 1, 0};  // [out 2, in 4]
   const V w1 = block(W1, 2, 2 * t, 2, 0, 2), w2 = block(W2, 4, 0, 2, 2 * t, 2);
-  const tp::TpLayer up{g, "seed003 W1"}, down{g, "seed003 W2"};
+  const tp::TpLayer up{&g, "seed003 W1"}, down{&g, "seed003 W2"};
 
   // §03: card 0 → [1, 4], card 1 → [6, 5] (to be concatenated, not added).
   V h(2);
@@ -52,19 +53,21 @@ TEST_F(TpSeed, Seed003ColumnReluRow) {
   V contribution(2), y(2);
   linear_forward(contribution.data(), h.data(), w2.data(), 1, 2, 2);
   EXPECT_EQ(contribution, t == 0 ? (V{1, 4}) : (V{16, 6}));
-  tp::row_parallel_forward(y.data(), h.data(), w2.data(), 1, 2, 2, down);
+  tp::row_parallel_forward(y.data(), test::scratch(), h.data(), w2.data(), 1, 2, 2, down);
   EXPECT_EQ(y, (V{17, 10}));
 
   // §05: dH = [2, −1, 1, 4] by channel; dX contributions [0, −1] and [4, 11] → [4, 10].
   const V dY = {2, -1};
   V dh(2), dw2(4, 0.0f), dw1(4, 0.0f), dx_own(2), dx(2);
-  tp::row_parallel_backward(dh.data(), dw2.data(), dY.data(), h.data(), w2.data(), 1, 2, 2, down);
+  tp::row_parallel_backward(dh.data(), dw2.data(), test::scratch(), dY.data(), h.data(), w2.data(), 1, 2, 2,
+                            down);
   EXPECT_EQ(dh, t == 0 ? (V{2, -1}) : (V{1, 4}));
   for (size_t i = 0; i < 2; ++i)
     dh[i] = h[i] > 0 ? dh[i] : 0.0f;
   linear_backward(dx_own.data(), nullptr, dh.data(), X.data(), w1.data(), 1, 2, 2);
   EXPECT_EQ(dx_own, t == 0 ? (V{0, -1}) : (V{4, 11}));
-  tp::column_parallel_backward(dx.data(), dw1.data(), dh.data(), X.data(), w1.data(), 1, 2, 2, up);
+  tp::column_parallel_backward(dx.data(), dw1.data(), test::scratch(), dh.data(), X.data(), w1.data(), 1, 2,
+                               2, up);
   EXPECT_EQ(dx, (V{4, 10}));
   // Weight gradients belong to the shards: dW1[o, :] = dH[o]·X, dW2[:, i] = dYᵀ·H[i].
   EXPECT_EQ(dw1, t == 0 ? (V{2, 4, -1, -2}) : (V{1, 2, 4, 8}));
@@ -82,23 +85,25 @@ TEST_F(TpSeed, Seed004InputGradientIsASum) {
 
   // Column split: rank 0 W0 = [[1], [2]] → y0 = 5; rank 1 W1 = [[3], [4]] → y1 = 11.
   const V w = block(W, 2, t, 1, 0, 2);
-  const tp::TpLayer col{g, "seed004 column"}, row{g, "seed004 row"};
+  const tp::TpLayer col{&g, "seed004 column"}, row{&g, "seed004 row"};
   V y(1), gw(2, 0.0f), gx_own(2), gx(2);
   tp::column_parallel_forward(y.data(), nullptr, x.data(), w.data(), 1, 2, 1, col);
   EXPECT_EQ(y, t == 0 ? V{5} : V{11});
   const V gy = {Gy[static_cast<size_t>(t)]};
   linear_backward(gx_own.data(), nullptr, gy.data(), x.data(), w.data(), 1, 2, 1);
   EXPECT_EQ(gx_own, t == 0 ? (V{1, 2}) : (V{6, 8}));  // G_x^(0), G_x^(1)
-  tp::column_parallel_backward(gx.data(), gw.data(), gy.data(), x.data(), w.data(), 1, 2, 1, col);
+  tp::column_parallel_backward(gx.data(), gw.data(), test::scratch(), gy.data(), x.data(), w.data(), 1, 2, 1,
+                               col);
   EXPECT_EQ(gx, (V{7, 10}));                      // a SUM, not a mean
   EXPECT_EQ(gw, t == 0 ? (V{1, 2}) : (V{2, 4}));  // G_W0 = xᵀ·1, G_W1 = xᵀ·2: per shard
 
   // Row split: y = x0·W0 + x1·W1 = [5, 11] after the sum; G_x stays sharded: [7] | [10].
   const V wr = block(W, 2, 0, 2, t, 1), xr = {x[static_cast<size_t>(t)]};
   V yr(2), gxr(1), gwr(2, 0.0f);
-  tp::row_parallel_forward(yr.data(), xr.data(), wr.data(), 1, 1, 2, row);
+  tp::row_parallel_forward(yr.data(), test::scratch(), xr.data(), wr.data(), 1, 1, 2, row);
   EXPECT_EQ(yr, (V{5, 11}));
-  tp::row_parallel_backward(gxr.data(), gwr.data(), Gy.data(), xr.data(), wr.data(), 1, 1, 2, row);
+  tp::row_parallel_backward(gxr.data(), gwr.data(), test::scratch(), Gy.data(), xr.data(), wr.data(), 1, 1, 2,
+                            row);
   EXPECT_EQ(gxr, t == 0 ? V{7} : V{10});
 }
 
@@ -131,18 +136,20 @@ TEST_F(TpSeed, Seed000SwiGluFfnLedger) {
   const V w2 = tp::shard_weight(W2.data(), D, H, {tp::Split::row, {}}, t, 2);               // [4, 4]
   ASSERT_EQ(w13.size(), 2u * Hl * D);
   ASSERT_EQ(w2.size(), static_cast<size_t>(D * Hl));
-  const tp::TpLayer l13{g, "seed000 ffn w1|w3"}, l2{g, "seed000 ffn w2"};
+  const tp::TpLayer l13{&g, "seed000 ffn w1|w3"}, l2{&g, "seed000 ffn w2"};
   V gul(2 * Hl), zl(Hl), y(D), dzl(Hl), dgul(2 * Hl), dx(D), dw13(w13.size(), 0.0f), dw2(w2.size(), 0.0f);
 
   size_t mark = test::ledger_mark(g);
   tp::column_parallel_forward(gul.data(), nullptr, X.data(), w13.data(), 1, D, 2 * Hl, l13);
   swiglu_forward(zl.data(), gul.data(), 1, Hl);  // Z_A or Z_B
-  tp::row_parallel_forward(y.data(), zl.data(), w2.data(), 1, Hl, D, l2);
+  tp::row_parallel_forward(y.data(), test::scratch(), zl.data(), w2.data(), 1, Hl, D, l2);
   const auto fwd = test::entries_since(g, mark, "tp");
   mark = test::ledger_mark(g);
-  tp::row_parallel_backward(dzl.data(), dw2.data(), dY.data(), zl.data(), w2.data(), 1, Hl, D, l2);
+  tp::row_parallel_backward(dzl.data(), dw2.data(), test::scratch(), dY.data(), zl.data(), w2.data(), 1, Hl,
+                            D, l2);
   swiglu_backward(dgul.data(), dzl.data(), gul.data(), 1, Hl);
-  tp::column_parallel_backward(dx.data(), dw13.data(), dgul.data(), X.data(), w13.data(), 1, D, 2 * Hl, l13);
+  tp::column_parallel_backward(dx.data(), dw13.data(), test::scratch(), dgul.data(), X.data(), w13.data(), 1,
+                               D, 2 * Hl, l13);
   const auto bwd = test::entries_since(g, mark, "tp");
 
   ASSERT_EQ(fwd.size(), 1u);

@@ -58,12 +58,12 @@ TEST_P(VocabParallel, EmbeddingMatchesFull) {
   for (SequenceParallel sp : {SequenceParallel::off, SequenceParallel::on}) {
     const bool on = sp == SequenceParallel::on;
     const int64_t Nt = on ? N / P : N, n0 = on ? g.rank() * Nt : 0;
-    const tp::TpLayer layer{g, "embedding", sp};
+    const tp::TpLayer layer{&g, "embedding", sp};
     std::vector<float> out(Nt * C), dtable(vs.rows * C, 1.0f);
-    tp::vocab_embedding_forward(out.data(), ids.data(), table_local.data(), N, C, V, layer);
+    tp::vocab_embedding_forward(out.data(), test::scratch(), ids.data(), table_local.data(), N, C, V, layer);
     EXPECT_LT(rel_err(out, block(out_ref, C, n0, Nt, 0, C)), 1e-7) << "V " << V << " sp " << on;
     const auto dout = block(dout_full, C, n0, Nt, 0, C);
-    tp::vocab_embedding_backward(dtable.data(), dout.data(), ids.data(), N, C, V, layer);
+    tp::vocab_embedding_backward(dtable.data(), test::scratch(), dout.data(), ids.data(), N, C, V, layer);
     auto want = block(dtable_ref, C, vs.begin, vs.end - vs.begin, 0, C);
     want.resize(static_cast<size_t>(vs.rows * C), 1.0);  // padding rows untouched
     EXPECT_LT(rel_err(dtable, want), 1e-6) << "V " << V << " sp " << on;

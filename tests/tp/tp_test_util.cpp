@@ -33,7 +33,7 @@ double rel_err(const std::vector<float>& a, const std::vector<double>& b) {
 }
 
 DeviceMesh tp_mesh(int tp) {
-  return DeviceMesh(world(), MeshSizes{1, world().size() / tp, 1, tp});
+  return DeviceMesh(world(), MeshSizes{.dp = world().size() / tp, .tp = tp});
 }
 
 std::vector<LedgerEntry> entries_since(const Group& g, size_t mark, const std::string& axis) {

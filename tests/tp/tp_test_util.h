@@ -31,6 +31,13 @@ std::vector<T> block(const std::vector<T>& m, int64_t cols, int64_t r0, int64_t 
   return out;
 }
 
+// Caller-owned scratch for the tp layers (parallel/tensor_parallel.h), large
+// enough for every test's [N, C] partial sums.
+inline float* scratch() {
+  static std::vector<float> s(1 << 20);
+  return s.data();
+}
+
 // A mesh of the world with the given tp (dp = world / tp).
 DeviceMesh tp_mesh(int tp);
 

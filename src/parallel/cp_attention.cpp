@@ -1,0 +1,65 @@
+#include "parallel/cp_attention.h"
+
+#include "parallel/context_parallel.h"
+
+namespace mt::cp {
+
+namespace {
+
+void local_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* qp,
+                   const int32_t* kp, const AttentionDims& d, Group*, std::string_view) {
+  attention_forward(out, lse, q, k, v, qp, kp, d);
+}
+void local_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                    const float* q, const float* k, const float* v, const int32_t* qp, const int32_t* kp,
+                    const AttentionDims& d, Group*, std::string_view) {
+  attention_backward(dq, dk, dv, dout, out, lse, q, k, v, qp, kp, d);
+}
+void ring_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* qp,
+                  const int32_t* kp, const AttentionDims& d, Group* cp, std::string_view site) {
+  ring_attention_forward(out, lse, q, k, v, qp, kp, d, *cp, site);
+}
+void ring_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                   const float* q, const float* k, const float* v, const int32_t* qp, const int32_t* kp,
+                   const AttentionDims& d, Group* cp, std::string_view site) {
+  ring_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, qp, kp, d, *cp, site);
+}
+void gather_forward(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* qp,
+                    const int32_t* kp, const AttentionDims& d, Group* cp, std::string_view site) {
+  allgather_attention_forward(out, lse, q, k, v, qp, kp, d, *cp, site);
+}
+void gather_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                     const float* q, const float* k, const float* v, const int32_t* qp, const int32_t* kp,
+                     const AttentionDims& d, Group* cp, std::string_view site) {
+  allgather_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, qp, kp, d, *cp, site);
+}
+
+}  // namespace
+
+CpAttention::CpAttention(Group* cp, CpImpl impl) : cp_(cp != nullptr && cp->size() > 1 ? cp : nullptr) {
+  if (cp_ == nullptr) {
+    forward_ = local_forward;
+    backward_ = local_backward;
+  } else if (impl == CpImpl::ring) {
+    forward_ = ring_forward;
+    backward_ = ring_backward;
+  } else {
+    forward_ = gather_forward;
+    backward_ = gather_backward;
+  }
+}
+
+void CpAttention::forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                          const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d,
+                          std::string_view site) const {
+  forward_(out, lse, q, k, v, q_pos, k_pos, d, cp_, site);
+}
+
+void CpAttention::backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                           const float* lse, const float* q, const float* k, const float* v,
+                           const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d,
+                           std::string_view site) const {
+  backward_(dq, dk, dv, dout, out, lse, q, k, v, q_pos, k_pos, d, cp_, site);
+}
+
+}  // namespace mt::cp

@@ -1,0 +1,201 @@
+#include "parallel/tp_plan.h"
+
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+
+namespace mt::tp {
+
+const char* role_name(Role r) {
+  switch (r) {
+    case Role::column:
+      return "column";
+    case Role::row:
+      return "row";
+    case Role::vocab:
+      return "vocab";
+    case Role::replicated:
+      return "replicated";
+    case Role::kv_replicated:
+      return "kv-replicated";
+  }
+  return "?";
+}
+
+const std::vector<PlanRow>& llama_plan() {
+  static const std::vector<PlanRow> plan = {
+      {"model.embed_tokens.weight", Role::vocab, "R (SP: S(0) tokens, by reduce-scatter)"},
+      {"input_layernorm.weight", Role::replicated, "R (SP: S(0) tokens)"},
+      {"self_attn.q_proj.weight", Role::column, "S(last): this rank's heads"},
+      {"self_attn.k_proj.weight", Role::kv_replicated, "S(last): this rank's kv heads"},
+      {"self_attn.v_proj.weight", Role::kv_replicated, "S(last): this rank's kv heads"},
+      {"self_attn.o_proj.weight", Role::row, "P → R (SP: P → S(0))"},
+      {"post_attention_layernorm.weight", Role::replicated, "R (SP: S(0) tokens)"},
+      {"mlp.gate_proj.weight", Role::column, "S(last): hidden slice"},
+      {"mlp.up_proj.weight", Role::column, "S(last): hidden slice"},
+      {"mlp.down_proj.weight", Role::row, "P → R (SP: P → S(0))"},
+      {"model.norm.weight", Role::replicated, "R (SP: S(0) tokens)"},
+      {"lm_head.weight", Role::vocab, "S(last): vocab slice of the logits"},
+  };
+  return plan;
+}
+
+const PlanRow& plan_row(std::string_view hf_name) {
+  for (const PlanRow& r : llama_plan()) {
+    if (hf_name.size() >= r.suffix.size() && hf_name.substr(hf_name.size() - r.suffix.size()) == r.suffix)
+      return r;
+  }
+  MT_THROW(ConfigError, "parameter '", std::string(hf_name), "' has no row in the tensor-parallel plan");
+}
+
+std::vector<int64_t> TpSlice::local_shape(std::vector<int64_t> global) const {
+  if (map == ShardMap::rows) global[0] = extent;
+  if (map == ShardMap::cols) global[1] = extent;
+  return global;
+}
+
+namespace {
+
+TpSlice even(ShardMap map, int64_t dim, int tp, int rank, const char* what) {
+  MT_REQUIRE(dim % tp == 0, ConfigError, what, " (", dim, ") must be divisible by tp (", tp, ")");
+  TpSlice s;
+  s.map = map;
+  s.count = s.extent = dim / tp;
+  s.first = rank * s.count;
+  return s;
+}
+
+}  // namespace
+
+TpSlice tp_slice(Role role, const std::vector<int64_t>& g, int tp, int rank, int64_t head_dim) {
+  MT_REQUIRE(tp >= 1 && rank >= 0 && rank < tp, ConfigError, "tp rank ", rank, " is outside a tp group of ",
+             tp);
+  TpSlice s;
+  if (tp == 1) return s;
+  switch (role) {
+    case Role::replicated:
+      s.holders = tp;
+      return s;
+    case Role::column:
+      return even(ShardMap::rows, g[0], tp, rank, "output features");
+    case Role::row:
+      return even(ShardMap::cols, g[1], tp, rank, "input features");
+    case Role::vocab: {
+      const auto [begin, end] = shard_range(g[0], tp, rank);
+      s.map = ShardMap::rows;
+      s.first = begin;
+      s.count = end - begin;
+      s.extent = padded_shard_size(g[0], tp);
+      return s;
+    }
+    case Role::kv_replicated: {
+      const int64_t heads = g[0] / head_dim;
+      if (heads % tp == 0) return even(ShardMap::rows, g[0], tp, rank, "kv features");
+      MT_REQUIRE(tp % heads == 0, ConfigError, "kv heads (", heads, ") and tp (", tp,
+                 "): one must divide the other");
+      s.map = ShardMap::rows;
+      s.holders = static_cast<int>(tp / heads);
+      s.first = (rank / s.holders) * head_dim;
+      s.count = s.extent = head_dim;
+      return s;
+    }
+  }
+  return s;
+}
+
+Layout tp_layout(Role role, std::vector<int64_t> global, int holders) {
+  Layout l(std::move(global));
+  switch (role) {
+    case Role::kv_replicated:
+      l.replicas[static_cast<size_t>(axis_index(Axis::tp))] = holders;
+      return l.with(Axis::tp, Placement::shard(0));
+    case Role::column:
+    case Role::vocab:
+      return l.with(Axis::tp, Placement::shard(0));
+    case Role::row:
+      return l.with(Axis::tp, Placement::shard(1));
+    case Role::replicated:
+      break;
+  }
+  return l;
+}
+
+std::unique_ptr<Group> kv_replica_group(Group* tp, int64_t n_kv_heads) {
+  if (tp == nullptr || tp->size() <= n_kv_heads) return nullptr;
+  MT_REQUIRE(tp->size() % n_kv_heads == 0, ConfigError, "parallel.tp (", tp->size(),
+             ") must be a multiple of model.n_kv_heads (", n_kv_heads, ") when it exceeds it");
+  const int replicas = static_cast<int>(tp->size() / n_kv_heads);
+  return std::make_unique<Group>(tp->split(tp->rank() / replicas, tp->rank(), "tp_kv"));
+}
+
+// ---- weights given whole ----
+
+namespace {
+
+// Sizes of the blocks along the split dim (one block = the whole dim), checked
+// against the dim and against tp.
+std::vector<int64_t> checked_blocks(int64_t rows, int64_t cols, const WeightSplit& ws, int tp) {
+  const int64_t dim = ws.split == Split::column ? rows : cols;
+  std::vector<int64_t> blocks = ws.blocks.empty() ? std::vector<int64_t>{dim} : ws.blocks;
+  int64_t total = 0;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    MT_REQUIRE(blocks[b] % tp == 0, ConfigError, (ws.split == Split::column ? "output" : "input"),
+               " features of block ", b, " (", blocks[b], ") must be divisible by tp (", tp, ")");
+    total += blocks[b];
+  }
+  MT_REQUIRE(total == dim, ConfigError, "fused blocks sum to ", total, " but the split dim has ", dim);
+  return blocks;
+}
+
+// Calls f(full_offset, shard_offset, n) for every run of rank's shard: each
+// block cut by tp_slice, the pieces stacked in block order.
+template <class F>
+void for_each_block_run(int64_t rows, int64_t cols, const WeightSplit& ws, int rank, int tp, F&& f) {
+  const std::vector<int64_t> blocks = checked_blocks(rows, cols, ws, tp);
+  const bool column = ws.split == Split::column;
+  const int64_t local_cols = column ? cols : cols / tp;
+  int64_t start = 0, lstart = 0;  // block start in the full and the local split dim
+  for (int64_t b : blocks) {
+    const TpSlice s =
+        column ? tp_slice(Role::column, {b, cols}, tp, rank) : tp_slice(Role::row, {rows, b}, tp, rank);
+    if (column) {
+      f((start + s.first) * cols, lstart * cols, s.count * cols);
+    } else {
+      for (int64_t r = 0; r < rows; ++r)
+        f(r * cols + start + s.first, r * local_cols + lstart, s.count);
+    }
+    start += b;
+    lstart += s.count;
+  }
+}
+
+}  // namespace
+
+Layout weight_layout(int64_t rows, int64_t cols, Split split) {
+  return tp_layout(split == Split::column ? Role::column : Role::row, {rows, cols});
+}
+
+std::vector<int64_t> shard_shape(int64_t rows, int64_t cols, const WeightSplit& ws, int tp) {
+  checked_blocks(rows, cols, ws, tp);
+  return ws.split == Split::column ? std::vector<int64_t>{rows / tp, cols}
+                                   : std::vector<int64_t>{rows, cols / tp};
+}
+
+std::vector<float> shard_weight(const float* full, int64_t rows, int64_t cols, const WeightSplit& ws,
+                                int rank, int tp) {
+  std::vector<float> shard(static_cast<size_t>(rows * cols / tp));
+  for_each_block_run(rows, cols, ws, rank, tp, [&](int64_t fi, int64_t si, int64_t n) {
+    std::memcpy(shard.data() + si, full + fi, sizeof(float) * static_cast<size_t>(n));
+  });
+  return shard;
+}
+
+void unshard_weight(float* full, const float* shard, int64_t rows, int64_t cols, const WeightSplit& ws,
+                    int rank, int tp) {
+  for_each_block_run(rows, cols, ws, rank, tp, [&](int64_t fi, int64_t si, int64_t n) {
+    std::memcpy(full + fi, shard + si, sizeof(float) * static_cast<size_t>(n));
+  });
+}
+
+}  // namespace mt::tp

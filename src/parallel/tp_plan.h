@@ -1,0 +1,125 @@
+// The tensor-parallel plan: how each parameter of the model is split over tp,
+// as data (torchtitan's parallelize.py as a table). One table, read by the
+// parameter table (model/params.cpp: each parameter's local shape and map onto
+// the full tensor), initialisation slices, checkpoint gathering, and the
+// labels that name each parameter's role.
+//
+// Weights are [out, in] like PyTorch, so
+//   column         dim 0 split evenly: rank t holds rows [t·R/tp, (t+1)·R/tp)
+//   row            dim 1 split evenly: rank t holds columns [t·K/tp, (t+1)·K/tp)
+//   kv_replicated  column-parallel by kv heads; with tp > n_kv_heads each kv
+//                  head is held whole by the tp / n_kv_heads ranks whose query
+//                  heads use it (their gradients are summed over those ranks)
+//   vocab          dim 0 split with the padded rule of mesh/layout.h
+//                  (ceil(V/tp) rows, the last ones padding)
+//   replicated     every rank holds the whole tensor
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "comm/group.h"
+#include "mesh/layout.h"
+
+namespace mt {
+
+// How a local parameter lies in the full one.
+enum class ShardMap {
+  whole,  // the full tensor (replicated)
+  rows,   // local row r is global row first + r for r < count; rows ≥ count are padding (zero)
+  cols,   // local column c is global column first + c; count columns
+};
+
+namespace tp {
+
+enum class Role { column, row, vocab, replicated, kv_replicated };
+const char* role_name(Role r);  // "column", "row", "vocab", "replicated", "kv-replicated"
+
+struct PlanRow {
+  std::string_view suffix;  // of the Hugging Face name: "mlp.down_proj.weight"
+  Role role;
+  std::string_view activation;  // the activation this weight produces, over tp
+};
+const std::vector<PlanRow>& llama_plan();
+// The row whose suffix ends `hf_name`; ConfigError naming it when none does.
+const PlanRow& plan_row(std::string_view hf_name);
+
+// This rank's piece of a parameter of shape `global` ([rows, cols] or [n]).
+struct TpSlice {
+  ShardMap map = ShardMap::whole;
+  int64_t first = 0, count = 0;  // see ShardMap
+  int64_t extent = 0;            // local rows (rows) or columns (cols), padding included
+  // Ranks holding this same piece (1 for a true shard; tp when replicated).
+  int holders = 1;
+  std::vector<int64_t> local_shape(std::vector<int64_t> global) const;
+};
+// ConfigError with the numbers when tp does not split the dim evenly (column,
+// row), or neither of tp and the kv head count divides the other. head_dim:
+// rows per kv head (kv_replicated only).
+TpSlice tp_slice(Role role, const std::vector<int64_t>& global, int tp, int rank, int64_t head_dim = 1);
+
+// The layout over tp of a parameter with this role: Shard(0), Shard(1) or
+// Replicate; a kv head replicated on `holders` ranks (TpSlice::holders) is
+// Shard(0) with that many tp ranks per piece (Layout::replicas).
+Layout tp_layout(Role role, std::vector<int64_t> global, int holders = 1);
+
+// The ranks of `tp` holding the same kv heads when tp > n_kv_heads: blocks of
+// tp / n_kv_heads adjacent tp ranks (a sub-axis of tp), a group named "tp_kv"
+// over which a replicated kv head's gradient is summed. Null when no kv head
+// is replicated (or tp is null). Collective over tp.
+std::unique_ptr<Group> kv_replica_group(Group* tp, int64_t n_kv_heads);
+
+// Calls f(local_begin, global_begin, n) for each run of the local elements
+// [first, first + n) of a piece (local shape `cols` columns, full tensor
+// `gcols` columns) that is also consecutive in the full tensor; padding is skipped.
+template <class F>
+void for_each_run(const TpSlice& s, int64_t cols, int64_t gcols, int64_t numel, int64_t first, int64_t n,
+                  F&& f) {
+  const int64_t run = s.map == ShardMap::cols ? cols : numel;  // a row, or everything
+  for (int64_t i = first; i < first + n;) {
+    const int64_t end = std::min(first + n, (i / run + 1) * run);
+    if (s.map == ShardMap::rows) {
+      const int64_t real_end = std::min(end, s.count * cols);
+      if (i < real_end) f(i, (s.first + i / cols) * gcols + i % cols, real_end - i);
+    } else if (s.map == ShardMap::cols) {
+      f(i, (i / cols) * gcols + s.first + i % cols, end - i);
+    } else {
+      f(i, i, end - i);
+    }
+    i = end;
+  }
+}
+
+// ---- weights given whole (tests, checkpoints) ----
+
+enum class Split { column, row };  // shard dim 0 (output features) or dim 1 (input features) of [out, in]
+
+// A weight's split. `blocks` are the sizes of fused blocks along the split dim
+// (gate|up: {F, F}; q|k|v: {H·D, KV·D, KV·D}); each block is split across tp on
+// its own and a rank's pieces are stacked in block order, so the local fused
+// GEMM produces [gate_t | up_t]. Empty = one block (the whole dim).
+struct WeightSplit {
+  Split split = Split::column;
+  std::vector<int64_t> blocks;
+};
+
+// Layout of the full [rows, cols] weight over tp: Shard(0) or Shard(1).
+Layout weight_layout(int64_t rows, int64_t cols, Split split);
+
+// Shape of rank's shard: [rows/tp, cols] or [rows, cols/tp]. Throws ConfigError
+// unless tp divides every block ("output features of block 1 (10) must be divisible by tp (4)").
+std::vector<int64_t> shard_shape(int64_t rows, int64_t cols, const WeightSplit& ws, int tp);
+
+// Rank `rank`'s shard of the full row-major weight[rows, cols], and the
+// inverse: write the shard into `full` (the shards of every rank reassemble
+// the weight). Each block is cut by tp_slice, the rule the model's parameters use.
+std::vector<float> shard_weight(const float* full, int64_t rows, int64_t cols, const WeightSplit& ws,
+                                int rank, int tp);
+void unshard_weight(float* full, const float* shard, int64_t rows, int64_t cols, const WeightSplit& ws,
+                    int rank, int tp);
+
+}  // namespace tp
+}  // namespace mt
