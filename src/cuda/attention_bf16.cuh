@@ -102,8 +102,13 @@ template <int D, bool kVec>
 __device__ void load_tile_bf16(uint16_t* rows, uint16_t* cols, const uint16_t* src, int64_t stride,
                                int64_t t0, int64_t len) {
   constexpr int kChunks = D / 8;
+  // Row tiles only: consecutive lanes read consecutive 16 bytes of a row
+  // (coalesced). With a transposed tile, consecutive lanes take consecutive
+  // rows, so that its 2-byte stores land in distinct banks.
+  const bool by_row = cols != nullptr;
   for (int e = threadIdx.x; e < kBlk * kChunks; e += blockDim.x) {
-    const int r = e / kChunks, c = (e - r * kChunks) * 8;
+    const int r = by_row ? e % kBlk : e / kChunks;
+    const int c = by_row ? (e / kBlk) * 8 : (e % kChunks) * 8;
     const uint4 x = t0 + r < len ? load8<kVec>(src + (t0 + r) * stride + c) : make_uint4(0, 0, 0, 0);
     if (rows != nullptr) *reinterpret_cast<uint4*>(rows + r * row_pitch<D>() + c) = x;
     if (cols != nullptr) {
