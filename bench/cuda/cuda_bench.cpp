@@ -103,7 +103,7 @@ void bench_gemms() {
 
 // One row of the kernel table: time, and bytes or FLOPs per call.
 void row(const char* name, double ms, double bytes, double flop) {
-  std::printf("%-28s %10.3f %10.1f %10.1f\n", name, ms, bytes > 0 ? bytes / ms / 1e6 : 0.0,
+  std::printf("%-34s %10.3f %10.1f %10.1f\n", name, ms, bytes > 0 ? bytes / ms / 1e6 : 0.0,
               flop > 0 ? flop / ms / 1e9 : 0.0);
   std::printf("KERNEL %s ms=%.3f GBps=%.1f TFLOPs=%.1f\n", name, ms, bytes > 0 ? bytes / ms / 1e6 : 0.0,
               flop > 0 ? flop / ms / 1e9 : 0.0);
@@ -202,6 +202,23 @@ void bench_attention() {
                                      q.data(), k.data(), v.data(), pos.data(), pos.data(), d);
       }),
       0, bwd_flop);
+  // The bf16 tensor-core path on the same data rounded to bf16 (its FLOPs are
+  // counted the same way, so the rates compare directly).
+  Array<bf16> qh(kN * kC), kh(kN * kKV * kD), vh(kN * kKV * kD), douth(kN * kC);
+  f32_to_bf16(qh.data(), q.data(), kN * kC);
+  f32_to_bf16(kh.data(), k.data(), kN * kKV * kD);
+  f32_to_bf16(vh.data(), v.data(), kN * kKV * kD);
+  f32_to_bf16(douth.data(), dout.data(), kN * kC);
+  row("attention_forward_bf16 (causal)", time_ms([&] {
+        attention_forward_bf16(out.data(), lse.data(), qh.data(), kh.data(), vh.data(), pos.data(),
+                               pos.data(), d);
+      }),
+      0, fwd_flop);
+  row("attention_backward_bf16 (causal)", time_ms([&] {
+        attention_backward_bf16(dq.data(), dk.data(), dv.data(), douth.data(), out.data(), lse.data(),
+                                qh.data(), kh.data(), vh.data(), pos.data(), pos.data(), d);
+      }),
+      0, bwd_flop);
 }
 
 }  // namespace
@@ -222,7 +239,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(kB), static_cast<long long>(kT), static_cast<long long>(kC),
                 static_cast<long long>(kH), static_cast<long long>(kKV), static_cast<long long>(kF),
                 static_cast<long long>(kV), g_reps);
-    std::printf("%-28s %10s %10s %10s\n", "kernel", "ms", "GB/s", "TFLOP/s");
+    std::printf("%-34s %10s %10s %10s\n", "kernel", "ms", "GB/s", "TFLOP/s");
     bench_rowwise();
     bench_loss_and_optimizer();
     bench_attention();

@@ -59,6 +59,20 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 void attention_merge(float* out, float* lse, const float* out_part, const float* lse_part,
                      const AttentionDims& d);
 
+// Mixed precision on the tensor cores (docs/GPU.md, "bf16 attention"): the
+// MMA operands q, k, v and dout are bf16; scores, softmax, P·V and every
+// gradient accumulate in fp32; out, lse, dq, dk, dv are fp32 with the layout,
+// positions, GQA and assign/accumulate rules of attention_forward/backward
+// above (strides count elements of each tensor's own type), so
+// attention_merge combines their outputs. head_dim must be 64 or 128 (refused
+// by name otherwise). Differs from the fp32 kernels by the bf16 rounding of P
+// and dS before their products (relative error ~2⁻⁸, bounds in docs/GPU.md).
+void attention_forward_bf16(float* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+                            const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d);
+void attention_backward_bf16(float* dq, float* dk, float* dv, const bf16* dout, const float* out,
+                             const float* lse, const bf16* q, const bf16* k, const bf16* v,
+                             const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d);
+
 // optim/adamw.h's adamw_update, element for element.
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, double lr, double beta1,
                   double beta2, double eps, double weight_decay, int64_t t);

@@ -74,9 +74,9 @@ TEST(CudaGemm, LinearForwardBackward) {
 //    relative L2 error of order √K·2⁻²⁴ ≈ 3e-6 at K = 1000 for random signs;
 //    bound 2e-5.
 //  - against the exact product of the fp32 inputs: each input carries a
-//    rounding error of at most u = 2⁻⁹ (8-bit significand), independent and
-//    of random sign, so the relative L2 error is about √(2/3)·u ≈ 1.6e-3 for
-//    uniform data; bound 2u ≈ 3.9e-3.
+//    rounding error of at most u = 2⁻⁸ (8-bit significand; rms ≈ 0.42·u over
+//    a binade), independent and of random sign, so the relative L2 error is
+//    about √2·0.42·u ≈ 2.3e-3 for uniform data; bound u ≈ 3.9e-3.
 TEST(CudaGemm, Bf16InputsFp32Accumulation) {
   cuda::Blas blas;
   const int64_t M = 96, N = 75, K = 1000;
