@@ -10,6 +10,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 work=${WORK:-$(mktemp -d)}
+[ -n "${WORK:-}" ] || trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/inc/cuda"
 cp "$here/emu_shim.h" "$work/inc/"
 printf '#pragma once\n#include "emu_shim.h"\n' >"$work/inc/cuda/check.h"
