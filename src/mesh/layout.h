@@ -3,14 +3,15 @@
 //   Replicate  every rank of the axis holds the whole tensor;
 //   Shard(d)   the axis splits tensor dim d, rank i of the axis holds piece i;
 //   Partial    every rank holds a full-shaped addend; the tensor is their sum.
-// Every change of placement is one collective (docs/PARALLELISM.md); see redistribute.h.
+// A change of placement is one collective (Partial → Replicate: all-reduce;
+// Partial → Shard: reduce-scatter; Shard → Replicate: all-gather), as
+// docs/PARALLELISM.md explains per axis; the parallel/ code performs them.
 //
 // Uneven sizes use the PADDED convention (the one ZeRO uses for flat buffers):
 // a dim of n rows split k ways gives every shard ceil(n/k) rows; the real rows
 // of shard i are shard_range(n, k, i), and the rest of its rows (at the end of
-// the last shards, possibly all of them) are padding. Padding is written as
-// zeros by redistribute and never read into real rows, so collectives always
-// exchange equal blocks. Example: n = 5, k = 4 → every shard has 2 rows;
+// the last shards, possibly all of them) are padding. Padding holds zeros and
+// is never read into real rows, so collectives always exchange equal blocks. Example: n = 5, k = 4 → every shard has 2 rows;
 // shards hold rows [0,2), [2,4), [4,5)+1 pad, and 2 pad.
 // When several axes shard the same dim they split it in rank order (dp, pp,
 // cp, tp: outermost first), each splitting the padded extent left by the

@@ -1,9 +1,9 @@
-// Pure layout tests: placements, the padded shard convention, local shapes,
-// and which collective each change of placement becomes.
+// Pure layout tests: placements, the padded shard convention, local shapes
+// and ranges, ZeRO over TP.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "mesh/redistribute.h"
+#include "mesh/layout.h"
 
 namespace mt {
 namespace {
@@ -91,50 +91,6 @@ TEST(Layout, LocalShapeAndRange) {
   EXPECT_EQ(Layout({7, 5}).with(Axis::tp, P).to_string(), "[7, 5] tp:P");
   EXPECT_EQ(Layout({3}).to_string(), "[3] R");
   EXPECT_THROW(Layout({3}).with(Axis::tp, S(1)).validate(), ConfigError);
-}
-
-Layout tp(Placement p) {
-  return Layout({6, 5}).with(Axis::tp, p);
-}
-
-TEST(Redistribute, EachChangeIsTheCollectiveOfDesignTable) {
-  EXPECT_EQ(describe_redistribute(tp(P), tp(R)), "all_reduce over tp (P → R)");
-  EXPECT_EQ(describe_redistribute(tp(P), tp(S(0))), "reduce_scatter over tp (P → S(0))");
-  EXPECT_EQ(describe_redistribute(tp(P), tp(S(1))), "reduce_scatter over tp (P → S(1))");
-  EXPECT_EQ(describe_redistribute(tp(S(0)), tp(R)), "all_gather over tp (S(0) → R)");
-  EXPECT_EQ(describe_redistribute(tp(S(1)), tp(R)), "all_gather over tp (S(1) → R)");
-  EXPECT_EQ(describe_redistribute(tp(S(0)), tp(S(1))), "all_to_all over tp (S(0) → S(1))");
-  EXPECT_EQ(describe_redistribute(tp(R), tp(S(1))), "local_slice over tp (R → S(1))");
-  EXPECT_EQ(describe_redistribute(tp(S(1)), tp(S(1))), "copy (no change)");
-  EXPECT_EQ(describe_redistribute(tp(P), tp(P)), "copy (no change)");
-  EXPECT_EQ(redist_op_for(S(0), S(0)), RedistOp::copy);
-  EXPECT_EQ(redist_op_for(R, S(0)), RedistOp::local_slice);
-}
-
-TEST(Redistribute, IntoPartialIsRefused) {
-  EXPECT_THROW(describe_redistribute(tp(R), tp(P)), Error);
-  EXPECT_THROW(describe_redistribute(tp(S(0)), tp(P)), Error);
-  EXPECT_THROW(describe_redistribute(tp(R), Layout({6, 4})), ConfigError);  // shapes differ
-}
-
-TEST(Redistribute, OneStepPerAxisInNestingOrder) {
-  // Gradients of a TP-sharded weight: partial over dp, S(0) over tp → ZeRO
-  // shard over dp too. Removing shards goes inner first; adding goes outer first.
-  const Layout grad = Layout({6, 5}).with(Axis::dp, P).with(Axis::tp, S(0));
-  EXPECT_EQ(describe_redistribute(grad, grad.with(Axis::dp, S(1))), "reduce_scatter over dp (P → S(1))");
-  const Layout both = Layout({6, 5}).with(Axis::dp, S(0)).with(Axis::tp, S(0));
-  EXPECT_EQ(describe_redistribute(both, Layout({6, 5})),
-            "all_gather over tp (S(0) → R)\nall_gather over dp (S(0) → R)");
-  EXPECT_EQ(describe_redistribute(Layout({6, 5}), both),
-            "local_slice over dp (R → S(0))\nlocal_slice over tp (R → S(0))");
-  const auto steps = plan_redistribute(Layout({6, 5}).with(Axis::cp, P).with(Axis::dp, P), Layout({6, 5}));
-  ASSERT_EQ(steps.size(), 2u);
-  EXPECT_EQ(steps[0].axis, Axis::cp);
-  EXPECT_EQ(steps[1].axis, Axis::dp);
-  // dp cannot regather dim 0 while tp, inside it, still splits dim 0...
-  EXPECT_THROW(plan_redistribute(both, both.with(Axis::dp, R)), Error);
-  // ...unless tp has one rank.
-  EXPECT_NO_THROW(plan_redistribute(both, both.with(Axis::dp, R), MeshSizes{.dp = 2}));
 }
 
 }  // namespace
