@@ -14,6 +14,7 @@
 #include "parallel/context_parallel.h"
 #include "parallel/local_store.h"
 #include "parallel/tp_comm.h"
+#include "parallel/tp_plan.h"
 #include "parallel/vocab_parallel.h"
 
 namespace mt {
@@ -207,7 +208,7 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
       MT_TIMED(Kernel::embedding);
       if (tp_)
         tp::vocab_embedding_forward(sl.resid[0].data(), buf_->part.data(), sl.inputs.data(), table, N, C, V,
-                                    tp_layer("embed"));
+                                    tp_layer(tp::plan_row("model.embed_tokens.weight").site));
       else
         embedding_forward(sl.resid[0].data(), sl.inputs.data(), table, N, C);
     }
@@ -232,7 +233,7 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
   {
     MT_TIMED(Kernel::gemm);
     tp::column_parallel_forward(sl.logits.data(), sl.lnf_full.data(), sl.lnf.data(), head + head_rel_, N, C,
-                                Vl, tp_layer("head"));
+                                Vl, tp_layer(tp::plan_row("lm_head.weight").site));
   }
   if (head_unit_ != fu) store_->release_params(head_unit_, Pass::forward);
   store_->release_params(fu, Pass::forward);
@@ -241,7 +242,7 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
   const int32_t* tg = sl.targets.data();
   if (tp_)
     tp::vocab_cross_entropy_forward(sl.losses.data(), sl.lse_ce.data(), sl.logits.data(), tg, N, V,
-                                    kIgnoreIndex, *tp_, "head");
+                                    kIgnoreIndex, *tp_, tp::plan_row("lm_head.weight").site);
   else
     cross_entropy_forward(sl.losses.data(), sl.lse_ce.data(), sl.logits.data(), tg, N, V, kIgnoreIndex);
   double sum = 0.0;  // in token order: deterministic (and the same on every tp rank)
@@ -288,7 +289,7 @@ void Llama::backward_slot(int s, float dloss) {
       MT_TIMED(Kernel::gemm);
       tp::column_parallel_backward(dlnf, head_grad + head_rel_, b.part.data(), sl.logits.data(),
                                    sp ? sl.lnf_full.data() : sl.lnf.data(), head + head_rel_, N, C, Vl,
-                                   tp_layer("head"));
+                                   tp_layer(tp::plan_row("lm_head.weight").site));
     }
     {
       MT_TIMED(Kernel::rmsnorm);
@@ -297,7 +298,9 @@ void Llama::backward_slot(int s, float dloss) {
       rmsnorm_backward(b.dres.data(), gnorm, dlnf, sl.resid.back().data(), Fp + norm_rel_, sl.rstdf.data(),
                        Nl, C);
       if (sp) {
-        tp_->all_reduce(gnorm, C, tp::comm_label("final norm", "sp weight grads", "backward", {1, C}));
+        tp_->all_reduce(
+            gnorm, C,
+            tp::comm_label(tp::plan_row("model.norm.weight").site, "sp weight grads", "backward", {1, C}));
         add_inplace(Fg + norm_rel_, gnorm, C);
       }
     }
@@ -329,7 +332,7 @@ void Llama::backward_slot(int s, float dloss) {
       MT_TIMED(Kernel::embedding);
       if (tp_)
         tp::vocab_embedding_backward(dtable, b.dfull.data(), b.dres.data(), sl.inputs.data(), N, C, V,
-                                     tp_layer("embed"));
+                                     tp_layer(tp::plan_row("model.embed_tokens.weight").site));
       else
         embedding_backward(dtable, b.dres.data(), sl.inputs.data(), N, C);
     }

@@ -10,6 +10,7 @@
 #include "ops/swiglu.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/tp_comm.h"
+#include "parallel/tp_plan.h"
 
 namespace mt {
 
@@ -27,7 +28,7 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
   }
   {
     MT_TIMED(Kernel::gemm);  // q, k, v in one GEMM
-    const std::string site = site_of(gl, "attn qkv");
+    const std::string site = tp::layer_site(gl, "self_attn.q_proj.weight");
     tp::column_parallel_forward(a.qkv.data(), a.ln1_full.data(), sp ? norm_scratch() : a.ln1.data(),
                                 P + o.qkv, N, C, QKV, tp_layer(site));
   }
@@ -45,7 +46,7 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
   }
   {
     MT_TIMED(Kernel::gemm);  // mid = x + o_proj(att)
-    const std::string site = site_of(gl, "attn o");
+    const std::string site = tp::layer_site(gl, "self_attn.o_proj.weight");
     tp::row_parallel_forward(a.mid.data(), part_scratch(), a.att.data(), P + o.o, N, Q, C, tp_layer(site),
                              x_in);
   }
@@ -55,7 +56,7 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
   }
   {
     MT_TIMED(Kernel::gemm);  // gate and up in one GEMM
-    const std::string site = site_of(gl, "mlp gate_up");
+    const std::string site = tp::layer_site(gl, "mlp.gate_proj.weight");
     tp::column_parallel_forward(a.gu.data(), a.ln2_full.data(), sp ? norm_scratch() : a.ln2.data(),
                                 P + o.gate_up, N, C, 2 * F, tp_layer(site));
   }
@@ -65,7 +66,7 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
   }
   if (x_out == nullptr) return;  // recomputation needs the activations, not the output
   MT_TIMED(Kernel::gemm);        // x_out = mid + down(h)
-  const std::string site = site_of(gl, "mlp down");
+  const std::string site = tp::layer_site(gl, "mlp.down_proj.weight");
   tp::row_parallel_forward(x_out, part_scratch(), a.h.data(), P + o.down, N, F, C, tp_layer(site),
                            a.mid.data());
 }
@@ -89,7 +90,7 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
   // MLP: x = mid + down(h); dres is dL/dx on entry.
   {
     MT_TIMED(Kernel::gemm);  // dh
-    const std::string site = site_of(gl, "mlp down");
+    const std::string site = tp::layer_site(gl, "mlp.down_proj.weight");
     tp::row_parallel_backward(b.dmid.data(), G + o.down, b.dfull.data(), dres, a.h.data(), P + o.down, N, F,
                               C, tp_layer(site));
   }
@@ -101,7 +102,7 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
   float* dln2 = column_dinput_buffer();
   {
     MT_TIMED(Kernel::gemm);
-    const std::string site = site_of(gl, "mlp gate_up");
+    const std::string site = tp::layer_site(gl, "mlp.gate_proj.weight");
     tp::column_parallel_backward(dln2, G + o.gate_up, b.part.data(), b.dgu.data(), ln2_in, P + o.gate_up, N,
                                  C, 2 * F, tp_layer(site));
   }
@@ -114,7 +115,7 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
   // Attention: mid = x + o_proj(att).
   {
     MT_TIMED(Kernel::gemm);  // datt
-    const std::string site = site_of(gl, "attn o");
+    const std::string site = tp::layer_site(gl, "self_attn.o_proj.weight");
     tp::row_parallel_backward(b.dmid.data(), G + o.o, b.dfull.data(), dres, a.att.data(), P + o.o, N, Q, C,
                               tp_layer(site));
   }
@@ -141,7 +142,8 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
   float* dln1 = column_dinput_buffer();
   {
     MT_TIMED(Kernel::gemm);
-    const std::string site = site_of(gl, "attn qkv"), kv_site = site_of(gl, "attn k|v");
+    const std::string site = tp::layer_site(gl, "self_attn.q_proj.weight"),
+                      kv_site = tp::layer_site(gl, "self_attn.k_proj.weight");
     const tp::ReplicatedRows kv{kv_group_, Q, 2 * KV * D, C, b.kvg.data(), kv_site};
     tp::column_parallel_backward(dln1, G + o.qkv, b.part.data(), b.dqkv.data(), ln1_in, P + o.qkv, N, C, QKV,
                                  tp_layer(site), kv);
@@ -152,8 +154,9 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
     add_inplace(dres, b.dtmp.data(), Nl * C);  // dres is now dL/dx_in
   }
   if (sp) {
-    tp_->all_reduce(b.normg.data(), 2 * C,
-                    tp::comm_label(site_of(gl, "norms"), "sp weight grads", "backward", {2, C}));
+    tp_->all_reduce(
+        b.normg.data(), 2 * C,
+        tp::comm_label(tp::layer_site(gl, "input_layernorm.weight"), "sp weight grads", "backward", {2, C}));
     add_inplace(G + o.ln1, b.normg.data(), C);
     add_inplace(G + o.ln2, b.normg.data() + C, C);
   }

@@ -25,18 +25,18 @@ const char* role_name(Role r) {
 
 const std::vector<PlanRow>& llama_plan() {
   static const std::vector<PlanRow> plan = {
-      {"model.embed_tokens.weight", Role::vocab, "R (SP: S(0) tokens, by reduce-scatter)"},
-      {"input_layernorm.weight", Role::replicated, "R (SP: S(0) tokens)"},
-      {"self_attn.q_proj.weight", Role::column, "S(last): this rank's heads"},
-      {"self_attn.k_proj.weight", Role::kv_replicated, "S(last): this rank's kv heads"},
-      {"self_attn.v_proj.weight", Role::kv_replicated, "S(last): this rank's kv heads"},
-      {"self_attn.o_proj.weight", Role::row, "P → R (SP: P → S(0))"},
-      {"post_attention_layernorm.weight", Role::replicated, "R (SP: S(0) tokens)"},
-      {"mlp.gate_proj.weight", Role::column, "S(last): hidden slice"},
-      {"mlp.up_proj.weight", Role::column, "S(last): hidden slice"},
-      {"mlp.down_proj.weight", Role::row, "P → R (SP: P → S(0))"},
-      {"model.norm.weight", Role::replicated, "R (SP: S(0) tokens)"},
-      {"lm_head.weight", Role::vocab, "S(last): vocab slice of the logits"},
+      {"model.embed_tokens.weight", Role::vocab, "R (SP: S(0) tokens, by reduce-scatter)", "embed"},
+      {"input_layernorm.weight", Role::replicated, "R (SP: S(0) tokens)", "norms"},
+      {"self_attn.q_proj.weight", Role::column, "S(last): this rank's heads", "attn qkv"},
+      {"self_attn.k_proj.weight", Role::kv_replicated, "S(last): this rank's kv heads", "attn k|v"},
+      {"self_attn.v_proj.weight", Role::kv_replicated, "S(last): this rank's kv heads", "attn k|v"},
+      {"self_attn.o_proj.weight", Role::row, "P → R (SP: P → S(0))", "attn o"},
+      {"post_attention_layernorm.weight", Role::replicated, "R (SP: S(0) tokens)", "norms"},
+      {"mlp.gate_proj.weight", Role::column, "S(last): hidden slice", "mlp gate_up"},
+      {"mlp.up_proj.weight", Role::column, "S(last): hidden slice", "mlp gate_up"},
+      {"mlp.down_proj.weight", Role::row, "P → R (SP: P → S(0))", "mlp down"},
+      {"model.norm.weight", Role::replicated, "R (SP: S(0) tokens)", "final norm"},
+      {"lm_head.weight", Role::vocab, "S(last): vocab slice of the logits", "head"},
   };
   return plan;
 }
@@ -47,6 +47,10 @@ const PlanRow& plan_row(std::string_view hf_name) {
       return r;
   }
   MT_THROW(ConfigError, "parameter '", std::string(hf_name), "' has no row in the tensor-parallel plan");
+}
+
+std::string layer_site(int64_t layer, std::string_view suffix) {
+  return "layer " + std::to_string(layer) + " " + std::string(plan_row(suffix).site);
 }
 
 std::vector<int64_t> TpSlice::local_shape(std::vector<int64_t> global) const {

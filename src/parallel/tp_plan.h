@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -42,10 +43,16 @@ struct PlanRow {
   std::string_view suffix;  // of the Hugging Face name: "mlp.down_proj.weight"
   Role role;
   std::string_view activation;  // the activation this weight produces, over tp
+  // The call site that names this weight's collectives in the comm ledger and
+  // --explain ("mlp down"; "layer 3 mlp down" inside decoder layer 3).
+  std::string_view site;
 };
 const std::vector<PlanRow>& llama_plan();
 // The row whose suffix ends `hf_name`; ConfigError naming it when none does.
 const PlanRow& plan_row(std::string_view hf_name);
+// The ledger site of the weight `suffix` in decoder layer `layer`:
+// layer_site(3, "mlp.down_proj.weight") = "layer 3 mlp down".
+std::string layer_site(int64_t layer, std::string_view suffix);
 
 // This rank's piece of a parameter of shape `global` ([rows, cols] or [n]).
 struct TpSlice {

@@ -86,6 +86,18 @@ TEST(TpPlan, RolesAndSlices) {
   EXPECT_THROW(tp::tp_slice(tp::Role::column, {6, 2}, 4, 0), ConfigError);
 }
 
+// The plan table also names the call sites of each weight's collectives: the
+// labels of the comm ledger and --explain (docs/PARALLELISM.md "--explain").
+TEST(TpPlan, SitesNameTheLedgerLabels) {
+  EXPECT_EQ(tp::layer_site(3, "mlp.down_proj.weight"), "layer 3 mlp down");
+  EXPECT_EQ(tp::layer_site(0, "model.layers.0.self_attn.q_proj.weight"), "layer 0 attn qkv");
+  EXPECT_EQ(tp::layer_site(1, "self_attn.v_proj.weight"), "layer 1 attn k|v");
+  EXPECT_EQ(tp::plan_row("lm_head.weight").site, "head");
+  for (const tp::PlanRow& r : tp::llama_plan())
+    EXPECT_FALSE(r.site.empty()) << r.suffix;
+  EXPECT_THROW(tp::layer_site(0, "mlp.bias"), ConfigError);
+}
+
 class TpLinear : public ::testing::TestWithParam<SequenceParallel> {};
 
 TEST_P(TpLinear, ColumnMatchesFull) {
