@@ -12,12 +12,9 @@
 #include "core/error.h"
 #include "train/compare.h"
 
-int main(int argc, char** argv) {
-  CLI::App app{"meshtrain: train decoder-only Transformer language models, exactly, on many processes"};
-  app.require_subcommand(1);
-  app.set_help_all_flag("--help-all", "Show the help of every subcommand");
+namespace {
 
-  mt::TrainArgs train;
+CLI::App* add_train(CLI::App& app, mt::TrainArgs& train) {
   CLI::App* tr = app.add_subcommand("train", "Train a model (one process, or dp ranks under mpirun)");
   tr->add_option("--config", train.config, "TOML config file (configs/demo.toml, configs/bench.toml)");
   tr->add_option("--set", train.overrides, "Override a config key: --set section.key=value (repeatable)")
@@ -31,42 +28,51 @@ int main(int argc, char** argv) {
   tr->add_option("--cp", train.cp, "Shorthand for --set parallel.cp=N");
   tr->add_option("--zero", train.zero, "Shorthand for --set parallel.zero=S");
   tr->add_flag("--print-mesh", train.print_mesh,
-               "Print the rank map of the device mesh (seed 003 §08 style)");
+               "Print the rank map of the device mesh (docs/PARALLELISM.md, \"The device mesh\")");
   tr->add_flag("--explain", train.run.explain,
                "Print every collective of the first step, rank by rank: axis, op, tensor shape, elements, "
-               "call site (seed 000 §6 from a real run)");
-  tr->add_option("--trace", train.run.trace_path,
-                 "Pipeline runs: write the last step's forward, backward, send, receive and idle spans of every "
-                 "rank as one Chrome-trace JSON file (open in Perfetto)");
+               "call site (docs/PARALLELISM.md, \"--explain\")");
+  tr->add_option(
+      "--trace", train.run.trace_path,
+      "Pipeline runs: write the last step's forward, backward, send, receive and idle spans of every "
+      "rank as one Chrome-trace JSON file (open in Perfetto)");
   tr->add_flag("--profile", train.run.profile, "Print the share of time per kernel at the end");
   tr->add_flag("--quiet", train.run.quiet, "No per-step log lines");
   tr->footer(
       "Config keys ([section] key = default  type: meaning):\n\n" + mt::config_help() +
       "\nA key you set (in the file or by --set) that has no effect in the chosen layout is named once on\n"
       "stderr, e.g. \"meshtrain: note: parallel.bucket_mb has no effect with parallel.zero = 3\".\n");
+  return tr;
+}
 
-  mt::PrepareArgs prep;
+CLI::App* add_prepare(CLI::App& app, mt::PrepareArgs& prep) {
   CLI::App* pr = app.add_subcommand("prepare", "Train a BPE tokenizer on text and write token files");
   pr->add_option("--text", prep.text, "Text files or folders (default: Debian's fortunes)")->take_all();
   pr->add_option("--out", prep.out, "Output folder: tokenizer.model, train.bin, val.bin")->required();
   pr->add_option("--vocab-size", prep.vocab_size, "Vocabulary size")->capture_default_str();
+  return pr;
+}
 
-  mt::EvalArgs ev;
+CLI::App* add_eval(CLI::App& app, mt::EvalArgs& ev) {
   CLI::App* e = app.add_subcommand("eval", "Mean next-token loss of a model over a token file");
   e->add_option("--model", ev.model, "Model directory (config.json, model.safetensors)")->required();
   e->add_option("--data", ev.data, "Token file (.bin)")->required();
   e->add_option("--seq-len", ev.seq_len, "Window length (default: the model's max_seq_len)");
   e->add_option("--max-windows", ev.max_windows, "Evaluate at most this many windows (0: all)");
   e->add_option("--threads", ev.threads, "Threads (0: all cores)");
+  return e;
+}
 
-  mt::SampleArgs sa;
+CLI::App* add_sample(CLI::App& app, mt::SampleArgs& sa) {
   CLI::App* s = app.add_subcommand("sample", "Greedy text generation from a model");
   s->add_option("--model", sa.model, "Model directory")->required();
   s->add_option("--tokenizer", sa.tokenizer, "tokenizer.model written by prepare")->required();
   s->add_option("--prompt", sa.prompt, "Prompt text")->capture_default_str();
   s->add_option("--tokens", sa.tokens, "Tokens to generate")->capture_default_str();
+  return s;
+}
 
-  mt::CompareOptions cmp;
+CLI::App* add_compare(CLI::App& app, mt::CompareOptions& cmp) {
   CLI::App* c =
       app.add_subcommand("compare",
                          "Compare two runs: per-step losses and gradient norms, and optionally two model "
@@ -78,8 +84,10 @@ int main(int argc, char** argv) {
   c->add_option("--rtol", cmp.rtol, "Relative tolerance")->capture_default_str();
   c->add_option("--grad-norm-rtol", cmp.grad_norm_rtol,
                 "Relative tolerance of the per-step grad_norm (default: --rtol)");
+  return c;
+}
 
-  mt::ScheduleArgs sch;
+CLI::App* add_schedule(CLI::App& app, mt::ScheduleArgs& sch) {
   CLI::App* sc = app.add_subcommand(
       "schedule",
       "Draw a pipeline schedule as a time x rank grid, with each rank's bubble and activation memory");
@@ -93,7 +101,27 @@ int main(int argc, char** argv) {
       "chunk 0, F3b on chunk 1, ...), repeated over every time unit they take; . = idle.\n"
       "Bubble = idle / makespan, beside the ideal (pp-1)/(v*m+pp-1). Activation sets in flight =\n"
       "(microbatch, chunk) pairs forwarded and not yet backwarded on the rank: its activation memory.");
+  return sc;
+}
 
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"meshtrain: train decoder-only Transformer language models, exactly, on many processes"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show the help of every subcommand");
+  mt::TrainArgs train;
+  mt::PrepareArgs prep;
+  mt::EvalArgs ev;
+  mt::SampleArgs sa;
+  mt::CompareOptions cmp;
+  mt::ScheduleArgs sch;
+  const CLI::App* tr = add_train(app, train);
+  const CLI::App* pr = add_prepare(app, prep);
+  const CLI::App* e = add_eval(app, ev);
+  const CLI::App* s = add_sample(app, sa);
+  const CLI::App* c = add_compare(app, cmp);
+  const CLI::App* sc = add_schedule(app, sch);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {

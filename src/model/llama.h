@@ -164,6 +164,8 @@ class Llama : public pp::Stage {
   // x_out may be null (recomputation): the layer output is then not computed.
   void layer_forward(int64_t l, const float* P, LayerActs& a, const float* x_in, float* x_out);
   void layer_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in, float* dres);
+  void attention_core_backward(int64_t gl, LayerActs& a);
+  float* head_backward(float dloss);
   LayerActs& acts_for(int64_t l);
   // The tensor-parallel layer at `site` (no group without tp: a plain linear layer).
   tp::TpLayer tp_layer(std::string_view site) const {

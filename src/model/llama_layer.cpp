@@ -75,9 +75,8 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
                            float* dres) {
   const LayerParamOffsets& o = rel_[static_cast<size_t>(l)];
   const int64_t gl = table_.stage.first_layer + l;  // the layer's index in the model
-  const int64_t B = B_, T = T_, N = N_, Nl = Nl_, C = cfg_.d_model, F = td_.ffn, D = cfg_.head_dim();
+  const int64_t N = N_, Nl = Nl_, C = cfg_.d_model, F = td_.ffn, D = cfg_.head_dim();
   const int64_t H = td_.heads, KV = td_.kv_heads, Q = H * D, QKV = Q + 2 * KV * D;
-  const int32_t* pos = cur_->pos.data();
   Buffers& b = *buf_;
   const bool sp = sp_on();
   // Under SP the norm weights' gradients are partial (this rank's tokens): they
@@ -119,23 +118,7 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
     tp::row_parallel_backward(b.dmid.data(), G + o.o, b.dfull.data(), dres, a.att.data(), P + o.o, N, Q, C,
                               tp_layer(site));
   }
-  {
-    MT_TIMED(Kernel::attention);
-    b.dqkv.zero();  // attention_backward accumulates
-    AttentionDims d{B, T, T, H, KV, D, QKV, QKV, Q};
-    const float* q = a.qkv.data();
-    float* dq = b.dqkv.data();
-    const float *k = q + Q, *v = q + Q + KV * D;
-    float *dk = dq + Q, *dv = dq + Q + KV * D;
-    attention_.backward(dq, dk, dv, b.dmid.data(), a.att.data(), a.lse.data(), q, k, v, pos, pos, d,
-                        site_of(gl, "attn"));
-  }
-  store_->poll();
-  {
-    MT_TIMED(Kernel::rope);
-    rope_backward(b.dqkv.data(), pos, rope_, N, H, QKV);
-    rope_backward(b.dqkv.data() + Q, pos, rope_, N, KV, QKV);
-  }
+  attention_core_backward(gl, a);  // b.dqkv = d(q|k|v) before RoPE
   // A kv head replicated on several tp ranks gets a part of its gradient from
   // each (through that rank's query heads): the parts are summed over the
   // replicas, once, before they join G.
@@ -159,6 +142,33 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
         tp::comm_label(tp::layer_site(gl, "input_layernorm.weight"), "sp weight grads", "backward", {2, C}));
     add_inplace(G + o.ln1, b.normg.data(), C);
     add_inplace(G + o.ln2, b.normg.data() + C, C);
+  }
+}
+
+// The attention between the q|k|v and o projections, backward: from
+// dL/d(att) in dmid to dL/d(q|k|v) in dqkv, through attention (local, ring or
+// all-gather over cp) and RoPE. gl: the layer's index in the model.
+void Llama::attention_core_backward(int64_t gl, LayerActs& a) {
+  const int64_t B = B_, T = T_, N = N_, D = cfg_.head_dim();
+  const int64_t H = td_.heads, KV = td_.kv_heads, Q = H * D, QKV = Q + 2 * KV * D;
+  const int32_t* pos = cur_->pos.data();
+  Buffers& b = *buf_;
+  {
+    MT_TIMED(Kernel::attention);
+    b.dqkv.zero();  // attention_backward accumulates
+    AttentionDims d{B, T, T, H, KV, D, QKV, QKV, Q};
+    const float* q = a.qkv.data();
+    float* dq = b.dqkv.data();
+    const float *k = q + Q, *v = q + Q + KV * D;
+    float *dk = dq + Q, *dv = dq + Q + KV * D;
+    attention_.backward(dq, dk, dv, b.dmid.data(), a.att.data(), a.lse.data(), q, k, v, pos, pos, d,
+                        site_of(gl, "attn"));
+  }
+  store_->poll();
+  {
+    MT_TIMED(Kernel::rope);
+    rope_backward(b.dqkv.data(), pos, rope_, N, H, QKV);
+    rope_backward(b.dqkv.data() + Q, pos, rope_, N, KV, QKV);
   }
 }
 
