@@ -1,6 +1,6 @@
 // Context parallelism (CP): the tokens of each sequence are split over the cp
 // axis, and attention, the one layer that mixes tokens, is made exact again by
-// moving keys and values between the ranks (seed 004 §7, seed 003 §07).
+// moving keys and values between the ranks (docs/PARALLELISM.md, "Context parallelism").
 //
 // Zigzag layout. A sequence of T tokens is cut into 2·cp chunks of
 // c = T/(2·cp); rank r holds chunk r followed by chunk 2·cp−1−r, so that every

@@ -12,7 +12,7 @@
 //
 // copy_to_tp sits in front of a column-parallel layer (every rank reads the same
 // input, so the input's gradient is the SUM of the ranks' contributions, not
-// their mean: seed 004 §6). reduce_from_tp sits after a row-parallel layer.
+// their mean: docs/PARALLELISM.md, "Tensor parallelism"). reduce_from_tp sits after a row-parallel layer.
 // The _sp pairs replace them under sequence parallelism (Megatron SP): the
 // activations between TP regions are sharded along the token dim.
 //

@@ -107,7 +107,8 @@ class Seed004 : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     if (world().size() != 2)
-      GTEST_SKIP() << "seed 004 §5 has two ranks (this job has " << world().size() << ")";
+      GTEST_SKIP() << "the data-parallel worked example has two ranks (this job has " << world().size()
+                   << ")";
   }
   int zero() const { return GetParam(); }
 };

@@ -71,7 +71,7 @@ int count(const std::vector<LedgerEntry>& es, const std::string& op, const std::
 class Seed000 : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (world().size() != 4) GTEST_SKIP() << "seed 000 runs on 4 ranks, tp 2 × dp 2";
+    if (world().size() != 4) GTEST_SKIP() << "the tp 2 × dp 2 worked example runs on 4 ranks";
   }
 };
 
