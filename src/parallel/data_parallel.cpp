@@ -265,20 +265,41 @@ double DataParallelStore::grad_sum_squares() {
   return s;
 }
 
-float* DataParallelStore::local_grad_of(const std::string& name, int64_t* n) {
+// Where the parameter `name` lies in a local buffer (full for ZeRO 0, this
+// rank's shards otherwise), its element count there, and its unit (−1 for ZeRO 0).
+int64_t DataParallelStore::local_offset_of(const std::string& name, int64_t* n, int* unit) const {
+  *unit = -1;
   if (opts_.zero == 0) {
     const ParamSlot& p = find_slot(units_, name);
     *n = p.numel();
-    return full_grads_.data() + p.offset;
+    return p.offset;
   }
   for (size_t u = 0; u < units_.size(); ++u) {
     for (const auto& piece : shards_[u].pieces()) {
       if (piece.param->name != name) continue;
       *n = piece.shard_rows * piece.param->row_size;  // padding rows are zero on every rank
-      return local_grads_.data() + shard_offset_[u] + piece.in_shard;
+      *unit = static_cast<int>(u);
+      return shard_offset_[u] + piece.in_shard;
     }
   }
   MT_THROW(Error, "no parameter named '", name, "' in this store");
+}
+
+float* DataParallelStore::local_grad_of(const std::string& name, int64_t* n) {
+  int unit = 0;
+  const int64_t off = local_offset_of(name, n, &unit);
+  return (opts_.zero == 0 ? full_grads_.data() : local_grads_.data()) + off;
+}
+
+float* DataParallelStore::local_param_of(const std::string& name, int64_t* n) {
+  int unit = 0;
+  const int64_t off = local_offset_of(name, n, &unit);
+  if (opts_.zero == 0) return full_params_.data() + off;
+  if (opts_.zero <= 2) {  // the shard of the unit, copied out of the full parameters (as local_params does)
+    const size_t u = static_cast<size_t>(unit);
+    shards_[u].extract(full_params_.data() + units_[u].begin, rank_, local_params_.data() + shard_offset_[u]);
+  }
+  return local_params_.data() + off;
 }
 
 float* DataParallelStore::local_params() {

@@ -61,6 +61,7 @@ class DataParallelStore : public ParamStore {
   void finish_grads() override;
   double grad_sum_squares() override;
   float* local_grad_of(const std::string& name, int64_t* n) override;
+  float* local_param_of(const std::string& name, int64_t* n) override;
   float* local_params() override;
   float* local_grads() override;
   int64_t local_numel() const override { return opts_.zero == 0 ? full_params_.numel() : local_numel_; }
@@ -74,6 +75,7 @@ class DataParallelStore : public ParamStore {
   int zero() const { return opts_.zero; }
 
  private:
+  int64_t local_offset_of(const std::string& name, int64_t* n, int* unit) const;
   struct Bucket;
   struct Gathered;    // a unit's gathered parameters (ZeRO 3)
   struct Scattering;  // a unit's gradient reduce-scatter in flight (ZeRO 2/3)

@@ -61,6 +61,12 @@ float* LocalStore::local_grad_of(const std::string& name, int64_t* n) {
   return grads_.data() + p.offset;
 }
 
+float* LocalStore::local_param_of(const std::string& name, int64_t* n) {
+  const ParamSlot& p = find_slot(units_, name);
+  *n = p.numel();
+  return params_.data() + p.offset;
+}
+
 double LocalStore::grad_sum_squares() {
   return counted_sum_squares(units_, grads_.data());
 }

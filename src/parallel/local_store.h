@@ -23,6 +23,7 @@ class LocalStore : public ParamStore {
   void finish_grads() override {}
   double grad_sum_squares() override;
   float* local_grad_of(const std::string& name, int64_t* n) override;
+  float* local_param_of(const std::string& name, int64_t* n) override;
   float* local_params() override { return params_.data(); }
   float* local_grads() override { return grads_.data(); }
   int64_t local_numel() const override { return params_.numel(); }

@@ -99,6 +99,12 @@ class ParamStore {
   // stores over the same dp group holding a parameter of the same shape (a tied
   // embedding on the first and last pipeline stage) return matching shares.
   virtual float* local_grad_of(const std::string& name, int64_t* n) = 0;
+  // The same for the parameter: its piece in local_params(), laid out as the
+  // parameter's state_layout (model/params.h) — whole for ZeRO 0, this rank's
+  // rows of each tp piece for ZeRO 1-3. What a save reads (for ZeRO 1/2 a copy
+  // of the current full parameters' shard: writing into it changes nothing
+  // until the optimizer's after_update).
+  virtual float* local_param_of(const std::string& name, int64_t* n) = 0;
   // After the optimizer step: make the updated parameters visible where the
   // model reads them (all-gather for ZeRO 1/2).
   virtual void after_update() = 0;

@@ -9,6 +9,7 @@
 #include "core/atomic_dir.h"
 #include "core/error.h"
 #include "mesh/layout.h"
+#include "mesh/mesh.h"
 
 namespace mt {
 
@@ -38,51 +39,50 @@ MeshCoords tp_coords(int rank) {
   return c;
 }
 
-// This stage's parameters, whole (not sharded over tp), in the order of the
-// stage's one-process table, from this rank's tp shard `local` (every tp rank
-// passes its own; collective over tp).
-std::vector<float> gather_over_tp(const Llama& model, const std::vector<float>& local) {
-  Group* tp = model.tp_group();
-  if (tp == nullptr) return local;
-  const int P = tp->size();
-  const StageRange stage = model.param_table().stage;
-  const int64_t n = model.num_params();  // the same on every tp rank (padded vocabulary)
-  std::vector<float> all(static_cast<size_t>(n * P));
-  tp->all_gather(local.data(), all.data(), n, ElemType::f32, "save: gather tp shards");
-  const ParamTable whole = make_param_table(model.config(), {}, stage);
-  std::vector<float> full(static_cast<size_t>(whole.total));
-  const MeshSizes sizes{.tp = P};
-  for (int r = 0; r < P; ++r) {  // each rank's pieces, written where their layout puts them
-    const ParamTable t = make_param_table(model.config(), {P, r}, stage);
-    for (size_t i = 0; i < t.specs.size(); ++i)
-      copy_to_full(t.specs[i].layout, sizes, tp_coords(r), all.data() + r * n + t.specs[i].offset,
-                   full.data() + whole.specs[i].offset);
+// Whether the rank at `coords` is the one that writes its piece of a tensor
+// laid out as `l`: on every axis that replicates the piece (Replicate, or the
+// replicas of a kv head over tp), the first holder. pp is not such an axis:
+// each stage holds its own parameters.
+bool first_holder(const Layout& l, const MeshCoords& coords) {
+  for (Axis a : {Axis::dp, Axis::cp, Axis::tp}) {
+    const int c = coords[static_cast<size_t>(axis_index(a))];
+    const int r = l.replicas[static_cast<size_t>(axis_index(a))];
+    if (l.placement(a).is_shard() ? c % r != 0 : c != 0) return false;
   }
-  return full;
+  return true;
 }
 }  // namespace
 
 void save_model_dir(const std::string& dir, Llama& model, bool write) {
+  MT_CHECK(model.tp_group() == nullptr, "a tensor-parallel model is saved with its mesh");
   save_model_dir(dir, std::vector<Llama*>{&model}, nullptr, write);
 }
 
-void save_model_dir(const std::string& dir, const std::vector<Llama*>& chunks, Group* pp, bool write) {
+void save_model_dir(const std::string& dir, const std::vector<Llama*>& chunks, const DeviceMesh* mesh,
+                    bool write) {
   const ModelConfig& cfg = chunks.front()->config();
   const ParamTable global = make_param_table(cfg);
+  const MeshSizes sizes = mesh != nullptr ? mesh->sizes() : MeshSizes{};
+  const MeshCoords coords = mesh != nullptr ? mesh->coords() : MeshCoords{};
+  // Every rank writes the pieces it is the first holder of, where their layout
+  // puts them in the full tensors, zeros elsewhere; one sum over the world then
+  // gives every tensor exactly (each element has one writer).
   std::vector<float> full(static_cast<size_t>(global.total), 0.0f);
   for (Llama* model : chunks) {
-    std::vector<float> local(static_cast<size_t>(model->num_params()));
-    model->store().gather_full_params(local.data());  // collective for sharded stores
-    const std::vector<float> stage = gather_over_tp(*model, local);
-    const ParamTable whole = make_param_table(cfg, {}, model->param_table().stage);
-    for (const ParamSpec& s : whole.specs) {  // into the one-process layout, by name
-      if (s.tied_copy) continue;              // the first stage's embedding is the one saved
-      const ParamSpec& g = global.find(s.name);
-      std::copy(stage.begin() + s.offset, stage.begin() + s.offset + s.numel, full.begin() + g.offset);
+    for (const ParamSpec& s : model->param_table().specs) {
+      if (s.tied_copy || !first_holder(s.state_layout, coords))
+        continue;  // the first stage's embedding is saved
+      int64_t n = 0;
+      const float* piece = model->store().local_param_of(s.name, &n);
+      MT_CHECK(n == local_numel(s.state_layout, sizes), "the store's piece of ", s.name, " has ", n,
+               " elements, its layout ", s.state_layout.to_string(), " another count");
+      copy_to_full(s.state_layout, sizes, coords, piece, full.data() + global.find(s.name).offset);
     }
   }
-  // Each parameter lives on exactly one stage, zeros elsewhere: the sum over pp is the model.
-  if (pp != nullptr) pp->all_reduce(full.data(), global.total, "save: gather pp stages");
+  if (mesh != nullptr && mesh->world_size() > 1) {
+    Group world = mesh->world();
+    world.all_reduce(full.data(), global.total, "save: assemble by layout");
+  }
   if (!write) return;
   // The directory is replaced as a whole, never file by file: a failure half
   // way (disk full, a kill) leaves the previous model loadable.

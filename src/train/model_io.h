@@ -6,19 +6,24 @@
 #include <string>
 #include <vector>
 
+#include "mesh/mesh.h"
 #include "model/config.h"
 #include "model/llama.h"
 
 namespace mt {
 
-// Collective when the model's store is sharded: every rank calls it, and only
-// the one with write = true writes the files.
+// One process (no tensor parallelism): writes the model's directory, when
+// `write`.
 void save_model_dir(const std::string& dir, Llama& model, bool write = true);
 
-// The same for a pipeline: `chunks` are this rank's stages, and the stages of
-// the pp group (null: no pipeline) together hold the whole model. Collective
-// over the store's dp group, the tp group and pp.
-void save_model_dir(const std::string& dir, const std::vector<Llama*>& chunks, Group* pp, bool write);
+// Any layout: `chunks` are this rank's model chunks, `mesh` the run's mesh
+// (null: one process). Each rank contributes the pieces of its parameters it
+// is the first holder of, placed by each parameter's state_layout
+// (copy_to_full, mesh/layout.h), and one sum over the world assembles every
+// tensor; only the rank with write = true writes the files. Collective over
+// the world.
+void save_model_dir(const std::string& dir, const std::vector<Llama*>& chunks, const DeviceMesh* mesh,
+                    bool write);
 
 // The model configuration stored in dir/config.json (init_std is not stored).
 ModelConfig read_model_config(const std::string& dir);

@@ -82,7 +82,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   require_finite_result(model.chunk_ptrs(), result.val_losses, mesh.world(),
                         lead);  // collective; before any save
   if (!opts.save_dir.empty()) {
-    save_model_dir(opts.save_dir, model.chunk_ptrs(), mesh.pp_group(), lead);  // gathered from any layout
+    save_model_dir(opts.save_dir, model.chunk_ptrs(), mesh.mesh(), lead);  // gathered from any layout
     wait_for_local_work(mesh.world(), cfg.parallel.io_timeout_s, "the model's save");
     if (!opts.quiet && lead) std::printf("saved %s\n", opts.save_dir.c_str());
   }
