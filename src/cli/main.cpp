@@ -25,6 +25,9 @@ int main(int argc, char** argv) {
   tr->add_option("--metrics", train.run.metrics_path, "Write one JSON object per step to this file");
   tr->add_option("--save", train.run.save_dir, "Write a Hugging Face model directory here at the end");
   tr->add_option("--init-from", train.run.init_from, "Start from this model directory");
+  tr->add_option("--resume", train.run.resume,
+                 "Continue from a checkpoint: 'auto' (the newest in train.checkpoint_dir, or start fresh if "
+                 "none) or a step-N folder; the layout must be the one it was saved with");
   tr->add_option("--dp", train.dp, "Shorthand for --set parallel.dp=N");
   tr->add_option("--tp", train.tp, "Shorthand for --set parallel.tp=N");
   tr->add_option("--pp", train.pp, "Shorthand for --set parallel.pp=N");
@@ -35,9 +38,10 @@ int main(int argc, char** argv) {
   tr->add_flag("--explain", train.run.explain,
                "Print every collective of the first step, rank by rank: axis, op, tensor shape, elements, "
                "call site (seed 000 §6 from a real run)");
-  tr->add_option("--trace", train.run.trace_path,
-                 "Pipeline runs: write the last step's forward, backward, send, receive and idle spans of every "
-                 "rank as one Chrome-trace JSON file (open in Perfetto)");
+  tr->add_option(
+      "--trace", train.run.trace_path,
+      "Pipeline runs: write the last step's forward, backward, send, receive and idle spans of every "
+      "rank as one Chrome-trace JSON file (open in Perfetto)");
   tr->add_flag("--profile", train.run.profile, "Print the share of time per kernel at the end");
   tr->add_flag("--quiet", train.run.quiet, "No per-step log lines");
   tr->footer(

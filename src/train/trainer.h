@@ -19,6 +19,7 @@ struct RunOptions {
   std::string metrics_path;  // one JSON object per line, per step (empty: none)
   std::string save_dir;      // Hugging Face model directory written at the end (empty: none)
   std::string init_from;     // model directory to start from instead of the seed's initialisation
+  std::string resume;        // "auto", a checkpoint directory, or empty (train/checkpoint.h)
   bool quiet = false;        // no log lines on stdout
   bool profile = false;      // per-kernel time shares (slightly slower)
   int local_ranks = 1;       // ranks on this machine: threads default to cores / local_ranks
