@@ -12,12 +12,9 @@
 #include "core/error.h"
 #include "train/compare.h"
 
-int main(int argc, char** argv) {
-  CLI::App app{"meshtrain: train decoder-only Transformer language models, exactly, on many processes"};
-  app.require_subcommand(1);
-  app.set_help_all_flag("--help-all", "Show the help of every subcommand");
-
-  mt::TrainArgs train;
+namespace {
+// `meshtrain train`: its options write into `train`.
+CLI::App* add_train_command(CLI::App& app, mt::TrainArgs& train) {
   CLI::App* tr = app.add_subcommand("train", "Train a model (one process, or dp ranks under mpirun)");
   tr->add_option("--config", train.config, "TOML config file (configs/demo.toml, configs/bench.toml)");
   tr->add_option("--set", train.overrides, "Override a config key: --set section.key=value (repeatable)")
@@ -48,6 +45,32 @@ int main(int argc, char** argv) {
       "Config keys ([section] key = default  type: meaning):\n\n" + mt::config_help() +
       "\nA key you set (in the file or by --set) that has no effect in the chosen layout is named once on\n"
       "stderr, e.g. \"meshtrain: note: parallel.bucket_mb has no effect with parallel.zero = 3\".\n");
+  return tr;
+}
+// `meshtrain compare`: its options write into `cmp`.
+CLI::App* add_compare_command(CLI::App& app, mt::CompareOptions& cmp) {
+  CLI::App* c =
+      app.add_subcommand("compare",
+                         "Compare two runs: per-step losses and gradient norms, and optionally two model "
+                         "directories");
+  c->add_option("metrics_a", cmp.metrics_a, "Metrics file (JSON lines) of run A")->required();
+  c->add_option("metrics_b", cmp.metrics_b, "Metrics file of run B (the reference)")->required();
+  c->add_option("--model-a", cmp.model_a, "Model directory of run A");
+  c->add_option("--model-b", cmp.model_b, "Model directory of run B");
+  c->add_option("--rtol", cmp.rtol, "Relative tolerance")->capture_default_str();
+  c->add_option("--grad-norm-rtol", cmp.grad_norm_rtol,
+                "Relative tolerance of the per-step grad_norm (default: --rtol)");
+  return c;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"meshtrain: train decoder-only Transformer language models, exactly, on many processes"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show the help of every subcommand");
+
+  mt::TrainArgs train;
+  CLI::App* tr = add_train_command(app, train);
 
   mt::PrepareArgs prep;
   CLI::App* pr = app.add_subcommand("prepare", "Train a BPE tokenizer on text and write token files");
@@ -71,17 +94,7 @@ int main(int argc, char** argv) {
   s->add_option("--tokens", sa.tokens, "Tokens to generate")->capture_default_str();
 
   mt::CompareOptions cmp;
-  CLI::App* c =
-      app.add_subcommand("compare",
-                         "Compare two runs: per-step losses and gradient norms, and optionally two model "
-                         "directories");
-  c->add_option("metrics_a", cmp.metrics_a, "Metrics file (JSON lines) of run A")->required();
-  c->add_option("metrics_b", cmp.metrics_b, "Metrics file of run B (the reference)")->required();
-  c->add_option("--model-a", cmp.model_a, "Model directory of run A");
-  c->add_option("--model-b", cmp.model_b, "Model directory of run B");
-  c->add_option("--rtol", cmp.rtol, "Relative tolerance")->capture_default_str();
-  c->add_option("--grad-norm-rtol", cmp.grad_norm_rtol,
-                "Relative tolerance of the per-step grad_norm (default: --rtol)");
+  CLI::App* c = add_compare_command(app, cmp);
 
   mt::ScheduleArgs sch;
   CLI::App* sc = app.add_subcommand(

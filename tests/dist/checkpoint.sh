@@ -50,6 +50,21 @@ exact pp2_1f1b_tied 2 --pp 2 --set parallel.schedule=1f1b --set model.tie_embedd
 exact cp2_ring 2 --cp 2 --set parallel.cp_impl=ring --set train.microbatch_size=4
 exact dp2_tp2_pp2_zero1 8 --dp 2 --tp 2 --pp 2 --zero 1 --set train.microbatch_size=2
 
+# Pruning: with checkpoint_every 2 and keep_checkpoints 2 only step-8 and step-10
+# remain, `latest` names step-10, and a leftover .tmp- folder is ignored by
+# --resume auto (the run starts fresh) and removed.
+keep=$tmp/keep.ck
+mkdir -p "$keep/step-00000003.tmp-999"
+"$bin" train "${tiny[@]}" --set train.checkpoint_dir="$keep" --set train.checkpoint_every=2 \
+  --set train.keep_checkpoints=2 --resume auto >/dev/null  # nothing complete there: starts fresh
+if [ "$(ls "$keep" | tr '\n' ' ')" = "latest step-00000008 step-00000010 " ] &&
+  [ "$(cat "$keep/latest")" = step-00000010 ]; then
+  echo "ok   keep_checkpoints: step-8, step-10 and latest remain"
+else
+  echo "FAIL keep_checkpoints: $keep holds $(ls "$keep" | tr '\n' ' ')"
+  failures=$((failures + 1))
+fi
+
 # refused NAME PATTERN RANKS FLAGS...: the run fails at start-up and says PATTERN.
 refused() {
   local name=$1 pattern=$2 np=$3
