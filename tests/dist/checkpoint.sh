@@ -14,6 +14,34 @@ trap 'rm -rf "$tmp"' EXIT
 source "$(dirname "$0")/common.sh"
 make_data
 
+# tiles METADATA: every element of every tensor is in exactly one listed slice.
+tiles() {
+  /usr/bin/python3 - "$1" <<'PY'
+import json, sys
+meta = json.load(open(sys.argv[1]))
+count = {}
+for name, t in meta["tensors"].items():
+    n = 1
+    for d in t["shape"]:
+        n *= d
+    count[name] = [0] * n
+for f in meta["files"]:
+    for s in f.get("slices", []):
+        shape = meta["tensors"][s["tensor"]]["shape"]
+        o, e = s["offsets"], s["shape"]
+        rows = [[]]
+        for d in range(len(shape)):
+            rows = [r + [o[d] + i] for r in rows for i in range(e[d])]
+        for idx in rows:
+            flat = 0
+            for d in range(len(shape)):
+                flat = flat * shape[d] + idx[d]
+            count[s["tensor"]][flat] += 1
+bad = [n for n, c in count.items() if any(x != 1 for x in c)]
+sys.exit(1 if bad else 0)
+PY
+}
+
 # exact NAME RANKS FLAGS...: the full run, the interrupted run, the resumed run.
 exact() {
   local name=$1 np=$2
@@ -26,6 +54,10 @@ exact() {
     echo "FAIL $name: the interrupted run did not leave exactly the step-5 checkpoint"
     failures=$((failures + 1))
     return
+  fi
+  if ! tiles "$tmp/$name.ck/step-00000005/metadata.json"; then
+    echo "FAIL $name: metadata.json's slices do not tile every tensor exactly once"
+    failures=$((failures + 1))
   fi
   "${mpi[@]}" -np "$np" "$bin" train "${tiny[@]}" "$@" "${ck[@]}" --resume auto \
     --metrics "$tmp/${name}_resumed.jsonl" --save "$tmp/${name}_resumed" >/dev/null
