@@ -3,9 +3,12 @@
 # Exact resume: for each layout, 10 uninterrupted steps against a run stopped
 # at the start of step 5 (MESHTRAIN_FAULT=throw, after the step-5 checkpoint)
 # and resumed with --resume auto: per-step losses and gradient norms, and the
-# final model.safetensors, must be bitwise identical. Then the bad inputs: a
-# corrupted byte, a missing shard file, another model's checkpoint, another
-# layout, an unwritable checkpoint_dir; each refused at start-up by name.
+# final model.safetensors, must be bitwise identical, and each metadata.json's
+# slices must tile every tensor exactly once. Then keep_checkpoints pruning, a
+# full disk during a save (nothing committed, the previous checkpoint intact),
+# and the bad inputs: a corrupted byte, a missing shard file, another model's
+# checkpoint, another layout, an unwritable checkpoint_dir; each refused at
+# start-up by name.
 # Usage: checkpoint.sh path/to/meshtrain
 set -uo pipefail
 bin=$1
@@ -111,6 +114,21 @@ refused() {
     failures=$((failures + 1))
   fi
 }
+
+# A full disk on rank 1 during the step-4 save: every rank stops with the
+# reason, nothing is committed, step-2 and `latest` stay as they were, and
+# --resume auto continues from step-2 past the half-written folder.
+full=$tmp/full.ck
+flags=(--dp 2 --zero 1 --set train.microbatch_size=4 --set train.checkpoint_dir="$full" --set train.checkpoint_every=2)
+MESHTRAIN_FAULT=enospc:1:3:0 refused full_disk "rank 1 could not write its files" 2 "${flags[@]}"
+if [ "$(cat "$full/latest")" = step-00000002 ] && [ ! -e "$full/step-00000004" ] &&
+  "${mpi[@]}" -np 2 "$bin" train "${tiny[@]}" "${flags[@]}" --resume auto >/dev/null 2>&1 &&
+  [ "$(cat "$full/latest")" = step-00000010 ]; then
+  echo "ok   full_disk: step-2 intact, resumed from it"
+else
+  echo "FAIL full_disk: $full holds $(ls "$full" | tr '\n' ' ')"
+  failures=$((failures + 1))
+fi
 
 src=$tmp/dp2_zero1.ck
 bad=$tmp/bad.ck
