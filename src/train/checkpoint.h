@@ -1,6 +1,6 @@
 // Training checkpoints: the whole state of a run after N optimizer steps, so
 // that a resumed run takes step N next and continues bit for bit as if never
-// stopped. The directory format is docs/FORMATS.md, "Checkpoints".
+// stopped. The directory format is docs/FORMATS.md, "Training checkpoints".
 //
 // Each rank writes the slices of parameters and AdamW moments it owns (no
 // gather); a slice replicated over ranks is written once, by the lowest rank

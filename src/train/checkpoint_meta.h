@@ -1,4 +1,4 @@
-// metadata.json of a checkpoint (docs/FORMATS.md, "Checkpoints"): names,
+// metadata.json of a checkpoint (docs/FORMATS.md, "Training checkpoints"): names,
 // the layout record, and the document itself. Internal to train/checkpoint_*.
 #pragma once
 
