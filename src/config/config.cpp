@@ -67,6 +67,12 @@ const std::vector<Entry>& entries() {
              "--init-from: comma-separated model fields that may differ from the saved config.json and take "
              "this run's value (rope_theta, norm_eps, max_seq_len, rope_scaling); any other difference is "
              "refused"),
+      MT_KEY(train, checkpoint_dir, "string",
+             "write training checkpoints (parameters, AdamW state, step) here as step-N/ folders; the last "
+             "step is always saved; `--resume auto` continues from the newest (empty: no checkpoints)"),
+      MT_KEY(train, checkpoint_every, "int", "also save a checkpoint every N steps (0: only the last step)"),
+      MT_KEY(train, keep_checkpoints, "int",
+             "keep the newest N checkpoints, delete older ones (0: keep all)"),
       MT_KEY(data, dir, "string", "folder with train.bin and val.bin (written by `meshtrain prepare`)"),
       MT_KEY(data, ignore_id, "int", "targets equal to this token id are ignored by the loss (-1: none)"),
       MT_KEY(parallel, dp, "int", "data-parallel degree (ranks holding the same shard, different data)"),

@@ -44,6 +44,10 @@ void validate_train(const TrainConfig& t, const ModelConfig& model) {
   positive("train.max_bad_steps", t.max_bad_steps);
   positive("train.log_every", t.log_every);
   MT_REQUIRE(t.threads >= 0, ConfigError, "train.threads (", t.threads, ") must not be negative");
+  MT_REQUIRE(t.checkpoint_every >= 0, ConfigError, "train.checkpoint_every (", t.checkpoint_every,
+             ") must not be negative");
+  MT_REQUIRE(t.keep_checkpoints >= 0, ConfigError, "train.keep_checkpoints (", t.keep_checkpoints,
+             ") must not be negative");
 }
 
 // The pipeline's rules with the run's numbers (microbatches = batch_size /

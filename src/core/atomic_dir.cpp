@@ -2,8 +2,8 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -43,24 +43,32 @@ bool process_alive(long pid) {
   return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
 }
 
-// fsync of a directory; some file systems cannot (EINVAL), which is not a
-// failure of the data, so only real I/O errors count.
-void flush_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0 && err == EIO)
-    MT_THROW(IoError, "cannot flush directory '", dir.string(), "': ", sys_message(err));
-}
-
 fs::path parent_of(const std::string& dir) {
   fs::path p = fs::path(dir).parent_path();
   return p.empty() ? fs::path(".") : p;
 }
 
 }  // namespace
+
+// Some file systems cannot flush a directory (EINVAL), which is not a failure
+// of the data, so only real I/O errors count.
+void flush_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0 && err == EIO) MT_THROW(IoError, "cannot flush directory '", dir, "': ", sys_message(err));
+}
+
+void publish_dir(const std::string& from, const std::string& to) {
+  flush_directory(from);
+  std::error_code ec;
+  MT_REQUIRE(!fs::exists(to, ec), IoError, "cannot rename '", from, "' to '", to, "': the target exists");
+  if (::rename(from.c_str(), to.c_str()) != 0)
+    MT_THROW(IoError, "cannot rename '", from, "' to '", to, "': ", sys_message(errno));
+  flush_directory(parent_of(to).string());
+}
 
 void repair_dir(const std::string& dir) {
   const fs::path target(dir);
@@ -109,7 +117,7 @@ AtomicDir::~AtomicDir() {
 
 void AtomicDir::commit() {
   MT_REQUIRE(!committed_, IoError, "commit of '", dir_, "' twice");
-  flush_dir(staging_);
+  flush_directory(staging_);
   const fs::path parent = parent_of(dir_);
   std::error_code ec;
   const bool existed = fs::exists(dir_, ec);
@@ -134,7 +142,7 @@ void AtomicDir::commit() {
     MT_THROW(IoError, "cannot swap '", staging_, "' with '", dir_, "': ", sys_message(errno));
   }
   committed_ = true;
-  flush_dir(parent);
+  flush_directory(parent);
 }
 
 }  // namespace mt
@@ -143,8 +151,8 @@ namespace mt {
 
 void check_dir_writable(const std::string& dir) {
   std::error_code ec;
-  MT_REQUIRE(!fs::exists(dir, ec) || fs::is_directory(dir, ec), IoError, "cannot write model directory '", dir,
-             "': it exists and is not a directory");
+  MT_REQUIRE(!fs::exists(dir, ec) || fs::is_directory(dir, ec), IoError, "cannot write model directory '",
+             dir, "': it exists and is not a directory");
   AtomicDir probe(dir);  // creates, then (uncommitted) removes, a staging directory beside it
 }
 

@@ -49,6 +49,18 @@ class AtomicDir {
 // nothing behind but the parent directories it created.
 void check_dir_writable(const std::string& dir);
 
+// fsync of a directory (its entries: files created, renamed or removed in
+// it). IoError naming the path on an I/O error; a file system that cannot
+// flush directories (EINVAL) is not an error.
+void flush_directory(const std::string& dir);
+
+// Renames the complete directory `from` to `to` (which must not exist) in one
+// step and flushes their parent, so that after a crash either `to` is whole or
+// it does not exist. For directories several processes fill together (the
+// checkpoints of train/checkpoint.h), which AtomicDir's per-process staging
+// cannot serve. IoError naming both paths on failure.
+void publish_dir(const std::string& from, const std::string& to);
+
 // Finishes or undoes a swap of `dir` that a crashed process left half done, and
 // removes temporaries of processes that no longer run. Never throws for a
 // temporary it cannot remove (another run may hold it).

@@ -225,4 +225,14 @@ void copy_to_full(const Layout& layout, const MeshSizes& sizes, const MeshCoords
   });
 }
 
+bool first_holder(const Layout& layout, const MeshCoords& coords) {
+  for (Axis a : kAllAxes) {
+    if (a == Axis::pp) continue;
+    const int c = coords[static_cast<size_t>(axis_index(a))];
+    const Placement& p = layout.placement(a);
+    if (p.is_shard() ? c % layout.replicas[static_cast<size_t>(axis_index(a))] != 0 : c != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace mt

@@ -11,14 +11,12 @@
 // a dim of n rows split k ways gives every shard ceil(n/k) rows; the real rows
 // of shard i are shard_range(n, k, i), and the rest of its rows (at the end of
 // the last shards, possibly all of them) are padding. Padding holds zeros and
-// is never read into real rows, so collectives always exchange equal blocks. Example: n = 5, k = 4 → every shard has 2 rows;
-// shards hold rows [0,2), [2,4), [4,5)+1 pad, and 2 pad.
-// When several axes shard the same dim they split it in rank order (dp, pp,
-// cp, tp: outermost first), each splitting the padded extent left by the
-// previous one; Layout::order can say otherwise. ZeRO/FSDP over TP is such a
-// layout: tp cuts the TP piece first, then the store's group (dp, or dp × cp
-// taken as ONE flattened axis, rounding up once) shards that piece's dim 0 —
-// zero_layout below.
+// is never read into real rows, so collectives always exchange equal blocks. Example: n = 5, k = 4 → every
+// shard has 2 rows; shards hold rows [0,2), [2,4), [4,5)+1 pad, and 2 pad. When several axes shard the same
+// dim they split it in rank order (dp, pp, cp, tp: outermost first), each splitting the padded extent left by
+// the previous one; Layout::order can say otherwise. ZeRO/FSDP over TP is such a layout: tp cuts the TP piece
+// first, then the store's group (dp, or dp × cp taken as ONE flattened axis, rounding up once) shards that
+// piece's dim 0 — zero_layout below.
 #pragma once
 
 #include <array>
@@ -107,6 +105,13 @@ void copy_to_local(const Layout& layout, const MeshSizes& sizes, const MeshCoord
                    float* local);
 void copy_to_full(const Layout& layout, const MeshSizes& sizes, const MeshCoords& coords, const float* local,
                   float* full);
+
+// Whether the rank at `coords` is the lowest of the ranks holding the same
+// piece: coordinate 0 on every axis the layout replicates, the first of each
+// group of replicas on a sharded axis. pp is skipped: a pipeline stage holds
+// its own tensors, so pp never replicates one. The one writer of a piece when
+// a save or a checkpoint writes each piece once.
+bool first_holder(const Layout& layout, const MeshCoords& coords);
 
 // The shape of this rank's piece (padded), and its element count.
 std::vector<int64_t> local_shape(const Layout& layout, const MeshSizes& sizes);

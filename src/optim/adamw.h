@@ -37,6 +37,11 @@ class AdamW {
   int64_t steps_taken() const { return t_; }
   const Tensor& m() const { return m_; }
   const Tensor& v() const { return v_; }
+  // Restoring a checkpoint (train/checkpoint.h): the moments are written in
+  // place, then the step count is set to the one saved with them.
+  float* m_data() { return m_.data(); }
+  float* v_data() { return v_.data(); }
+  void set_steps_taken(int64_t t) { t_ = t; }
 
  private:
   int64_t n_;

@@ -38,19 +38,6 @@ MeshCoords tp_coords(int rank) {
   c[static_cast<size_t>(axis_index(Axis::tp))] = rank;
   return c;
 }
-
-// Whether the rank at `coords` is the one that writes its piece of a tensor
-// laid out as `l`: on every axis that replicates the piece (Replicate, or the
-// replicas of a kv head over tp), the first holder. pp is not such an axis:
-// each stage holds its own parameters.
-bool first_holder(const Layout& l, const MeshCoords& coords) {
-  for (Axis a : {Axis::dp, Axis::cp, Axis::tp}) {
-    const int c = coords[static_cast<size_t>(axis_index(a))];
-    const int r = l.replicas[static_cast<size_t>(axis_index(a))];
-    if (l.placement(a).is_shard() ? c % r != 0 : c != 0) return false;
-  }
-  return true;
-}
 }  // namespace
 
 void save_model_dir(const std::string& dir, Llama& model, bool write) {

@@ -23,8 +23,13 @@ MetricsWriter::MetricsWriter(const std::string& path) {
 }
 
 void MetricsWriter::write(const nlohmann::json& j) {
+  write_line(j.dump());
+}
+
+void MetricsWriter::write_line(const std::string& line) {
+  lines_.push_back(line);
   if (!out_.is_open()) return;
-  out_ << j.dump() << "\n";
+  out_ << line << "\n";
   out_.flush();
 }
 

@@ -15,15 +15,21 @@ namespace mt {
 class Group;
 class Llama;
 
-// One JSON object per line; nothing when the path is empty. IoError naming the
-// path when it cannot be opened.
+// One JSON object per line; no file when the path is empty. IoError naming the
+// path when it cannot be opened. The lines written so far are also kept, for
+// the checkpoints (train/checkpoint.h), which store them so that a resumed
+// run's metrics file holds every step.
 class MetricsWriter {
  public:
   explicit MetricsWriter(const std::string& path);
   void write(const nlohmann::json& j);
+  // Writes one line as it is (a stored line of the run being resumed).
+  void write_line(const std::string& line);
+  const std::vector<std::string>& lines() const { return lines_; }
 
  private:
   std::ofstream out_;
+  std::vector<std::string> lines_;
 };
 
 // Fault injection for the failure tests, MESHTRAIN_FAULT=KIND:RANK:STEP[:ARG]

@@ -10,6 +10,7 @@
 #include "core/threads.h"
 #include "data/token_file.h"
 #include "optim/schedule.h"
+#include "train/checkpoint.h"
 #include "train/flops.h"
 #include "train/memory_estimate.h"
 #include "train/model_io.h"
@@ -40,9 +41,30 @@ std::vector<std::string> validate_run(const Config& cfg, const RunOptions& opts,
   if (!opts.save_dir.empty() && rank == 0) check_dir_writable(opts.save_dir);  // the one writer
   MT_REQUIRE(opts.trace_path.empty() || cfg.parallel.pp > 1, ConfigError,
              "--trace records the pipeline's stages: it needs parallel.pp > 1 (it is ", cfg.parallel.pp, ")");
+  if (!cfg.train.checkpoint_dir.empty()) check_checkpoint_dir(cfg.train.checkpoint_dir);  // every rank writes
+  const std::string resume = resolve_resume(opts.resume, cfg.train.checkpoint_dir);
+  if (!resume.empty()) check_resume(resume, cfg, world_size);
+  MT_REQUIRE(resume.empty() || opts.init_from.empty(), ConfigError,
+             "--resume and --init-from both set the parameters: give one");
   if (opts.init_from.empty()) return {};
   return check_init_from(opts.init_from, cfg.model, cfg.train.init_allow);
 }
+
+namespace {
+// Loads the checkpoint --resume names (if any) and replays its metrics lines;
+// returns the step to run next (0 for a fresh start).
+int64_t resume_run(const Config& cfg, const RunOptions& opts, const RunMesh& mesh, TrainModel& model,
+                   MetricsWriter& metrics) {
+  const std::string dir = resolve_resume(opts.resume, cfg.train.checkpoint_dir);
+  if (dir.empty()) return 0;
+  const ResumeState r = load_checkpoint(dir, model, mesh);
+  for (const std::string& line : r.metrics_lines)
+    metrics.write_line(line);
+  if (!opts.quiet && mesh.rank == 0)
+    std::printf("resumed from %s: step %lld next\n", dir.c_str(), static_cast<long long>(r.step));
+  return r.step;
+}
+}  // namespace
 
 RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* world) {
   const TrainConfig& tc = cfg.train;
@@ -62,13 +84,14 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   result.sgemm_gflops = job_sgemm_gflops(mesh);
   report_start(mesh, cfg, model, result.sgemm_gflops, opts);
   MetricsWriter metrics(lead ? opts.metrics_path : std::string());
+  const int64_t first_step = resume_run(cfg, opts, mesh, model, metrics);
   const Fault fault = read_fault();
   auto evaluate = [&](int64_t step) {
     const double v = validation_loss(model, mesh, tc, val_file);
     result.val_losses.emplace_back(step, v);
     report_validation(metrics, mesh, step, v, opts);
   };
-  for (int64_t step = 0; step < tc.steps; ++step) {
+  for (int64_t step = first_step; step < tc.steps; ++step) {
     if (mesh.world()) mesh.world()->context().step = step;  // the comm ledger's step
     inject_fault(fault, mesh.rank, step);
     StepStats s = train_step(model, mesh, cfg, train_file, step, lr_schedule.at(step));
@@ -76,6 +99,10 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     result.steps.push_back(s);
     report_step(metrics, mesh, model, s, tc, opts);
     if (do_eval && (step + 1) % tc.eval_every == 0) evaluate(step);
+    const bool last = step + 1 == tc.steps;
+    if (!tc.checkpoint_dir.empty() &&
+        (last || (tc.checkpoint_every > 0 && (step + 1) % tc.checkpoint_every == 0)))
+      save_checkpoint(tc.checkpoint_dir, step + 1, model, mesh, cfg, metrics.lines(), tc.keep_checkpoints);
   }
   if (do_eval && tc.steps % tc.eval_every != 0) evaluate(tc.steps - 1);
   write_trace(mesh, model, opts, cfg.parallel.io_timeout_s);

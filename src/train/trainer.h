@@ -19,6 +19,7 @@ struct RunOptions {
   std::string metrics_path;  // one JSON object per line, per step (empty: none)
   std::string save_dir;      // Hugging Face model directory written at the end (empty: none)
   std::string init_from;     // model directory to start from instead of the seed's initialisation
+  std::string resume;        // "auto", a checkpoint directory, or empty (train/checkpoint.h)
   bool quiet = false;        // no log lines on stdout
   bool profile = false;      // per-kernel time shares (slightly slower)
   int local_ranks = 1;       // ranks on this machine: threads default to cores / local_ranks
@@ -54,10 +55,12 @@ void check_training_data(const Config& cfg);
 // world of `world_size` ranks, the training data against the model, the
 // estimated memory of the opts.local_ranks ranks on this machine against what
 // it has free, MESHTRAIN_FAULT's grammar, --save writable (on rank 0, the one
-// writer), --trace only with pp > 1, and --init-from's config.json against the
-// model (train.init_allow). Returns the notices of fields init_allow let
-// through. Runs no collective: every rank calls it before any, so that a bad
-// input ends every rank with one message.
+// writer), --trace only with pp > 1, --init-from's config.json against the
+// model (train.init_allow), train.checkpoint_dir writable, and the checkpoint
+// --resume names against the run (train/checkpoint.h check_resume). Returns
+// the notices of fields init_allow let through. Runs no collective: every
+// rank calls it before any, so that a bad input ends every rank with one
+// message.
 std::vector<std::string> validate_run(const Config& cfg, const RunOptions& opts, int world_size, int rank);
 
 // Runs cfg, which has passed validate_run, to completion: set-up, one

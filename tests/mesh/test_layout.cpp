@@ -93,5 +93,22 @@ TEST(Layout, LocalShapeAndRange) {
   EXPECT_THROW(Layout({3}).with(Axis::tp, S(1)).validate(), ConfigError);
 }
 
+// The one writer of each piece: coordinate 0 where the layout replicates, the
+// first of each group of replicas on a sharded axis, any pp coordinate.
+TEST(Layout, FirstHolderIsTheLowestRankHoldingThePiece) {
+  const Layout norm({8});  // replicated everywhere
+  EXPECT_TRUE(first_holder(norm, {0, 0, 0, 0}));
+  EXPECT_TRUE(first_holder(norm, {1, 0, 0, 0}));   // pp 1 holds its own stage's norm
+  EXPECT_FALSE(first_holder(norm, {0, 1, 0, 0}));  // dp 1 holds a copy
+  EXPECT_FALSE(first_holder(norm, {0, 0, 0, 1}));  // tp 1 holds a copy
+  Layout kv = Layout({8, 6}).with(Axis::tp, S(0));
+  kv.replicas[static_cast<size_t>(axis_index(Axis::tp))] = 2;  // tp ranks 0-1 hold head 0, 2-3 head 1
+  EXPECT_TRUE(first_holder(kv, {0, 0, 0, 2}));
+  EXPECT_FALSE(first_holder(kv, {0, 0, 0, 3}));
+  const Layout zero = Layout({8, 6}).with(Axis::dp, S(0));
+  EXPECT_TRUE(first_holder(zero, {0, 1, 0, 0}));   // every dp rank holds its own shard
+  EXPECT_FALSE(first_holder(zero, {0, 1, 1, 0}));  // replicated over cp
+}
+
 }  // namespace
 }  // namespace mt

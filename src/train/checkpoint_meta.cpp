@@ -1,0 +1,172 @@
+// metadata.json, and the start-up side of resuming: which checkpoint, and
+// whether this run can take it (train/checkpoint.h).
+#include "train/checkpoint_meta.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "core/atomic_dir.h"
+#include "core/crc32c.h"
+#include "core/error.h"
+#include "core/file.h"
+#include "model/params.h"
+#include "train/checkpoint.h"
+
+namespace mt {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string checkpoint_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+  return name;
+}
+
+int64_t checkpoint_step(const std::string& name) {
+  if (name.size() != 13 || name.rfind("step-", 0) != 0) return -1;
+  int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+std::string crc_hex(uint32_t crc) {
+  char text[16];
+  std::snprintf(text, sizeof(text), "%08x", crc);
+  return text;
+}
+
+json layout_record(const ParallelConfig& p, int world_size) {
+  return {{"dp", p.dp},
+          {"tp", p.tp},
+          {"pp", p.pp},
+          {"cp", p.cp},
+          {"zero", p.zero},
+          {"virtual_stages", p.virtual_stages},
+          {"world_size", world_size}};
+}
+
+namespace {
+std::string layout_text(const json& l) {
+  std::ostringstream os;
+  os << "dp " << l.value("dp", 0) << ", tp " << l.value("tp", 0) << ", pp " << l.value("pp", 0) << ", cp "
+     << l.value("cp", 0) << ", zero " << l.value("zero", 0) << ", virtual_stages "
+     << l.value("virtual_stages", 0) << ", world size " << l.value("world_size", 0);
+  return os.str();
+}
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+int world_of(const ParallelConfig& p) {
+  return static_cast<int>(p.dp * p.tp * p.pp * p.cp);
+}
+}  // namespace
+
+json make_metadata(int64_t step, const TrainModel& model, const Config& cfg, const json& files) {
+  json tensors = json::object();
+  for (const ParamSpec& s : make_param_table(cfg.model).specs)
+    tensors[s.name] = {{"shape", s.global_shape}, {"dtype", "F32"}};
+  json config = json::object();
+  for (const ConfigKey& k : config_keys())
+    config[k.name] = config_get(cfg, k.name);
+  return {{"format_version", kCheckpointFormatVersion},
+          {"step", step},
+          {"bad_steps", model.bad_steps},
+          {"adam_steps", model.optims.front()->steps_taken()},
+          {"seed", cfg.train.seed},
+          {"layout", layout_record(cfg.parallel, world_of(cfg.parallel))},
+          {"config", config},
+          {"tensors", tensors},
+          {"files", files}};
+}
+
+json read_metadata(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "metadata.json").string();
+  MT_REQUIRE(fs::exists(path), DataError, "checkpoint ", dir,
+             ": metadata.json is missing (not a checkpoint, or one whose save never finished)");
+  json meta;
+  try {
+    meta = json::parse(read_file(path));
+  } catch (const json::exception& e) {
+    MT_THROW(DataError, path, ": not valid JSON (", e.what(), ")");
+  }
+  MT_REQUIRE(meta.value("format_version", -1) == kCheckpointFormatVersion, DataError, path,
+             ": format_version ", meta.value("format_version", -1), " is not the ", kCheckpointFormatVersion,
+             " this meshtrain reads");
+  return meta;
+}
+
+std::string resolve_resume(const std::string& resume, const std::string& checkpoint_dir) {
+  if (resume.empty()) return "";
+  if (resume != "auto") {
+    MT_REQUIRE(fs::exists(fs::path(resume) / "metadata.json"), ConfigError, "--resume ", resume,
+               ": no metadata.json there (not a complete checkpoint)");
+    return resume;
+  }
+  MT_REQUIRE(!checkpoint_dir.empty(), ConfigError,
+             "--resume auto looks in train.checkpoint_dir, which is not set");
+  std::error_code ec;
+  const fs::path latest = fs::path(checkpoint_dir) / "latest";
+  if (fs::exists(latest, ec)) {
+    std::string name = read_file(latest.string());
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' '))
+      name.pop_back();
+    const fs::path dir = fs::path(checkpoint_dir) / name;
+    if (checkpoint_step(name) >= 0 && fs::exists(dir / "metadata.json", ec)) return dir.string();
+  }
+  int64_t best = -1;  // `latest` missing or stale: the highest complete step-N
+  for (const auto& e : fs::directory_iterator(checkpoint_dir, ec)) {
+    const int64_t step = checkpoint_step(e.path().filename().string());
+    if (step > best && fs::exists(e.path() / "metadata.json", ec)) best = step;
+  }
+  return best < 0 ? "" : (fs::path(checkpoint_dir) / checkpoint_name(best)).string();
+}
+
+void check_resume(const std::string& dir, const Config& cfg, const int world_size) {
+  const json meta = read_metadata(dir);
+  const json mine = layout_record(cfg.parallel, world_size);
+  MT_REQUIRE(meta.at("layout") == mine, ConfigError, "--resume ", dir,
+             ": resharding a checkpoint is not implemented yet: saved with ", layout_text(meta.at("layout")),
+             "; this run has ", layout_text(mine));
+  const json& tensors = meta.at("tensors");
+  for (const ParamSpec& s : make_param_table(cfg.model).specs) {
+    MT_REQUIRE(tensors.contains(s.name), ConfigError, "--resume ", dir, ": the checkpoint holds no tensor '",
+               s.name, "' of this run's model (a different model?)");
+    const std::vector<int64_t> saved = tensors.at(s.name).at("shape").get<std::vector<int64_t>>();
+    MT_REQUIRE(saved == s.global_shape, ConfigError, "--resume ", dir, ": tensor '", s.name, "' has shape ",
+               shape_text(saved), " in the checkpoint but ", shape_text(s.global_shape),
+               " in this run's model");
+  }
+  MT_REQUIRE(tensors.size() == make_param_table(cfg.model).specs.size(), ConfigError, "--resume ", dir,
+             ": the checkpoint holds ", tensors.size(), " tensors, this run's model ",
+             make_param_table(cfg.model).specs.size(), " (a different model)");
+  for (const json& f : meta.at("files")) {
+    const std::string path = (fs::path(dir) / f.at("name").get<std::string>()).string();
+    MT_REQUIRE(fs::exists(path), DataError, "checkpoint file ", path, " is missing");
+    const std::string bytes = read_file(path);
+    MT_REQUIRE(bytes.size() == f.at("bytes").get<size_t>(), DataError, "checkpoint file ", path, " has ",
+               bytes.size(), " bytes but metadata.json says ", f.at("bytes").get<size_t>());
+    const std::string crc = crc_hex(crc32c(bytes));
+    MT_REQUIRE(crc == f.at("crc32c").get<std::string>(), DataError, "checkpoint file ", path,
+               ": CRC32C mismatch (", crc, ", metadata.json says ", f.at("crc32c").get<std::string>(),
+               "): the file is corrupt");
+  }
+}
+
+void check_checkpoint_dir(const std::string& dir) {
+  std::error_code ec;
+  MT_REQUIRE(!fs::exists(dir, ec) || fs::is_directory(dir, ec), IoError, "train.checkpoint_dir '", dir,
+             "' exists and is not a directory");
+  check_dir_writable((fs::path(dir) / "write-probe").string());  // creates dir, then a staging folder in it
+}
+
+}  // namespace mt
