@@ -52,32 +52,30 @@ AxisSet parse_axis_set(std::string_view names) {
   return set;
 }
 
-int MeshSizes::operator[](Axis a) const {
+namespace {
+// The field of axis a, for MeshSizes and const MeshSizes alike.
+template <class Sizes>
+auto& axis_field(Sizes& s, Axis a) {
   switch (a) {
     case Axis::dp:
-      return dp;
+      return s.dp;
     case Axis::pp:
-      return pp;
+      return s.pp;
     case Axis::cp:
-      return cp;
+      return s.cp;
     case Axis::tp:
       break;
   }
-  return tp;
+  return s.tp;
+}
+}  // namespace
+
+int MeshSizes::operator[](Axis a) const {
+  return axis_field(*this, a);
 }
 
 int& MeshSizes::operator[](Axis a) {
-  switch (a) {
-    case Axis::dp:
-      return dp;
-    case Axis::pp:
-      return pp;
-    case Axis::cp:
-      return cp;
-    case Axis::tp:
-      break;
-  }
-  return tp;
+  return axis_field(*this, a);
 }
 
 int mesh_world_size(const MeshSizes& sizes) {

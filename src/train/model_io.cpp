@@ -156,19 +156,8 @@ std::vector<std::string> check_init_from(const std::string& dir, const ModelConf
 }
 
 void load_model_dir(const std::string& dir, Llama& model) {
-  const ModelConfig saved = read_model_config(dir);
-  const ModelConfig& c = model.config();
-  auto same = [&](const char* key, auto a, auto b) {
-    MT_REQUIRE(a == b, ConfigError, "--init-from ", dir, ": model.", key, " is ", a, " there but ", b,
-               " in this run's configuration");
-  };
-  same("vocab_size", saved.vocab_size, c.vocab_size);
-  same("d_model", saved.d_model, c.d_model);
-  same("ffn_hidden", saved.ffn_hidden, c.ffn_hidden);
-  same("n_layers", saved.n_layers, c.n_layers);
-  same("n_heads", saved.n_heads, c.n_heads);
-  same("n_kv_heads", saved.n_kv_heads, c.n_kv_heads);
-  same("tie_embeddings", saved.tie_embeddings, c.tie_embeddings);
+  // The configuration was checked against the run's at start-up (check_init_from);
+  // each tensor's shape is checked here.
   const SafetensorsFile f = SafetensorsFile::open((fs::path(dir) / "model.safetensors").string());
   std::vector<float> local(static_cast<size_t>(model.num_params())), full;
   const MeshSizes sizes{.tp = model.tp_rank().size};

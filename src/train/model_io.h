@@ -38,9 +38,10 @@ ModelConfig read_model_config(const std::string& dir);
 std::vector<std::string> check_init_from(const std::string& dir, const ModelConfig& run,
                                          const std::string& allow);
 
-// Loads dir/model.safetensors into the model's parameters. ConfigError if the
-// directory's configuration differs from the model's (naming the key and both
-// values), DataError for a missing tensor or a shape mismatch.
+// Loads dir/model.safetensors into the model's parameters: this rank's piece
+// of each tensor, cut by its layout. DataError for a missing tensor or a shape
+// mismatch; the directory's config.json is checked against the run's at
+// start-up (check_init_from) or is the one the model was built from (eval, sample).
 void load_model_dir(const std::string& dir, Llama& model);
 
 }  // namespace mt

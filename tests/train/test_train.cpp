@@ -139,8 +139,10 @@ TEST(Training, InitFromContinuesFromASavedModel) {
   const RunResult second = run_training(cfg, o);
   // The saved model was trained: its loss is below the fresh initialisation's.
   EXPECT_LT(second.steps[0].loss, first.steps[0].loss);
+  // Another model: refused at start-up naming the field, and by the loader naming the tensor.
   cfg.model.d_model = 64;
-  EXPECT_THROW(run_training(cfg, o), ConfigError);
+  EXPECT_THROW(validate_run(cfg, o, 1, 0), ConfigError);
+  EXPECT_THROW(run_training(cfg, o), DataError);
 }
 
 TEST(Training, NonFiniteStepsAreSkippedThenTheRunStops) {
