@@ -73,6 +73,9 @@ const std::vector<Entry>& entries() {
       MT_KEY(train, checkpoint_every, "int", "also save a checkpoint every N steps (0: only the last step)"),
       MT_KEY(train, keep_checkpoints, "int",
              "keep the newest N checkpoints, delete older ones (0: keep all)"),
+      MT_KEY(train, resume_allow, "string",
+             "--resume: comma-separated keys that may differ from the checkpoint's config (e.g. "
+             "\"batch_size,seed,steps\"); any other differing model, optimizer or data key is refused"),
       MT_KEY(data, dir, "string", "folder with train.bin and val.bin (written by `meshtrain prepare`)"),
       MT_KEY(data, ignore_id, "int", "targets equal to this token id are ignored by the loss (-1: none)"),
       MT_KEY(parallel, dp, "int", "data-parallel degree (ranks holding the same shard, different data)"),

@@ -37,6 +37,7 @@ struct TrainConfig {
   std::string checkpoint_dir;    // training checkpoints (train/checkpoint.h); empty: none
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only the last step's)
   int64_t keep_checkpoints = 0;  // newest checkpoints kept (0: all)
+  std::string resume_allow;      // --resume: model/optimizer/data keys that may differ from the checkpoint
 };
 
 struct DataConfig {

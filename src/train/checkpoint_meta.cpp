@@ -2,8 +2,10 @@
 // whether this run can take it (train/checkpoint.h).
 #include "train/checkpoint_meta.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 #include "core/atomic_dir.h"
@@ -131,6 +133,49 @@ std::string resolve_resume(const std::string& resume, const std::string& checkpo
   return best < 0 ? "" : (fs::path(checkpoint_dir) / checkpoint_name(best)).string();
 }
 
+namespace {
+// The keys a resumed run must share with its checkpoint: every model key, and
+// the optimizer's and the data's (the state was computed with them). Other
+// keys (threads, logging, evaluation, checkpoint cadence) may change freely.
+bool compared_on_resume(const std::string& key) {
+  static const std::set<std::string> train_keys = {
+      "train.steps", "train.batch_size", "train.microbatch_size", "train.seq_len",
+      "train.lr",    "train.min_lr",     "train.warmup_steps",    "train.weight_decay",
+      "train.beta1", "train.beta2",      "train.adam_eps",        "train.grad_clip",
+      "train.seed",  "data.dir",         "data.ignore_id"};
+  return key.rfind("model.", 0) == 0 || train_keys.count(key) != 0;
+}
+
+// train.resume_allow as full key names ("seed" and "train.seed" alike);
+// ConfigError for a name that is not a compared key.
+std::set<std::string> parse_resume_allow(const std::string& allow) {
+  std::set<std::string> out;
+  std::stringstream in(allow);
+  for (std::string item; std::getline(in, item, ',');) {
+    item.erase(std::remove(item.begin(), item.end(), ' '), item.end());
+    if (item.empty()) continue;
+    std::string key = item.find('.') == std::string::npos ? "train." + item : item;
+    MT_REQUIRE(compared_on_resume(key), ConfigError, "train.resume_allow names '", item,
+               "', which is not a model, optimizer or data key compared on resume");
+    out.insert(key);
+  }
+  return out;
+}
+
+// Every compared key of the checkpoint's config equals the run's, or is allowed.
+void check_resume_config(const std::string& dir, const json& saved, const Config& cfg) {
+  const std::set<std::string> allowed = parse_resume_allow(cfg.train.resume_allow);
+  for (const ConfigKey& k : config_keys()) {
+    if (!compared_on_resume(k.name) || allowed.count(k.name) != 0 || !saved.contains(k.name)) continue;
+    const std::string mine = config_get(cfg, k.name), theirs = saved.at(k.name).get<std::string>();
+    MT_REQUIRE(mine == theirs, ConfigError, "--resume ", dir, ": ", k.name, " is ", theirs,
+               " in the checkpoint but ", mine,
+               " in this run (list it in train.resume_allow to continue "
+               "with this run's value)");
+  }
+}
+}  // namespace
+
 void check_resume(const std::string& dir, const Config& cfg, const int world_size) {
   const json meta = read_metadata(dir);
   const json mine = layout_record(cfg.parallel, world_size);
@@ -149,6 +194,7 @@ void check_resume(const std::string& dir, const Config& cfg, const int world_siz
   MT_REQUIRE(tensors.size() == make_param_table(cfg.model).specs.size(), ConfigError, "--resume ", dir,
              ": the checkpoint holds ", tensors.size(), " tensors, this run's model ",
              make_param_table(cfg.model).specs.size(), " (a different model)");
+  check_resume_config(dir, meta.at("config"), cfg);
   for (const json& f : meta.at("files")) {
     const std::string path = (fs::path(dir) / f.at("name").get<std::string>()).string();
     MT_REQUIRE(fs::exists(path), DataError, "checkpoint file ", path, " is missing");

@@ -150,6 +150,23 @@ refused other_layout "resharding a checkpoint is not implemented yet: saved with
   2 --dp 2 --zero 3 --set train.microbatch_size=4 --set train.checkpoint_dir="$bad" --resume auto
 refused other_world "this run has dp 1, tp 1, pp 1, cp 1, zero 0" 1 --set train.checkpoint_dir="$bad" \
   --resume "$bad/step-00000005"
+refused other_lr "train.lr is 0.01.* in the checkpoint but 0.02.* in this run" 2 "${dp2[@]}" --set train.lr=0.02
+refused bad_allow "train.resume_allow names 'threads'" 2 "${dp2[@]}" --set train.resume_allow=threads
+# An allowed difference continues with this run's value (the optimizer's lr here).
+if "${mpi[@]}" -np 2 "$bin" train "${tiny[@]}" "${dp2[@]}" --set train.lr=0.02 --set train.resume_allow=lr \
+  --metrics "$tmp/allowed.jsonl" >/dev/null 2>&1 &&
+  python3 - "$tmp/allowed.jsonl" "$tmp/dp2_zero1_full.jsonl" <<'PY'; then
+import json, sys
+def lr_at(path, step):  # the schedule's lr of `step`, between train.min_lr and train.lr
+    return next(r["lr"] for r in map(json.loads, open(path)) if r.get("step") == step and "lr" in r)
+# Doubling the peak lr nearly doubles step 5's (min_lr stays): well above 1.5x the uninterrupted run's.
+sys.exit(0 if lr_at(sys.argv[1], 5) > 1.5 * lr_at(sys.argv[2], 5) else 1)
+PY
+  echo "ok   allowed_lr: resumed with train.lr = 0.02 (train.resume_allow=lr)"
+else
+  echo "FAIL allowed_lr: the run with train.resume_allow=lr did not resume with lr 0.02"
+  failures=$((failures + 1))
+fi
 touch "$tmp/a_file"
 refused unwritable_dir "cannot create directory .*a_file/ck" 2 --dp 2 --set train.microbatch_size=4 --set train.checkpoint_dir="$tmp/a_file/ck"
 
