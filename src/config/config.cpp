@@ -28,8 +28,10 @@ struct Entry {
     {#section "." #member, type, help}, [](Config& c) -> Field { return &c.section.member; } \
   }
 
-const std::vector<Entry>& entries() {
-  static const std::vector<Entry> table = {
+// The keys of [model], [train] and [data], then those of [parallel], in the
+// order --help lists them.
+std::vector<Entry> model_train_data_entries() {
+  return {
       MT_KEY(model, vocab_size, "int", "vocabulary size (token ids are 0 .. vocab_size-1)"),
       MT_KEY(model, d_model, "int", "hidden size"),
       MT_KEY(model, n_layers, "int", "number of decoder blocks"),
@@ -78,6 +80,11 @@ const std::vector<Entry>& entries() {
              "\"batch_size,seed,steps\"); any other differing model, optimizer or data key is refused"),
       MT_KEY(data, dir, "string", "folder with train.bin and val.bin (written by `meshtrain prepare`)"),
       MT_KEY(data, ignore_id, "int", "targets equal to this token id are ignored by the loss (-1: none)"),
+  };
+}
+
+std::vector<Entry> parallel_entries() {
+  return {
       MT_KEY(parallel, dp, "int", "data-parallel degree (ranks holding the same shard, different data)"),
       MT_KEY(parallel, tp, "int",
              "tensor-parallel degree (Megatron): divides n_heads and ffn_hidden; n_kv_heads and tp, one "
@@ -107,6 +114,15 @@ const std::vector<Entry>& entries() {
              "watchdog for waits on another rank's long local work (its save of the model, its write of a "
              "trace): such a wait not complete after this many seconds ends the job"),
   };
+}
+
+const std::vector<Entry>& entries() {
+  static const std::vector<Entry> table = [] {
+    std::vector<Entry> t = model_train_data_entries();
+    for (Entry& e : parallel_entries())
+      t.push_back(std::move(e));
+    return t;
+  }();
   return table;
 }
 #undef MT_KEY
