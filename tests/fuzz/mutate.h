@@ -1,12 +1,21 @@
-// Seeded mutations of a file's bytes for the fuzz tests, and the bookkeeping
-// that lets a test say which bytes a mutation touched.
+// Seeded mutations of a file's bytes for the fuzz tests, the bookkeeping that
+// lets a test say which bytes a mutation touched, and the loop every fuzz test runs.
 #pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
+
+#include "core/error.h"
 
 namespace mt::fuzz {
 
@@ -73,6 +82,49 @@ inline std::string mutate(const std::string& bytes, std::mt19937_64& rng, Mutati
       break;
   }
   return out;
+}
+
+// The files of a fuzz test: a scratch folder per process and `tag` (removed by
+// the test at its end), and whole-file reads and writes.
+inline std::string scratch(const std::string& tag, const std::string& name) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("mt_" + tag + "_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+inline void spit(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// `n` seeded mutations of `orig` (seed() + seed_offset; n = iterations(fallback)):
+// each is written to `path` and handed to load_and_check(it, m), which loads it
+// — one of meshtrain's errors (mt::Error) counts as refused — and asserts that
+// what it loaded differs from the original only where m touched. Both outcomes
+// must occur; prints "<what>: n mutations, r refused, a accepted".
+template <class LoadAndCheck>
+void run_mutations(const char* what, const std::string& orig, const std::string& path, uint64_t seed_offset,
+                   int fallback, LoadAndCheck&& load_and_check) {
+  std::mt19937_64 rng(seed() + seed_offset);
+  int accepted = 0, refused = 0;
+  const int n = iterations(fallback);
+  for (int it = 0; it < n; ++it) {
+    Mutation m;
+    spit(path, mutate(orig, rng, &m));
+    try {
+      load_and_check(it, m);
+      ++accepted;
+    } catch (const Error&) {
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(accepted, 0);
+  std::printf("%s: %d mutations, %d refused, %d accepted\n", what, n, refused, accepted);
 }
 
 }  // namespace mt::fuzz

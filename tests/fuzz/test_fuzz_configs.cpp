@@ -3,11 +3,8 @@
 // configuration whose every differing field sits on a line the mutation
 // touched (the key's line, or for TOML its section's header line).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <utility>
 
@@ -22,19 +19,6 @@ namespace {
 namespace fs = std::filesystem;
 using Span = std::pair<size_t, size_t>;
 
-std::string scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("mt_fuzzcfg_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / name).string();
-}
-void spit(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc)
-      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 // The line of `text` holding byte `at`, as [begin, end) including its newline.
 Span line_of(const std::string& text, size_t at) {
   const size_t b = text.rfind('\n', at == 0 ? 0 : at - 1);
@@ -56,7 +40,7 @@ std::map<std::string, std::string> fields(const HfLlamaConfig& c) {
 }
 
 TEST(Fuzz, HfConfigJson) {
-  const std::string path = scratch("config.json");
+  const std::string path = fuzz::scratch("fuzzcfg", "config.json");
   HfLlamaConfig c;
   c.vocab_size = 32000;
   c.hidden_size = 256;
@@ -68,32 +52,19 @@ TEST(Fuzz, HfConfigJson) {
   c.rope_theta = 500000.0;
   c.rms_norm_eps = 1e-6;
   write_hf_config(path, c);
-  const std::string orig = slurp(path);
+  const std::string orig = fuzz::slurp(path);
   const auto want = fields(c);
-  const std::string mpath = scratch("mutated.json");
-  std::mt19937_64 rng(fuzz::seed() + 2);
-  int accepted = 0, refused = 0;
-  const int n = fuzz::iterations(1500);
-  for (int it = 0; it < n; ++it) {
-    fuzz::Mutation m;
-    spit(mpath, fuzz::mutate(orig, rng, &m));
-    try {
-      const auto got = fields(read_hf_config(mpath));
-      ++accepted;
-      for (const auto& [key, value] : want) {
-        if (got.at(key) == value) continue;
-        const Span line = line_of(orig, orig.find("\"" + key + "\""));
-        EXPECT_TRUE(m.touches(line.first, line.second))
-            << "iteration " << it << ": " << key << " changed from " << value << " to " << got.at(key)
-            << " though mutation kind " << m.kind << " at byte " << m.pos << " is not on its line";
-      }
-    } catch (const Error&) {
-      ++refused;
+  const std::string mpath = fuzz::scratch("fuzzcfg", "mutated.json");
+  fuzz::run_mutations("config.json", orig, mpath, 2, 1500, [&](int it, const fuzz::Mutation& m) {
+    const auto got = fields(read_hf_config(mpath));
+    for (const auto& [key, value] : want) {
+      if (got.at(key) == value) continue;
+      const Span line = line_of(orig, orig.find("\"" + key + "\""));
+      EXPECT_TRUE(m.touches(line.first, line.second))
+          << "iteration " << it << ": " << key << " changed from " << value << " to " << got.at(key)
+          << " though mutation kind " << m.kind << " at byte " << m.pos << " is not on its line";
     }
-  }
-  EXPECT_GT(refused, 0);
-  EXPECT_GT(accepted, 0);
-  std::printf("config.json: %d mutations, %d refused, %d accepted\n", n, refused, accepted);
+  });
   fs::remove_all(fs::path(path).parent_path());
 }
 
@@ -104,8 +75,8 @@ TEST(Fuzz, TomlConfig) {
       "20\n"
       "batch_size = 8\nmicrobatch_size = 4\nseq_len = 64\nlr = 3e-3\nwarmup_steps = 2\n\n[data]\n"
       "dir = \"data/fortunes\"\n\n[parallel]\nschedule = \"1f1b\"\ntimeout_s = 300.0\n";
-  const std::string path = scratch("run.toml");
-  spit(path, orig);
+  const std::string path = fuzz::scratch("fuzzcfg", "run.toml");
+  fuzz::spit(path, orig);
   const Config ref = load_config(path, {});
   // Each key's line, and its section's header line.
   std::map<std::string, std::pair<Span, Span>> where;
@@ -122,31 +93,18 @@ TEST(Fuzz, TomlConfig) {
     }
     at = line.second;
   }
-  std::mt19937_64 rng(fuzz::seed() + 3);
-  int accepted = 0, refused = 0;
-  const int n = fuzz::iterations(1000);
-  for (int it = 0; it < n; ++it) {
-    fuzz::Mutation m;
-    spit(path, fuzz::mutate(orig, rng, &m));
-    try {
-      const Config got = load_config(path, {});
-      ++accepted;
-      for (const ConfigKey& k : config_keys()) {
-        const std::string a = config_get(ref, k.name), b = config_get(got, k.name);
-        if (a == b) continue;
-        const auto w = where.find(k.name);
-        const bool ok = w != where.end() && (m.touches(w->second.first.first, w->second.first.second) ||
-                                             m.touches(w->second.second.first, w->second.second.second));
-        EXPECT_TRUE(ok) << "iteration " << it << ": " << k.name << " changed from " << a << " to " << b
-                        << " though mutation kind " << m.kind << " at byte " << m.pos << " is elsewhere";
-      }
-    } catch (const Error&) {
-      ++refused;
+  fuzz::run_mutations("TOML", orig, path, 3, 1000, [&](int it, const fuzz::Mutation& m) {
+    const Config got = load_config(path, {});
+    for (const ConfigKey& k : config_keys()) {
+      const std::string a = config_get(ref, k.name), b = config_get(got, k.name);
+      if (a == b) continue;
+      const auto w = where.find(k.name);
+      const bool ok = w != where.end() && (m.touches(w->second.first.first, w->second.first.second) ||
+                                           m.touches(w->second.second.first, w->second.second.second));
+      EXPECT_TRUE(ok) << "iteration " << it << ": " << k.name << " changed from " << a << " to " << b
+                      << " though mutation kind " << m.kind << " at byte " << m.pos << " is elsewhere";
     }
-  }
-  EXPECT_GT(refused, 0);
-  EXPECT_GT(accepted, 0);
-  std::printf("TOML: %d mutations, %d refused, %d accepted\n", n, refused, accepted);
+  });
   fs::remove_all(fs::path(path).parent_path());
 }
 
