@@ -60,6 +60,12 @@ class SafetensorsFile {
   // Copies tensor `name` into out[0, numel), converting to fp32. DataError if
   // `numel` differs from the tensor's or its dtype is not F32, BF16 or F16.
   void read_f32(const std::string& name, float* out, int64_t numel) const;
+  // Copies elements [first, first + n) of tensor `name` (row-major, flat
+  // index) into out[0, n), converting to fp32: a ranged read that touches
+  // only those bytes of the mapped file (a run of rows of dim 0, or part of
+  // one row). DataError if the range is not inside the tensor or its dtype is
+  // not F32, BF16 or F16.
+  void read_f32_range(const std::string& name, int64_t first, int64_t n, float* out) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:

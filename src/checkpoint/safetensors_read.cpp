@@ -222,15 +222,25 @@ void SafetensorsFile::read_f32(const std::string& name, float* out, int64_t nume
   if (numel != e.numel) {
     MT_BAD_FILE("tensor '", name, "' has ", e.numel, " elements but the destination holds ", numel);
   }
+  read_f32_range(name, 0, numel, out);
+}
+
+void SafetensorsFile::read_f32_range(const std::string& name, int64_t first, int64_t n, float* out) const {
+  const Entry& e = entry(name);
+  if (first < 0 || n < 0 || first > e.numel || n > e.numel - first) {
+    MT_BAD_FILE("elements [", first, ", ", first + n, ") of tensor '", name, "' are not inside its ",
+                e.numel);
+  }
   // The data buffer need not be aligned (files from other writers may not pad
   // the header), so every element is read with memcpy.
-  const unsigned char* src = data_ + e.begin;
-  const auto n = static_cast<size_t>(numel);
+  const auto count = static_cast<size_t>(n);
   if (e.dtype == "F32") {
-    if (n > 0) std::memcpy(out, src, n * sizeof(float));
+    if (count > 0)
+      std::memcpy(out, data_ + e.begin + 4 * static_cast<uint64_t>(first), count * sizeof(float));
   } else if (e.dtype == "BF16" || e.dtype == "F16") {
     const bool bf16 = e.dtype == "BF16";
-    for (size_t i = 0; i < n; ++i) {
+    const unsigned char* src = data_ + e.begin + 2 * static_cast<uint64_t>(first);
+    for (size_t i = 0; i < count; ++i) {
       uint16_t h = 0;
       std::memcpy(&h, src + 2 * i, 2);
       out[i] = bf16 ? bf16_to_f32(h) : f16_to_f32(h);

@@ -15,6 +15,7 @@
 #include "pipeline/render.h"
 #include "pipeline/schedule.h"
 #include "pipeline/simulate.h"
+#include "train/checkpoint.h"
 #include "train/evaluate.h"
 #include "train/memory_estimate.h"
 #include "train/model_io.h"
@@ -145,6 +146,12 @@ int run_schedule_command(const ScheduleArgs& a) {
   const pp::SimResult r = pp::simulate(s);
   MT_CHECK(r.ok, r.error);
   std::fputs(pp::render_grid(s, r).c_str(), stdout);
+  return 0;
+}
+
+int run_export_command(const ExportArgs& a) {
+  export_checkpoint(a.checkpoint, a.out);
+  std::printf("exported %s to %s\n", a.checkpoint.c_str(), a.out.c_str());
   return 0;
 }
 

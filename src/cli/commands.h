@@ -46,4 +46,10 @@ struct ScheduleArgs {
 // Prints the pipeline schedule's time x rank grid (pipeline/render.h).
 int run_schedule_command(const ScheduleArgs& args);
 
+struct ExportArgs {
+  std::string checkpoint, out;
+};
+// Writes the checkpoint's model as a Hugging Face directory (train/checkpoint.h export_checkpoint).
+int run_export_command(const ExportArgs& args);
+
 }  // namespace mt

@@ -21,10 +21,13 @@ CLI::App* add_train(CLI::App& app, mt::TrainArgs& train) {
       ->take_all();
   tr->add_option("--metrics", train.run.metrics_path, "Write one JSON object per step to this file");
   tr->add_option("--save", train.run.save_dir, "Write a Hugging Face model directory here at the end");
-  tr->add_option("--init-from", train.run.init_from, "Start from this model directory");
-  tr->add_option("--resume", train.run.resume,
-                 "Continue from a checkpoint: 'auto' (the newest in train.checkpoint_dir, or start fresh if "
-                 "none) or a step-N folder; the layout must be the one it was saved with");
+  tr->add_option("--init-from", train.run.init_from,
+                 "Start from this model directory, or from the weights of a checkpoint directory (fresh "
+                 "optimizer, step 0), saved under any layout");
+  tr->add_option(
+      "--resume", train.run.resume,
+      "Continue from a checkpoint: 'auto' (the newest in train.checkpoint_dir, or start fresh if "
+      "none) or a step-N folder; saved under any layout (parallel.* and the world size may differ)");
   tr->add_option("--dp", train.dp, "Shorthand for --set parallel.dp=N");
   tr->add_option("--tp", train.tp, "Shorthand for --set parallel.tp=N");
   tr->add_option("--pp", train.pp, "Shorthand for --set parallel.pp=N");
@@ -90,6 +93,20 @@ CLI::App* add_compare(CLI::App& app, mt::CompareOptions& cmp) {
   return c;
 }
 
+CLI::App* add_export(CLI::App& app, mt::ExportArgs& ex) {
+  CLI::App* x = app.add_subcommand(
+      "export",
+      "Write a training checkpoint's model as the Hugging Face directory --save writes (one process)");
+  x->add_option("--checkpoint", ex.checkpoint, "Checkpoint directory (a step-N folder with metadata.json)")
+      ->required();
+  x->add_option("--out", ex.out, "Model directory to write (config.json, model.safetensors)")->required();
+  x->footer(
+      "Each tensor is assembled from the checkpoint's slices, whatever layout saved them; the files'\n"
+      "checksums are verified first. The result equals --save of the same run at the same step, byte\n"
+      "for byte, and loads with --init-from, eval, sample, or transformers' from_pretrained.\n");
+  return x;
+}
+
 CLI::App* add_schedule(CLI::App& app, mt::ScheduleArgs& sch) {
   CLI::App* sc = app.add_subcommand(
       "schedule",
@@ -119,12 +136,14 @@ int main(int argc, char** argv) {
   mt::SampleArgs sa;
   mt::CompareOptions cmp;
   mt::ScheduleArgs sch;
+  mt::ExportArgs ex;
   const CLI::App* tr = add_train(app, train);
   const CLI::App* pr = add_prepare(app, prep);
   const CLI::App* e = add_eval(app, ev);
   const CLI::App* s = add_sample(app, sa);
   const CLI::App* c = add_compare(app, cmp);
   const CLI::App* sc = add_schedule(app, sch);
+  const CLI::App* x = add_export(app, ex);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {
@@ -136,6 +155,7 @@ int main(int argc, char** argv) {
     if (*e) return mt::run_eval_command(ev);
     if (*s) return mt::run_sample_command(sa);
     if (*sc) return mt::run_schedule_command(sch);
+    if (*x) return mt::run_export_command(ex);
     if (*c) {
       const mt::CompareResult r = mt::compare_runs(cmp);
       std::fputs(r.report.c_str(), stdout);

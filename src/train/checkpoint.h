@@ -9,8 +9,11 @@
 // ranks write into step-N.tmp-<nonce>/, agree that all wrote, and rank 0
 // renames it to step-N/ and then replaces the `latest` file.
 //
-// Resuming needs the same layout (dp, tp, pp, cp, zero, virtual stages, world
-// size); resharding a checkpoint into another layout is not implemented yet.
+// A checkpoint loads into any layout (dp, tp, pp, cp, zero stage, virtual
+// stages, world size): each rank reads, for every slice its own layout holds,
+// the parts of the saved slices that intersect it, and only those bytes
+// (train/checkpoint_read.h). The same reader serves --init-from of a
+// checkpoint (weights only) and `meshtrain export` (full tensors, one process).
 #pragma once
 
 #include <cstdint>
@@ -28,6 +31,10 @@ struct ResumeState {
   int64_t step = 0;       // optimizer steps taken: the run continues with step `step`
   int64_t bad_steps = 0;  // consecutive non-finite steps before it
   std::vector<std::string> metrics_lines;
+  // Tensor bytes this rank read from the shard files, and the checkpoint's
+  // total (parameters and both moments of every slice): a rank reads what its
+  // layout holds, not a full copy.
+  int64_t bytes_read = 0, tensor_bytes = 0;
 };
 
 // The checkpoint `--resume` names: "auto" is the newest complete checkpoint
@@ -39,11 +46,11 @@ std::string resolve_resume(const std::string& resume, const std::string& checkpo
 
 // Start-up checks of a checkpoint before anything is built (no collective;
 // every rank runs them, so that all end with the same message): the format
-// version; the same layout as cfg's on `world_size` ranks (else ConfigError
-// "resharding a checkpoint is not implemented yet: saved with ...; this run
-// has ..."); every tensor of cfg's model present with its shape (ConfigError
-// naming the tensor and both shapes); every listed file present with its size
-// and CRC32C (DataError naming the file).
+// version; every tensor of cfg's model present with its shape (ConfigError
+// naming the tensor and both shapes); the model, optimizer and data keys of
+// its config equal to cfg's unless train.resume_allow lists them (the
+// parallel.* keys and the world size may differ: the loader reshards); every
+// listed file present with its size and CRC32C (DataError naming the file).
 void check_resume(const std::string& dir, const Config& cfg, int world_size);
 
 // Start-up check that checkpoints can be written into `dir` (created if
@@ -57,9 +64,17 @@ void check_checkpoint_dir(const std::string& dir);
 void save_checkpoint(const std::string& root, int64_t step, const TrainModel& model, const RunMesh& mesh,
                      const Config& cfg, const std::vector<std::string>& metrics_lines, int64_t keep);
 
-// Loads the checkpoint `dir` (checked by check_resume) into the model's
-// parameters and optimizer state; collective over the world (ZeRO 1/2
-// stores all-gather the loaded shards).
+// Loads the checkpoint `dir` (checked by check_resume), saved under any
+// layout, into the model's parameters and optimizer state of this run's
+// layout; collective over the world (ZeRO 1/2 stores all-gather the loaded
+// shards). DataError naming the tensor when the saved slices leave part of a
+// needed box uncovered (a corrupt metadata.json).
 ResumeState load_checkpoint(const std::string& dir, TrainModel& model, const RunMesh& mesh);
+
+// `meshtrain export`: writes the Hugging Face model directory that `--save`
+// writes (train/model_io.h) from the checkpoint `dir`, each full tensor
+// assembled from its slices; one process. DataError naming the path if `dir`
+// is not a checkpoint or a file is corrupt, IoError if `out` cannot be written.
+void export_checkpoint(const std::string& dir, const std::string& out);
 
 }  // namespace mt

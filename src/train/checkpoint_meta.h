@@ -32,4 +32,8 @@ nlohmann::json make_metadata(int64_t step, const TrainModel& model, const Config
 // JSON or not of this format version.
 nlohmann::json read_metadata(const std::string& dir);
 
+// Every file metadata.json lists is present with its size and CRC32C;
+// DataError naming the file otherwise. Reads each file whole.
+void check_checkpoint_files(const std::string& dir, const nlohmann::json& meta);
+
 }  // namespace mt

@@ -10,6 +10,8 @@
 #include "core/error.h"
 #include "mesh/layout.h"
 #include "mesh/mesh.h"
+#include "train/checkpoint_meta.h"
+#include "train/checkpoint_read.h"
 
 namespace mt {
 
@@ -70,14 +72,17 @@ void save_model_dir(const std::string& dir, const std::vector<Llama*>& chunks, c
     Group world = mesh->world();
     world.all_reduce(full.data(), global.total, "save: assemble by layout");
   }
-  if (!write) return;
+  if (write) write_model_dir(dir, cfg, full.data());
+}
+
+void write_model_dir(const std::string& dir, const ModelConfig& cfg, const float* full) {
   // The directory is replaced as a whole, never file by file: a failure half
   // way (disk full, a kill) leaves the previous model loadable.
   AtomicDir out(dir);
   write_hf_config((fs::path(out.staging()) / "config.json").string(), to_hf(cfg));
   std::vector<TensorRef> tensors;
-  for (const auto& s : global.specs)
-    tensors.push_back({s.name, s.shape, full.data() + s.offset});
+  for (const auto& s : make_param_table(cfg).specs)
+    tensors.push_back({s.name, s.shape, full + s.offset});
   write_safetensors((fs::path(out.staging()) / "model.safetensors").string(), tensors, {{"format", "pt"}});
   out.commit();
 }
@@ -124,15 +129,25 @@ std::vector<std::string> parse_init_allow(const std::string& allow) {
 std::vector<std::string> check_init_from(const std::string& dir, const ModelConfig& run,
                                          const std::string& allow) {
   const std::vector<std::string> allowed = parse_init_allow(allow);
-  const HfLlamaConfig saved =
-      read_hf_config((fs::path(dir) / "config.json").string(), {.keep_rope_scaling = true});
+  // A checkpoint directory (weights only): its metadata.json's model keys,
+  // and its files' checksums, as --resume checks them.
+  const bool checkpoint = is_checkpoint_dir(dir);
+  HfLlamaConfig saved;
+  if (checkpoint) {
+    const nlohmann::json meta = read_metadata(dir);
+    check_checkpoint_files(dir, meta);
+    saved = to_hf(checkpoint_model_config(meta, dir));
+  } else {
+    saved = read_hf_config((fs::path(dir) / "config.json").string(), {.keep_rope_scaling = true});
+  }
+  const char* source = checkpoint ? "/metadata.json" : "/config.json";
   const HfLlamaConfig mine = to_hf(run);
   std::vector<std::string> notices;
   auto same = [&](const char* key, const auto& there, const auto& here) {
     if (there == here) return;
     std::ostringstream values;
     values.precision(17);
-    values << "model." << key << " is " << there << " in " << dir << "/config.json but " << here
+    values << "model." << key << " is " << there << " in " << dir << source << " but " << here
            << " in this run's configuration";
     const bool ok = std::find(allowed.begin(), allowed.end(), key) != allowed.end();
     MT_REQUIRE(

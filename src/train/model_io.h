@@ -25,11 +25,17 @@ void save_model_dir(const std::string& dir, Llama& model, bool write = true);
 void save_model_dir(const std::string& dir, const std::vector<Llama*>& chunks, const DeviceMesh* mesh,
                     bool write);
 
+// Writes the directory (config.json of `cfg`, model.safetensors of the full
+// parameters `full`, laid out as make_param_table(cfg)), replacing it as a
+// whole; what both save_model_dir and `meshtrain export` write.
+void write_model_dir(const std::string& dir, const ModelConfig& cfg, const float* full);
+
 // The model configuration stored in dir/config.json (init_std is not stored).
 ModelConfig read_model_config(const std::string& dir);
 
-// --init-from's start-up check of dir/config.json against the run's model
-// configuration. Every field that shapes the function (sizes, heads, kv heads,
+// --init-from's start-up check of dir/config.json (or, for a checkpoint
+// directory, its metadata.json's model keys, after its files' checksums)
+// against the run's model configuration. Every field that shapes the function (sizes, heads, kv heads,
 // tying, rope_theta, norm_eps, max_seq_len, RoPE scaling, experts) must match,
 // or ConfigError names the field and both values. `allow` is
 // train.init_allow: a comma-separated list of the fields that do not shape a

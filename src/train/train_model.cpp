@@ -6,6 +6,7 @@
 #include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
 #include "pipeline/stages.h"
+#include "train/checkpoint_read.h"
 #include "train/model_io.h"
 
 namespace mt {
@@ -88,11 +89,16 @@ TrainModel make_train_model(const Config& cfg, const RunOptions& opts, const Run
   else
     t.stages = {StageRange{}};
   ModelOptions mo = model_options(cfg, opts, mesh);
+  std::unique_ptr<CheckpointReader> checkpoint;  // --init-from of a checkpoint directory
+  if (!opts.init_from.empty() && is_checkpoint_dir(opts.init_from))
+    checkpoint = std::make_unique<CheckpointReader>(opts.init_from);
   for (int c = 0; c < v; ++c) {
     mo.stage = t.stages[static_cast<size_t>(c * mesh.pp + mesh.pp_rank)];
     t.chunks.push_back(std::make_unique<Llama>(cfg.model, mo, make_store(cfg, mesh, mo.stage)));
     Llama& m = *t.chunks.back();
-    if (opts.init_from.empty())
+    if (checkpoint)
+      load_checkpoint_params(*checkpoint, m, run_sizes(mesh), run_coords(mesh));  // weights only, any layout
+    else if (opts.init_from.empty())
       m.init(tc.seed);
     else
       load_model_dir(opts.init_from, m);

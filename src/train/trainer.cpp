@@ -61,7 +61,9 @@ int64_t resume_run(const Config& cfg, const RunOptions& opts, const RunMesh& mes
   for (const std::string& line : r.metrics_lines)
     metrics.write_line(line);
   if (!opts.quiet && mesh.rank == 0)
-    std::printf("resumed from %s: step %lld next\n", dir.c_str(), static_cast<long long>(r.step));
+    std::printf("resumed from %s: step %lld next (rank 0 read %lld of the checkpoint's %lld tensor bytes)\n",
+                dir.c_str(), static_cast<long long>(r.step), static_cast<long long>(r.bytes_read),
+                static_cast<long long>(r.tensor_bytes));
   return r.step;
 }
 }  // namespace

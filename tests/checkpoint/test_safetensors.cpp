@@ -175,6 +175,43 @@ TEST(Safetensors, ReadsBf16AndF16FromHandBuiltHeader) {
   EXPECT_EQ(std::bit_cast<uint32_t>(h[6]), 0x80000000u);
 }
 
+// Ranged reads (what a checkpoint loader uses to take only the rows it needs):
+// element e of "cube" is iota's value e, so each range is checked against
+// values written independently of the reader.
+TEST(Safetensors, RangedReadsTakeExactlyTheRequestedElements) {
+  TempDir dir;
+  const std::string path = dir.file("ranges.safetensors");
+  const std::vector<float> before = iota(3, 2.0f), cube = iota(4 * 3 * 2, 0.25f);
+  write_safetensors(path, {{"before", {3}, before.data()}, {"cube", {4, 3, 2}, cube.data()}});
+  const SafetensorsFile f = SafetensorsFile::open(path);
+  std::vector<float> got(12, 99.0f);
+  f.read_f32_range("cube", 6, 12, got.data());  // rows 1 and 2 of dim 0
+  EXPECT_EQ(got, std::vector<float>(cube.begin() + 6, cube.begin() + 18));
+  got.assign(3, 99.0f);
+  f.read_f32_range("cube", 21, 3, got.data());  // the last three elements
+  EXPECT_THAT(got, ElementsAre(cube[21], cube[22], cube[23]));
+  f.read_f32_range("cube", 24, 0, got.data());  // empty, at the end
+  EXPECT_THAT(got, ElementsAre(cube[21], cube[22], cube[23]));
+  for (auto [first, n] : {std::pair<int64_t, int64_t>{-1, 2}, {23, 2}, {25, 0}, {0, -1}}) {
+    try {
+      f.read_f32_range("cube", first, n, got.data());
+      FAIL() << "expected DataError for [" << first << ", +" << n << ")";
+    } catch (const DataError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("of tensor 'cube' are not inside its 24"));
+    }
+  }
+  // 16-bit: a range starting inside the tensor converts just those elements.
+  const std::string half = dir.file("half.safetensors");
+  const uint16_t bf16[] = {0x3f80, 0xc000, 0x4049, 0x4080};  // 1, -2, 3.140625, 4
+  testing::write_bytes(
+      half, testing::safetensors_bytes(R"({"b":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}})",
+                                       std::string(reinterpret_cast<const char*>(bf16), 8)));
+  const SafetensorsFile h = SafetensorsFile::open(half);
+  got.assign(2, 0.0f);
+  h.read_f32_range("b", 1, 2, got.data());
+  EXPECT_THAT(got, ElementsAre(-2.0f, 3.140625f));
+}
+
 TEST(Half, F16NanStaysNanAndSubnormalsAreExact) {
   EXPECT_TRUE(std::isnan(f16_to_f32(0x7e00)));
   EXPECT_TRUE(std::isnan(f16_to_f32(0xfc01)));

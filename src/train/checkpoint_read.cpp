@@ -1,0 +1,212 @@
+// Reading checkpoint slices into any box (train/checkpoint_read.h).
+#include "train/checkpoint_read.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "config/config.h"
+#include "core/error.h"
+#include "model/params.h"
+#include "train/checkpoint_meta.h"
+#include "train/model_io.h"
+
+namespace mt {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string box_text(const std::vector<int64_t>& offsets, const std::vector<int64_t>& size) {
+  std::string t = "[";
+  for (size_t d = 0; d < size.size(); ++d)
+    t += (d ? ", " : "") + std::to_string(offsets[d]) + ":" + std::to_string(offsets[d] + size[d]);
+  return t + "]";
+}
+
+int64_t volume(const std::vector<int64_t>& size) {
+  int64_t n = 1;
+  for (int64_t s : size)
+    n *= s;
+  return n;
+}
+
+// Row-major strides of a box of `size`.
+std::vector<int64_t> strides(const std::vector<int64_t>& size) {
+  std::vector<int64_t> st(size.size(), 1);
+  for (size_t d = size.size(); d-- > 1;)
+    st[d - 1] = st[d] * size[d];
+  return st;
+}
+
+// Whether the box lies inside a tensor of `shape` (same rank, non-negative).
+bool inside(const std::vector<int64_t>& off, const std::vector<int64_t>& size,
+            const std::vector<int64_t>& shape) {
+  if (off.size() != shape.size() || size.size() != shape.size()) return false;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (off[d] < 0 || size[d] < 0 || off[d] + size[d] > shape[d]) return false;
+  return true;
+}
+
+// The intersection [lo, hi) of two boxes; false when it is empty.
+bool intersect(const std::vector<int64_t>& a_off, const std::vector<int64_t>& a_size,
+               const std::vector<int64_t>& b_off, const std::vector<int64_t>& b_size,
+               std::vector<int64_t>& lo, std::vector<int64_t>& hi) {
+  lo.resize(a_size.size());
+  hi.resize(a_size.size());
+  for (size_t d = 0; d < a_size.size(); ++d) {
+    lo[d] = std::max(a_off[d], b_off[d]);
+    hi[d] = std::min(a_off[d] + a_size[d], b_off[d] + b_size[d]);
+    if (lo[d] >= hi[d]) return false;
+  }
+  return true;
+}
+
+// f(flat index in box a, flat index in box b, n) for each run of the
+// intersection [lo, hi) that is contiguous in both boxes: rows along the last
+// dim, merged while they continue each other in both (whole rows of dim 0
+// when the boxes share their trailing extents).
+template <class F>
+void for_each_run(const std::vector<int64_t>& a_off, const std::vector<int64_t>& a_size,
+                  const std::vector<int64_t>& b_off, const std::vector<int64_t>& b_size,
+                  const std::vector<int64_t>& lo, const std::vector<int64_t>& hi, F&& f) {
+  const size_t nd = lo.size();
+  if (nd == 0) return f(0, 0, 1);
+  const std::vector<int64_t> sa = strides(a_size), sb = strides(b_size);
+  const int64_t run = hi[nd - 1] - lo[nd - 1];
+  std::vector<int64_t> idx(lo.begin(), lo.end());
+  int64_t pa = -1, pb = -1, pn = 0;  // the pending merged run
+  while (true) {
+    int64_t ia = 0, ib = 0;
+    for (size_t d = 0; d < nd; ++d) {
+      ia += (idx[d] - a_off[d]) * sa[d];
+      ib += (idx[d] - b_off[d]) * sb[d];
+    }
+    if (pn > 0 && ia == pa + pn && ib == pb + pn) {
+      pn += run;
+    } else {
+      if (pn > 0) f(pa, pb, pn);
+      pa = ia, pb = ib, pn = run;
+    }
+    size_t d = nd - 1;  // the next row: odometer over dims 0 … nd − 2
+    while (d-- > 0 && ++idx[d] == hi[d])
+      idx[d] = lo[d];
+    if (d == static_cast<size_t>(-1)) break;
+  }
+  f(pa, pb, pn);
+}
+
+}  // namespace
+
+CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir), meta_(read_metadata(dir)) {
+  const json& tensors = meta_.at("tensors");
+  for (const json& f : meta_.at("files")) {
+    if (!f.contains("slices")) continue;
+    for (const json& s : f.at("slices")) {
+      Saved saved{f.at("name").get<std::string>(), s.at("offsets").get<std::vector<int64_t>>(),
+                  s.at("shape").get<std::vector<int64_t>>()};
+      const std::string tensor = s.at("tensor").get<std::string>();
+      MT_REQUIRE(tensors.contains(tensor), DataError, "checkpoint ", dir, ": ", saved.file,
+                 " holds a slice of '", tensor, "', which metadata.json's tensors do not list");
+      const std::vector<int64_t> shape = tensors.at(tensor).at("shape").get<std::vector<int64_t>>();
+      MT_REQUIRE(inside(saved.offsets, saved.shape, shape), DataError, "checkpoint ", dir, ": the slice ",
+                 box_text(saved.offsets, saved.shape), " of '", tensor, "' in ", saved.file,
+                 " is not inside the tensor's shape");
+      std::vector<int64_t> lo, hi;
+      for (const Saved& other : saved_[tensor])
+        MT_REQUIRE(!intersect(saved.offsets, saved.shape, other.offsets, other.shape, lo, hi), DataError,
+                   "checkpoint ", dir, ": the slices ", box_text(other.offsets, other.shape), " (",
+                   other.file, ") and ", box_text(saved.offsets, saved.shape), " (", saved.file, ") of '",
+                   tensor, "' overlap (a corrupt metadata.json)");
+      tensor_bytes_ += 3 * 4 * volume(saved.shape);  // the parameter and its two moments, fp32
+      saved_[tensor].push_back(std::move(saved));
+    }
+  }
+}
+
+const SafetensorsFile& CheckpointReader::open(const std::string& file) {
+  auto& f = open_[file];
+  if (!f) f = std::make_unique<SafetensorsFile>(SafetensorsFile::open((fs::path(dir_) / file).string()));
+  return *f;
+}
+
+void CheckpointReader::read_box(const std::string& tensor, const std::string& suffix,
+                                const std::vector<int64_t>& offsets, const std::vector<int64_t>& size,
+                                float* box) {
+  const int64_t want = volume(size);
+  if (want == 0) return;
+  int64_t covered = 0;
+  std::vector<int64_t> lo, hi;
+  for (const Saved& s : saved_[tensor]) {
+    if (s.shape.size() != size.size() || !intersect(offsets, size, s.offsets, s.shape, lo, hi)) continue;
+    const SafetensorsFile& f = open(s.file);
+    const std::string name = tensor + suffix;
+    MT_REQUIRE(f.has(name) && f.shape(name) == s.shape, DataError, f.path(), ": tensor '", name,
+               "' is missing or has another shape than metadata.json's slice ", box_text(s.offsets, s.shape));
+    for_each_run(s.offsets, s.shape, offsets, size, lo, hi, [&](int64_t in_file, int64_t in_box, int64_t n) {
+      f.read_f32_range(name, in_file, n, box + in_box);
+      bytes_read_ += 4 * n;
+      covered += n;
+    });
+  }
+  MT_REQUIRE(covered == want, DataError, "checkpoint ", dir_, ": the saved slices of '", tensor, "' cover ",
+             covered, " of the ", want, " elements of ", box_text(offsets, size),
+             " this rank needs (metadata.json leaves a hole)");
+}
+
+ModelConfig checkpoint_model_config(const json& meta, const std::string& dir) {
+  Config c;
+  for (const auto& [key, value] : meta.at("config").items()) {
+    if (key.rfind("model.", 0) != 0) continue;
+    try {
+      config_set(c, key, value.get<std::string>());
+    } catch (const std::exception& e) {
+      MT_THROW(DataError, "checkpoint ", dir, ": metadata.json's config has ", key, " = ", value.dump(), " (",
+               e.what(), ")");
+    }
+  }
+  return c.model;
+}
+
+bool is_checkpoint_dir(const std::string& dir) {
+  std::error_code ec;
+  return fs::exists(fs::path(dir) / "metadata.json", ec);
+}
+
+void read_chunk_slices(CheckpointReader& reader, Llama& chunk, const MeshSizes& sizes,
+                       const MeshCoords& coords, const std::vector<float*>& targets) {
+  std::vector<float> box;
+  for (const LocalSlice& s : local_slices(chunk, sizes, coords)) {
+    if (s.numel() == 0) continue;  // an all-padding piece: nothing saved, nothing to read
+    box.resize(static_cast<size_t>(s.numel()));
+    for (size_t k = 0; k < targets.size(); ++k) {
+      reader.read_box(s.tensor, kStateSuffix[k], s.offsets, s.size, box.data());
+      box_to_slice(s, box.data(), targets[k]);
+    }
+  }
+}
+
+void load_checkpoint_params(CheckpointReader& reader, Llama& chunk, const MeshSizes& sizes,
+                            const MeshCoords& coords) {
+  read_chunk_slices(reader, chunk, sizes, coords, {chunk.store().local_params()});
+  chunk.store().after_update();  // zero 1/2: all-gather the loaded shards into the full parameters
+}
+
+void export_checkpoint(const std::string& dir, const std::string& out) {
+  check_checkpoint_files(dir, read_metadata(dir));
+  CheckpointReader reader(dir);
+  const ModelConfig cfg = checkpoint_model_config(reader.metadata(), dir);
+  const ParamTable table = make_param_table(cfg);
+  const json& tensors = reader.metadata().at("tensors");
+  std::vector<float> full(static_cast<size_t>(table.total));
+  for (const ParamSpec& s : table.specs) {
+    MT_REQUIRE(tensors.contains(s.name) && tensors.at(s.name).at("shape") == json(s.global_shape), DataError,
+               "checkpoint ", dir, ": metadata.json's tensor '", s.name,
+               "' is missing or does not have the shape its model config gives");
+    reader.read_box(s.name, "", std::vector<int64_t>(s.global_shape.size(), 0), s.global_shape,
+                    full.data() + s.offset);
+  }
+  write_model_dir(out, cfg, full.data());
+}
+
+}  // namespace mt
