@@ -28,11 +28,16 @@ fail() {
 
 "$bin" train "${tiny[@]}" --set train.microbatch_size=8 --metrics "$tmp/ref.jsonl" --save "$tmp/ref"
 
-# reshard NAME "SAVE: RANKS FLAGS..." "RESUME: RANKS FLAGS...": checkpoint
+tied=(--set model.tie_embeddings=true)
+"$bin" train "${tiny[@]}" "${tied[@]}" --set train.microbatch_size=8 --metrics "$tmp/ref_tied.jsonl" \
+  --save "$tmp/ref_tied"
+
+# reshard NAME "SAVE: RANKS FLAGS..." "RESUME: RANKS FLAGS..." [REF]: checkpoint
 # $tmp/NAME.ck/step-00000005 under the first layout, then run NAME resumed from
-# it under the second (which also saves step-00000010 there).
+# it under the second (which also saves step-00000010 there), checked against
+# REF (default: ref).
 reshard() {
-  local name=$1 ck=$tmp/$1.ck
+  local name=$1 ck=$tmp/$1.ck ref=${4:-ref}
   local -a from=($2) to=($3)
   MESHTRAIN_FAULT=throw:0:5 "${mpi[@]}" -np "${from[0]}" "$bin" train "${tiny[@]}" "${from[@]:1}" \
     --set train.checkpoint_dir="$ck" --set train.checkpoint_every=5 >/dev/null 2>&1
@@ -42,7 +47,7 @@ reshard() {
   fi
   if run "$name" "${to[0]}" "${to[@]:1}" --set train.checkpoint_dir="$ck" --resume "$ck/step-00000005" \
     >/dev/null 2>"$tmp/$name.err"; then
-    check "$name" ref
+    check "$name" "$ref"
   else
     fail "$name: the resumed run failed: $(cat "$tmp/$name.err")"
   fi
@@ -58,6 +63,10 @@ reshard pp2_interleaved_to_dp2_zero2 \
 reshard cp2_to_dp2_tp2 "2 --cp 2 --set train.microbatch_size=4" "4 --dp 2 --tp 2 --set train.microbatch_size=4"
 reshard dp2_tp2_zero1_to_dp2 "4 --dp 2 --tp 2 --zero 1 --set train.microbatch_size=4" \
   "2 --dp 2 --set train.microbatch_size=4"
+# Tied embeddings: the last stage's copy of the embedding (ParamSpec::tied_copy)
+# is read from the embedding's slices; another microbatch size, allowed by name.
+reshard tied_dp2_zero1_to_pp2_tp2 "2 --dp 2 --zero 1 ${tied[*]} --set train.microbatch_size=4" \
+  "4 --pp 2 --tp 2 ${tied[*]} --set train.microbatch_size=2 --set train.resume_allow=microbatch_size" ref_tied
 
 # Export of the step-10 checkpoint the resumed run wrote = its --save at step 10.
 ck=$tmp/dp4_zero3_to_tp2_pp2.ck
