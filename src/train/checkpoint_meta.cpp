@@ -130,11 +130,11 @@ namespace {
 // the optimizer's and the data's (the state was computed with them). Other
 // keys (threads, logging, evaluation, checkpoint cadence) may change freely.
 bool compared_on_resume(const std::string& key) {
+  // Not train.microbatch_size: it only splits the batch, a layout choice.
   static const std::set<std::string> train_keys = {
-      "train.steps", "train.batch_size", "train.microbatch_size", "train.seq_len",
-      "train.lr",    "train.min_lr",     "train.warmup_steps",    "train.weight_decay",
-      "train.beta1", "train.beta2",      "train.adam_eps",        "train.grad_clip",
-      "train.seed",  "data.dir",         "data.ignore_id"};
+      "train.steps",        "train.batch_size",   "train.seq_len", "train.lr",      "train.min_lr",
+      "train.warmup_steps", "train.weight_decay", "train.beta1",   "train.beta2",   "train.adam_eps",
+      "train.grad_clip",    "train.seed",         "data.dir",      "data.ignore_id"};
   return key.rfind("model.", 0) == 0 || train_keys.count(key) != 0;
 }
 

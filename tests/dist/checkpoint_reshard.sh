@@ -66,7 +66,7 @@ reshard dp2_tp2_zero1_to_dp2 "4 --dp 2 --tp 2 --zero 1 --set train.microbatch_si
 # Tied embeddings: the last stage's copy of the embedding (ParamSpec::tied_copy)
 # is read from the embedding's slices; another microbatch size, allowed by name.
 reshard tied_dp2_zero1_to_pp2_tp2 "2 --dp 2 --zero 1 ${tied[*]} --set train.microbatch_size=4" \
-  "4 --pp 2 --tp 2 ${tied[*]} --set train.microbatch_size=2 --set train.resume_allow=microbatch_size" ref_tied
+  "4 --pp 2 --tp 2 ${tied[*]} --set train.microbatch_size=2" ref_tied
 
 # Export of the step-10 checkpoint the resumed run wrote = its --save at step 10.
 ck=$tmp/dp4_zero3_to_tp2_pp2.ck
