@@ -28,6 +28,16 @@ HfLlamaConfig to_hf(const ModelConfig& c) {
   h.rope_theta = c.rope_theta;
   h.rms_norm_eps = c.norm_eps;
   h.tie_word_embeddings = c.tie_embeddings;
+  if (c.moe()) {
+    h.num_local_experts = c.n_experts;
+    h.num_experts_per_tok = c.top_k;
+    h.moe_every = c.moe_every;
+    h.expert_intermediate_size = c.expert_hidden();
+    if (c.moe_every == 1) h.intermediate_size = c.expert_hidden();  // a Mixtral has no dense MLP
+    h.router_aux_loss_coef = c.router_aux_loss_coef;
+    h.router_z_loss_coef = c.router_z_loss_coef;
+    h.capacity_factor = c.capacity_factor;
+  }
   return h;
 }
 }  // namespace
@@ -95,6 +105,15 @@ ModelConfig read_model_config(const std::string& dir) {
   c.rope_theta = h.rope_theta;
   c.norm_eps = h.rms_norm_eps;
   c.tie_embeddings = h.tie_word_embeddings;
+  if (h.num_local_experts > 0) {
+    c.n_experts = h.num_local_experts;
+    c.top_k = h.num_experts_per_tok;
+    c.moe_every = h.moe_every;
+    c.expert_ffn_hidden = h.expert_intermediate_size;
+    c.router_aux_loss_coef = h.router_aux_loss_coef;
+    c.router_z_loss_coef = h.router_z_loss_coef;
+    c.capacity_factor = h.capacity_factor;
+  }
   return c;
 }
 
@@ -140,6 +159,12 @@ std::vector<std::string> check_init_from(const std::string& dir, const ModelConf
         ok ? "" : " (list the field in train.init_allow to use the run's value, if it shapes no tensor)");
     notices.push_back("--init-from: " + values.str() + "; using this run's value (train.init_allow)");
   };
+  same("n_experts", saved.num_local_experts, mine.num_local_experts);
+  if (saved.num_local_experts > 0 && mine.num_local_experts > 0) {
+    same("top_k", saved.num_experts_per_tok, mine.num_experts_per_tok);
+    same("moe_every", saved.moe_every, mine.moe_every);
+    same("expert_ffn_hidden", saved.expert_intermediate_size, mine.expert_intermediate_size);
+  }
   same("vocab_size", saved.vocab_size, mine.vocab_size);
   same("d_model", saved.hidden_size, mine.hidden_size);
   same("ffn_hidden", saved.intermediate_size, mine.intermediate_size);
