@@ -67,11 +67,14 @@ void validate_pipeline(const Config& c) {
 void validate_moe_layout(const Config& c) {
   if (!c.model.moe()) return;
   const ParallelConfig& p = c.parallel;
-  const std::pair<const char*, int64_t> axes[] = {{"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}};
+  const std::pair<const char*, int64_t> axes[] = {{"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}};
   for (const auto& [axis, n] : axes) {
     MT_REQUIRE(n == 1, ConfigError, "model.n_experts (", c.model.n_experts, ") with parallel.", axis, " (", n,
-               "): the mixture of experts runs in one process only so far (no parallel axis > 1)");
+               "): the mixture of experts runs with data parallelism only so far (tp, pp, cp must be 1)");
   }
+  MT_REQUIRE(c.model.router_bias_rate == 0 || p.dp == 1, ConfigError, "model.router_bias_rate (",
+             c.model.router_bias_rate, ") with parallel.dp (", p.dp,
+             "): the bias would move by each rank's own loads, not the global ones (not built yet)");
   MT_REQUIRE(c.model.router_bias_rate == 0 || c.train.checkpoint_dir.empty(), ConfigError,
              "model.router_bias_rate (", c.model.router_bias_rate, ") with train.checkpoint_dir ('",
              c.train.checkpoint_dir,

@@ -72,6 +72,10 @@ struct ModelOptions {
   // exchanges keys and values over cp: around a ring, or by all-gather.
   Group* cp = nullptr;
   cp::CpImpl cp_impl = cp::CpImpl::ring;
+  // Mixture of experts: the ranks whose microbatches together make the step's
+  // global batch (dp). The router losses are a mean over all those
+  // microbatches, so each one's weight is coef / (microbatches × moe_groups).
+  int64_t moe_groups = 1;
 };
 
 // A step's mixture-of-experts statistics on this rank, from the microbatches

@@ -170,7 +170,7 @@ void Llama::moe_backward(int64_t l, const float* P, float* G, LayerActs& a, cons
   // vector for every row: it depends on the pooled counts) and the z-loss's,
   // each scaled by its coefficient over the step's microbatches.
   const MoeTally& t = cur_->tally;
-  const double R = static_cast<double>(t.rows), M = static_cast<double>(microbatches_);
+  const double R = static_cast<double>(t.rows), M = static_cast<double>(microbatches_ * opts_.moe_groups);
   std::vector<float> dprob(static_cast<size_t>(E), 0.0f);
   for (int64_t e = 0; e < E; ++e) {
     int64_t picked = 0;

@@ -161,7 +161,7 @@ void report_start(const RunMesh& mesh, const Config& cfg, const TrainModel& mode
 namespace {
 // The step's mixture-of-experts metrics (docs/MODEL.md "Mixture of experts"):
 // none for a dense model, so its lines are unchanged.
-void add_moe_metrics(nlohmann::json& j, TrainModel& model) {
+void add_moe_metrics(nlohmann::json& j, TrainModel& model, const RunMesh& mesh) {
   nlohmann::json per_layer = nlohmann::json::object();
   double aux = 0, z = 0, margin = std::numeric_limits<double>::infinity();
   int64_t dropped = 0;
@@ -178,6 +178,22 @@ void add_moe_metrics(nlohmann::json& j, TrainModel& model) {
     margin = std::min(margin, st.min_topk_margin);
   }
   if (!any) return;
+  Group* dp = mesh.dp > 1 ? mesh.dp_cp_group() : nullptr;
+  if (dp != nullptr) {  // each rank holds its microbatches' figures: sums, means over dp, the minimum
+    for (auto& [layer, counts] : per_layer.items()) {
+      std::vector<int64_t> v = counts.get<std::vector<int64_t>>();
+      dp->all_reduce(v.data(), static_cast<int64_t>(v.size()), "moe metrics");
+      counts = v;
+    }
+    double sums[2] = {aux, z};
+    dp->all_reduce(sums, 2, "moe metrics");
+    aux = sums[0] / static_cast<double>(mesh.dp);
+    z = sums[1] / static_cast<double>(mesh.dp);
+    dp->all_reduce(&dropped, 1, "moe metrics");
+    double neg = -margin;
+    dp->all_reduce(&neg, 1, "moe metrics", ReduceOp::max);
+    margin = -neg;
+  }
   j["moe_tokens_per_expert"] = per_layer;  // {"layer": [tokens routed to each expert]}
   j["moe_aux_loss"] = aux;
   j["moe_z_loss"] = z;
@@ -209,7 +225,7 @@ void report_step(MetricsWriter& metrics, const RunMesh& mesh, TrainModel& model,
                          {"mfu", s.mfu},
                          {"mem_peak_bytes", s.mem_peak_bytes},
                          {"skipped", s.skipped}};
-  add_moe_metrics(line, model);
+  add_moe_metrics(line, model, mesh);
   metrics.write(line);
   if (!opts.quiet && lead && (s.step % tc.log_every == 0 || s.step + 1 == tc.steps)) {
     std::printf(

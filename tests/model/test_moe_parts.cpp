@@ -15,6 +15,8 @@
 #include "model/llama.h"
 #include "ops/router.h"
 #include "parallel/expert_parallel.h"
+#include "train/flops.h"
+#include "train/memory_estimate.h"
 #include "train/model_io.h"
 
 namespace mt {
@@ -204,10 +206,13 @@ TEST(MoeConfig, BadInputIsRefusedWithTheNumbers) {
   c = valid_moe_config();
   c.parallel.dp = 2;
   c.train.batch_size = 4;
-  expect_refused(c, "model.n_experts (4) with parallel.dp (2)");
+  EXPECT_NO_THROW(c.validate());  // data parallelism: every rank holds every expert
+  c.model.router_bias_rate = 0.01;
+  expect_refused(c, "model.router_bias_rate (0.01) with parallel.dp (2)");
   c = valid_moe_config();
   c.parallel.tp = 2;
-  expect_refused(c, "with parallel.tp (2)");
+  expect_refused(
+      c, "model.n_experts (4) with parallel.tp (2): the mixture of experts runs with data parallelism only");
   c = valid_moe_config();
   c.model.router_bias_rate = 0.001;
   c.train.checkpoint_dir = "ck";
@@ -247,6 +252,22 @@ TEST(MoeSave, MixtralConfigAndRoundTrip) {
     load_model_dir(dir.string(), loaded);
     EXPECT_EQ(std::vector<float>(loaded.params(), loaded.params() + loaded.num_params()),
               std::vector<float>(m.params(), m.params() + m.num_params()));
+  }
+}
+
+// MFU counts the active parameters; the memory estimate every parameter.
+TEST(MoeSizes, ActiveAndTotalParameters) {
+  ModelConfig c = small_moe();
+  // attention (q|k|v 16·8 + o 8·8 = 192) per layer; per MoE layer the router
+  // 4·8 and top_k = 2 experts of 3·6·8; the LM head 29·8.
+  EXPECT_EQ(matmul_params(c), 2 * 192 + 2 * (32 + 2 * 144) + 29 * 8);
+  c.moe_every = 2;  // layer 1 only; layer 0 a dense MLP of 3·12·8
+  EXPECT_EQ(matmul_params(c), 2 * 192 + 288 + (32 + 2 * 144) + 29 * 8);
+  for (int64_t every : {1, 2}) {
+    c.moe_every = every;
+    ModelOptions mo;
+    mo.max_seq = 8;
+    EXPECT_EQ(checked_param_count(c), Llama(c, mo).num_params()) << "moe_every " << every;
   }
 }
 
