@@ -126,6 +126,10 @@ std::vector<std::string> ineffective_keys(const Config& c) {
   note("parallel.virtual_stages", p.pp == 1, "parallel.pp", p.pp);  // only 1 is valid there
   note("parallel.stage_layers", p.pp == 1, "parallel.pp", p.pp);
   note("train.eval_windows", c.train.eval_every == 0, "train.eval_every", c.train.eval_every);
+  for (const char* key :
+       {"model.moe_every", "model.top_k", "model.expert_ffn_hidden", "model.router_aux_loss_coef",
+        "model.router_z_loss_coef", "model.capacity_factor", "model.router_bias_rate"})
+    note(key, !c.model.moe(), "model.n_experts", c.model.n_experts);
   return notes;
 }
 

@@ -219,6 +219,13 @@ TEST(MoeConfig, BadInputIsRefusedWithTheNumbers) {
   expect_refused(c, "model.router_bias_rate (0.001) with train.checkpoint_dir ('ck')");
 }
 
+TEST(MoeConfig, ExpertKeysWithoutExpertsAreNamed) {
+  EXPECT_EQ(ineffective_keys(parse_config_text("", "t", {"model.top_k=1", "model.capacity_factor=1.5"})),
+            (std::vector<std::string>{"model.top_k has no effect with model.n_experts = 0",
+                                      "model.capacity_factor has no effect with model.n_experts = 0"}));
+  EXPECT_TRUE(ineffective_keys(parse_config_text("", "t", {"model.n_experts=4", "model.top_k=1"})).empty());
+}
+
 TEST(MoeSave, MixtralConfigAndRoundTrip) {
   for (int64_t every : {1, 2}) {
     ModelConfig cfg = small_moe();
