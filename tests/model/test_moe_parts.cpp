@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/safetensors.h"
 #include "config/config.h"
 #include "core/error.h"
 #include "model/llama.h"
@@ -276,6 +277,54 @@ TEST(MoeSizes, ActiveAndTotalParameters) {
     mo.max_seq = 8;
     EXPECT_EQ(checked_param_count(c), Llama(c, mo).num_params()) << "moe_every " << every;
   }
+}
+
+// transformers 5's fused expert layout loads into the same parameters as
+// Mixtral's per-expert names (docs/FORMATS.md): gate_up_proj [E, 2I, C] with
+// w1 then w3 rows per expert, down_proj [E, C, I], the router as mlp.gate.
+TEST(MoeSave, ReadsTransformers5FusedExperts) {
+  const ModelConfig cfg = small_moe();  // E 4, I 6, C 8, 2 layers
+  ModelOptions mo;
+  mo.max_seq = 8;
+  Llama m(cfg, mo);
+  m.init(21);
+  const fs::path dir = fs::path(::testing::TempDir()) / "moe_fused";
+  save_model_dir(dir.string(), m);
+  const int64_t E = 4, I = 6, C = 8;
+  std::vector<std::vector<float>> store;  // the fused tensors (a moved vector keeps its buffer)
+  std::vector<TensorRef> tensors;
+  for (const ParamSpec& s : m.param_table().specs) {
+    const float* p = m.params() + s.offset;
+    const size_t moe = s.name.find("block_sparse_moe.");
+    if (moe == std::string::npos) {
+      tensors.push_back({s.name, s.global_shape, p});
+      continue;
+    }
+    const std::string layer = s.name.substr(0, moe);
+    if (s.name.find("gate.weight") != std::string::npos) {
+      tensors.push_back({layer + "mlp.gate.weight", s.global_shape, p});
+    } else if (s.name.find("experts.0.w1") != std::string::npos) {  // build both fused tensors once
+      std::vector<float> gate_up(static_cast<size_t>(E * 2 * I * C)), down(static_cast<size_t>(E * C * I));
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string x = layer + "block_sparse_moe.experts." + std::to_string(e) + ".";
+        const float* w1 = m.params() + m.param_table().find(x + "w1.weight").offset;
+        const float* w3 = m.params() + m.param_table().find(x + "w3.weight").offset;
+        const float* w2 = m.params() + m.param_table().find(x + "w2.weight").offset;
+        std::copy(w1, w1 + I * C, gate_up.begin() + e * 2 * I * C);
+        std::copy(w3, w3 + I * C, gate_up.begin() + e * 2 * I * C + I * C);
+        std::copy(w2, w2 + C * I, down.begin() + e * C * I);
+      }
+      store.push_back(std::move(gate_up));
+      tensors.push_back({layer + "mlp.experts.gate_up_proj", {E, 2 * I, C}, store.back().data()});
+      store.push_back(std::move(down));
+      tensors.push_back({layer + "mlp.experts.down_proj", {E, C, I}, store.back().data()});
+    }
+  }
+  write_safetensors((dir / "model.safetensors").string(), tensors, {});
+  Llama loaded(cfg, mo);
+  load_model_dir(dir.string(), loaded);
+  EXPECT_EQ(std::vector<float>(loaded.params(), loaded.params() + loaded.num_params()),
+            std::vector<float>(m.params(), m.params() + m.num_params()));
 }
 
 }  // namespace
