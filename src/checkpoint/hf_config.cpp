@@ -78,6 +78,48 @@ void read_rope(const Json& root, const Reader& r, const std::string& path, HfLla
   if (type != "default" && c->rope_scaling.empty()) c->rope_scaling = p.dump();
 }
 
+// Mixtral's fields (or meshtrain_moe's: with dense layers between, not a Mixtral).
+void write_moe_fields(Json& j, const HfLlamaConfig& c) {
+  const bool mixtral = c.moe_every == 1;
+  j["architectures"] = {mixtral ? "MixtralForCausalLM" : "MeshtrainMoeForCausalLM"};
+  j["model_type"] = mixtral ? "mixtral" : "meshtrain_moe";
+  if (mixtral) {
+    j["intermediate_size"] = c.expert_intermediate_size;  // Mixtral has no dense MLP
+  } else {
+    j["expert_intermediate_size"] = c.expert_intermediate_size;
+    j["moe_every"] = c.moe_every;
+    j["note"] =
+        "not a Mixtral: only layers l with (l + 1) % moe_every == 0 are mixtures of experts, the others "
+        "dense Llama MLPs of intermediate_size (meshtrain docs/FORMATS.md)";
+  }
+  j["num_local_experts"] = c.num_local_experts;
+  j["num_experts_per_tok"] = c.num_experts_per_tok;
+  j["router_aux_loss_coef"] = c.router_aux_loss_coef;
+  j["output_router_logits"] = c.router_aux_loss_coef > 0;
+  j["router_jitter_noise"] = 0.0;
+  j["sliding_window"] = nullptr;
+  j["router_z_loss_coef"] = c.router_z_loss_coef;
+  j["capacity_factor"] = c.capacity_factor;
+}
+
+// The expert fields of a "mixtral" or "meshtrain_moe" config.json into c.
+void read_moe_fields(const Reader& r, bool mixtral, HfLlamaConfig* c) {
+  c->num_local_experts = r.integer("num_local_experts");
+  c->num_experts_per_tok = r.integer("num_experts_per_tok");
+  c->moe_every = mixtral ? 1 : r.integer("moe_every");
+  c->expert_intermediate_size = mixtral ? c->intermediate_size : r.integer("expert_intermediate_size");
+  c->router_aux_loss_coef = r.present("router_aux_loss_coef") ? r.number("router_aux_loss_coef") : 0.001;
+  c->router_z_loss_coef = r.present("router_z_loss_coef") ? r.number("router_z_loss_coef") : 0.0;
+  c->capacity_factor = r.present("capacity_factor") ? r.number("capacity_factor") : 0.0;
+  if (r.present("router_jitter_noise") && r.number("router_jitter_noise") != 0)
+    r.fail("router_jitter_noise", "is ", r.number("router_jitter_noise"), "; only 0 is supported");
+  if (r.present("sliding_window"))
+    r.fail("sliding_window", "is set; sliding-window attention is not supported");
+  if (c->num_local_experts < 1 || c->num_experts_per_tok < 1 || c->num_experts_per_tok > c->num_local_experts)
+    r.fail("num_experts_per_tok", "(", c->num_experts_per_tok, ") must be between 1 and num_local_experts (",
+           c->num_local_experts, ")");
+}
+
 }  // namespace
 
 void check_hf_config(const HfLlamaConfig& c, const std::string& source) {
@@ -120,6 +162,7 @@ void write_hf_config(const std::string& path, const HfLlamaConfig& c) {
             {"attention_bias", false},
             {"mlp_bias", false},
             {"torch_dtype", "float32"}};
+  if (c.num_local_experts > 0) write_moe_fields(j, c);
   write_file_atomic(path, j.dump(2) + "\n");
 }
 
@@ -141,8 +184,9 @@ HfLlamaConfig read_hf_config(const std::string& path, const HfReadOptions& opts)
 
   // Features that change the computation but that our model does not have:
   // refuse them rather than load a model that silently computes something else.
-  if (r.present("model_type") && r.string("model_type") != "llama") {
-    r.fail("model_type", "is '", r.string("model_type"), "'; only 'llama' is supported");
+  const std::string type = r.present("model_type") ? r.string("model_type") : "llama";
+  if (type != "llama" && type != "mixtral" && type != "meshtrain_moe") {
+    r.fail("model_type", "is '", type, "'; only 'llama', 'mixtral' and 'meshtrain_moe' are supported");
   }
   if (r.present("hidden_act") && r.string("hidden_act") != "silu") {
     r.fail("hidden_act", "is '", r.string("hidden_act"), "'; only 'silu' is supported");
@@ -151,8 +195,9 @@ HfLlamaConfig read_hf_config(const std::string& path, const HfReadOptions& opts)
     if (r.present(key) && r.boolean(key)) r.fail(key, "is true; biases are not supported");
   }
   for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts"}) {
-    if (r.present(key) && !(root[key].is_number_integer() && root[key].get<int64_t>() <= 1))
-      r.fail(key, "is ", root[key].dump(), "; mixture-of-experts models are not supported");
+    if (type == "llama" && r.present(key) &&
+        !(root[key].is_number_integer() && root[key].get<int64_t>() <= 1))
+      r.fail(key, "is ", root[key].dump(), "; a mixture of experts needs model_type 'mixtral'");
   }
 
   HfLlamaConfig c;
@@ -167,6 +212,7 @@ HfLlamaConfig read_hf_config(const std::string& path, const HfReadOptions& opts)
   c.rms_norm_eps = r.number("rms_norm_eps");
   read_rope(root, r, path, &c);
   c.tie_word_embeddings = r.present("tie_word_embeddings") ? r.boolean("tie_word_embeddings") : false;
+  if (type != "llama") read_moe_fields(r, type == "mixtral", &c);
   if (!c.rope_scaling.empty() && !opts.keep_rope_scaling) {
     r.fail(r.present("rope_scaling") ? "rope_scaling" : "rope_parameters", "is set (", c.rope_scaling,
            "); RoPE scaling is not supported");

@@ -19,6 +19,17 @@ struct HfLlamaConfig {
   double rope_theta = 10000.0;
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;
+  // Mixture of experts (0 experts: a Llama). Every layer: a Mixtral
+  // (model_type "mixtral", intermediate_size the experts' hidden size); every
+  // moe_every-th layer (> 1): our own model_type "meshtrain_moe", which is not
+  // a Mixtral (intermediate_size the dense layers', expert_intermediate_size).
+  int64_t num_local_experts = 0;
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_every = 1;
+  int64_t expert_intermediate_size = 0;
+  double router_aux_loss_coef = 0;
+  double router_z_loss_coef = 0;  // ours
+  double capacity_factor = 0;     // ours
   // The RoPE scaling the file asks for, as compact JSON ("" for none): our
   // model has none, so a reader that builds a model refuses a non-empty one.
   std::string rope_scaling;
@@ -31,7 +42,8 @@ void check_hf_config(const HfLlamaConfig& cfg, const std::string& source);
 
 // Writes config.json atomically: the fields above plus "architectures":
 // ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-// "torch_dtype": "float32", "attention_bias": false, "mlp_bias": false.
+// "torch_dtype": "float32", "attention_bias": false, "mlp_bias": false; with
+// experts the Mixtral (or meshtrain_moe) fields instead (docs/FORMATS.md).
 void write_hf_config(const std::string& path, const HfLlamaConfig& cfg);
 
 struct HfReadOptions {
@@ -50,7 +62,9 @@ struct HfReadOptions {
 // for features our model does not implement (model_type other than llama,
 // hidden_act other than silu, attention or MLP biases, experts, a head_dim
 // other than hidden_size / num_attention_heads, a RoPE scaling unless
-// `opts` keeps it); IoError if the file cannot be read.
+// `opts` keeps it; mixture-of-experts models other than "mixtral" with
+// router_jitter_noise 0 and no sliding window, and our "meshtrain_moe");
+// IoError if the file cannot be read.
 HfLlamaConfig read_hf_config(const std::string& path, const HfReadOptions& opts = {});
 
 }  // namespace mt

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <functional>
 #include <sstream>
@@ -83,6 +84,28 @@ std::vector<Entry> model_train_data_entries() {
   };
 }
 
+// The mixture-of-experts keys of [model] (docs/MODEL.md "Mixture of experts").
+std::vector<Entry> moe_entries() {
+  return {
+      MT_KEY(model, n_experts, "int",
+             "experts per mixture-of-experts layer (0: a dense model; Mixtral's num_local_experts)"),
+      MT_KEY(model, moe_every, "int",
+             "every N-th layer (layers N-1, 2N-1, ...) is a mixture of experts, the others dense (1: all)"),
+      MT_KEY(model, top_k, "int", "experts per token (num_experts_per_tok), 1 .. n_experts"),
+      MT_KEY(model, expert_ffn_hidden, "int", "each expert's SwiGLU hidden size (0: ffn_hidden)"),
+      MT_KEY(model, router_aux_loss_coef, "float",
+             "weight of the load-balancing loss (Mixtral's) added to the training loss"),
+      MT_KEY(model, router_z_loss_coef, "float",
+             "weight of the router z-loss, mean of logsumexp(router logits)^2 (not in Mixtral)"),
+      MT_KEY(model, capacity_factor, "float",
+             "0: dropless; > 0: each expert takes at most ceil(capacity_factor x tokens x top_k / n_experts) "
+             "of a microbatch's tokens, the rest pass through the residual only"),
+      MT_KEY(model, router_bias_rate, "float",
+             "> 0: aux-loss-free balancing: a per-expert bias added to the scores for selection only, moved "
+             "by this much after each step toward the mean load"),
+  };
+}
+
 std::vector<Entry> parallel_entries() {
   return {
       MT_KEY(parallel, dp, "int", "data-parallel degree (ranks holding the same shard, different data)"),
@@ -119,6 +142,12 @@ std::vector<Entry> parallel_entries() {
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> table = [] {
     std::vector<Entry> t = model_train_data_entries();
+    // The [model] keys first: the mixture-of-experts ones after model.init_std.
+    size_t at = 0;
+    while (at < t.size() && t[at].key.name != "model.init_std")
+      ++at;
+    std::vector<Entry> moe = moe_entries();
+    t.insert(t.begin() + static_cast<std::ptrdiff_t>(at + 1), moe.begin(), moe.end());
     for (Entry& e : parallel_entries())
       t.push_back(std::move(e));
     return t;

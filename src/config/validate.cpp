@@ -62,6 +62,25 @@ void validate_pipeline(const Config& c) {
   pp::stage_layer_counts(c.model.n_layers, pp, v, p.stage_layers);
 }
 
+// What the mixture of experts does not have yet (docs/PARALLELISM.md "Expert
+// parallelism"): refused by name rather than run with a wrong result.
+void validate_moe_layout(const Config& c) {
+  if (!c.model.moe()) return;
+  const ParallelConfig& p = c.parallel;
+  const std::pair<const char*, int64_t> axes[] = {{"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}};
+  for (const auto& [axis, n] : axes) {
+    MT_REQUIRE(n == 1, ConfigError, "model.n_experts (", c.model.n_experts, ") with parallel.", axis, " (", n,
+               "): the mixture of experts runs with data parallelism only so far (tp, pp, cp must be 1)");
+  }
+  MT_REQUIRE(c.model.router_bias_rate == 0 || p.dp == 1, ConfigError, "model.router_bias_rate (",
+             c.model.router_bias_rate, ") with parallel.dp (", p.dp,
+             "): the bias would move by each rank's own loads, not the global ones (not built yet)");
+  MT_REQUIRE(c.model.router_bias_rate == 0 || c.train.checkpoint_dir.empty(), ConfigError,
+             "model.router_bias_rate (", c.model.router_bias_rate, ") with train.checkpoint_dir ('",
+             c.train.checkpoint_dir,
+             "'): training checkpoints do not save the router bias yet, so a resumed run would differ");
+}
+
 }  // namespace
 
 void Config::validate() const {
@@ -88,6 +107,7 @@ void Config::validate() const {
              ") must be divisible by parallel.dp (", p.dp, ") x train.microbatch_size (", t.microbatch_size,
              ")");
   validate_pipeline(*this);
+  validate_moe_layout(*this);
 }
 
 std::vector<std::string> ineffective_keys(const Config& c) {
@@ -106,6 +126,10 @@ std::vector<std::string> ineffective_keys(const Config& c) {
   note("parallel.virtual_stages", p.pp == 1, "parallel.pp", p.pp);  // only 1 is valid there
   note("parallel.stage_layers", p.pp == 1, "parallel.pp", p.pp);
   note("train.eval_windows", c.train.eval_every == 0, "train.eval_every", c.train.eval_every);
+  for (const char* key :
+       {"model.moe_every", "model.top_k", "model.expert_ffn_hidden", "model.router_aux_loss_coef",
+        "model.router_z_loss_coef", "model.capacity_factor", "model.router_bias_rate"})
+    note(key, !c.model.moe(), "model.n_experts", c.model.n_experts);
   return notes;
 }
 

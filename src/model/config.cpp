@@ -26,6 +26,26 @@ void ModelConfig::validate() const {
   MT_REQUIRE(rope_theta > 0, ConfigError, "model.rope_theta (", rope_theta, ") must be positive");
   MT_REQUIRE(norm_eps > 0, ConfigError, "model.norm_eps (", norm_eps, ") must be positive");
   MT_REQUIRE(init_std > 0, ConfigError, "model.init_std (", init_std, ") must be positive");
+  validate_moe();
+}
+
+void ModelConfig::validate_moe() const {
+  MT_REQUIRE(n_experts >= 0, ConfigError, "model.n_experts (", n_experts, ") must not be negative");
+  MT_REQUIRE(capacity_factor >= 0, ConfigError, "model.capacity_factor (", capacity_factor,
+             ") must not be negative (0: dropless, > 0: each expert's capacity)");
+  MT_REQUIRE(router_aux_loss_coef >= 0, ConfigError, "model.router_aux_loss_coef (", router_aux_loss_coef,
+             ") must not be negative");
+  MT_REQUIRE(router_z_loss_coef >= 0, ConfigError, "model.router_z_loss_coef (", router_z_loss_coef,
+             ") must not be negative");
+  MT_REQUIRE(router_bias_rate >= 0, ConfigError, "model.router_bias_rate (", router_bias_rate,
+             ") must not be negative");
+  MT_REQUIRE(expert_ffn_hidden >= 0, ConfigError, "model.expert_ffn_hidden (", expert_ffn_hidden,
+             ") must not be negative (0: model.ffn_hidden)");
+  if (!moe()) return;
+  MT_REQUIRE(moe_every >= 1 && moe_every <= n_layers, ConfigError, "model.moe_every (", moe_every,
+             ") must be between 1 and model.n_layers (", n_layers, ")");
+  MT_REQUIRE(top_k >= 1 && top_k <= n_experts, ConfigError, "model.top_k (", top_k,
+             ") must be between 1 and model.n_experts (", n_experts, ")");
 }
 
 }  // namespace mt

@@ -18,14 +18,32 @@ struct ModelConfig {
   double norm_eps = 1e-5;  // rms_norm_eps
   bool tie_embeddings = false;
   double init_std = 0.02;  // std of the normal initialisation
+  // Mixture of experts (Mixtral; docs/MODEL.md "Mixture of experts"). n_experts
+  // 0: a dense model. Otherwise every moe_every-th layer (layers moe_every−1,
+  // 2·moe_every−1, …) has a router over n_experts SwiGLU experts of hidden
+  // size expert_ffn_hidden, each token using its top_k.
+  int64_t n_experts = 0;
+  int64_t moe_every = 1;
+  int64_t top_k = 2;
+  int64_t expert_ffn_hidden = 0;      // 0: ffn_hidden
+  double router_aux_loss_coef = 0.0;  // the load-balancing loss's weight in the training loss
+  double router_z_loss_coef = 0.0;    // the router z-loss's weight (our extension)
+  double capacity_factor = 0.0;       // 0: dropless; > 0: each expert takes at most ceil(cf·N·k/E) rows
+  double router_bias_rate = 0.0;      // > 0: aux-loss-free balancing, the bias's step per optimizer step
 
   int64_t head_dim() const { return d_model / n_heads; }
   int64_t q_dim() const { return n_heads * head_dim(); }
   int64_t kv_dim() const { return n_kv_heads * head_dim(); }
   int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }
+  bool moe() const { return n_experts > 0; }
+  // Whether decoder layer l (0-based) has the mixture of experts.
+  bool is_moe_layer(int64_t l) const { return moe() && (l + 1) % moe_every == 0; }
+  int64_t n_moe_layers() const { return moe() ? n_layers / moe_every : 0; }
+  int64_t expert_hidden() const { return expert_ffn_hidden > 0 ? expert_ffn_hidden : ffn_hidden; }
 
   // Throws ConfigError naming the values and the rule that fails.
   void validate() const;
+  void validate_moe() const;  // the mixture-of-experts keys (part of validate)
 };
 
 }  // namespace mt

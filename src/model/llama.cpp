@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 #include "model/llama_internal.h"
@@ -37,7 +38,8 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
       units_(make_units(table_, cfg)),
       rope_(cfg.max_seq_len, cfg.head_dim(), cfg.rope_theta),
       store_(store ? std::move(store) : std::make_unique<LocalStore>(units_)),
-      buf_(std::make_unique<Buffers>()) {
+      buf_(std::make_unique<Buffers>()),
+      dispatch_(nullptr, cfg.n_experts) {
   cfg_.validate();
   set_state_layouts(table_, store_->sharding());
   if (!tp_) opts_.sp = false;
@@ -45,7 +47,9 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
   for (int64_t i = 0; i < n_stage_layers_; ++i) {
     const LayerParamOffsets& o = table_.layers[static_cast<size_t>(i)];
     const int64_t b = units_[static_cast<size_t>(layer_unit(i))].begin;
-    rel_.push_back({o.ln1 - b, o.qkv - b, o.o - b, o.ln2 - b, o.gate_up - b, o.down - b});
+    auto rel = [b](int64_t off) { return off < 0 ? off : off - b; };
+    rel_.push_back({rel(o.ln1), rel(o.qkv), rel(o.o), rel(o.ln2), rel(o.gate_up), rel(o.down), rel(o.router),
+                    rel(o.experts)});
   }
   if (has_head()) {
     norm_rel_ = table_.norm - units_[static_cast<size_t>(table_.final_unit)].begin;
@@ -71,7 +75,8 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
   const int64_t QKV = Q + 2 * td_.kv_heads * cfg_.head_dim();
   const MemKind k = MemKind::activation;
   Buffers& b = *buf_;
-  if (opts_.recompute) b.recompute.emplace_back(cfg_, td_, B, T, Nl, sp_on());
+  if (opts_.recompute)
+    b.recompute.emplace_back(cfg_, td_, B, T, Nl, sp_on(), has_dense_layer(), has_moe_layer());
   if (sp_on() && !has_head()) b.norm_out = Tensor({Nl, C}, k);
   b.dres = Tensor({Nl, C}, k);
   b.dtmp = Tensor({Nl, C}, k);
@@ -87,7 +92,20 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
     b.dln = Tensor({Nl, C}, k);
     b.normg = Tensor({2, C}, MemKind::scratch);
   }
+  moe_init();
   slot(0);  // one microbatch's activations, allocated up front
+}
+
+void Llama::begin_step(int64_t microbatches) {
+  microbatches_ = microbatches;
+  microbatch_ = 0;
+  const size_t L = moe_stats_.layers.size();
+  moe_stats_.tokens_per_expert.assign(L, std::vector<int64_t>(static_cast<size_t>(cfg_.n_experts), 0));
+  moe_stats_.dropped = 0;
+  moe_stats_.aux_loss = moe_stats_.z_loss = 0;
+  moe_stats_.min_topk_margin = std::numeric_limits<double>::infinity();
+  moe_stats_.microbatches = 0;
+  store_->begin_step(microbatches);
 }
 
 Llama::Slot& Llama::slot(int i) {
@@ -101,8 +119,10 @@ Llama::Slot& Llama::slot(int i) {
       sl->resid.emplace_back(std::vector<int64_t>{Nl, C}, k);
     if (!opts_.recompute) {
       sl->layers.reserve(static_cast<size_t>(n_stage_layers_));
-      for (int64_t l = 0; l < n_stage_layers_; ++l)
-        sl->layers.emplace_back(cfg_, td_, B, T, Nl, sp_on());
+      for (int64_t l = 0; l < n_stage_layers_; ++l) {
+        const bool moe = rel_[static_cast<size_t>(l)].moe();
+        sl->layers.emplace_back(cfg_, td_, B, T, Nl, sp_on(), !moe, moe);
+      }
     }
     if (has_head()) {
       sl->lnf = Tensor({Nl, C}, k);
@@ -188,6 +208,7 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
   sl.N = B * T;
   sl.Nl = sp_on() ? tp::sp_local_tokens(sl.N, *tp_) : sl.N;
   use_slot(s);
+  if (cfg_.moe()) sl.tally.reset(cfg_.top_k, cfg_.n_experts);
   const int64_t N = N_, Nl = Nl_, C = cfg_.d_model, V = cfg_.vocab_size, Vl = td_.vocab_rows;
   if (has_embed()) sl.inputs.assign(inputs, inputs + N);
   sl.has_targets = has_head() && targets != nullptr;
@@ -350,6 +371,7 @@ void Llama::backward_slot(int s, float dloss) {
     }
     store_->release_grads(eu);
   }
+  moe_after_backward(sl);
   sl.has_targets = false;
 }
 

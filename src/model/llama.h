@@ -20,6 +20,7 @@
 // backward with the same kernels on the same inputs: bitwise the same result.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -33,6 +34,7 @@
 #include "model/params.h"
 #include "ops/rope.h"
 #include "parallel/cp_attention.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/store.h"
 #include "parallel/tensor_parallel.h"
 #include "pipeline/stage.h"
@@ -70,6 +72,21 @@ struct ModelOptions {
   // exchanges keys and values over cp: around a ring, or by all-gather.
   Group* cp = nullptr;
   cp::CpImpl cp_impl = cp::CpImpl::ring;
+  // Mixture of experts: the ranks whose microbatches together make the step's
+  // global batch (dp). The router losses are a mean over all those
+  // microbatches, so each one's weight is coef / (microbatches × moe_groups).
+  int64_t moe_groups = 1;
+};
+
+// A step's mixture-of-experts statistics on this rank, from the microbatches
+// whose backward ran (the metrics moe_*; docs/MODEL.md "Mixture of experts").
+struct MoeStats {
+  std::vector<int64_t> layers;                          // the model's index of each MoE layer here
+  std::vector<std::vector<int64_t>> tokens_per_expert;  // [MoE layer][E] choices routed to each expert
+  int64_t dropped = 0;                                  // choices over an expert's capacity
+  double aux_loss = 0, z_loss = 0;  // mean over the microbatches (unscaled by their coefficients)
+  double min_topk_margin = 0;       // +inf when top_k = n_experts
+  int64_t microbatches = 0;
 };
 
 class Llama : public pp::Stage {
@@ -95,7 +112,7 @@ class Llama : public pp::Stage {
 
   // Initialisation by the pure rule of params.h; every rank generates only what it owns.
   void init(uint64_t seed);
-  void zero_grads() { store_->begin_step(1); }
+  void zero_grads() { begin_step(1); }
 
   // Forward of B sequences of T tokens (inputs, targets [B, T]; targets may hold
   // kIgnoreIndex). Returns the SUM of the valid tokens' losses (in double); the
@@ -135,8 +152,11 @@ class Llama : public pp::Stage {
     return (sp_on() ? B * T / tpr_.size : B * T) * cfg_.d_model;
   }
   // The stage's share of the step's gradient accumulation: its store's (store.h).
-  void begin_step(int64_t microbatches) override { store_->begin_step(microbatches); }
-  void begin_microbatch(int64_t index) override { store_->begin_microbatch(index); }
+  void begin_step(int64_t microbatches) override;
+  void begin_microbatch(int64_t index) override {
+    microbatch_ = index;
+    store_->begin_microbatch(index);
+  }
   void finish_grads() override { store_->finish_grads(); }
   bool has_embed() const { return table_.embed_unit >= 0; }
   bool has_head() const { return table_.final_unit >= 0; }
@@ -145,6 +165,15 @@ class Llama : public pp::Stage {
   // This rank's share of the model under tensor parallelism ({1, 0}: all of it).
   TpRank tp_rank() const { return tpr_; }
   Group* tp_group() const { return tp_; }  // null without tensor parallelism
+
+  // The router losses of slot 0's last forward, unscaled by their
+  // coefficients: Mixtral's load-balancing loss and the z-loss (0 when dense).
+  double moe_aux_loss() const;
+  double moe_z_loss() const;
+  // The mixture of experts' statistics of the current step (reset by begin_step).
+  const MoeStats& moe_stats() const { return moe_stats_; }
+  // The aux-loss-free balancing bias of stage layer l ([E]; empty when off).
+  const std::vector<float>& router_bias(int64_t l) const { return router_bias_[static_cast<size_t>(l)]; }
 
   const KernelTimes& kernel_times() const { return times_; }
   KernelTimes& kernel_times() { return times_; }
@@ -157,6 +186,12 @@ class Llama : public pp::Stage {
   Slot& slot(int i);
   void use_slot(int i);  // the slot the kernels below read and write
   int layer_unit(int64_t i) const { return table_.first_layer_unit + static_cast<int>(i); }
+  bool has_moe_layer() const {
+    return std::any_of(rel_.begin(), rel_.end(), [](const LayerParamOffsets& o) { return o.moe(); });
+  }
+  bool has_dense_layer() const {
+    return std::any_of(rel_.begin(), rel_.end(), [](const LayerParamOffsets& o) { return !o.moe(); });
+  }
   bool head_in_embed_unit() const { return cfg_.tie_embeddings && table_.embed_unit >= 0; }
   float* norm_scratch();
 
@@ -167,6 +202,15 @@ class Llama : public pp::Stage {
   void attention_core_backward(int64_t gl, LayerActs& a);
   float* head_backward(float dloss);
   LayerActs& acts_for(int64_t l);
+  // The mixture of experts in place of the MLP of stage layer l (llama_moe.cpp):
+  // forward from a.ln2 into x_out = mid + Σ weights · experts (x_out null: the
+  // activations only; tally: add the router statistics to the slot's), and
+  // backward from dres = dL/dx_out, leaving dL/d(ln2) in the dmid buffer.
+  void moe_forward(int64_t l, const float* P, LayerActs& a, float* x_out, bool tally);
+  void moe_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* dres);
+  void moe_experts_backward(const LayerParamOffsets& o, const float* P, float* G, LayerActs& a);
+  void moe_init();                          // buffers, the bias, the statistics (construction)
+  void moe_after_backward(const Slot& sl);  // the losses' statistics; after the last backward, the bias nudge
   // The tensor-parallel layer at `site` (no group without tp: a plain linear layer).
   tp::TpLayer tp_layer(std::string_view site) const {
     return {tp_, site, sp_on() ? tp::SequenceParallel::on : tp::SequenceParallel::off};
@@ -198,7 +242,11 @@ class Llama : public pp::Stage {
   std::vector<std::unique_ptr<Slot>> slots_;
   Slot* cur_ = nullptr;
   KernelTimes times_;
-  int64_t B_ = 0, T_ = 0;   // shape of the last forward
+  ep::ExpertDispatch dispatch_;                  // the tokens' way to their experts and back
+  std::vector<std::vector<float>> router_bias_;  // per stage layer: [E] (MoE layers with bias on), else empty
+  MoeStats moe_stats_;
+  int64_t microbatches_ = 1, microbatch_ = 0;  // of the current step, the current backward's index
+  int64_t B_ = 0, T_ = 0;                      // shape of the last forward
   int64_t N_ = 0, Nl_ = 0;  // its tokens, and those of the residual stream here (N / tp under SP)
 };
 

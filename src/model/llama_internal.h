@@ -10,8 +10,50 @@
 #include "core/tensor.h"
 #include "core/timer.h"
 #include "model/llama.h"
+#include "parallel/expert_parallel.h"
 
 namespace mt {
+
+// What a mixture-of-experts layer saves for its backward (R ≤ N·k rows in
+// expert order, I the expert hidden size; docs/MODEL.md "Mixture of experts").
+struct MoeActs {
+  Tensor probs;                  // [N, E] router probabilities (fp32 softmax)
+  Tensor lse;                    // [N]    logsumexp of the router logits
+  Tensor weights;                // [N, k] the chosen experts' renormalised weights
+  std::vector<int32_t> experts;  // [N, k] the chosen experts, by decreasing score
+  ep::RoutePlan plan;            // the choices sorted by expert
+  Tensor xs;                     // [R, C]  the tokens of each expert's block
+  Tensor gu;                     // [R, 2I] gate and up of each row's expert
+  Tensor h;                      // [R, I]  swiglu(gate, up)
+  Tensor yk;                     // [N·k, C] each choice's expert output (zero when dropped)
+
+  MoeActs() = default;
+  MoeActs(const ModelConfig& c, int64_t N) {
+    const int64_t E = c.n_experts, k = c.top_k, I = c.expert_hidden(), R = N * k, C = c.d_model;
+    const MemKind m = MemKind::activation;
+    probs = Tensor({N, E}, m);
+    lse = Tensor({N}, m);
+    weights = Tensor({N, k}, m);
+    experts.assign(static_cast<size_t>(N * k), 0);
+    xs = Tensor({R, C}, m);
+    gu = Tensor({R, 2 * I}, m);
+    h = Tensor({R, I}, m);
+    yk = Tensor({R, C}, m);
+  }
+};
+
+// One microbatch's router statistics, pooled over this stage's MoE layers:
+// what the load-balancing loss and the z-loss read (docs/MODEL.md).
+struct MoeTally {
+  std::vector<int64_t> count;  // [k, E] rows whose s-th choice is expert e
+  std::vector<double> psum;    // [E] Σ over rows of the router probability of e
+  double zsum = 0;             // Σ over rows of lse²
+  int64_t rows = 0;            // router rows: tokens × MoE layers
+  double margin = 0;           // the smallest top-k margin seen
+  void reset(int64_t k, int64_t E);
+  double aux_loss(int64_t E) const;  // Mixtral's, unscaled
+  double z_loss() const { return rows > 0 ? zsum / static_cast<double>(rows) : 0.0; }
+};
 
 // What one layer saves for its backward (N = B·T tokens; Nl = the residual
 // stream's tokens here, N / tp under sequence parallelism, else N; the widths
@@ -28,10 +70,14 @@ struct Llama::LayerActs {
   Tensor ln2;       // [N, C]      without SP
   Tensor ln2_full;  // [N, C]      with SP
   Tensor rstd2;     // [Nl]
-  Tensor gu;        // [N, 2Fl]    gate and up
+  Tensor gu;        // [N, 2Fl]    gate and up (dense layers)
   Tensor h;         // [N, Fl]     swiglu(gate, up)
+  MoeActs moe;      // mixture-of-experts layers
 
-  LayerActs(const ModelConfig& c, const TpDims& d, int64_t B, int64_t T, int64_t Nl, bool sp) {
+  // dense / moe: whether the layer (with recomputation: any layer) has the
+  // dense MLP / the mixture of experts.
+  LayerActs(const ModelConfig& c, const TpDims& d, int64_t B, int64_t T, int64_t Nl, bool sp, bool dense,
+            bool moe_layer) {
     const int64_t N = B * T, C = c.d_model, F = d.ffn, D = c.head_dim();
     const MemKind k = MemKind::activation;
     (sp ? ln1_full : ln1) = Tensor({N, C}, k);
@@ -42,8 +88,11 @@ struct Llama::LayerActs {
     mid = Tensor({Nl, C}, k);
     (sp ? ln2_full : ln2) = Tensor({N, C}, k);
     rstd2 = Tensor({Nl}, k);
-    gu = Tensor({N, 2 * F}, k);
-    h = Tensor({N, F}, k);
+    if (dense) {
+      gu = Tensor({N, 2 * F}, k);
+      h = Tensor({N, F}, k);
+    }
+    if (moe_layer) moe = MoeActs(c, N);
   }
 };
 
@@ -59,6 +108,7 @@ struct Llama::Slot {
   Tensor losses, lse_ce;          // last stage: [N]
   std::vector<int32_t> inputs, targets, pos;
   bool has_targets = false;
+  MoeTally tally;  // its router statistics (mixture of experts)
 };
 
 // Scratch shared by every microbatch: the backward's gradients (one backward
@@ -75,6 +125,9 @@ struct Llama::Buffers {
   // reduce-scattered one. normg [2, C] collects the norm weights' partial
   // gradients (SP) and kvg [2·KVl·D, C] a replicated kv head's gradient.
   Tensor part, dfull, dln, normg, kvg;
+  // Mixture of experts: router logits and their gradient [N, E], the weights'
+  // gradient [N, k], and the expert rows' gradients [N·k, C], [N·k, 2I], [N·k, I].
+  Tensor rlogits, drlogits, dweights, dyk, dys, dxs, dgu_e, dh_e;
 };
 
 // Adds the elapsed time of a scope to one kernel family when profiling.

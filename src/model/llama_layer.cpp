@@ -54,6 +54,10 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
     MT_TIMED(Kernel::rmsnorm);
     rmsnorm_forward(sp ? norm_scratch() : a.ln2.data(), a.rstd2.data(), a.mid.data(), P + o.ln2, Nl, C, eps);
   }
+  if (o.moe()) {  // the mixture of experts in place of the MLP (no tensor parallelism)
+    moe_forward(l, P, a, x_out, x_out != nullptr);
+    return;
+  }
   {
     MT_TIMED(Kernel::gemm);  // gate and up in one GEMM
     const std::string site = tp::layer_site(gl, "mlp.gate_proj.weight");
@@ -86,20 +90,22 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
   if (sp) b.normg.zero();
   const float* ln1_in = sp ? a.ln1_full.data() : a.ln1.data();  // what the q|k|v GEMM read
   const float* ln2_in = sp ? a.ln2_full.data() : a.ln2.data();
-  // MLP: x = mid + down(h); dres is dL/dx on entry.
-  {
-    MT_TIMED(Kernel::gemm);  // dh
-    const std::string site = tp::layer_site(gl, "mlp.down_proj.weight");
-    tp::row_parallel_backward(b.dmid.data(), G + o.down, b.dfull.data(), dres, a.h.data(), P + o.down, N, F,
-                              C, tp_layer(site));
-  }
-  {
-    MT_TIMED(Kernel::swiglu);
-    swiglu_backward(b.dgu.data(), b.dmid.data(), a.gu.data(), N, F);
-  }
-  store_->poll();
+  // MLP: x = mid + down(h) (or the mixture of experts); dres is dL/dx on entry.
   float* dln2 = column_dinput_buffer();
-  {
+  if (o.moe()) {
+    moe_backward(l, P, G, a, dres);  // dL/d(ln2) into dmid = dln2 (no tensor parallelism)
+  } else {
+    {
+      MT_TIMED(Kernel::gemm);  // dh
+      const std::string site = tp::layer_site(gl, "mlp.down_proj.weight");
+      tp::row_parallel_backward(b.dmid.data(), G + o.down, b.dfull.data(), dres, a.h.data(), P + o.down, N, F,
+                                C, tp_layer(site));
+    }
+    {
+      MT_TIMED(Kernel::swiglu);
+      swiglu_backward(b.dgu.data(), b.dmid.data(), a.gu.data(), N, F);
+    }
+    store_->poll();
     MT_TIMED(Kernel::gemm);
     const std::string site = tp::layer_site(gl, "mlp.gate_proj.weight");
     tp::column_parallel_backward(dln2, G + o.gate_up, b.part.data(), b.dgu.data(), ln2_in, P + o.gate_up, N,

@@ -129,9 +129,24 @@ ParamTable make_param_table(const ModelConfig& cfg, TpRank tp, StageRange stage)
     add(p + "self_attn.v_proj.weight", {cfg.kv_dim(), C}, ParamInit::normal, true);
     o.o = add(p + "self_attn.o_proj.weight", {C, cfg.q_dim()}, ParamInit::residual_out, true);
     o.ln2 = add(p + "post_attention_layernorm.weight", {C}, ParamInit::ones, false);
-    o.gate_up = add(p + "mlp.gate_proj.weight", {F, C}, ParamInit::normal, true);
-    add(p + "mlp.up_proj.weight", {F, C}, ParamInit::normal, true);
-    o.down = add(p + "mlp.down_proj.weight", {C, F}, ParamInit::residual_out, true);
+    if (cfg.is_moe_layer(l)) {
+      // Named by the global expert index, so that an expert's initial values
+      // do not depend on which rank holds it.
+      const int64_t I = cfg.expert_hidden();
+      o.gate_up = o.down = -1;
+      o.router = add(p + "block_sparse_moe.gate.weight", {cfg.n_experts, C}, ParamInit::normal, true);
+      for (int64_t e = 0; e < cfg.n_experts; ++e) {
+        const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+        const int64_t w1 = add(x + "w1.weight", {I, C}, ParamInit::normal, true);
+        if (e == 0) o.experts = w1;
+        add(x + "w3.weight", {I, C}, ParamInit::normal, true);
+        add(x + "w2.weight", {C, I}, ParamInit::residual_out, true);
+      }
+    } else {
+      o.gate_up = add(p + "mlp.gate_proj.weight", {F, C}, ParamInit::normal, true);
+      add(p + "mlp.up_proj.weight", {F, C}, ParamInit::normal, true);
+      o.down = add(p + "mlp.down_proj.weight", {C, F}, ParamInit::residual_out, true);
+    }
     t.layers.push_back(o);
   }
   if (stage.head) {

@@ -2,7 +2,9 @@
 // parameter's slice of it with its Hugging Face name and shape.
 //
 // Order in the buffer: embed_tokens; per layer: input_layernorm, q_proj, k_proj,
-// v_proj, o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj; then
+// v_proj, o_proj, post_attention_layernorm, gate_proj, up_proj, down_proj (a
+// mixture-of-experts layer instead: block_sparse_moe.gate, then per expert e
+// in order experts.e.w1, w3, w2 — Mixtral's names); then
 // norm and lm_head (absent when embeddings are tied). q, k and v are adjacent,
 // so together they are the stacked weight [(H + 2·KV)·D, C] of one fused QKV
 // GEMM; gate and up likewise form one [2F, C] weight. A flat buffer makes the
@@ -86,9 +88,14 @@ struct StageRange {
   bool embed = true, head = true;
 };
 
-// Offsets into the flat buffer of one layer's parameters.
+// Offsets into the flat buffer of one layer's parameters. A dense layer has
+// gate_up and down (router, experts −1); a mixture-of-experts layer has the
+// router [E, C] and its experts from `experts` on, expert e's w1|w3 [2I, C]
+// and w2 [C, I] at experts + e·3·I·C (gate_up, down −1).
 struct LayerParamOffsets {
   int64_t ln1, qkv, o, ln2, gate_up, down;
+  int64_t router = -1, experts = -1;
+  bool moe() const { return router >= 0; }
 };
 
 struct ParamTable {

@@ -35,6 +35,11 @@ const std::vector<PlanRow>& llama_plan() {
       {"mlp.gate_proj.weight", Role::column, "S(last): hidden slice", "mlp gate_up"},
       {"mlp.up_proj.weight", Role::column, "S(last): hidden slice", "mlp gate_up"},
       {"mlp.down_proj.weight", Role::row, "P → R (SP: P → S(0))", "mlp down"},
+      // Mixture of experts: neither the router nor an expert is split over tp.
+      {"block_sparse_moe.gate.weight", Role::replicated, "R: router logits", "moe router"},
+      {"w1.weight", Role::replicated, "R: the expert's rows", "moe experts"},
+      {"w3.weight", Role::replicated, "R: the expert's rows", "moe experts"},
+      {"w2.weight", Role::replicated, "R: the expert's rows", "moe experts"},
       {"model.norm.weight", Role::replicated, "R (SP: S(0) tokens)", "final norm"},
       {"lm_head.weight", Role::vocab, "S(last): vocab slice of the logits", "head"},
   };

@@ -10,8 +10,13 @@ namespace mt {
 
 int64_t matmul_params(const ModelConfig& c) {
   const int64_t C = c.d_model;
-  const int64_t per_layer = c.qkv_dim() * C + C * c.q_dim() + 3 * c.ffn_hidden * C;
-  return c.n_layers * per_layer + c.vocab_size * C;
+  const int64_t attention = c.qkv_dim() * C + C * c.q_dim();
+  // A mixture-of-experts layer's active parameters: the router and the top_k
+  // experts each token runs through.
+  const int64_t moe = c.n_experts * C + c.top_k * 3 * c.expert_hidden() * C;
+  const int64_t n_moe = c.n_moe_layers();
+  return c.n_layers * attention + (c.n_layers - n_moe) * 3 * c.ffn_hidden * C + n_moe * moe +
+         c.vocab_size * C;
 }
 
 double train_flops_per_token(const ModelConfig& c, int64_t seq_len) {

@@ -10,7 +10,8 @@ namespace mt {
 
 // Parameters that take part in matrix products: everything except the input
 // embedding table (a lookup) and the norm weights; the LM head counts even when
-// it is tied to the embedding.
+// it is tied to the embedding. A mixture-of-experts layer counts its active
+// parameters: the router and top_k experts (docs/MODEL.md).
 int64_t matmul_params(const ModelConfig& cfg);
 
 // FLOPs of forward + backward per token at sequence length T:

