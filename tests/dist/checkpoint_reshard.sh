@@ -5,7 +5,8 @@
 # the start of step 5, after the step-5 checkpoint), resume under another for
 # steps 5-9; the 10 per-step losses and gradient norms and the final model
 # must match the uninterrupted one-process run within the parity tolerance
-# (1e-5; gradient norms 1e-4 as parity_pp.sh, pipelines being involved).
+# (1e-5; gradient norms 1e-4 as parity_pp.sh, pipelines being involved); a
+# mixture-of-experts model too.
 # Then: export equals --save byte for byte; --init-from a checkpoint under
 # another layout equals --init-from its export bitwise; a metadata.json with a
 # hole, and export of a non-checkpoint or into an unwritable place, fail by name.
@@ -67,6 +68,16 @@ reshard dp2_tp2_zero1_to_dp2 "4 --dp 2 --tp 2 --zero 1 --set train.microbatch_si
 # is read from the embedding's slices; another microbatch size, allowed by name.
 reshard tied_dp2_zero1_to_pp2_tp2 "2 --dp 2 --zero 1 ${tied[*]} --set train.microbatch_size=4" \
   "4 --pp 2 --tp 2 ${tied[*]} --set train.microbatch_size=2" ref_tied
+
+# A mixture of experts (every rank holding every expert): the experts' slices
+# and moments move like any tensor's. The router losses pool each microbatch's
+# sequences, so both layouts and the reference use microbatches of 4 rows.
+moe=(--set model.n_experts=4 --set model.expert_ffn_hidden=24 --set model.top_k=2
+  --set model.router_aux_loss_coef=0.05)
+"$bin" train "${tiny[@]}" "${moe[@]}" --set train.microbatch_size=4 --metrics "$tmp/ref_moe.jsonl" \
+  --save "$tmp/ref_moe"
+reshard moe_dp2_zero3_to_one "2 --dp 2 --zero 3 ${moe[*]} --set train.microbatch_size=4" \
+  "1 ${moe[*]} --set train.microbatch_size=4" ref_moe
 
 # Export of the step-10 checkpoint the resumed run wrote = its --save at step 10.
 ck=$tmp/dp4_zero3_to_tp2_pp2.ck
