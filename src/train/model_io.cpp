@@ -26,6 +26,7 @@ HfLlamaConfig to_hf(const ModelConfig& c) {
   h.num_key_value_heads = c.n_kv_heads;
   h.max_position_embeddings = c.max_seq_len;
   h.rope_theta = c.rope_theta;
+  h.rope_scaling = format_rope_scaling(c.rope());
   h.rms_norm_eps = c.norm_eps;
   h.tie_word_embeddings = c.tie_embeddings;
   return h;
@@ -93,6 +94,7 @@ ModelConfig read_model_config(const std::string& dir) {
   c.n_kv_heads = h.num_key_value_heads;
   c.max_seq_len = h.max_position_embeddings;
   c.rope_theta = h.rope_theta;
+  c.rope_scaling = h.rope_scaling;
   c.norm_eps = h.rms_norm_eps;
   c.tie_embeddings = h.tie_word_embeddings;
   return c;
@@ -124,8 +126,7 @@ std::vector<std::string> parse_init_allow(const std::string& allow) {
 std::vector<std::string> check_init_from(const std::string& dir, const ModelConfig& run,
                                          const std::string& allow) {
   const std::vector<std::string> allowed = parse_init_allow(allow);
-  const HfLlamaConfig saved =
-      read_hf_config((fs::path(dir) / "config.json").string(), {.keep_rope_scaling = true});
+  const HfLlamaConfig saved = read_hf_config((fs::path(dir) / "config.json").string());
   const HfLlamaConfig mine = to_hf(run);
   std::vector<std::string> notices;
   auto same = [&](const char* key, const auto& there, const auto& here) {
@@ -150,8 +151,7 @@ std::vector<std::string> check_init_from(const std::string& dir, const ModelConf
   same("rope_theta", saved.rope_theta, mine.rope_theta);
   same("norm_eps", saved.rms_norm_eps, mine.rms_norm_eps);
   same("max_seq_len", saved.max_position_embeddings, mine.max_position_embeddings);
-  same("rope_scaling", saved.rope_scaling.empty() ? std::string("none") : saved.rope_scaling,
-       std::string("none"));
+  same("rope_scaling", saved.rope_scaling, mine.rope_scaling);
   return notices;
 }
 
