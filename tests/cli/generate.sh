@@ -48,6 +48,32 @@ test "$(wc -l <"$tmp/c.jsonl")" -eq 2
 grep -q '"rope_type": "yarn"' "$tmp/yarn/config.json"
 "$bin" generate --model "$tmp/yarn" --tokenizer "$tmp/data/tokenizer.model" --prompt "the cat" \
   --max-new-tokens 40 >/dev/null
+# Train short, extend: --init-from with another rope_scaling is refused unless train.init_allow lists it.
+ext=(--config /dev/null --set data.dir="$tmp/data" --set model.vocab_size=300 --set model.d_model=32
+  --set model.n_layers=2 --set model.n_heads=2 --set model.n_kv_heads=2 --set model.ffn_hidden=64
+  --set train.batch_size=2 --set train.microbatch_size=2 --set train.steps=2 --set train.eval_every=0 --quiet
+  --set model.max_seq_len=64 --set train.seq_len=64 --init-from "$tmp/model")
+if "$bin" train "${ext[@]}" --set model.rope_scaling=linear,factor=2 2>"$tmp/e"; then exit 1; fi
+grep -q "model.max_seq_len is 32 in .* but 64" "$tmp/e"
+"$bin" train "${ext[@]}" --set model.rope_scaling=linear,factor=2 \
+  --set train.init_allow=rope_scaling,max_seq_len 2>"$tmp/e"
+grep -q "model.rope_scaling is none in .* but linear,factor=2 in this run's configuration; using" "$tmp/e"
+# Dynamic scaling in training depends on the sequence length: under cp (global positions, L = T·cp) the
+# run equals the one-process run.
+dyn=(--config /dev/null --set data.dir="$tmp/data" --set model.vocab_size=300 --set model.d_model=32
+  --set model.n_layers=2 --set model.n_heads=2 --set model.n_kv_heads=2 --set model.ffn_hidden=64
+  --set model.max_seq_len=32 --set train.seq_len=32 --set train.batch_size=2 --set train.microbatch_size=2
+  --set train.steps=3 --set train.eval_every=0 --quiet
+  --set model.rope_scaling=dynamic,factor=2,original_max_position_embeddings=8)
+"$bin" train "${dyn[@]}" --metrics "$tmp/d1.jsonl"
+timeout 120 mpirun -np 2 --oversubscribe --allow-run-as-root "$bin" train "${dyn[@]}" --cp 2 \
+  --metrics "$tmp/d2.jsonl"
+"$bin" compare "$tmp/d2.jsonl" "$tmp/d1.jsonl" --rtol 1e-5 | grep -q "^losses: 3 steps"
+"$bin" train "${dyn[@]}" --set model.rope_scaling=none --metrics "$tmp/d0.jsonl"
+if "$bin" compare "$tmp/d0.jsonl" "$tmp/d1.jsonl" --rtol 1e-5 >/dev/null; then
+  echo "dynamic scaling past L0 must change the losses"
+  exit 1
+fi
 
 fails() {  # fails NEEDLE CMD...: the command exits non-zero and says NEEDLE on stderr
   local needle=$1
