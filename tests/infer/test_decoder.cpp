@@ -22,7 +22,7 @@ std::vector<float> full_forward_last(Llama& full, const std::vector<int32_t>& to
 
 // For every prefix length t, the cached step's logits equal the full forward's
 // within 1e-5 (the tests' logits are of order 1); returns the worst difference.
-double cached_vs_full(const ModelConfig& cfg, int64_t T) {
+double cached_vs_full(const ModelConfig& cfg, int64_t T, bool exact = true) {
   ModelOptions mo;
   mo.max_seq = T;
   Llama full(cfg, mo);
@@ -38,7 +38,9 @@ double cached_vs_full(const ModelConfig& cfg, int64_t T) {
     dec.step({&row, 1}, logits.data());
     const std::vector<float> want = full_forward_last(full, tok, t);
     const double d = max_abs_diff(logits.data(), want.data(), cfg.vocab_size);
-    EXPECT_LT(d, 1e-5) << cfg.rope_scaling << ", prefix " << t;
+    if (exact) {
+      EXPECT_LT(d, 1e-5) << cfg.rope_scaling << ", prefix " << t;
+    }
     worst = std::max(worst, d);
     if (!previous.empty())
       spread = std::max(spread, max_abs_diff(previous.data(), want.data(), cfg.vocab_size));
@@ -67,6 +69,10 @@ TEST(Decoder, DynamicScalingWithTheCache) {
   const std::string dyn = "dynamic,factor=4,original_max_position_embeddings=8";
   cached_vs_full(testing::tiny_config(dyn, 1), 24);  // past L0 = 8, exact
   cached_vs_full(testing::tiny_config(dyn, 2), 8);   // up to L0, exact
+  // Past L0 with two layers: the documented difference, measured.
+  const double past = cached_vs_full(testing::tiny_config(dyn, 2), 24, /*exact=*/false);
+  std::printf("dynamic, 2 layers, 24 tokens (L0 = 8): worst |cached - full| = %.3g\n", past);
+  EXPECT_GT(past, 1e-4);
 }
 
 TEST(Decoder, ChunkedPrefillEqualsWholePrefill) {
