@@ -101,6 +101,12 @@ int run_generate_command(const GenerateArgs& a) {
     const size_t end = std::min(ids.size(), first + static_cast<size_t>(a.batch_size));
     const std::vector<std::vector<int32_t>> batch(ids.begin() + static_cast<std::ptrdiff_t>(first),
                                                   ids.begin() + static_cast<std::ptrdiff_t>(end));
+    const int64_t cap = generation_capacity(cfg, batch, static_cast<int64_t>(first), o.max_new_tokens);
+    const int64_t kv_bytes = KvCache::bytes_for(cfg.n_layers, static_cast<int64_t>(batch.size()), cap,
+                                                cfg.n_kv_heads, cfg.head_dim(), o.kv_dtype);
+    MT_REQUIRE(kv_bytes <= available_memory_bytes(), ConfigError, "the KV cache of prompts ", first, "..",
+               end - 1, " needs ", kv_bytes, " bytes but ", available_memory_bytes(),
+               " are available: lower --batch-size or --max-new-tokens, or use --kv-cache int8");
     if (stream) std::fputs(text[0].c_str(), stdout);
     GenerateStats st;
     const std::vector<Generation> gens = generate(

@@ -12,12 +12,8 @@ const char* stop_name(StopReason r) {
   return r == StopReason::eos ? "eos" : "length";
 }
 
-namespace {
-
-// The cache positions a batch needs: the longest prompt plus the new tokens
-// but the last (which is sampled, never fed back).
-int64_t needed_capacity(const ModelConfig& cfg, const std::vector<std::vector<int32_t>>& prompts,
-                        int64_t first_index, int64_t max_new) {
+int64_t generation_capacity(const ModelConfig& cfg, const std::vector<std::vector<int32_t>>& prompts,
+                            int64_t first_index, int64_t max_new) {
   int64_t cap = 1;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const int64_t P = static_cast<int64_t>(prompts[i].size());
@@ -32,8 +28,6 @@ int64_t needed_capacity(const ModelConfig& cfg, const std::vector<std::vector<in
   return cap;
 }
 
-}  // namespace
-
 std::vector<Generation> generate(const Llama& model, const std::vector<std::vector<int32_t>>& prompts,
                                  int64_t first_index, const GenerateOptions& opts, GenerateStats* stats,
                                  const std::function<void(int64_t, int32_t)>& on_token) {
@@ -44,7 +38,7 @@ std::vector<Generation> generate(const Llama& model, const std::vector<std::vect
              ") must be 0 (whole prompt) or positive");
   const ModelConfig& cfg = model.config();
   const int64_t B = static_cast<int64_t>(prompts.size()), V = cfg.vocab_size;
-  const int64_t cap = needed_capacity(cfg, prompts, first_index, opts.max_new_tokens);
+  const int64_t cap = generation_capacity(cfg, prompts, first_index, opts.max_new_tokens);
   std::vector<Generation> out(static_cast<size_t>(B));
   GenerateStats st;
   if (B == 0 || opts.max_new_tokens == 0) {

@@ -37,6 +37,13 @@ struct GenerateStats {
   double prefill_s = 0, decode_s = 0;
 };
 
+// The KV cache positions a batch needs: the longest prompt plus
+// max_new_tokens − 1 (the last token is sampled, never fed back). ConfigError
+// when a prompt is empty or this exceeds the model's max_seq_len (naming the
+// prompt, numbered from first_index, and the numbers).
+int64_t generation_capacity(const ModelConfig& cfg, const std::vector<std::vector<int32_t>>& prompts,
+                            int64_t first_index, int64_t max_new_tokens);
+
 // ConfigError when a prompt is empty or a prompt plus max_new_tokens − 1
 // positions exceed the model's max_seq_len (naming the prompt and the numbers).
 // prompts[i] is sampled as prompt number first_index + i. on_token(i, token) is

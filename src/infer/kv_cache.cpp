@@ -36,9 +36,14 @@ KvCache::KvCache(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_hea
   len_.assign(static_cast<size_t>(batch), 0);
 }
 
+int64_t KvCache::bytes_for(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_heads,
+                           int64_t head_dim, KvDtype dtype) {
+  const int64_t per = dtype == KvDtype::f32 ? head_dim * 4 : head_dim + 4;
+  return 2 * layers * batch * capacity * kv_heads * per;
+}
+
 int64_t KvCache::bytes() const {
-  const int64_t per = dtype_ == KvDtype::f32 ? dim_ * 4 : dim_ + 4;
-  return 2 * layers_ * batch_ * cap_ * kv_ * per;
+  return bytes_for(layers_, batch_, cap_, kv_, dim_, dtype_);
 }
 
 void KvCache::advance(int64_t s, int64_t n) {

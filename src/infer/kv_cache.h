@@ -30,6 +30,8 @@ class KvCache {
   int64_t row() const { return kv_ * dim_; }  // floats per token
   KvDtype dtype() const { return dtype_; }
   int64_t bytes() const;  // what the cache holds, by the formula above
+  static int64_t bytes_for(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_heads,
+                           int64_t head_dim, KvDtype dtype);
 
   // Tokens cached for sequence s; advance() adds n after every layer wrote them.
   int64_t length(int64_t s) const { return len_[static_cast<size_t>(s)]; }
