@@ -44,15 +44,27 @@ std::vector<std::string> read_prompts(const GenerateArgs& a) {
   return prompts;
 }
 
-void print_jsonl(const std::vector<std::string>& text, const std::vector<Generation>& gens, int64_t first,
-                 const Tokenizer& tok, bool logprobs) {
+// The continuation's text as it reads after the prompt: sentencepiece drops
+// the leading space of a sequence's first piece, so the continuation is
+// decoded together with the prompt and the prompt's own text cut off.
+std::string continuation_text(const Tokenizer& tok, std::vector<int32_t> prompt,
+                              const std::vector<int32_t>& tokens) {
+  const std::string before = tok.decode(prompt);
+  prompt.insert(prompt.end(), tokens.begin(), tokens.end());
+  const std::string all = tok.decode(prompt);
+  return all.compare(0, before.size(), before) == 0 ? all.substr(before.size()) : tok.decode(tokens);
+}
+
+void print_jsonl(const std::vector<std::string>& text, const std::vector<std::vector<int32_t>>& ids,
+                 const std::vector<Generation>& gens, int64_t first, const Tokenizer& tok, bool logprobs) {
   for (size_t i = 0; i < gens.size(); ++i) {
     const Generation& g = gens[i];
-    nlohmann::ordered_json j = {{"index", first + static_cast<int64_t>(i)},
-                                {"prompt", text[static_cast<size_t>(first) + i]},
-                                {"text", tok.decode(g.tokens)},
-                                {"tokens", g.tokens},
-                                {"stop", stop_name(g.stop)}};
+    nlohmann::ordered_json j = {
+        {"index", first + static_cast<int64_t>(i)},
+        {"prompt", text[static_cast<size_t>(first) + i]},
+        {"text", continuation_text(tok, ids[static_cast<size_t>(first) + i], g.tokens)},
+        {"tokens", g.tokens},
+        {"stop", stop_name(g.stop)}};
     if (logprobs) j["logprobs"] = g.logprobs;
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
@@ -87,8 +99,8 @@ int run_generate_command(const GenerateArgs& a) {
   Llama model(cfg, mo);
   load_model_dir(a.model, model);
   const bool stream = a.output == "text" && text.size() == 1;
-  std::vector<int32_t> streamed;
-  std::string shown;
+  std::vector<int32_t> streamed = ids[0];  // the prompt, then each new token
+  std::string shown = tok.decode(streamed);
   auto on_token = [&](int64_t, int32_t token) {  // print what the new token adds to the decoded text
     streamed.push_back(token);
     const std::string now = tok.decode(streamed);
@@ -117,9 +129,10 @@ int run_generate_command(const GenerateArgs& a) {
       std::printf("%s\n", all.substr(std::min(shown.size(), all.size())).c_str());
     } else if (a.output == "text") {
       for (size_t i = 0; i < gens.size(); ++i)
-        std::printf("%s%s\n", text[first + i].c_str(), tok.decode(gens[i].tokens).c_str());
+        std::printf("%s%s\n", text[first + i].c_str(),
+                    continuation_text(tok, ids[first + i], gens[i].tokens).c_str());
     } else {
-      print_jsonl(text, gens, static_cast<int64_t>(first), tok, a.logprobs);
+      print_jsonl(text, ids, gens, static_cast<int64_t>(first), tok, a.logprobs);
     }
     std::fprintf(stderr,
                  "generate: prompts %zu..%zu: kv cache %s %lld bytes (capacity %lld tokens x %zu sequences); "
