@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The demo: tokenize Debian's fortunes, train configs/demo.toml, then sample
+# The demo: tokenize Debian's fortunes, train configs/demo.toml, then generate
 # from the trained model. Called by `make demo` after the build.
 set -euo pipefail
 build=${1:-build}
@@ -20,7 +20,6 @@ mpirun -np "$ranks" --oversubscribe --allow-run-as-root --mca btl self,vader \
   --metrics runs/demo/metrics.jsonl --save runs/demo/model
 echo "== meshtrain eval (validation windows)"
 "$bin" eval --model runs/demo/model --data data/fortunes/val.bin --max-windows 64
-echo "== meshtrain sample (greedy)"
-for prompt in "The meaning of life is" "Q: What is a computer?" "You will"; do
-  "$bin" sample --model runs/demo/model --tokenizer data/fortunes/tokenizer.model --prompt "$prompt" --tokens 40
-done
+echo "== meshtrain generate (greedy, three prompts in one batch, KV cache)"
+"$bin" generate --model runs/demo/model --tokenizer data/fortunes/tokenizer.model --max-new-tokens 40 \
+  --prompt "The meaning of life is" --prompt "Q: What is a computer?" --prompt "You will"

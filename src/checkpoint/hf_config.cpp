@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "ops/rope_scaling.h"
 
 namespace mt {
 namespace {
@@ -58,10 +59,32 @@ class Reader {
   const std::string& path_;
 };
 
+// One RoPE scaling object (rope_scaling, or rope_parameters) in our spelling.
+std::string rope_spec(const Json& obj, const char* key, const std::string& path) {
+  const std::string where = "config '" + path + "': key '" + key + "'";
+  MT_REQUIRE(obj.is_object(), ConfigError, where, " must be an object, got ", obj.dump());
+  const Reader r(obj, path);
+  const char* type_key = r.present("rope_type") ? "rope_type" : "type";
+  MT_REQUIRE(r.present(type_key), ConfigError, where, " needs 'rope_type' (", obj.dump(), ")");
+  RopeScaling s;
+  s.type = rope_type_from_name(r.string(type_key), where);
+  if (s.type == RopeType::none) return "none";
+  for (const auto& [name, value] : obj.items()) {
+    if (name == "rope_type" || name == "type" || name == "rope_theta" || value.is_null()) continue;
+    MT_REQUIRE(value.is_number(), ConfigError, where, ": field '", name, "' must be a number, got ",
+               value.dump());
+    set_rope_field(&s, name, value.get<double>(), where);
+  }
+  MT_REQUIRE(r.present("factor"), ConfigError, where, ": RoPE scaling '", rope_type_name(s.type),
+             "' needs the field 'factor'");
+  check_rope_scaling(s, where);
+  return format_rope_scaling(s);
+}
+
 // RoPE in either spelling (see read_hf_config in hf_config.h) into c.
 void read_rope(const Json& root, const Reader& r, const std::string& path, HfLlamaConfig* c) {
   c->rope_theta = r.present("rope_theta") ? r.number("rope_theta") : 10000.0;
-  if (r.present("rope_scaling")) c->rope_scaling = root["rope_scaling"].dump();
+  if (r.present("rope_scaling")) c->rope_scaling = rope_spec(root["rope_scaling"], "rope_scaling", path);
   if (!r.present("rope_parameters")) return;
   const Json& p = root["rope_parameters"];
   if (!p.is_object()) r.fail("rope_parameters", "must be an object, got ", p.dump());
@@ -74,8 +97,23 @@ void read_rope(const Json& root, const Reader& r, const std::string& path, HfLla
     }
     c->rope_theta = theta;
   }
-  const std::string type = nested.present("rope_type") ? nested.string("rope_type") : "default";
-  if (type != "default" && c->rope_scaling.empty()) c->rope_scaling = p.dump();
+  if (!nested.present("rope_type") && !nested.present("type")) return;
+  const std::string spec = rope_spec(p, "rope_parameters", path);
+  if (r.present("rope_scaling") && spec != c->rope_scaling)
+    r.fail("rope_parameters", "holds the scaling ", spec, " but rope_scaling holds ", c->rope_scaling);
+  c->rope_scaling = spec;
+}
+
+Json rope_json(const std::string& spec) {
+  const RopeScaling s = parse_rope_scaling(spec);
+  Json j = {{"rope_type", rope_type_name(s.type)}};
+  for (const auto& [key, value] : rope_fields(s)) {
+    if (key == "original_max_position_embeddings")
+      j[key] = static_cast<int64_t>(value);
+    else
+      j[key] = value;
+  }
+  return j;
 }
 
 // Mixtral's fields (or meshtrain_moe's: with dense layers between, not a Mixtral).
@@ -163,10 +201,11 @@ void write_hf_config(const std::string& path, const HfLlamaConfig& c) {
             {"mlp_bias", false},
             {"torch_dtype", "float32"}};
   if (c.num_local_experts > 0) write_moe_fields(j, c);
+  if (c.rope_scaling != "none") j["rope_scaling"] = rope_json(c.rope_scaling);  // absent: no scaling
   write_file_atomic(path, j.dump(2) + "\n");
 }
 
-HfLlamaConfig read_hf_config(const std::string& path, const HfReadOptions& opts) {
+HfLlamaConfig read_hf_config(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) MT_THROW(IoError, "cannot open '", path, "': ", std::system_category().message(errno));
   std::stringstream text;
@@ -213,10 +252,6 @@ HfLlamaConfig read_hf_config(const std::string& path, const HfReadOptions& opts)
   read_rope(root, r, path, &c);
   c.tie_word_embeddings = r.present("tie_word_embeddings") ? r.boolean("tie_word_embeddings") : false;
   if (type != "llama") read_moe_fields(r, type == "mixtral", &c);
-  if (!c.rope_scaling.empty() && !opts.keep_rope_scaling) {
-    r.fail(r.present("rope_scaling") ? "rope_scaling" : "rope_parameters", "is set (", c.rope_scaling,
-           "); RoPE scaling is not supported");
-  }
   check_hf_config(c, path);
   if (r.present("head_dim") && r.integer("head_dim") != c.hidden_size / c.num_attention_heads) {
     r.fail("head_dim", "(", r.integer("head_dim"), ") must equal hidden_size / num_attention_heads (",

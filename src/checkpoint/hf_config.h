@@ -30,9 +30,9 @@ struct HfLlamaConfig {
   double router_aux_loss_coef = 0;
   double router_z_loss_coef = 0;  // ours
   double capacity_factor = 0;     // ours
-  // The RoPE scaling the file asks for, as compact JSON ("" for none): our
-  // model has none, so a reader that builds a model refuses a non-empty one.
-  std::string rope_scaling;
+  // The RoPE scaling, in the spelling of model.rope_scaling
+  // (ops/rope_scaling.h): "none", or e.g. "linear,factor=4".
+  std::string rope_scaling = "none";
 };
 
 // ConfigError naming `source` and the value unless every size is positive,
@@ -40,17 +40,12 @@ struct HfLlamaConfig {
 // num_key_value_heads.
 void check_hf_config(const HfLlamaConfig& cfg, const std::string& source);
 
-// Writes config.json atomically: the fields above plus "architectures":
+// Writes config.json atomically: the fields above (a scaling as the object
+// "rope_scaling": {"rope_type", "factor", ...}) plus "architectures":
 // ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
 // "torch_dtype": "float32", "attention_bias": false, "mlp_bias": false; with
 // experts the Mixtral (or meshtrain_moe) fields instead (docs/FORMATS.md).
 void write_hf_config(const std::string& path, const HfLlamaConfig& cfg);
-
-struct HfReadOptions {
-  // Record a RoPE scaling in HfLlamaConfig::rope_scaling instead of refusing it
-  // (for comparing a saved config with a run's, see --init-from).
-  bool keep_rope_scaling = false;
-};
 
 // Reads config.json. As in transformers, an absent (or null)
 // num_key_value_heads means num_attention_heads, rope_theta 10000 and
@@ -58,13 +53,15 @@ struct HfReadOptions {
 // RoPE are read: transformers 4's top-level "rope_theta" and "rope_scaling",
 // and transformers 5's "rope_parameters": {"rope_theta", "rope_type", ...}
 // (a rope_type other than "default" is a scaling); the two must agree when both
-// are present. ConfigError naming the key for a missing key or a wrong type, and
+// are present. A scaling's type ("rope_type", or the older "type") must be
+// none/default, linear, dynamic, yarn or llama3 with the fields that type
+// takes (ops/rope_scaling.h). ConfigError naming the key for a missing key or a wrong type, and
 // for features our model does not implement (model_type other than llama,
-// hidden_act other than silu, attention or MLP biases, experts, a head_dim
-// other than hidden_size / num_attention_heads, a RoPE scaling unless
-// `opts` keeps it; mixture-of-experts models other than "mixtral" with
-// router_jitter_noise 0 and no sliding window, and our "meshtrain_moe");
-// IoError if the file cannot be read.
-HfLlamaConfig read_hf_config(const std::string& path, const HfReadOptions& opts = {});
+// hidden_act other than silu, attention or MLP biases, a head_dim
+// other than hidden_size / num_attention_heads, a RoPE scaling field we do not
+// implement such as mscale or truncate; mixture-of-experts models other than
+// "mixtral" with router_jitter_noise 0 and no sliding window, and our
+// "meshtrain_moe"); IoError if the file cannot be read.
+HfLlamaConfig read_hf_config(const std::string& path);
 
 }  // namespace mt

@@ -119,21 +119,6 @@ int run_eval_command(const EvalArgs& a) {
   return 0;
 }
 
-int run_sample_command(const SampleArgs& a) {
-  set_num_threads(hardware_threads());
-  const Tokenizer tok = Tokenizer::load(a.tokenizer);
-  const ModelConfig cfg = read_model_config(a.model);
-  require_fits(estimate_eval_memory(cfg, 1, cfg.max_seq_len), 1, available_memory_bytes());
-  Llama model(cfg, ModelOptions{});
-  load_model_dir(a.model, model);
-  std::vector<int32_t> ids = tok.encode(a.prompt);
-  const size_t n_prompt = ids.size();
-  ids = generate_greedy(model, ids, a.tokens);
-  std::printf("%s[%s]\n", a.prompt.c_str(),
-              tok.decode(std::span<const int32_t>(ids).subspan(n_prompt)).c_str());
-  return 0;
-}
-
 int run_schedule_command(const ScheduleArgs& a) {
   // Bounds first, so that the casts below are exact and the grid fits a screen or a file.
   constexpr int64_t kMax = 1024;

@@ -32,12 +32,17 @@ struct EvalArgs {
 };
 int run_eval_command(const EvalArgs& args);
 
-struct SampleArgs {
-  std::string model, tokenizer;
-  std::string prompt = "The ";
-  int64_t tokens = 48;
+struct GenerateArgs {
+  std::string model, tokenizer, prompts_file;
+  std::vector<std::string> prompts;
+  int64_t max_new_tokens = 64, top_k = 0, seed = 0, prefill_chunk = 0, batch_size = 8, threads = 0;
+  double temperature = 0.0, top_p = 1.0;
+  std::string output = "text", kv_cache = "f32";
+  bool logprobs = false;
+  std::optional<int64_t> dp, tp, pp, cp;
 };
-int run_sample_command(const SampleArgs& args);
+// generate_command.cpp
+int run_generate_command(const GenerateArgs& args);
 
 struct ScheduleArgs {
   std::string kind;  // gpipe | 1f1b | interleaved

@@ -69,12 +69,41 @@ CLI::App* add_eval(CLI::App& app, mt::EvalArgs& ev) {
   return e;
 }
 
-CLI::App* add_sample(CLI::App& app, mt::SampleArgs& sa) {
-  CLI::App* s = app.add_subcommand("sample", "Greedy text generation from a model");
-  s->add_option("--model", sa.model, "Model directory")->required();
-  s->add_option("--tokenizer", sa.tokenizer, "tokenizer.model written by prepare")->required();
-  s->add_option("--prompt", sa.prompt, "Prompt text")->capture_default_str();
-  s->add_option("--tokens", sa.tokens, "Tokens to generate")->capture_default_str();
+CLI::App* add_generate(CLI::App& app, mt::GenerateArgs& g) {
+  CLI::App* s = app.add_subcommand(
+      "generate", "Continue prompts with a model: prefill, then one token at a time from a KV cache");
+  s->add_option("--model", g.model, "Model directory")->required();
+  s->add_option("--tokenizer", g.tokenizer, "tokenizer.model written by prepare")->required();
+  s->add_option("--prompt", g.prompts, "Prompt text (repeatable; prompts are numbered in order)");
+  s->add_option("--prompts", g.prompts_file, "File with one prompt per line (after any --prompt)");
+  s->add_option("--max-new-tokens", g.max_new_tokens, "Tokens to generate per prompt at most")
+      ->capture_default_str();
+  s->add_option("--temperature", g.temperature, "0: greedy; > 0: sample from softmax(logits / T)")
+      ->capture_default_str();
+  s->add_option("--top-k", g.top_k, "Sample among the k most likely tokens (0: all)")->capture_default_str();
+  s->add_option("--top-p", g.top_p, "Sample among the most likely tokens reaching this mass, in (0, 1]")
+      ->capture_default_str();
+  s->add_option("--seed", g.seed, "Sampling seed; each draw is keyed by (seed, prompt index, position)")
+      ->capture_default_str();
+  s->add_option("--output", g.output,
+                "text: each prompt followed by its continuation (streamed for one prompt); jsonl: one object "
+                "per prompt {index, prompt, text, tokens, stop}")
+      ->capture_default_str();
+  s->add_flag("--logprobs", g.logprobs, "jsonl: add each token's log-probability under the model");
+  s->add_option("--prefill-chunk", g.prefill_chunk, "Prefill prompts this many tokens at a time (0: whole)")
+      ->capture_default_str();
+  s->add_option("--batch-size", g.batch_size, "Prompts generated together (one KV cache)")
+      ->capture_default_str();
+  s->add_option("--kv-cache", g.kv_cache, "KV cache element type: f32 | int8 (per token and head scales)")
+      ->capture_default_str();
+  s->add_option("--threads", g.threads, "Threads (0: all cores)");
+  s->add_option("--dp", g.dp, "Layout flags as in train: only 1 for now (one process)");
+  s->add_option("--tp", g.tp, "Layout flag: only 1 for now");
+  s->add_option("--pp", g.pp, "Layout flag: only 1 for now");
+  s->add_option("--cp", g.cp, "Layout flag: only 1 for now");
+  s->footer(
+      "stdout carries only the continuations; timings and the KV cache size go to stderr.\n"
+      "Generation runs in one process; multi-rank layouts (tp, pp, dp, cp prefill) are not built yet.");
   return s;
 }
 
@@ -133,14 +162,14 @@ int main(int argc, char** argv) {
   mt::TrainArgs train;
   mt::PrepareArgs prep;
   mt::EvalArgs ev;
-  mt::SampleArgs sa;
+  mt::GenerateArgs ga;
   mt::CompareOptions cmp;
   mt::ScheduleArgs sch;
   mt::ExportArgs ex;
   const CLI::App* tr = add_train(app, train);
   const CLI::App* pr = add_prepare(app, prep);
   const CLI::App* e = add_eval(app, ev);
-  const CLI::App* s = add_sample(app, sa);
+  const CLI::App* g = add_generate(app, ga);
   const CLI::App* c = add_compare(app, cmp);
   const CLI::App* sc = add_schedule(app, sch);
   const CLI::App* x = add_export(app, ex);
@@ -153,7 +182,7 @@ int main(int argc, char** argv) {
     if (*tr) return mt::run_train_command(train);
     if (*pr) return mt::run_prepare_command(prep);
     if (*e) return mt::run_eval_command(ev);
-    if (*s) return mt::run_sample_command(sa);
+    if (*g) return mt::run_generate_command(ga);
     if (*sc) return mt::run_schedule_command(sch);
     if (*x) return mt::run_export_command(ex);
     if (*c) {

@@ -41,6 +41,13 @@ std::vector<Entry> model_train_data_entries() {
       MT_KEY(model, ffn_hidden, "int", "SwiGLU MLP hidden size (intermediate_size)"),
       MT_KEY(model, max_seq_len, "int", "longest sequence the model accepts (max_position_embeddings)"),
       MT_KEY(model, rope_theta, "float", "RoPE base frequency"),
+      MT_KEY(
+          model, rope_scaling, "string",
+          "RoPE scaling past the training length, as Hugging Face's rope_scaling: none | "
+          "linear,factor=F | dynamic,factor=F[,original_max_position_embeddings=L] | "
+          "yarn,factor=F[,original_max_position_embeddings=L,beta_fast=32,beta_slow=1,attention_factor=A] | "
+          "llama3,factor=F,low_freq_factor=a,high_freq_factor=b,original_max_position_embeddings=L "
+          "(docs/MODEL.md)"),
       MT_KEY(model, norm_eps, "float", "RMSNorm epsilon"),
       MT_KEY(model, tie_embeddings, "bool", "share the input embedding and the LM head"),
       MT_KEY(model, init_std, "float",

@@ -24,6 +24,9 @@ void ModelConfig::validate() const {
   MT_REQUIRE(head_dim() % 2 == 0, ConfigError, "head_dim = d_model / n_heads = ", d_model, " / ", n_heads,
              " = ", head_dim(), " must be even (RoPE rotates pairs of dimensions)");
   MT_REQUIRE(rope_theta > 0, ConfigError, "model.rope_theta (", rope_theta, ") must be positive");
+  const RopeScaling rs = rope();  // ConfigError naming model.rope_scaling
+  MT_REQUIRE(rs.type != RopeType::dynamic || head_dim() > 2, ConfigError,
+             "dynamic RoPE scaling needs head_dim > 2 (got ", head_dim(), ")");
   MT_REQUIRE(norm_eps > 0, ConfigError, "model.norm_eps (", norm_eps, ") must be positive");
   MT_REQUIRE(init_std > 0, ConfigError, "model.init_std (", init_std, ") must be positive");
   validate_moe();
@@ -46,6 +49,12 @@ void ModelConfig::validate_moe() const {
              ") must be between 1 and model.n_layers (", n_layers, ")");
   MT_REQUIRE(top_k >= 1 && top_k <= n_experts, ConfigError, "model.top_k (", top_k,
              ") must be between 1 and model.n_experts (", n_experts, ")");
+}
+
+RopeTable ModelConfig::rope_table(int64_t seq_len) const {
+  const RopeScaling rs = rope();
+  return RopeTable(max_seq_len, rope_inv_freq(rs, head_dim(), rope_theta, max_seq_len, seq_len),
+                   rope_attention_factor(rs), seq_len);
 }
 
 }  // namespace mt

@@ -3,6 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+
+#include "ops/rope.h"
+#include "ops/rope_scaling.h"
 
 namespace mt {
 
@@ -15,6 +19,10 @@ struct ModelConfig {
   int64_t ffn_hidden = 1376;  // intermediate_size
   int64_t max_seq_len = 256;  // max_position_embeddings
   double rope_theta = 10000.0;
+  // RoPE scaling (rope_scaling in config.json), spelled as the config key:
+  // "none", or e.g. "yarn,factor=8,original_max_position_embeddings=128"
+  // (ops/rope_scaling.h, docs/MODEL.md).
+  std::string rope_scaling = "none";
   double norm_eps = 1e-5;  // rms_norm_eps
   bool tie_embeddings = false;
   double init_std = 0.02;  // std of the normal initialisation
@@ -40,6 +48,11 @@ struct ModelConfig {
   bool is_moe_layer(int64_t l) const { return moe() && (l + 1) % moe_every == 0; }
   int64_t n_moe_layers() const { return moe() ? n_layers / moe_every : 0; }
   int64_t expert_hidden() const { return expert_ffn_hidden > 0 ? expert_ffn_hidden : ffn_hidden; }
+
+  RopeScaling rope() const { return parse_rope_scaling(rope_scaling); }
+  // cos/sin of positions [0, max_seq_len) for a sequence of seq_len tokens
+  // (only dynamic scaling depends on seq_len).
+  RopeTable rope_table(int64_t seq_len) const;
 
   // Throws ConfigError naming the values and the rule that fails.
   void validate() const;

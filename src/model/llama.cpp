@@ -36,7 +36,7 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
       td_(tp_dims(cfg, tpr_)),
       table_(make_param_table(cfg, tpr_, opts.stage)),
       units_(make_units(table_, cfg)),
-      rope_(cfg.max_seq_len, cfg.head_dim(), cfg.rope_theta),
+      rope_(cfg.rope_table(cfg.max_seq_len)),
       store_(store ? std::move(store) : std::make_unique<LocalStore>(units_)),
       buf_(std::make_unique<Buffers>()),
       dispatch_(nullptr, cfg.n_experts) {
@@ -220,6 +220,10 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
   } else {
     for (int64_t i = 0; i < N; ++i)
       sl.pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % T);
+  }
+  if (cfg_.rope().type == RopeType::dynamic) {  // frequencies of this length (docs/MODEL.md)
+    const int64_t L = T * (cp_ ? cp_->size() : 1);
+    if (rope_.seq_len() != L) rope_ = cfg_.rope_table(L);
   }
   if (has_embed()) {
     const int eu = table_.embed_unit;

@@ -3,24 +3,36 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/rope_scaling.h"
 
 namespace mt {
 
-RopeTable::RopeTable(int64_t max_pos, int64_t head_dim, double theta)
-    : max_pos_(max_pos), head_dim_(head_dim) {
+namespace {
+std::vector<double> checked_inv_freq(int64_t head_dim, double theta, int64_t max_pos) {
   MT_REQUIRE(head_dim > 0 && head_dim % 2 == 0, ConfigError, "head_dim (", head_dim,
              ") must be positive and even for rotary embeddings");
-  MT_REQUIRE(max_pos > 0, ConfigError, "max_pos (", max_pos, ") must be positive");
   MT_REQUIRE(theta > 0, ConfigError, "rope theta (", theta, ") must be positive");
-  const int64_t half = head_dim / 2;
+  return rope_inv_freq(RopeScaling{}, head_dim, theta, max_pos, max_pos);
+}
+}  // namespace
+
+RopeTable::RopeTable(int64_t max_pos, int64_t head_dim, double theta)
+    : RopeTable(max_pos, checked_inv_freq(head_dim, theta, max_pos), 1.0) {}
+
+RopeTable::RopeTable(int64_t max_pos, const std::vector<double>& inv_freq, double attention_factor,
+                     int64_t seq_len)
+    : max_pos_(max_pos), head_dim_(2 * static_cast<int64_t>(inv_freq.size())), seq_len_(seq_len) {
+  MT_REQUIRE(!inv_freq.empty(), ConfigError, "rotary embeddings need at least one frequency");
+  MT_REQUIRE(max_pos > 0, ConfigError, "max_pos (", max_pos, ") must be positive");
+  const int64_t half = head_dim_ / 2;
   cos_.resize(static_cast<size_t>(max_pos * half));
   sin_.resize(static_cast<size_t>(max_pos * half));
   for (int64_t i = 0; i < half; ++i) {
-    const double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    const double freq = inv_freq[static_cast<size_t>(i)];
     for (int64_t p = 0; p < max_pos; ++p) {
       const double a = static_cast<double>(p) * freq;
-      cos_[static_cast<size_t>(p * half + i)] = static_cast<float>(std::cos(a));
-      sin_[static_cast<size_t>(p * half + i)] = static_cast<float>(std::sin(a));
+      cos_[static_cast<size_t>(p * half + i)] = static_cast<float>(std::cos(a) * attention_factor);
+      sin_[static_cast<size_t>(p * half + i)] = static_cast<float>(std::sin(a) * attention_factor);
     }
   }
 }

@@ -15,7 +15,14 @@ namespace mt {
 class RopeTable {
  public:
   RopeTable(int64_t max_pos, int64_t head_dim, double theta);
+  // Any frequencies (head_dim / 2 of them, ops/rope_scaling.h), cos and sin
+  // both multiplied by attention_factor.
+  // seq_len records the sequence length the frequencies were chosen for
+  // (dynamic scaling), 0 when they do not depend on it.
+  RopeTable(int64_t max_pos, const std::vector<double>& inv_freq, double attention_factor,
+            int64_t seq_len = 0);
   int64_t head_dim() const { return head_dim_; }
+  int64_t seq_len() const { return seq_len_; }
   int64_t max_pos() const { return max_pos_; }
   const float* cos_row(int64_t pos) const { return cos_.data() + pos * (head_dim_ / 2); }
   const float* sin_row(int64_t pos) const { return sin_.data() + pos * (head_dim_ / 2); }
@@ -23,6 +30,7 @@ class RopeTable {
  private:
   int64_t max_pos_;
   int64_t head_dim_;
+  int64_t seq_len_ = 0;
   std::vector<float> cos_;  // [max_pos, head_dim / 2]
   std::vector<float> sin_;
 };

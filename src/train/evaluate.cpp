@@ -30,17 +30,4 @@ double evaluate_loss(const LossForward& forward, const TokenFile& file, int64_t 
   return sum / static_cast<double>(count);
 }
 
-std::vector<int32_t> generate_greedy(Llama& model, std::vector<int32_t> tokens, int64_t n_new) {
-  MT_REQUIRE(!tokens.empty(), ConfigError, "generation needs at least one prompt token");
-  const int64_t V = model.config().vocab_size;
-  const int64_t max_ctx = model.config().max_seq_len;
-  for (int64_t i = 0; i < n_new; ++i) {
-    const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), max_ctx);
-    model.forward(tokens.data() + tokens.size() - static_cast<size_t>(T), nullptr, 1, T);
-    const float* last = model.logits() + (T - 1) * V;
-    tokens.push_back(static_cast<int32_t>(std::max_element(last, last + V) - last));
-  }
-  return tokens;
-}
-
 }  // namespace mt

@@ -1,4 +1,4 @@
-// Evaluation and generation with a trained model.
+// Evaluation of a trained model (generation: src/infer/).
 #pragma once
 
 #include <cstdint>
@@ -22,9 +22,5 @@ using LossForward =
     std::function<double(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T)>;
 double evaluate_loss(const LossForward& forward, const TokenFile& file, int64_t seq_len, int64_t max_windows,
                      int64_t microbatch);
-
-// Greedy decoding: appends `n_new` tokens to `prompt` (the context is the last
-// max_seq tokens of the model's buffers). Recomputes the whole context per token.
-std::vector<int32_t> generate_greedy(Llama& model, std::vector<int32_t> prompt, int64_t n_new);
 
 }  // namespace mt

@@ -28,6 +28,7 @@ HfLlamaConfig to_hf(const ModelConfig& c) {
   h.num_key_value_heads = c.n_kv_heads;
   h.max_position_embeddings = c.max_seq_len;
   h.rope_theta = c.rope_theta;
+  h.rope_scaling = format_rope_scaling(c.rope());
   h.rms_norm_eps = c.norm_eps;
   h.tie_word_embeddings = c.tie_embeddings;
   if (c.moe()) {
@@ -108,6 +109,7 @@ ModelConfig read_model_config(const std::string& dir) {
   c.n_kv_heads = h.num_key_value_heads;
   c.max_seq_len = h.max_position_embeddings;
   c.rope_theta = h.rope_theta;
+  c.rope_scaling = h.rope_scaling;
   c.norm_eps = h.rms_norm_eps;
   c.tie_embeddings = h.tie_word_embeddings;
   if (h.num_local_experts > 0) {
@@ -157,7 +159,7 @@ std::vector<std::string> check_init_from(const std::string& dir, const ModelConf
     check_checkpoint_files(dir, meta);
     saved = to_hf(checkpoint_model_config(meta, dir));
   } else {
-    saved = read_hf_config((fs::path(dir) / "config.json").string(), {.keep_rope_scaling = true});
+    saved = read_hf_config((fs::path(dir) / "config.json").string());
   }
   const char* source = checkpoint ? "/metadata.json" : "/config.json";
   const HfLlamaConfig mine = to_hf(run);
@@ -190,8 +192,7 @@ std::vector<std::string> check_init_from(const std::string& dir, const ModelConf
   same("rope_theta", saved.rope_theta, mine.rope_theta);
   same("norm_eps", saved.rms_norm_eps, mine.rms_norm_eps);
   same("max_seq_len", saved.max_position_embeddings, mine.max_position_embeddings);
-  same("rope_scaling", saved.rope_scaling.empty() ? std::string("none") : saved.rope_scaling,
-       std::string("none"));
+  same("rope_scaling", saved.rope_scaling, mine.rope_scaling);
   return notices;
 }
 

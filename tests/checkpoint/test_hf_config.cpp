@@ -127,7 +127,19 @@ TEST(HfConfig, RejectsValuesAndFeaturesWeCannotHonour) {
   expect_config_error(dir, config_text({{"hidden_act", "gelu"}}), "only 'silu' is supported");
   expect_config_error(dir, config_text({{"attention_bias", true}}), "key 'attention_bias' is true");
   expect_config_error(dir, config_text({{"rope_scaling", {{"rope_type", "llama3"}}}}),
-                      "key 'rope_scaling' is set");
+                      "key 'rope_scaling': RoPE scaling 'llama3' needs the field 'factor'");
+  expect_config_error(dir, config_text({{"rope_scaling", {{"rope_type", "longrope"}, {"factor", 2.0}}}}),
+                      "unknown RoPE scaling type 'longrope'");
+  expect_config_error(
+      dir, config_text({{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 2.0}, {"mscale", 1}}}}),
+      "RoPE scaling type 'yarn' has no field 'mscale'");
+  expect_config_error(dir,
+                      config_text({{"rope_scaling",
+                                    {{"rope_type", "llama3"},
+                                     {"factor", 8.0},
+                                     {"low_freq_factor", 1.0},
+                                     {"high_freq_factor", 4.0}}}}),
+                      "'llama3' needs the field 'original_max_position_embeddings'");
   expect_config_error(dir, config_text({{"head_dim", 32}}),
                       "head_dim' (32) must equal hidden_size / num_attention_heads (16)");
   // head_dim equal to the derived value is fine.
@@ -152,14 +164,38 @@ TEST(HfConfig, ReadsRopeThetaInBothSpellings) {
   expect_config_error(dir, config_text({{"rope_theta", 1e4}, {"rope_parameters", {{"rope_theta", 5e5}}}}),
                       "holds rope_theta 500000 but the top-level rope_theta is 10000");
   expect_config_error(dir, config_text({{"rope_parameters", {{"rope_theta", 5e5}, {"rope_type", "llama3"}}}}),
-                      "key 'rope_parameters' is set");
+                      "key 'rope_parameters': RoPE scaling 'llama3' needs the field 'factor'");
   expect_config_error(dir, config_text({{"rope_parameters", 3}}), "key 'rope_parameters' must be an object");
   expect_config_error(dir, config_text({{"num_local_experts", 8}}),
                       "a mixture of experts needs model_type 'mixtral'");
-  // A scaling is kept, not refused, when asked (for comparing configs).
-  testing::write_bytes(path,
-                       config_text({{"rope_parameters", {{"rope_theta", 5e5}, {"rope_type", "yarn"}}}}));
-  EXPECT_NE(read_hf_config(path, {.keep_rope_scaling = true}).rope_scaling.find("yarn"), std::string::npos);
+  // A scaling in either spelling (and the older "type" key) reads into model.rope_scaling's spelling.
+  testing::write_bytes(
+      path,
+      config_text({{"rope_parameters", {{"rope_theta", 5e5}, {"rope_type", "yarn"}, {"factor", 7.8125}}}}));
+  EXPECT_EQ(read_hf_config(path).rope_scaling, "yarn,factor=7.8125,beta_fast=32,beta_slow=1");
+  testing::write_bytes(path, config_text({{"rope_scaling", {{"type", "linear"}, {"factor", 4}}}}));
+  EXPECT_EQ(read_hf_config(path).rope_scaling, "linear,factor=4");
+  expect_config_error(dir,
+                      config_text({{"rope_scaling", {{"rope_type", "linear"}, {"factor", 4}}},
+                                   {"rope_parameters", {{"rope_type", "linear"}, {"factor", 2}}}}),
+                      "holds the scaling linear,factor=2 but rope_scaling holds linear,factor=4");
+}
+
+TEST(HfConfig, RopeScalingRoundTrips) {
+  TempDir dir;
+  const std::string path = dir.file("config.json");
+  for (const char* spec :
+       {"none", "linear,factor=7.8125", "dynamic,factor=2,original_max_position_embeddings=128",
+        "yarn,factor=8,original_max_position_embeddings=128,beta_fast=16,beta_slow=2,"
+        "attention_factor=1.5",
+        "llama3,factor=8,original_max_position_embeddings=8192,low_freq_factor=1,"
+        "high_freq_factor=4"}) {
+    testing::write_bytes(path, config_text(nlohmann::json::object()));
+    HfLlamaConfig c = read_hf_config(path);
+    c.rope_scaling = spec;
+    write_hf_config(path, c);
+    EXPECT_EQ(read_hf_config(path).rope_scaling, spec);
+  }
 }
 
 TEST(HfConfig, WriteRejectsInvalidConfigAndMissingFileIsIoError) {

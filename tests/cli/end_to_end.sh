@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# prepare -> train (with metrics and save) -> eval -> sample, through the binary.
+# prepare -> train (with metrics and save) -> eval -> generate, through the binary.
 set -euo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -24,7 +24,7 @@ loss=$(tail -n1 <<<"$out" | awk '$1 == "loss" {print $2}')
 first=$(head -n1 "$tmp/m.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
 echo "first training loss $first, final eval loss $loss"
 awk -v a="$loss" -v b="$first" 'BEGIN { exit !(a < 0.7 * b) }'
-"$bin" sample --model "$tmp/model" --tokenizer "$tmp/data/tokenizer.model" --prompt "the cat" --tokens 8
+"$bin" generate --model "$tmp/model" --tokenizer "$tmp/data/tokenizer.model" --prompt "the cat" --max-new-tokens 8
 "$bin" train --help >"$tmp/help.txt"
 grep -q "train.microbatch_size" "$tmp/help.txt"
 # compare: the same run again is the same; another seed is not (exit 1, naming the worst step).

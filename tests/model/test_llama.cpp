@@ -72,8 +72,9 @@ double rel_l2(const float* a, const double* b, int64_t n) {
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
-void check_against_pytorch(bool tied, bool recompute) {
-  const ModelConfig cfg = tiny_config(tied);
+void check_against_pytorch(bool tied, bool recompute, const std::string& rope_scaling = "none") {
+  ModelConfig cfg = tiny_config(tied);
+  cfg.rope_scaling = rope_scaling;
   const Batch b = make_batch(cfg.vocab_size);
   ModelOptions mo;
   mo.max_batch = b.B;
@@ -90,7 +91,8 @@ void check_against_pytorch(bool tied, bool recompute) {
   model.backward(static_cast<float>(1.0 / static_cast<double>(valid)));
 
   const fs::path dir =
-      fs::path(::testing::TempDir()) / ("llama_ref_" + std::to_string(tied) + std::to_string(recompute));
+      fs::path(::testing::TempDir()) / ("llama_ref_" + std::to_string(tied) + std::to_string(recompute) +
+                                        rope_scaling.substr(0, rope_scaling.find(',')));
   fs::create_directories(dir);
   save_model_dir((dir / "model").string(), model);
   {
@@ -131,6 +133,18 @@ TEST(LlamaVsPyTorch, LossLogitsAndGradients) {
 }
 TEST(LlamaVsPyTorch, TiedEmbeddingsWithRecompute) {
   check_against_pytorch(true, true);
+}
+// Each RoPE scaling, written to config.json and recomputed by the reference
+// from it (T = 11 tokens; L0 below T so that dynamic and yarn act; llama3's
+// wavelength bounds 8 and 64 put one pair on each side and one between).
+TEST(LlamaVsPyTorch, RopeScaling) {
+  for (const char* spec :
+       {"linear,factor=4", "dynamic,factor=4,original_max_position_embeddings=4",
+        "yarn,factor=4,original_max_position_embeddings=64",
+        "llama3,factor=4,low_freq_factor=1,high_freq_factor=8,original_max_position_embeddings=64"}) {
+    SCOPED_TRACE(spec);
+    check_against_pytorch(false, false, spec);
+  }
 }
 
 TEST(Llama, RecomputationIsBitwiseIdentical) {

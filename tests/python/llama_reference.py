@@ -14,6 +14,7 @@ usage: llama_reference.py MODEL_DIR TOKENS_FILE B T OUT_DIR
 Exit status 3 when torch is not installed (the caller skips).
 """
 import json
+import math
 import os
 import struct
 import sys
@@ -47,14 +48,53 @@ def rms_norm(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-def rope(x, theta):
+def rope_frequencies(cfg, T, D):
+    """Inverse frequencies and the cos/sin factor under config.json's rope_scaling
+    (Hugging Face semantics, docs/MODEL.md), for a sequence of T tokens."""
+    theta = cfg.get("rope_theta", 10000.0)
+    rs = cfg.get("rope_scaling") or {}
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    exponents = torch.arange(0, D, 2, dtype=torch.float64) / D
+    inv = 1.0 / (theta ** exponents)
+    L0 = rs.get("original_max_position_embeddings", cfg["max_position_embeddings"])
+    if kind == "default":
+        return inv, 1.0
+    f = rs["factor"]
+    if kind == "linear":
+        return inv / f, 1.0
+    if kind == "dynamic":
+        if T <= L0:
+            return inv, 1.0
+        base = theta * ((f * T / L0) - (f - 1)) ** (D / (D - 2))
+        return 1.0 / (base ** exponents), 1.0
+    if kind == "yarn":
+        def turns_dim(r):  # the pair index whose frequency turns r times over L0 positions
+            return (D * math.log(L0 / (r * 2 * math.pi))) / (2 * math.log(theta))
+        low = max(math.floor(turns_dim(rs.get("beta_fast", 32))), 0)
+        high = min(math.ceil(turns_dim(rs.get("beta_slow", 1))), D - 1)
+        if low == high:
+            high += 0.001
+        interp = ((torch.arange(D // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+        scale = rs.get("attention_factor") or (0.1 * math.log(f) + 1.0 if f > 1 else 1.0)
+        return (inv / f) * interp + inv * (1 - interp), scale
+    if kind == "llama3":
+        lo, hi = rs["low_freq_factor"], rs["high_freq_factor"]
+        L0 = rs["original_max_position_embeddings"]
+        wavelen = 2 * math.pi / inv
+        out = torch.where(wavelen > L0 / lo, inv / f, inv)
+        smooth = (L0 / wavelen - lo) / (hi - lo)
+        mid = ~(wavelen < L0 / hi) & ~(wavelen > L0 / lo)
+        return torch.where(mid, (1 - smooth) * out / f + smooth * out, out), 1.0
+    raise SystemExit(f"unknown rope_scaling type {kind}")
+
+
+def rope(x, inv, scale):
     # x [B, heads, T, D]; positions 0..T-1
     T, D = x.shape[-2], x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
     freqs = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
     x1, x2 = x[..., : D // 2], x[..., D // 2:]
-    return x * emb.cos() + torch.cat([-x2, x1], dim=-1) * emb.sin()
+    return x * (emb.cos() * scale) + torch.cat([-x2, x1], dim=-1) * (emb.sin() * scale)
 
 
 def forward(cfg, p, inputs):
@@ -64,7 +104,7 @@ def forward(cfg, p, inputs):
     KV = cfg.get("num_key_value_heads", H)
     D = C // H
     eps = cfg["rms_norm_eps"]
-    theta = cfg.get("rope_theta", 10000.0)
+    inv, scale = rope_frequencies(cfg, T, D)
     x = p["model.embed_tokens.weight"][inputs]
     mask = torch.ones(T, T, dtype=torch.bool).tril()
     for layer in range(cfg["num_hidden_layers"]):
@@ -73,7 +113,7 @@ def forward(cfg, p, inputs):
         q = (h @ p[pre + "self_attn.q_proj.weight"].T).view(B, T, H, D).transpose(1, 2)
         k = (h @ p[pre + "self_attn.k_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
         v = (h @ p[pre + "self_attn.v_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
-        q, k = rope(q, theta), rope(k, theta)
+        q, k = rope(q, inv, scale), rope(k, inv, scale)
         k = k.repeat_interleave(H // KV, dim=1)
         v = v.repeat_interleave(H // KV, dim=1)
         s = (q @ k.transpose(-1, -2)) / (D ** 0.5)

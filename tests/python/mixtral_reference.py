@@ -33,7 +33,7 @@ except ImportError:
     sys.exit(3)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llama_reference import read_safetensors, rms_norm, rope  # noqa: E402
+from llama_reference import read_safetensors, rms_norm, rope, rope_frequencies  # noqa: E402
 
 
 def attention(cfg, p, pre, h):
@@ -41,11 +41,11 @@ def attention(cfg, p, pre, h):
     H = cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads", H)
     D = C // H
-    theta = cfg.get("rope_theta", 10000.0)
     q = (h @ p[pre + "self_attn.q_proj.weight"].T).view(B, T, H, D).transpose(1, 2)
     k = (h @ p[pre + "self_attn.k_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
     v = (h @ p[pre + "self_attn.v_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
-    q, k = rope(q, theta), rope(k, theta)
+    inv, scale = rope_frequencies(cfg, T, D)  # RoPE scaling too, when config.json has one
+    q, k = rope(q, inv, scale), rope(k, inv, scale)
     k = k.repeat_interleave(H // KV, dim=1)
     v = v.repeat_interleave(H // KV, dim=1)
     s = (q @ k.transpose(-1, -2)) / (D ** 0.5)

@@ -1,0 +1,55 @@
+// Generation for a batch of prompts: prefill (whole, or prefill_chunk tokens
+// at a time against the growing cache), then one token per step for every
+// sequence still running, until EOS or max_new_tokens (docs/MODEL.md,
+// "Generation").
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "infer/kv_cache.h"
+#include "infer/sampling.h"
+#include "model/llama.h"
+
+namespace mt {
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 64;
+  SamplingOptions sampling;
+  int64_t prefill_chunk = 0;  // 0: the whole prompt in one step
+  int32_t eos_id = -1;        // −1: no EOS stop
+  KvDtype kv_dtype = KvDtype::f32;
+};
+
+enum class StopReason { eos, length };
+const char* stop_name(StopReason r);
+
+struct Generation {
+  std::vector<int32_t> tokens;   // the continuation, without the EOS that ended it
+  std::vector<double> logprobs;  // one per token (sampling.h)
+  StopReason stop = StopReason::length;
+};
+
+struct GenerateStats {
+  int64_t kv_cache_bytes = 0, capacity = 0;
+  int64_t prefill_tokens = 0, decode_tokens = 0;
+  double prefill_s = 0, decode_s = 0;
+};
+
+// The KV cache positions a batch needs: the longest prompt plus
+// max_new_tokens − 1 (the last token is sampled, never fed back). ConfigError
+// when a prompt is empty or this exceeds the model's max_seq_len (naming the
+// prompt, numbered from first_index, and the numbers).
+int64_t generation_capacity(const ModelConfig& cfg, const std::vector<std::vector<int32_t>>& prompts,
+                            int64_t first_index, int64_t max_new_tokens);
+
+// ConfigError when a prompt is empty or a prompt plus max_new_tokens − 1
+// positions exceed the model's max_seq_len (naming the prompt and the numbers).
+// prompts[i] is sampled as prompt number first_index + i. on_token(i, token) is
+// called as each token is chosen (for streaming); it may be empty.
+std::vector<Generation> generate(const Llama& model, const std::vector<std::vector<int32_t>>& prompts,
+                                 int64_t first_index, const GenerateOptions& opts, GenerateStats* stats,
+                                 const std::function<void(int64_t, int32_t)>& on_token = {});
+
+}  // namespace mt

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# meshtrain generate through the binary: text and jsonl output, chunked prefill
+# equal to whole, a rope_scaling model, and bad input (every case a clear error).
+set -euo pipefail
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/corpus"
+for i in $(seq 1 300); do
+  echo "the cat sat on the mat number $i and the dog sat on the log"
+  echo "%"
+done >"$tmp/corpus/c"
+"$bin" prepare --text "$tmp/corpus" --out "$tmp/data" --vocab-size 300 >/dev/null
+"$bin" train --config /dev/null --set data.dir="$tmp/data" --set model.vocab_size=300 --set model.d_model=32 \
+  --set model.n_layers=2 --set model.n_heads=2 --set model.n_kv_heads=2 --set model.ffn_hidden=64 \
+  --set model.max_seq_len=32 --set train.seq_len=32 --set train.batch_size=4 --set train.microbatch_size=2 \
+  --set train.steps=30 --set train.eval_every=0 --set train.lr=1e-2 --quiet --save "$tmp/model"
+g=("$bin" generate --model "$tmp/model" --tokenizer "$tmp/data/tokenizer.model")
+# text: each prompt followed by its continuation, one line each; nothing else on stdout.
+"${g[@]}" --prompt "the cat" --prompt "the dog sat on" --max-new-tokens 6 >"$tmp/out.txt" 2>"$tmp/err.txt"
+test "$(wc -l <"$tmp/out.txt")" -eq 2
+head -n1 "$tmp/out.txt" | grep -q "^the cat"
+grep -q "kv cache f32 .* bytes" "$tmp/err.txt"
+# jsonl with log-probs; chunked prefill gives the same continuations.
+"${g[@]}" --prompt "the cat" --prompt "the dog sat on" --max-new-tokens 6 --output jsonl --logprobs >"$tmp/a.jsonl"
+"${g[@]}" --prompt "the cat" --prompt "the dog sat on" --max-new-tokens 6 --output jsonl --logprobs \
+  --prefill-chunk 1 >"$tmp/b.jsonl"
+/usr/bin/python3 - "$tmp/a.jsonl" "$tmp/b.jsonl" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert [x["index"] for x in a] == [0, 1], a
+assert all(set(x) == {"index", "prompt", "text", "tokens", "stop", "logprobs"} for x in a), a
+assert all(x["stop"] in ("eos", "length") and len(x["logprobs"]) == len(x["tokens"]) for x in a), a
+assert [x["tokens"] for x in a] == [x["tokens"] for x in b], (a, b)
+PY
+# --prompts FILE, sampling, int8 cache.
+printf 'the cat\nthe dog\n' >"$tmp/prompts.txt"
+"${g[@]}" --prompts "$tmp/prompts.txt" --temperature 0.9 --top-k 20 --top-p 0.9 --seed 3 --kv-cache int8 \
+  --max-new-tokens 4 --output jsonl >"$tmp/c.jsonl"
+test "$(wc -l <"$tmp/c.jsonl")" -eq 2
+# A model with RoPE scaling: written to config.json, read back by generate.
+"$bin" train --config /dev/null --set data.dir="$tmp/data" --set model.vocab_size=300 --set model.d_model=32 \
+  --set model.n_layers=1 --set model.n_heads=2 --set model.n_kv_heads=2 --set model.ffn_hidden=64 \
+  --set model.max_seq_len=64 --set train.seq_len=16 --set train.batch_size=2 --set train.microbatch_size=2 \
+  --set train.steps=2 --set train.eval_every=0 --quiet \
+  --set model.rope_scaling=yarn,factor=4,original_max_position_embeddings=16 --save "$tmp/yarn"
+grep -q '"rope_type": "yarn"' "$tmp/yarn/config.json"
+"$bin" generate --model "$tmp/yarn" --tokenizer "$tmp/data/tokenizer.model" --prompt "the cat" \
+  --max-new-tokens 40 >/dev/null
+# Train short, extend: --init-from with another rope_scaling is refused unless train.init_allow lists it.
+ext=(--config /dev/null --set data.dir="$tmp/data" --set model.vocab_size=300 --set model.d_model=32
+  --set model.n_layers=2 --set model.n_heads=2 --set model.n_kv_heads=2 --set model.ffn_hidden=64
+  --set train.batch_size=2 --set train.microbatch_size=2 --set train.steps=2 --set train.eval_every=0 --quiet
+  --set model.max_seq_len=64 --set train.seq_len=64 --init-from "$tmp/model")
+if "$bin" train "${ext[@]}" --set model.rope_scaling=linear,factor=2 2>"$tmp/e"; then exit 1; fi
+grep -q "model.max_seq_len is 32 in .* but 64" "$tmp/e"
+"$bin" train "${ext[@]}" --set model.rope_scaling=linear,factor=2 \
+  --set train.init_allow=rope_scaling,max_seq_len 2>"$tmp/e"
+grep -q "model.rope_scaling is none in .* but linear,factor=2 in this run's configuration; using" "$tmp/e"
+# Dynamic scaling in training depends on the sequence length: under cp (global positions, L = T·cp) the
+# run equals the one-process run.
+dyn=(--config /dev/null --set data.dir="$tmp/data" --set model.vocab_size=300 --set model.d_model=32
+  --set model.n_layers=2 --set model.n_heads=2 --set model.n_kv_heads=2 --set model.ffn_hidden=64
+  --set model.max_seq_len=32 --set train.seq_len=32 --set train.batch_size=2 --set train.microbatch_size=2
+  --set train.steps=3 --set train.eval_every=0 --quiet
+  --set model.rope_scaling=dynamic,factor=2,original_max_position_embeddings=8)
+"$bin" train "${dyn[@]}" --metrics "$tmp/d1.jsonl"
+timeout 120 mpirun -np 2 --oversubscribe --allow-run-as-root "$bin" train "${dyn[@]}" --cp 2 \
+  --metrics "$tmp/d2.jsonl"
+"$bin" compare "$tmp/d2.jsonl" "$tmp/d1.jsonl" --rtol 1e-5 | grep -q "^losses: 3 steps"
+"$bin" train "${dyn[@]}" --set model.rope_scaling=none --metrics "$tmp/d0.jsonl"
+if "$bin" compare "$tmp/d0.jsonl" "$tmp/d1.jsonl" --rtol 1e-5 >/dev/null; then
+  echo "dynamic scaling past L0 must change the losses"
+  exit 1
+fi
+
+fails() {  # fails NEEDLE CMD...: the command exits non-zero and says NEEDLE on stderr
+  local needle=$1
+  shift
+  if "$@" >/dev/null 2>"$tmp/e"; then
+    echo "expected a failure: $*"
+    exit 1
+  fi
+  grep -q -- "$needle" "$tmp/e" || {
+    echo "expected '$needle' in:"
+    cat "$tmp/e"
+    exit 1
+  }
+}
+fails "prompt 0 has .* tokens; with --max-new-tokens 40 the KV cache needs" "${g[@]}" --prompt "the cat" \
+  --max-new-tokens 40
+fails "\-\-top-p (0) must be in (0, 1\]" "${g[@]}" --prompt "x" --top-p 0
+fails "\-\-top-p (1.5) must be in (0, 1\]" "${g[@]}" --prompt "x" --top-p 1.5
+fails "\-\-tp 2: generation runs in one process for now" "${g[@]}" --prompt "x" --tp 2
+fails "generate needs a prompt" "${g[@]}"
+"$bin" prepare --text "$tmp/corpus" --out "$tmp/data2" --vocab-size 290 >/dev/null
+fails "has 290 tokens but the model .* has a vocabulary of 300" "$bin" generate --model "$tmp/model" \
+  --tokenizer "$tmp/data2/tokenizer.model" --prompt "x"
+cp -r "$tmp/model" "$tmp/bad"
+/usr/bin/python3 - "$tmp/bad/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["rope_scaling"] = {"rope_type": "ntk", "factor": 2.0}
+json.dump(c, open(sys.argv[1], "w"))
+PY
+fails "unknown RoPE scaling type 'ntk'" "$bin" generate --model "$tmp/bad" --tokenizer "$tmp/data/tokenizer.model" \
+  --prompt "x"
+# A mixture of experts: the cached decoder is dense only, so generate refuses it by name.
+"$bin" train --config /dev/null --set data.dir="$tmp/data" --set model.vocab_size=300 --set model.d_model=32 \
+  --set model.n_layers=1 --set model.n_heads=2 --set model.n_kv_heads=2 --set model.n_experts=2 \
+  --set model.top_k=1 --set model.expert_ffn_hidden=16 --set model.max_seq_len=16 --set train.seq_len=16 \
+  --set train.batch_size=2 --set train.microbatch_size=2 --set train.steps=1 --set train.eval_every=0 --quiet \
+  --save "$tmp/moe"
+fails "is a mixture of experts (2 experts): the cached decoder" "$bin" generate --model "$tmp/moe" \
+  --tokenizer "$tmp/data/tokenizer.model" --prompt "x"
+# Under mpirun with two ranks: refused by name, by every rank, non-zero.
+set +e
+timeout 60 mpirun -np 2 --oversubscribe --allow-run-as-root "${g[@]}" --prompt "x" >/dev/null 2>"$tmp/e"
+rc=$?
+set -e
+test "$rc" -ne 0
+test "$(grep -c "generate runs in one process for now but mpirun started 2 ranks" "$tmp/e")" -eq 2
+echo "generate ok"

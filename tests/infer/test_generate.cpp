@@ -1,0 +1,118 @@
+// Batched generation against one prompt at a time, reproducible sampling, the
+// KV cache's size against its formula, and bad input.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "infer/generate.h"
+#include "infer_util.h"
+
+namespace mt {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+class Generate : public ::testing::Test {
+ protected:
+  Generate() : cfg_(testing::tiny_config()), model_(cfg_, ModelOptions{}) { model_.init(9); }
+  ModelConfig cfg_;
+  Llama model_;
+  std::vector<std::vector<int32_t>> prompts_ = {testing::tokens(3, 1), testing::tokens(9, 2),
+                                                testing::tokens(5, 3)};
+};
+
+TEST_F(Generate, BatchedEqualsOneAtATimeGreedyAndSampled) {
+  for (const SamplingOptions s : {SamplingOptions{}, SamplingOptions{0.8, 10, 0.9, 7}}) {
+    GenerateOptions o;
+    o.max_new_tokens = 10;
+    o.sampling = s;
+    o.prefill_chunk = 4;
+    const std::vector<Generation> batched = generate(model_, prompts_, 0, o, nullptr);
+    for (size_t i = 0; i < prompts_.size(); ++i) {
+      o.prefill_chunk = 0;  // and the whole prompt at once
+      const std::vector<Generation> alone =
+          generate(model_, {prompts_[i]}, static_cast<int64_t>(i), o, nullptr);
+      EXPECT_EQ(batched[i].tokens, alone[0].tokens) << "prompt " << i << ", temperature " << s.temperature;
+      ASSERT_EQ(batched[i].logprobs.size(), alone[0].logprobs.size());
+      for (size_t j = 0; j < alone[0].logprobs.size(); ++j)
+        EXPECT_NEAR(batched[i].logprobs[j], alone[0].logprobs[j], 1e-5);
+      EXPECT_EQ(batched[i].tokens.size(), 10u);
+      EXPECT_EQ(batched[i].stop, StopReason::length);
+    }
+  }
+}
+
+TEST_F(Generate, SamplingIsKeyedBySeedPromptAndPosition) {
+  GenerateOptions o;
+  o.max_new_tokens = 12;
+  o.sampling = {1.0, 0, 1.0, 1};
+  const auto a = generate(model_, prompts_, 0, o, nullptr);
+  const auto b = generate(model_, prompts_, 0, o, nullptr);
+  o.sampling.seed = 2;
+  const auto c = generate(model_, prompts_, 0, o, nullptr);
+  const auto d = generate(model_, prompts_, 5, o, nullptr);  // other prompt numbers, other draws
+  for (size_t i = 0; i < prompts_.size(); ++i)
+    EXPECT_EQ(a[i].tokens, b[i].tokens);
+  EXPECT_NE(a[1].tokens, c[1].tokens);
+  EXPECT_NE(c[1].tokens, d[1].tokens);
+}
+
+TEST_F(Generate, StopsAtEos) {
+  GenerateOptions o;
+  o.max_new_tokens = 10;
+  const auto free_run = generate(model_, {prompts_[1]}, 0, o, nullptr);
+  o.eos_id = free_run[0].tokens[3];  // the 4th token, in this model's greedy continuation
+  const auto stopped = generate(model_, {prompts_[1]}, 0, o, nullptr);
+  EXPECT_EQ(stopped[0].stop, StopReason::eos);
+  EXPECT_LE(stopped[0].tokens.size(), 3u);
+}
+
+TEST_F(Generate, KvCacheBytesAreTheAnalyticCount) {
+  GenerateOptions o;
+  o.max_new_tokens = 6;
+  GenerateStats st;
+  generate(model_, prompts_, 0, o, &st);
+  const int64_t tokens = 9 + 6 - 1;  // the longest prompt and the new tokens but the last
+  EXPECT_EQ(st.capacity, tokens);
+  EXPECT_EQ(st.kv_cache_bytes, 2 * cfg_.n_layers * tokens * cfg_.n_kv_heads * cfg_.head_dim() * 4 * 3);
+  EXPECT_EQ(st.prefill_tokens, 3 + 9 + 5);
+  EXPECT_EQ(st.decode_tokens, 3 * 5);
+}
+
+TEST_F(Generate, BadInputNamesTheProblem) {
+  GenerateOptions o;
+  o.max_new_tokens = 10;
+  EXPECT_NE(
+      error_of([&] { generate(model_, {testing::tokens(20, 1)}, 0, o, nullptr); })
+          .find("prompt 0 has 20 tokens; with --max-new-tokens 10 the KV cache needs 29 positions but the "
+                "model's max_seq_len is 24"),
+      std::string::npos);
+  EXPECT_NE(error_of([&] { generate(model_, {{}}, 0, o, nullptr); }).find("prompt 0 is empty"),
+            std::string::npos);
+  for (double p : {0.0, 1.5, -0.1}) {
+    o.sampling.top_p = p;
+    EXPECT_NE(error_of([&] { generate(model_, prompts_, 0, o, nullptr); }).find("--top-p"),
+              std::string::npos);
+  }
+  o.sampling = {-1.0, 0, 1.0, 0};
+  EXPECT_NE(error_of([&] { generate(model_, prompts_, 0, o, nullptr); }).find("--temperature (-1)"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_kv_dtype("fp8"); }).find("--kv-cache 'fp8' must be f32 or int8"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              testing::tiny_config("ntk,factor=2").validate();
+            }).find("unknown RoPE scaling type 'ntk'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace mt
