@@ -105,6 +105,8 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   set_num_threads(tc.threads > 0 ? static_cast<int>(tc.threads)
                                  : std::max(1, hardware_threads() / std::max(1, opts.local_ranks)));
   const RunMesh mesh = make_run_mesh(cfg, world);
+  const bool checkpoints = !tc.checkpoint_dir.empty();
+  if (checkpoints) install_stop_handlers();  // a signal from here on stops the run after its next step
   const bool lead = mesh.rank == 0;  // logs, metrics and checkpoints come from rank 0
   const TokenFile train_file = TokenFile::open((fs::path(cfg.data.dir) / "train.bin").string());
   const std::string val_path = (fs::path(cfg.data.dir) / "val.bin").string();
@@ -125,8 +127,6 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     result.val_losses.emplace_back(step, v);
     report_validation(metrics, mesh, step, v, opts);
   };
-  const bool checkpoints = !tc.checkpoint_dir.empty();
-  if (checkpoints) install_stop_handlers();
   CheckpointSaver saver(cfg, mesh);
   for (int64_t step = first_step; step < tc.steps && result.stop_signal == 0; ++step) {
     if (mesh.world()) mesh.world()->context().step = step;  // the comm ledger's step

@@ -189,6 +189,29 @@ PY
 sync_async async_one 1
 sync_async async_dp2 2 --dp 2 --zero 1 --set train.microbatch_size=4
 
+# Async saves are finalized through the votes as soon as every writer is done,
+# not only when the next save needs it: with a save every 100 steps (a tiny
+# step takes about a millisecond, the write tens of them), step 100's metrics
+# line comes before step 199, after which the next save would force it.
+"$bin" train "${tiny[@]}" --set train.steps=200 --set train.checkpoint_every=100 --set train.async_checkpoint=true \
+  --set train.checkpoint_dir="$tmp/votes.ck" --metrics "$tmp/votes.jsonl" >/dev/null
+if /usr/bin/python3 - "$tmp/votes.jsonl" <<'PY'; then
+import json, sys
+step = -1  # the last step line seen
+early = []
+for r in map(json.loads, open(sys.argv[1])):
+    if "loss" in r:
+        step = r["step"]
+    elif "checkpoint_step" in r and r["checkpoint_step"] < 200 and step < r["checkpoint_step"] + 99:
+        early.append((r["checkpoint_step"], step))
+print(f"ok   async_votes: saves finalized after steps {early} (checkpoint, last step), before the next save")
+sys.exit(0 if early else 1)
+PY
+  :
+else
+  fail "async_votes: no async save was finalized before the next save forced it"
+fi
+
 # An async run stopped by an error at the start of step 7 (what was committed
 # by then: step-3, and step-6 once every writer was done) resumes bitwise.
 MESHTRAIN_FAULT=throw:0:7 "$bin" train "${tiny[@]}" --set train.async_checkpoint=true \
