@@ -1,29 +1,24 @@
 #!/usr/bin/env bash
 # Checkpoint I/O (docs/BENCHMARKS.md, "Checkpoint I/O"), side by side in one run:
 #
-#   bash bench/checkpoint_io.sh BUILD_DIR
+#   bash bench/checkpoint_io.sh BUILD_DIR      (built with -DMESHTRAIN_BUILD_BENCH=ON)
 #
-# For 1 rank and for 2 ranks (dp 2, ZeRO 3: each rank writes half the state),
-# configs/bench.toml trains STEPS steps with a checkpoint every EVERY steps,
-# once with synchronous saves and once with train.async_checkpoint; then a run
-# resumes the synchronous run's step-EVERY·k checkpoint (its read time) and,
-# right after, the same bytes as rank 0's shard file are written to a plain
-# file (write + fsync) and read back, in this process's Python, as the
-# machine's own sequential rate. Printed per rank count:
-#   write: the checkpoint write (safetensors file, fsync, rename, CRC32C of it)
-#          of rank 0's shard in MB/s, the plain write + fsync of its bytes, and
-#          the ratio;
-#   read:  the load of the checkpoint (every rank its own slices, then the ZeRO
-#          gathers) against a plain read of rank 0's file (both from the page
-#          cache when the machine has the memory), and the ratio;
-#   blocked: the time training was blocked per mid-run save (snapshot +
-#          finalize + any wait) with async saves, against the synchronous
-#          save's, as a fraction (target <= 10%); and the steps' median time
-#          with async saves against the synchronous run's (the writer thread
-#          competes with training for the cores).
+# For 1 rank and for 2 ranks (dp 2, ZeRO 3: each rank writes half the state) of
+# configs/bench.toml's model:
+#   (a) meshtrain_checkpoint_bench: each rank's checkpoint write (its
+#       safetensors file, fsync, rename, CRC32C) and read (load_checkpoint)
+#       against a plain write + fsync and a plain read of the same bytes,
+#       interleaved, REPEATS times; MB/s and ratios (plain time / checkpoint
+#       time: 1 means as fast as the machine's own sequential I/O);
+#   (b) STEPS training steps with a checkpoint every EVERY steps, once with
+#       synchronous saves and once with train.async_checkpoint: the time
+#       training was blocked per mid-run save (snapshot + finalize + any wait;
+#       the metrics lines' blocked_s, rank 0) with async saves against the
+#       synchronous save's, as a fraction (target <= 10%), and the steps'
+#       median time in both runs (the writer thread shares the cores).
 # Environment: BENCH_CKPT_CONFIG (configs/bench.toml), BENCH_CKPT_STEPS (7),
-# BENCH_CKPT_EVERY (2), BENCH_CKPT_DATA (data/fortunes; prepared when missing),
-# BENCH_CKPT_OUT (a temporary folder on the disk under test).
+# BENCH_CKPT_EVERY (2), BENCH_CKPT_REPEATS (5), BENCH_CKPT_DATA (data/fortunes;
+# prepared when missing), BENCH_CKPT_OUT (a temporary folder on the disk under test).
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -31,18 +26,22 @@ CONFIG=${BENCH_CKPT_CONFIG:-configs/bench.toml}
 STEPS=${BENCH_CKPT_STEPS:-7}
 EVERY=${BENCH_CKPT_EVERY:-2}
 DATA=${BENCH_CKPT_DATA:-data/fortunes}
+REPEATS=${BENCH_CKPT_REPEATS:-5}
 cd "$(dirname "$0")/.."
 BIN="$BUILD/meshtrain"
-[[ -x "$BIN" ]] || { echo "checkpoint_io.sh: $BIN not found: build first" >&2; exit 1; }
+IO_BIN="$BUILD/bench/meshtrain_checkpoint_bench"
+[[ -x "$BIN" && -x "$IO_BIN" ]] || { echo "checkpoint_io.sh: build meshtrain and meshtrain_checkpoint_bench first" >&2; exit 1; }
 OUT=${BENCH_CKPT_OUT:-$(mktemp -d /tmp/meshtrain-bench-ckpt.XXXXXX)}
 mkdir -p "$OUT"
 MPIRUN=(mpirun --oversubscribe --allow-run-as-root --mca btl self,vader)
 [[ -f "$DATA/train.bin" ]] || "$BIN" prepare --out "$DATA" --vocab-size 8192 >/dev/null
-LAST_SAVE=$(((STEPS - 1) / EVERY * EVERY))  # the newest mid-run save
 
 for np in 1 2; do
   layout=()
-  [[ $np -eq 2 ]] && layout=(--dp 2 --zero 3)
+  [[ $np -eq 2 ]] && layout=(--set parallel.dp=2 --set parallel.zero=3 --set train.microbatch_size=4)
+  echo "ranks $np:"
+  "${MPIRUN[@]}" -np "$np" "$IO_BIN" --config "$CONFIG" "${layout[@]}" --set data.dir="$DATA" \
+    --dir "$OUT/$np-io.ck" --repeats "$REPEATS" | sort
   common=(train --config "$CONFIG" "${layout[@]}" --set data.dir="$DATA" --set train.steps="$STEPS"
     --set train.checkpoint_every="$EVERY" --set train.eval_every=0)
   for mode in sync async; do
@@ -51,28 +50,9 @@ for np in 1 2; do
       --set train.async_checkpoint=$([[ $mode == async ]] && echo true || echo false) \
       --metrics "$OUT/$np-$mode.jsonl" >"$OUT/$np-$mode.log"
   done
-  ck=$OUT/$np-sync.ck/$(printf 'step-%08d' "$LAST_SAVE")
-  "${MPIRUN[@]}" -np "$np" "$BIN" "${common[@]}" --set train.checkpoint_dir="$OUT/$np-read.ck" --resume "$ck" \
-    >"$OUT/$np-read.log"
-  /usr/bin/python3 - "$OUT" "$np" "$ck" "$STEPS" <<'PY'
-import json, os, re, statistics, sys, time
-out, np, ck, steps = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-shard = os.path.join(ck, "rank-00000.safetensors")
-data = open(shard, "rb").read()
-mb = len(data) / 1e6
-plain = os.path.join(out, "plain.bin")
-t = time.perf_counter()
-with open(plain, "wb") as f:
-    f.write(data)
-    f.flush()
-    os.fsync(f.fileno())
-plain_write = time.perf_counter() - t
-t = time.perf_counter()
-with open(plain, "rb") as f:
-    back = f.read()
-plain_read = time.perf_counter() - t
-assert back == data
-os.remove(plain)
+  /usr/bin/python3 - "$OUT" "$np" "$STEPS" <<'PY'
+import json, os, statistics, sys
+out, np, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 
 def lines(mode):
     return [json.loads(l) for l in open(os.path.join(out, f"{np}-{mode}.jsonl"))]
@@ -80,15 +60,8 @@ def saves(mode):  # mid-run saves only: the last one waits for its write in both
     return [l for l in lines(mode) if "checkpoint_step" in l and l["checkpoint_step"] < steps]
 def step_time(mode):
     return statistics.median(l["step_time_s"] for l in lines(mode) if "loss" in l and l["step"] > 0)
-write_s = statistics.median(s["write_s"] for s in saves("sync"))
-read_s = float(re.search(r"read in ([0-9.]+) s", open(os.path.join(out, f"{np}-read.log")).read()).group(1))
 sync_b = statistics.median(s["blocked_s"] for s in saves("sync"))
 async_b = statistics.median(s["blocked_s"] for s in saves("async"))
-print(f"ranks {np}: rank 0 writes {mb:.0f} MB per save")
-print(f"  write   checkpoint {mb / write_s:8.0f} MB/s   plain write+fsync {mb / plain_write:8.0f} MB/s   "
-      f"ratio {plain_write / write_s:.2f}")
-print(f"  read    checkpoint {mb / read_s:8.0f} MB/s   plain read        {mb / plain_read:8.0f} MB/s   "
-      f"ratio {plain_read / read_s:.2f}")
 print(f"  blocked per save   sync {sync_b:.3f} s   async {async_b:.3f} s   fraction {async_b / sync_b:.3f} "
       f"(target <= 0.10)")
 print(f"  median step time   sync {step_time('sync'):.3f} s   async {step_time('async'):.3f} s")

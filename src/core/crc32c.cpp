@@ -1,6 +1,11 @@
 #include "core/crc32c.h"
 
 #include <array>
+#include <cstring>
+
+#if defined(__SSE4_2__)
+#include <nmmintrin.h>
+#endif
 
 namespace mt {
 
@@ -26,7 +31,7 @@ Tables make_tables() {
 }
 }  // namespace
 
-uint32_t crc32c(const void* bytes, size_t n, uint32_t crc) {
+uint32_t crc32c_portable(const void* bytes, size_t n, uint32_t crc) {
   static const Tables t = make_tables();
   const auto* p = static_cast<const unsigned char*>(bytes);
   uint32_t c = ~crc;  // the pre- and post-inversion of the standard CRC-32C
@@ -39,6 +44,26 @@ uint32_t crc32c(const void* bytes, size_t n, uint32_t crc) {
   for (; n > 0; --n, ++p)
     c = t[0][(c ^ *p) & 0xFFu] ^ (c >> 8);
   return ~c;
+}
+
+uint32_t crc32c(const void* bytes, size_t n, uint32_t crc) {
+#if defined(__SSE4_2__)
+  // The CPU's crc32 instruction computes this very polynomial (reflected,
+  // without the inversions): about 8 bytes per 3 cycles, several GB/s.
+  const auto* p = static_cast<const unsigned char*>(bytes);
+  uint64_t c = ~crc;
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    c = _mm_crc32_u64(c, word);
+  }
+  auto c32 = static_cast<uint32_t>(c);
+  for (; n > 0; --n, ++p)
+    c32 = _mm_crc32_u8(c32, *p);
+  return ~c32;
+#else
+  return crc32c_portable(bytes, n, crc);
+#endif
 }
 
 }  // namespace mt
