@@ -64,7 +64,8 @@ void save_checkpoint(const std::string& root, int64_t step, const TrainModel& mo
 // training goes on (train.async_checkpoint, train/checkpoint_async.h):
 //   snapshot_checkpoint  at the step boundary, main thread: copies this rank's
 //                        slices (parameters, AdamW moments) and rank 0's
-//                        metrics lines into host buffers; collective (the
+//                        metrics lines into host buffers (`buffers`: a
+//                        previous snapshot's boxes, reused); collective (the
 //                        folder's nonce is rank 0's);
 //   write_checkpoint_files  this rank's shard file into step-N.tmp-<nonce>/; no
 //                        MPI, any thread; an error is kept in the snapshot;
@@ -85,7 +86,8 @@ struct CheckpointSnapshot {
 };
 CheckpointSnapshot snapshot_checkpoint(const std::string& root, int64_t step, const TrainModel& model,
                                        const RunMesh& mesh, const Config& cfg,
-                                       const std::vector<std::string>& metrics_lines, int64_t keep);
+                                       const std::vector<std::string>& metrics_lines, int64_t keep,
+                                       std::vector<std::vector<float>> buffers = {});
 void write_checkpoint_files(CheckpointSnapshot& snap, int rank);
 void finalize_checkpoint(CheckpointSnapshot& snap, const RunMesh& mesh);
 

@@ -23,8 +23,8 @@ void CheckpointSaver::save(int64_t step, const TrainModel& model, MetricsWriter&
   finish(metrics);
   const TrainConfig& tc = cfg_.train;
   Timer blocked;
-  snap_ = std::make_unique<CheckpointSnapshot>(
-      snapshot_checkpoint(tc.checkpoint_dir, step, model, mesh_, cfg_, metrics.lines(), tc.keep_checkpoints));
+  snap_ = std::make_unique<CheckpointSnapshot>(snapshot_checkpoint(
+      tc.checkpoint_dir, step, model, mesh_, cfg_, metrics.lines(), tc.keep_checkpoints, std::move(spare_)));
   current_ = {step, 0.0, 0.0};
   written_.store(false, std::memory_order_relaxed);
   auto write = [this] {
@@ -50,6 +50,9 @@ void CheckpointSaver::finish(MetricsWriter& metrics) {
   current_.write_s = write_s_;
   std::unique_ptr<CheckpointSnapshot> snap = std::move(snap_);
   finalize_checkpoint(*snap, mesh_);  // throws from every rank when one could not write
+  // Async saves keep the buffers (the memory a save in flight needs anyway);
+  // synchronous ones free them until the next save.
+  if (cfg_.train.async_checkpoint) spare_ = std::move(snap->boxes);
   current_.blocked_s += blocked.seconds();
   timings_.push_back(current_);
   metrics.write(
