@@ -107,7 +107,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   const RunMesh mesh = make_run_mesh(cfg, world);
   const bool checkpoints = !tc.checkpoint_dir.empty();
   if (checkpoints) install_stop_handlers();  // a signal from here on stops the run after its next step
-  const bool lead = mesh.rank == 0;  // logs, metrics and checkpoints come from rank 0
+  const bool lead = mesh.rank == 0;          // logs, metrics and checkpoints come from rank 0
   const TokenFile train_file = TokenFile::open((fs::path(cfg.data.dir) / "train.bin").string());
   const std::string val_path = (fs::path(cfg.data.dir) / "val.bin").string();
   const bool do_eval = tc.eval_every > 0 && fs::exists(val_path);
