@@ -106,6 +106,7 @@ std::vector<std::string> ineffective_keys(const Config& c) {
   note("parallel.virtual_stages", p.pp == 1, "parallel.pp", p.pp);  // only 1 is valid there
   note("parallel.stage_layers", p.pp == 1, "parallel.pp", p.pp);
   note("train.eval_windows", c.train.eval_every == 0, "train.eval_every", c.train.eval_every);
+  note("train.async_checkpoint", c.train.checkpoint_dir.empty(), "train.checkpoint_dir", "\"\"");
   return notes;
 }
 
