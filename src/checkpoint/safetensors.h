@@ -31,8 +31,10 @@ struct TensorRef {
 // Writes `tensors` as F32 in the given order, atomically (temporary file in the
 // same directory, then rename). ConfigError for an empty, duplicate or reserved
 // name or a negative dimension; IoError naming the path if a write fails.
+// With `crc` (non-null), *crc is the CRC-32C of the whole file, computed from
+// the bytes as they are written (no read back).
 void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                       const std::map<std::string, std::string>& metadata = {}, uint32_t* crc = nullptr);
 
 // A safetensors file opened for reading through mmap; the header is validated
 // in full by open(), so that the accessors below only fail on caller errors.

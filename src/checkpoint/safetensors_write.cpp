@@ -4,6 +4,7 @@
 #include <set>
 
 #include "checkpoint/safetensors.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/tensor.h"
@@ -14,7 +15,7 @@ static_assert(std::endian::native == std::endian::little,
               "safetensors is little-endian; so must the host be");
 
 void write_safetensors(const std::string& path, const std::vector<TensorRef>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata, uint32_t* crc) {
   // Header first: validate every tensor before creating any file.
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -41,13 +42,19 @@ void write_safetensors(const std::string& path, const std::vector<TensorRef>& te
   text.append((8 - text.size() % 8) % 8, ' ');
 
   AtomicFile file(path);
+  uint32_t sum = 0;
+  auto put = [&](const void* data, size_t bytes) {
+    file.write(data, bytes);
+    if (crc != nullptr) sum = crc32c(data, bytes, sum);
+  };
   const uint64_t header_len = text.size();
-  file.write(&header_len, sizeof(header_len));
-  file.write(text.data(), text.size());
+  put(&header_len, sizeof(header_len));
+  put(text.data(), text.size());
   for (const TensorRef& t : tensors) {
-    file.write(t.data, static_cast<size_t>(numel_of(t.shape)) * sizeof(float));
+    put(t.data, static_cast<size_t>(numel_of(t.shape)) * sizeof(float));
   }
   file.commit();
+  if (crc != nullptr) *crc = sum;
 }
 
 }  // namespace mt

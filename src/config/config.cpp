@@ -83,6 +83,9 @@ std::vector<Entry> model_train_data_entries() {
       MT_KEY(train, checkpoint_every, "int", "also save a checkpoint every N steps (0: only the last step)"),
       MT_KEY(train, keep_checkpoints, "int",
              "keep the newest N checkpoints, delete older ones (0: keep all)"),
+      MT_KEY(train, async_checkpoint, "bool",
+             "copy the state to host buffers at the step and write the checkpoint on a background thread "
+             "while training goes on (at most one save in flight)"),
       MT_KEY(train, resume_allow, "string",
              "--resume: comma-separated keys that may differ from the checkpoint's config (e.g. "
              "\"batch_size,seed,steps\"); any other differing model, optimizer or data key is refused"),

@@ -32,12 +32,13 @@ struct TrainConfig {
   bool recompute = false;
   int64_t max_bad_steps = 5;
   int64_t log_every = 1;
-  int64_t threads = 0;           // 0: all cores (divided among the ranks on this machine)
-  std::string init_allow;        // --init-from: model fields that may differ from the saved config.json
-  std::string checkpoint_dir;    // training checkpoints (train/checkpoint.h); empty: none
-  int64_t checkpoint_every = 0;  // steps between checkpoints (0: only the last step's)
-  int64_t keep_checkpoints = 0;  // newest checkpoints kept (0: all)
-  std::string resume_allow;      // --resume: model/optimizer/data keys that may differ from the checkpoint
+  int64_t threads = 0;            // 0: all cores (divided among the ranks on this machine)
+  std::string init_allow;         // --init-from: model fields that may differ from the saved config.json
+  std::string checkpoint_dir;     // training checkpoints (train/checkpoint.h); empty: none
+  int64_t checkpoint_every = 0;   // steps between checkpoints (0: only the last step's)
+  int64_t keep_checkpoints = 0;   // newest checkpoints kept (0: all)
+  bool async_checkpoint = false;  // write checkpoints on a background thread while training goes on
+  std::string resume_allow;       // --resume: model/optimizer/data keys that may differ from the checkpoint
 };
 
 struct DataConfig {

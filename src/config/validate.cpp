@@ -130,6 +130,7 @@ std::vector<std::string> ineffective_keys(const Config& c) {
        {"model.moe_every", "model.top_k", "model.expert_ffn_hidden", "model.router_aux_loss_coef",
         "model.router_z_loss_coef", "model.capacity_factor", "model.router_bias_rate"})
     note(key, !c.model.moe(), "model.n_experts", c.model.n_experts);
+  note("train.async_checkpoint", c.train.checkpoint_dir.empty(), "train.checkpoint_dir", "\"\"");
   return notes;
 }
 

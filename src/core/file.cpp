@@ -1,6 +1,7 @@
 #include "core/file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -117,10 +118,15 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
 std::string read_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   MT_REQUIRE(fd >= 0, IoError, "cannot open ", path, ": ", sys_message(errno));
-  std::string out;
-  char buf[1 << 16];
+  // Read straight into a buffer of the file's size (a checkpoint shard is
+  // hundreds of MB); grown if the file grows meanwhile, trimmed at end of file.
+  struct stat st {};
+  std::string out(::fstat(fd, &st) == 0 && st.st_size > 0 ? static_cast<size_t>(st.st_size) + 1 : 1 << 16,
+                  '\0');
+  size_t size = 0;
   for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (size == out.size()) out.resize(out.size() * 2);
+    const ssize_t n = ::read(fd, out.data() + size, out.size() - size);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int err = errno;
@@ -128,9 +134,10 @@ std::string read_file(const std::string& path) {
       MT_THROW(IoError, "cannot read ", path, ": ", sys_message(err));
     }
     if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
+    size += static_cast<size_t>(n);
   }
   ::close(fd);
+  out.resize(size);
   return out;
 }
 

@@ -17,6 +17,8 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -61,8 +63,40 @@ void check_checkpoint_dir(const std::string& dir);
 // digits>/ and points <root>/latest at it; then removes leftover
 // step-*.tmp-* folders and, with keep > 0, all but the newest `keep`
 // checkpoints. Collective over the world; `metrics_lines` are rank 0's.
+// The three parts below in a row.
 void save_checkpoint(const std::string& root, int64_t step, const TrainModel& model, const RunMesh& mesh,
                      const Config& cfg, const std::vector<std::string>& metrics_lines, int64_t keep);
+
+// A save in three parts, so that the write can run on another thread while
+// training goes on (train.async_checkpoint, train/checkpoint_async.h):
+//   snapshot_checkpoint  at the step boundary, main thread: copies this rank's
+//                        slices (parameters, AdamW moments) and rank 0's
+//                        metrics lines into host buffers (`buffers`: a
+//                        previous snapshot's boxes, reused); collective (the
+//                        folder's nonce is rank 0's);
+//   write_checkpoint_files  this rank's shard file into step-N.tmp-<nonce>/; no
+//                        MPI, any thread; an error is kept in the snapshot;
+//   finalize_checkpoint  main thread, every rank: agree that all wrote (a write
+//                        error on any rank becomes an error from every rank,
+//                        nothing committed), gather the files' entries, rank 0
+//                        commits (metadata.json, rename, latest, prune).
+struct CheckpointSnapshot {
+  std::string root, tmp, final_dir;
+  int64_t step = 0, keep = 0;
+  std::vector<std::vector<float>> boxes;  // parameters, exp_avg, exp_avg_sq of each slice this rank writes
+  std::vector<std::string> keys;          // boxes[i]'s key in the shard file
+  std::vector<std::vector<int64_t>> shapes;
+  nlohmann::json slices, metadata;         // this rank's "slices"; rank 0: metadata.json without "files"
+  std::vector<std::string> metrics_lines;  // rank 0's
+  nlohmann::json entry;                    // written: this rank's entry of "files" (null: no file)
+  std::exception_ptr error;                // written: what failed
+};
+CheckpointSnapshot snapshot_checkpoint(const std::string& root, int64_t step, const TrainModel& model,
+                                       const RunMesh& mesh, const Config& cfg,
+                                       const std::vector<std::string>& metrics_lines, int64_t keep,
+                                       std::vector<std::vector<float>> buffers = {});
+void write_checkpoint_files(CheckpointSnapshot& snap, int rank);
+void finalize_checkpoint(CheckpointSnapshot& snap, const RunMesh& mesh);
 
 // Loads the checkpoint `dir` (checked by check_resume), saved under any
 // layout, into the model's parameters and optimizer state of this run's

@@ -23,14 +23,18 @@ using nlohmann::json;
 
 namespace {
 
-// Writes this rank's slices into `dir`; returns its entry of metadata.json's
-// "files" (empty when it owns no slice).
-json write_rank_file(const std::string& dir, const TrainModel& model, const RunMesh& mesh) {
+// Copies this rank's slices (the ones it writes) into the snapshot's boxes,
+// reusing snap.boxes' buffers where they are there (an async saver's previous
+// snapshot: no fresh pages to fault in), the copies spread over the threads.
+void copy_slices(CheckpointSnapshot& snap, const TrainModel& model, const RunMesh& mesh) {
   const MeshSizes sizes = run_sizes(mesh);
   const MeshCoords coords = run_coords(mesh);
-  std::vector<std::vector<float>> boxes;  // kept alive until the file is written
-  std::vector<TensorRef> refs;
-  json slices = json::array();
+  snap.slices = json::array();
+  struct Copy {
+    LocalSlice slice;
+    const float* source;
+  };
+  std::vector<Copy> copies;
   for (size_t c = 0; c < model.chunks.size(); ++c) {
     ParamStore& store = model.chunks[c]->store();
     const float* sources[3] = {store.local_params(), model.optims[c]->m().data(),
@@ -38,19 +42,35 @@ json write_rank_file(const std::string& dir, const TrainModel& model, const RunM
     for (const LocalSlice& s : local_slices(*model.chunks[c], sizes, coords)) {
       if (!s.writer) continue;
       for (int k = 0; k < 3; ++k) {
-        boxes.emplace_back(static_cast<size_t>(s.numel()));
-        slice_to_box(s, sources[k], boxes.back().data());
-        refs.push_back({s.tensor + kStateSuffix[k], s.size, boxes.back().data()});
+        copies.push_back({s, sources[k]});
+        snap.keys.push_back(s.tensor + kStateSuffix[k]);
+        snap.shapes.push_back(s.size);
       }
-      slices.push_back({{"tensor", s.tensor}, {"offsets", s.offsets}, {"shape", s.size}});
+      snap.slices.push_back({{"tensor", s.tensor}, {"offsets", s.offsets}, {"shape", s.size}});
     }
   }
-  if (refs.empty()) return json();
-  const std::string name = slice_file_name(mesh.rank);
-  const std::string path = (fs::path(dir) / name).string();
-  write_safetensors(path, refs, {{"format", "pt"}});  // flushed to disk, then renamed in
-  const std::string bytes = read_file(path);
-  return {{"name", name}, {"bytes", bytes.size()}, {"crc32c", crc_hex(crc32c(bytes))}, {"slices", slices}};
+  snap.boxes.resize(copies.size());
+  for (size_t i = 0; i < copies.size(); ++i)
+    snap.boxes[i].resize(static_cast<size_t>(copies[i].slice.numel()));
+  const auto n = static_cast<int64_t>(copies.size());
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t i = 0; i < n; ++i)
+    slice_to_box(copies[static_cast<size_t>(i)].slice, copies[static_cast<size_t>(i)].source,
+                 snap.boxes[static_cast<size_t>(i)].data());
+}
+
+// Writes the snapshot's boxes into its folder; returns this rank's entry of
+// metadata.json's "files" (null when it owns no slice).
+json write_rank_file(const CheckpointSnapshot& snap, int rank) {
+  if (snap.boxes.empty()) return json();
+  std::vector<TensorRef> refs;
+  for (size_t i = 0; i < snap.boxes.size(); ++i)
+    refs.push_back({snap.keys[i], snap.shapes[i], snap.boxes[i].data()});
+  const std::string name = slice_file_name(rank);
+  const std::string path = (fs::path(snap.tmp) / name).string();
+  uint32_t crc = 0;
+  write_safetensors(path, refs, {{"format", "pt"}}, &crc);  // flushed to disk, then renamed in
+  return {{"name", name}, {"bytes", fs::file_size(path)}, {"crc32c", crc_hex(crc)}, {"slices", snap.slices}};
 }
 
 // Every rank's file entry on rank 0 (the others get theirs back only).
@@ -102,50 +122,66 @@ void prune(const std::string& root, int64_t keep) {
 }
 
 // Rank 0's part: metrics.jsonl and metadata.json, then the renames.
-void commit(const std::string& root, const std::string& tmp, int64_t step, const TrainModel& model,
-            const Config& cfg, const std::vector<std::string>& metrics_lines,
-            const std::vector<json>& entries, int64_t keep) {
+void commit(const CheckpointSnapshot& snap, const std::vector<json>& entries) {
   std::string metrics;
-  for (const std::string& line : metrics_lines)
+  for (const std::string& line : snap.metrics_lines)
     metrics += line + "\n";
-  write_file_atomic((fs::path(tmp) / "metrics.jsonl").string(), metrics);
+  write_file_atomic((fs::path(snap.tmp) / "metrics.jsonl").string(), metrics);
   json files = json::array();
   for (const json& e : entries)
     if (!e.is_null()) files.push_back(e);
   files.push_back(
       {{"name", "metrics.jsonl"}, {"bytes", metrics.size()}, {"crc32c", crc_hex(crc32c(metrics))}});
-  const json meta = make_metadata(step, model, cfg, files);
-  write_file_atomic((fs::path(tmp) / "metadata.json").string(), meta.dump(1) + "\n");
-  const std::string final_dir = (fs::path(root) / checkpoint_name(step)).string();
+  json meta = snap.metadata;
+  meta["files"] = files;
+  write_file_atomic((fs::path(snap.tmp) / "metadata.json").string(), meta.dump(1) + "\n");
   std::error_code ec;
-  fs::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier run
-  publish_dir(tmp, final_dir);
-  write_file_atomic((fs::path(root) / "latest").string(), checkpoint_name(step) + "\n");
-  prune(root, keep);
+  fs::remove_all(snap.final_dir, ec);  // a checkpoint of the same step from an earlier run
+  publish_dir(snap.tmp, snap.final_dir);
+  write_file_atomic((fs::path(snap.root) / "latest").string(), checkpoint_name(snap.step) + "\n");
+  prune(snap.root, snap.keep);
 }
 
 }  // namespace
 
-void save_checkpoint(const std::string& root, int64_t step, const TrainModel& model, const RunMesh& mesh,
-                     const Config& cfg, const std::vector<std::string>& metrics_lines, int64_t keep) {
+CheckpointSnapshot snapshot_checkpoint(const std::string& root, int64_t step, const TrainModel& model,
+                                       const RunMesh& mesh, const Config& cfg,
+                                       const std::vector<std::string>& metrics_lines, int64_t keep,
+                                       std::vector<std::vector<float>> buffers) {
+  CheckpointSnapshot snap;
+  snap.boxes = std::move(buffers);
   // One nonce for all ranks: rank 0's pid, sent to the others.
   int64_t nonce = ::getpid();
   if (mesh.world() != nullptr) mesh.world()->broadcast(&nonce, 1, ElemType::i64, 0, "checkpoint: nonce");
-  const std::string final_dir = (fs::path(root) / checkpoint_name(step)).string();
-  const std::string tmp = final_dir + ".tmp-" + std::to_string(nonce);
-  std::exception_ptr error;
-  json entry;
-  try {
-    fs::create_directories(tmp);
-    entry = write_rank_file(tmp, model, mesh);
-  } catch (...) {
-    error = std::current_exception();
+  snap.root = root;
+  snap.step = step;
+  snap.keep = keep;
+  snap.final_dir = (fs::path(root) / checkpoint_name(step)).string();
+  snap.tmp = snap.final_dir + ".tmp-" + std::to_string(nonce);
+  copy_slices(snap, model, mesh);
+  if (mesh.rank == 0) {
+    snap.metrics_lines = metrics_lines;
+    snap.metadata = make_metadata(step, model, cfg, json::array());
   }
-  agree_all_wrote(mesh, error);
-  const std::vector<json> entries = gather_entries(entry, mesh);
+  return snap;
+}
+
+void write_checkpoint_files(CheckpointSnapshot& snap, int rank) {
+  try {
+    fs::create_directories(snap.tmp);
+    snap.entry = write_rank_file(snap, rank);
+  } catch (...) {
+    snap.error = std::current_exception();
+  }
+}
+
+void finalize_checkpoint(CheckpointSnapshot& snap, const RunMesh& mesh) {
+  agree_all_wrote(mesh, snap.error);
+  const std::vector<json> entries = gather_entries(snap.entry, mesh);
+  std::exception_ptr error;
   if (mesh.rank == 0) {
     try {
-      commit(root, tmp, step, model, cfg, metrics_lines, entries, keep);
+      commit(snap, entries);
     } catch (...) {
       error = std::current_exception();
     }
@@ -155,7 +191,14 @@ void save_checkpoint(const std::string& root, int64_t step, const TrainModel& mo
   if (mesh.world() != nullptr)
     mesh.world()->all_reduce(&failed, 1, ElemType::i64, ReduceOp::sum, "checkpoint: committed");
   if (error) std::rethrow_exception(error);
-  MT_REQUIRE(failed == 0, IoError, "checkpoint: rank 0 could not commit ", final_dir);
+  MT_REQUIRE(failed == 0, IoError, "checkpoint: rank 0 could not commit ", snap.final_dir);
+}
+
+void save_checkpoint(const std::string& root, int64_t step, const TrainModel& model, const RunMesh& mesh,
+                     const Config& cfg, const std::vector<std::string>& metrics_lines, int64_t keep) {
+  CheckpointSnapshot snap = snapshot_checkpoint(root, step, model, mesh, cfg, metrics_lines, keep);
+  write_checkpoint_files(snap, mesh.rank);
+  finalize_checkpoint(snap, mesh);
 }
 
 }  // namespace mt

@@ -263,6 +263,23 @@ void write_trace(const RunMesh& mesh, const TrainModel& model, const RunOptions&
   wait_for_local_work(mesh.world(), io_timeout_s, "the trace's write");
 }
 
+namespace {
+// Rank 0's time blocked by the checkpoints (train/checkpoint_async.h).
+void report_saves(const RunResult& r, bool async) {
+  double blocked = 0, most = 0, written = 0;
+  for (size_t i = 0; i < r.save_blocked_s.size(); ++i) {
+    blocked += r.save_blocked_s[i];
+    most = std::max(most, r.save_blocked_s[i]);
+    written += r.save_write_s[i];
+  }
+  const double n = static_cast<double>(r.save_blocked_s.size());
+  std::printf(
+      "checkpoints: %zu saved (%s); training blocked %.3f s per save on average (at most %.3f s), "
+      "writes %.3f s on average\n",
+      r.save_blocked_s.size(), async ? "async" : "sync", blocked / n, most, written / n);
+}
+}  // namespace
+
 void report_end(const RunMesh& mesh, const Config& cfg, TrainModel& model, const RunOptions& opts,
                 RunResult& result) {
   if (opts.profile) {
@@ -282,6 +299,7 @@ void report_end(const RunMesh& mesh, const Config& cfg, TrainModel& model, const
     std::printf("gradient all-reduce: %.0f%% of its time hidden behind the backward (last step)\n",
                 100 * result.overlap_hidden);
   }
+  if (lead && !result.save_blocked_s.empty()) report_saves(result, cfg.train.async_checkpoint);
 }
 
 }  // namespace mt

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
@@ -36,7 +37,8 @@ void MetricsWriter::write_line(const std::string& line) {
 namespace {
 
 constexpr const char* kFaultGrammar =
-    "KIND:RANK:STEP[:ARG] with KIND one of throw, bad_alloc, stall (no ARG), enospc:RANK:STEP:BYTES, "
+    "KIND:RANK:STEP[:ARG] with KIND one of throw, bad_alloc, stall, sigterm (no ARG), "
+    "enospc:RANK:STEP:BYTES, "
     "slow_io:RANK:STEP:SECONDS; RANK and STEP non-negative integers";
 
 // The whole of `s` as a non-negative integer (digits only), or -1.
@@ -70,7 +72,7 @@ Fault parse_fault(const std::string& text) {
   };
   const std::string& kind = p[0];
   const bool takes_arg = kind == "enospc" || kind == "slow_io";
-  if (kind != "throw" && kind != "bad_alloc" && kind != "stall" && !takes_arg)
+  if (kind != "throw" && kind != "bad_alloc" && kind != "stall" && kind != "sigterm" && !takes_arg)
     bad("unknown kind '" + kind + "'");
   const size_t want = takes_arg ? 4 : 3;
   if (p.size() != want) {
@@ -103,6 +105,7 @@ void inject_fault(const Fault& f, int rank, int64_t step) {
   if (f.kind == "throw") MT_THROW(Error, "injected fault (MESHTRAIN_FAULT) at step ", step);
   if (f.kind == "bad_alloc") throw std::bad_alloc();
   if (f.kind == "stall") std::this_thread::sleep_for(std::chrono::hours(1));
+  if (f.kind == "sigterm") std::raise(SIGTERM);  // as if a scheduler preempted this rank alone
   if (f.kind == "enospc") set_write_faults({static_cast<int64_t>(f.arg), 0.0});
   if (f.kind == "slow_io") set_write_faults({-1, f.arg});
 }

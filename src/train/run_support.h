@@ -38,6 +38,7 @@ class MetricsWriter {
 //   throw     throws one of meshtrain's errors;
 //   bad_alloc throws std::bad_alloc (an error that is not one of ours);
 //   stall     sleeps for an hour (the watchdog of the other ranks must end the job);
+//   sigterm   raises SIGTERM in itself (a preemption that reaches one rank first);
 //   enospc    from then on, file writes fail with ENOSPC after ARG more bytes;
 //   slow_io   from then on, each file commit first sleeps ARG seconds.
 struct Fault {

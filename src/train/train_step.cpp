@@ -38,12 +38,20 @@ namespace {
 
 // Σ over the dp × cp group: the dp replicas and the cp shares of the sequences.
 template <typename T>
-void sum_over_dp_cp(const RunMesh& mesh, T* v, const char* label) {
-  if (mesh.dp_cp_group() && mesh.dp * mesh.cp > 1) mesh.dp_cp_group()->all_reduce(v, 1, label);
+void sum_over_dp_cp(const RunMesh& mesh, T* v, const char* label, int64_t n = 1) {
+  if (mesh.dp_cp_group() && mesh.dp * mesh.cp > 1) mesh.dp_cp_group()->all_reduce(v, n, label);
 }
 
-void sum_over(Group* g, double* v, const char* label) {
-  if (g) g->all_reduce(v, 1, label);
+void sum_over(Group* g, double* v, const char* label, int64_t n = 1) {
+  if (g) g->all_reduce(v, n, label);
+}
+
+constexpr int64_t kVotes = 3;  // the fields of StepVotes
+
+void put_votes(const StepVotes& in, int64_t* out) {
+  out[0] = in.writer_done;
+  out[1] = in.sigterm;
+  out[2] = in.sigusr1;
 }
 
 // With tied embeddings over pp > 1: sums the embedding's gradient between the
@@ -85,7 +93,7 @@ void update(TrainModel& model, const RunMesh& mesh, const TrainConfig& tc, StepS
 }  // namespace
 
 StepStats train_step(TrainModel& model, const RunMesh& mesh, const Config& cfg, const TokenFile& train_file,
-                     int64_t step, double lr) {
+                     int64_t step, double lr, StepVotes* votes) {
   const TrainConfig& tc = cfg.train;
   Timer timer;
   MemoryTracker::reset_peaks();
@@ -100,16 +108,26 @@ StepStats train_step(TrainModel& model, const RunMesh& mesh, const Config& cfg, 
     if (t == cfg.data.ignore_id) t = kIgnoreIndex;
     valid += t != kIgnoreIndex;
   }
-  sum_over_dp_cp(mesh, &valid, "valid tokens");  // the loss is a mean over the GLOBAL batch's valid tokens
+  // The loss is a mean over the GLOBAL batch's valid tokens; the votes ride along (StepVotes).
+  const int64_t n = votes ? 1 + kVotes : 1;
+  int64_t counts[1 + kVotes] = {valid};
+  if (votes) put_votes(*votes, counts + 1);
+  sum_over_dp_cp(mesh, counts, "valid tokens", n);
+  valid = counts[0];
   double loss_sum = model.executor->run(mine.inputs.data(), mine.targets.data(), valid);
   sum_tied_embedding(mesh, model.tied_store);
   sum_over(mesh.pp_group(), &loss_sum, "pp sum");  // only the last stage has a loss
   sum_over_dp_cp(mesh, &loss_sum, "loss");
-  double sum_sq = 0.0;
+  double norm[1 + kVotes] = {0.0};  // Σ g², then the votes (small counts: exact in double)
   for (auto& c : model.chunks)
-    sum_sq += c->store().grad_sum_squares();
-  sum_over(mesh.tp_group(), &sum_sq, "grad norm");  // each tp rank counts its shard and one copy of the rest
-  sum_over(mesh.pp_group(), &sum_sq, "pp sum");
+    norm[0] += c->store().grad_sum_squares();
+  for (int64_t i = 1; i < n; ++i)
+    norm[i] = static_cast<double>(counts[i]);
+  sum_over(mesh.tp_group(), norm, "grad norm", n);  // each tp rank counts its shard and one copy of the rest
+  sum_over(mesh.pp_group(), norm, "pp sum", n);
+  const double sum_sq = norm[0];
+  if (votes)
+    *votes = {static_cast<int64_t>(norm[1]), static_cast<int64_t>(norm[2]), static_cast<int64_t>(norm[3])};
 
   StepStats s;
   s.step = step;

@@ -33,11 +33,25 @@ enum class RowSplit {
 // sharded, for training and evaluation alike.
 Batch shard_batch(const RunMesh& mesh, const Batch& global, RowSplit split);
 
+// Counts that ride the step's own reductions when checkpoints are on
+// (docs/PARALLELISM.md, "Preemption and asynchronous checkpoints"): each rank
+// puts in its 0 or 1 and gets back the sum over the world, the same on every
+// rank, so that all act on them after the same step. They travel as extra
+// elements of the valid-token sum over dp × cp and of the gradient-norm sums
+// over tp and then pp: summed along these orthogonal groups in turn, a value
+// becomes a sum over the world. The step's own values are untouched.
+struct StepVotes {
+  int64_t writer_done = 0;  // the background write of the checkpoint in flight has finished here
+  int64_t sigterm = 0;      // this rank has received SIGTERM (train/preempt.h)
+  int64_t sigusr1 = 0;      // ... SIGUSR1
+};
+
 // Step `step` at learning rate lr: the statistics of the whole job's step
 // (collective over the world). Skips the update when the loss or the gradient
 // norm is not finite, and throws after train.max_bad_steps such steps in a row.
+// With `votes` (non-null), they are summed over the world in the step's reductions.
 StepStats train_step(TrainModel& model, const RunMesh& mesh, const Config& cfg, const TokenFile& train_file,
-                     int64_t step, double lr);
+                     int64_t step, double lr, StepVotes* votes = nullptr);
 
 // The mean next-token loss over the validation windows (evaluate.h), through
 // every stage and summed over the cp shares; every rank returns it.

@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 
@@ -8,12 +9,16 @@
 #include "core/atomic_dir.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "core/timer.h"
 #include "data/token_file.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_async.h"
+#include "train/checkpoint_meta.h"
 #include "train/flops.h"
 #include "train/memory_estimate.h"
 #include "train/model_io.h"
+#include "train/preempt.h"
 #include "train/report.h"
 #include "train/run_mesh.h"
 #include "train/run_support.h"
@@ -57,14 +62,44 @@ int64_t resume_run(const Config& cfg, const RunOptions& opts, const RunMesh& mes
                    MetricsWriter& metrics) {
   const std::string dir = resolve_resume(opts.resume, cfg.train.checkpoint_dir);
   if (dir.empty()) return 0;
+  const Timer timer;
   const ResumeState r = load_checkpoint(dir, model, mesh);
+  const double seconds = timer.seconds();
   for (const std::string& line : r.metrics_lines)
     metrics.write_line(line);
   if (!opts.quiet && mesh.rank == 0)
-    std::printf("resumed from %s: step %lld next (rank 0 read %lld of the checkpoint's %lld tensor bytes)\n",
-                dir.c_str(), static_cast<long long>(r.step), static_cast<long long>(r.bytes_read),
-                static_cast<long long>(r.tensor_bytes));
+    std::printf(
+        "resumed from %s (read in %.3f s): step %lld next (rank 0 read %lld of the checkpoint's %lld "
+        "tensor bytes)\n",
+        dir.c_str(), seconds, static_cast<long long>(r.step), static_cast<long long>(r.bytes_read),
+        static_cast<long long>(r.tensor_bytes));
   return r.step;
+}
+
+// The checkpoint side of the boundary after step `step` (its votes summed
+// over the world): finalizes an async save once every rank's writer is done,
+// saves on the cadence, at the last step and at an agreed stop. Returns the
+// signal that stops the run after this step (0: none); every rank returns the
+// same, since the votes are the same everywhere.
+int checkpoint_boundary(CheckpointSaver& saver, const StepVotes& votes, int64_t step, const TrainConfig& tc,
+                        const TrainModel& model, const RunMesh& mesh, MetricsWriter& metrics) {
+  if (saver.in_flight() && votes.writer_done == mesh.world_size) saver.finish(metrics);
+  const int stop = votes.sigterm > 0 ? SIGTERM : votes.sigusr1 > 0 ? SIGUSR1 : 0;
+  const bool last = step + 1 == tc.steps;
+  if (last || stop != 0 || (tc.checkpoint_every > 0 && (step + 1) % tc.checkpoint_every == 0))
+    saver.save(step + 1, model, metrics);
+  if (stop == 0) return 0;
+  saver.finish(metrics);  // the stop's checkpoint is complete before anyone exits
+  if (mesh.rank == 0) {
+    const int64_t ranks = stop == SIGTERM ? votes.sigterm : votes.sigusr1;
+    std::fprintf(stderr,
+                 "meshtrain: %s received by %lld of %d rank(s): stopped after %lld of %lld steps; saved "
+                 "checkpoint %s (continue with --resume auto)\n",
+                 stop == SIGTERM ? "SIGTERM" : "SIGUSR1", static_cast<long long>(ranks), mesh.world_size,
+                 static_cast<long long>(step + 1), static_cast<long long>(tc.steps),
+                 (fs::path(tc.checkpoint_dir) / checkpoint_name(step + 1)).string().c_str());
+  }
+  return stop;
 }
 }  // namespace
 
@@ -73,7 +108,9 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   set_num_threads(tc.threads > 0 ? static_cast<int>(tc.threads)
                                  : std::max(1, hardware_threads() / std::max(1, opts.local_ranks)));
   const RunMesh mesh = make_run_mesh(cfg, world);
-  const bool lead = mesh.rank == 0;  // logs, metrics and checkpoints come from rank 0
+  const bool checkpoints = !tc.checkpoint_dir.empty();
+  if (checkpoints) install_stop_handlers();  // a signal from here on stops the run after its next step
+  const bool lead = mesh.rank == 0;          // logs, metrics and checkpoints come from rank 0
   const TokenFile train_file = TokenFile::open((fs::path(cfg.data.dir) / "train.bin").string());
   const std::string val_path = (fs::path(cfg.data.dir) / "val.bin").string();
   const bool do_eval = tc.eval_every > 0 && fs::exists(val_path);
@@ -93,18 +130,33 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     result.val_losses.emplace_back(step, v);
     report_validation(metrics, mesh, step, v, opts);
   };
-  for (int64_t step = first_step; step < tc.steps; ++step) {
+  CheckpointSaver saver(cfg, mesh);
+  for (int64_t step = first_step; step < tc.steps && result.stop_signal == 0; ++step) {
     if (mesh.world()) mesh.world()->context().step = step;  // the comm ledger's step
     inject_fault(fault, mesh.rank, step);
-    StepStats s = train_step(model, mesh, cfg, train_file, step, lr_schedule.at(step));
+    StepVotes votes{saver.writer_done(), got_sigterm() ? 1 : 0, got_sigusr1() ? 1 : 0};
+    StepStats s;
+    try {
+      s = train_step(model, mesh, cfg, train_file, step, lr_schedule.at(step),
+                     checkpoints ? &votes : nullptr);
+    } catch (...) {  // the non-finite stop comes to every rank at the same step: commit the save in flight
+      if (model.bad_steps >= tc.max_bad_steps) saver.finish(metrics);
+      throw;
+    }
     s.mfu = s.tokens_per_s * flops_per_token / (result.sgemm_gflops * 1e9);
     result.steps.push_back(s);
     report_step(metrics, mesh, model, s, tc, opts);
     if (do_eval && (step + 1) % tc.eval_every == 0) evaluate(step);
-    const bool last = step + 1 == tc.steps;
-    if (!tc.checkpoint_dir.empty() &&
-        (last || (tc.checkpoint_every > 0 && (step + 1) % tc.checkpoint_every == 0)))
-      save_checkpoint(tc.checkpoint_dir, step + 1, model, mesh, cfg, metrics.lines(), tc.keep_checkpoints);
+    if (checkpoints) result.stop_signal = checkpoint_boundary(saver, votes, step, tc, model, mesh, metrics);
+  }
+  saver.finish(metrics);
+  for (const SaveTiming& t : saver.timings()) {
+    result.save_blocked_s.push_back(t.blocked_s);
+    result.save_write_s.push_back(t.write_s);
+  }
+  if (result.stop_signal != 0) {
+    report_end(mesh, cfg, model, opts, result);
+    return result;
   }
   if (do_eval && tc.steps % tc.eval_every != 0) evaluate(tc.steps - 1);
   write_trace(mesh, model, opts, cfg.parallel.io_timeout_s);

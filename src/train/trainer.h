@@ -44,6 +44,10 @@ struct RunResult {
   MemStats memory;                                             // this rank's allocator counters at the end
   double overlap_hidden =
       0;  // ZeRO 0/1: share of gradient-reduction time hidden behind the backward (last step)
+  // Checkpoints (train/checkpoint_async.h): per save, this rank's time training
+  // was blocked by it and its write's time.
+  std::vector<double> save_blocked_s, save_write_s;
+  int stop_signal = 0;  // SIGTERM or SIGUSR1 when a preemption stopped the run early (train/preempt.h)
 };
 
 // Opens the data files the run will read and checks them against the model
@@ -65,7 +69,10 @@ std::vector<std::string> validate_run(const Config& cfg, const RunOptions& opts,
 
 // Runs cfg, which has passed validate_run, to completion: set-up, one
 // train_step per step (train_step.h), the reports (report.h). Throws mt::Error
-// after train.max_bad_steps consecutive non-finite steps. `world` is the job's
+// after train.max_bad_steps consecutive non-finite steps. With
+// train.checkpoint_dir, SIGTERM or SIGUSR1 stop every rank after the same
+// step, which is saved; the run then returns with RunResult::stop_signal set
+// (no evaluation, --save or trace at the end). `world` is the job's
 // world group (null: a single process without MPI); every rank calls this.
 RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* world = nullptr);
 

@@ -206,6 +206,12 @@ TEST(ConfigNotes, KeysWithoutEffectInTheLayout) {
                                          {"parallel.cp=2", "parallel.cp_impl=allgather", "parallel.pp=2",
                                           "parallel.schedule=gpipe", "train.eval_windows=4"})),
       std::vector<std::string>{});
+  EXPECT_EQ(
+      ineffective_keys(parse_config_text("", "t", {"train.async_checkpoint=true"})),
+      std::vector<std::string>{"train.async_checkpoint has no effect with train.checkpoint_dir = \"\""});
+  EXPECT_EQ(
+      ineffective_keys(parse_config_text("", "t", {"train.async_checkpoint=true", "train.checkpoint_dir=c"})),
+      std::vector<std::string>{});
 }
 
 TEST(ConfigHelp, TpAndSpAreNoLongerMarkedUnimplemented) {

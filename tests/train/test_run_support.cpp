@@ -24,6 +24,10 @@ TEST(FaultGrammar, AcceptsEveryKind) {
   EXPECT_EQ(f.kind, "enospc");
   EXPECT_EQ(f.arg, 4096);
   EXPECT_EQ(parse_fault("slow_io:1:0:3").arg, 3);
+  f = parse_fault("sigterm:3:7");
+  EXPECT_EQ(f.kind, "sigterm");
+  EXPECT_EQ(f.rank, 3);
+  EXPECT_EQ(f.step, 7);
 }
 
 void expect_refused(const std::string& text, const std::string& why) {
@@ -49,6 +53,7 @@ TEST(FaultGrammar, RefusesUnknownKindsAndJunk) {
   expect_refused("throw: 1:3", "RANK ' 1'");
   expect_refused("stall:0:x", "STEP 'x'");
   expect_refused("enospc:0:0", "kind enospc takes 4 fields but 3 were given");
+  expect_refused("sigterm:0:0:1", "kind sigterm takes 3 fields but 4 were given");
   expect_refused("enospc:0:0:1e6", "ARG '1e6'");
   expect_refused("slow_io:0:0:2:", "takes 4 fields but 5 were given");
   expect_refused("throw:99999999999:0", "RANK '99999999999'");
