@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/fault_point.h"
 
 namespace mt {
 
@@ -62,9 +63,12 @@ void flush_directory(const std::string& dir) {
 }
 
 void publish_dir(const std::string& from, const std::string& to) {
+  kill_point("dir_fsync_before");
   flush_directory(from);
+  kill_point("dir_fsync_after");
   std::error_code ec;
   MT_REQUIRE(!fs::exists(to, ec), IoError, "cannot rename '", from, "' to '", to, "': the target exists");
+  kill_point("rename_before");
   if (::rename(from.c_str(), to.c_str()) != 0)
     MT_THROW(IoError, "cannot rename '", from, "' to '", to, "': ", sys_message(errno));
   flush_directory(parent_of(to).string());

@@ -31,6 +31,8 @@ class AtomicFile {
   void commit();
 
  private:
+  void write_all(const char* p, size_t bytes);  // write(2) until done; IoError naming the path
+
   std::string path_;
   std::string tmp_path_;
   int fd_ = -1;

@@ -107,32 +107,6 @@ json read_metadata(const std::string& dir) {
   return meta;
 }
 
-std::string resolve_resume(const std::string& resume, const std::string& checkpoint_dir) {
-  if (resume.empty()) return "";
-  if (resume != "auto") {
-    MT_REQUIRE(fs::exists(fs::path(resume) / "metadata.json"), ConfigError, "--resume ", resume,
-               ": no metadata.json there (not a complete checkpoint)");
-    return resume;
-  }
-  MT_REQUIRE(!checkpoint_dir.empty(), ConfigError,
-             "--resume auto looks in train.checkpoint_dir, which is not set");
-  std::error_code ec;
-  const fs::path latest = fs::path(checkpoint_dir) / "latest";
-  if (fs::exists(latest, ec)) {
-    std::string name = read_file(latest.string());
-    while (!name.empty() && (name.back() == '\n' || name.back() == ' '))
-      name.pop_back();
-    const fs::path dir = fs::path(checkpoint_dir) / name;
-    if (checkpoint_step(name) >= 0 && fs::exists(dir / "metadata.json", ec)) return dir.string();
-  }
-  int64_t best = -1;  // `latest` missing or stale: the highest complete step-N
-  for (const auto& e : fs::directory_iterator(checkpoint_dir, ec)) {
-    const int64_t step = checkpoint_step(e.path().filename().string());
-    if (step > best && fs::exists(e.path() / "metadata.json", ec)) best = step;
-  }
-  return best < 0 ? "" : (fs::path(checkpoint_dir) / checkpoint_name(best)).string();
-}
-
 namespace {
 // The keys a resumed run must share with its checkpoint: every model key, and
 // the optimizer's and the data's (the state was computed with them). Other
@@ -195,17 +169,6 @@ void check_resume(const std::string& dir, const Config& cfg, const int world_siz
              ": the checkpoint holds ", tensors.size(), " tensors, this run's model ",
              make_param_table(cfg.model).specs.size(), " (a different model)");
   check_resume_config(dir, meta.at("config"), cfg);
-  for (const json& f : meta.at("files")) {
-    const std::string path = (fs::path(dir) / f.at("name").get<std::string>()).string();
-    MT_REQUIRE(fs::exists(path), DataError, "checkpoint file ", path, " is missing");
-    const std::string bytes = read_file(path);
-    MT_REQUIRE(bytes.size() == f.at("bytes").get<size_t>(), DataError, "checkpoint file ", path, " has ",
-               bytes.size(), " bytes but metadata.json says ", f.at("bytes").get<size_t>());
-    const std::string crc = crc_hex(crc32c(bytes));
-    MT_REQUIRE(crc == f.at("crc32c").get<std::string>(), DataError, "checkpoint file ", path,
-               ": CRC32C mismatch (", crc, ", metadata.json says ", f.at("crc32c").get<std::string>(),
-               "): the file is corrupt");
-  }
 }
 
 void check_checkpoint_dir(const std::string& dir) {

@@ -11,6 +11,7 @@
 #include "core/atomic_dir.h"
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/fault_point.h"
 #include "core/file.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_meta.h"
@@ -120,7 +121,10 @@ void commit(const std::string& root, const std::string& tmp, int64_t step, const
   std::error_code ec;
   fs::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier run
   publish_dir(tmp, final_dir);
+  kill_point("latest_before");
   write_file_atomic((fs::path(root) / "latest").string(), checkpoint_name(step) + "\n");
+  kill_point("latest_after");
+  kill_point("prune_before");
   prune(root, keep);
 }
 
@@ -138,6 +142,7 @@ void save_checkpoint(const std::string& root, int64_t step, const TrainModel& mo
   try {
     fs::create_directories(tmp);
     entry = write_rank_file(tmp, model, mesh);
+    kill_point("shard_written");
   } catch (...) {
     error = std::current_exception();
   }
