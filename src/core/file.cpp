@@ -144,4 +144,10 @@ std::string read_file(const std::string& path) {
   return out;
 }
 
+void make_directories(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) MT_THROW(IoError, "cannot create directory '", dir, "': ", ec.message());
+}
+
 }  // namespace mt

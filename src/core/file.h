@@ -48,6 +48,10 @@ void write_file_atomic(const std::string& path, std::string_view contents);
 // Whole file as bytes.
 std::string read_file(const std::string& path);
 
+// Creates the directory `dir` and its missing parents (nothing when it
+// exists); IoError naming the path and the system's message otherwise.
+void make_directories(const std::string& dir);
+
 // Fault injection for the failure tests (MESHTRAIN_FAULT kinds enospc and
 // slow_io): from this call on, AtomicFile writes of this process fail with
 // ENOSPC, as on a full disk, once `enospc_after` more bytes have been written

@@ -80,15 +80,22 @@ json make_metadata(int64_t step, const TrainModel& model, const Config& cfg, con
   json config = json::object();
   for (const ConfigKey& k : config_keys())
     config[k.name] = config_get(cfg, k.name);
-  return {{"format_version", kCheckpointFormatVersion},
-          {"step", step},
-          {"bad_steps", model.bad_steps},
-          {"adam_steps", model.optims.front()->steps_taken()},
-          {"seed", cfg.train.seed},
-          {"layout", layout_record(cfg.parallel, world_of(cfg.parallel))},
-          {"config", config},
-          {"tensors", tensors},
-          {"files", files}};
+  json meta = {{"format_version", kCheckpointFormatVersion},
+               {"step", step},
+               {"bad_steps", model.bad_steps},
+               {"adam_steps", model.optims.front()->steps_taken()},
+               {"seed", cfg.train.seed},
+               {"layout", layout_record(cfg.parallel, world_of(cfg.parallel))},
+               {"config", config},
+               {"tensors", tensors},
+               {"files", files}};
+  meta["metadata_crc32c"] = metadata_checksum(meta);
+  return meta;
+}
+
+std::string metadata_checksum(json meta) {
+  meta.erase("metadata_crc32c");
+  return crc_hex(crc32c(meta.dump()));
 }
 
 json read_metadata(const std::string& dir) {
@@ -101,9 +108,15 @@ json read_metadata(const std::string& dir) {
   } catch (const json::exception& e) {
     MT_THROW(DataError, path, ": not valid JSON (", e.what(), ")");
   }
+  MT_REQUIRE(meta.is_object(), DataError, path, ": not a JSON object");
   MT_REQUIRE(meta.value("format_version", -1) == kCheckpointFormatVersion, DataError, path,
              ": format_version ", meta.value("format_version", -1), " is not the ", kCheckpointFormatVersion,
              " this meshtrain reads");
+  // A damaged byte can leave valid JSON with another step, shape or CRC in it.
+  const json stored = meta.value("metadata_crc32c", json());
+  MT_REQUIRE(stored.is_string() && stored.get<std::string>() == metadata_checksum(meta), DataError, path,
+             ": its own checksum (metadata_crc32c ", stored.dump(), ", computed ", metadata_checksum(meta),
+             ") does not match: the file is corrupt");
   return meta;
 }
 

@@ -140,7 +140,7 @@ void save_checkpoint(const std::string& root, int64_t step, const TrainModel& mo
   std::exception_ptr error;
   json entry;
   try {
-    fs::create_directories(tmp);
+    make_directories(tmp);
     entry = write_rank_file(tmp, model, mesh);
     kill_point("shard_written");
   } catch (...) {

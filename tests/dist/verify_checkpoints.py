@@ -1,7 +1,8 @@
 """Checks a checkpoint directory the way a reader after a crash sees it
 (docs/FORMATS.md, "Training checkpoints"), independently of meshtrain's own
 reader: every step-NNNNNNNN/ entry is a complete checkpoint (metadata.json of
-format_version 1 whose every listed file is there with its size and CRC32C);
+format_version 1 that passes its own checksum and whose every listed file is
+there with its size and CRC32C);
 `latest`, when present, names one of them; .tmp- leftovers are allowed.
 Usage: verify_checkpoints.py DIR [--require-latest]
 Prints one summary line; exit status 1 with the reason when a check fails."""
@@ -41,6 +42,11 @@ def check_one(path):
         return "metadata.json is not JSON (%s)" % e
     if meta.get("format_version") != 1:
         return "format_version %r" % meta.get("format_version")
+    # Its own checksum: the CRC32C of the compact dump, keys sorted, without the field.
+    rest = {k: v for k, v in meta.items() if k != "metadata_crc32c"}
+    dump = json.dumps(rest, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
+    if meta.get("metadata_crc32c") != "%08x" % crc32c(dump):
+        return "metadata.json fails its own checksum"
     for f in meta["files"]:
         p = os.path.join(path, f["name"])
         if not os.path.isfile(p):

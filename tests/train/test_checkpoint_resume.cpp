@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/crc32c.h"
@@ -45,11 +46,14 @@ class Root {
   void add(int64_t step, const std::string& bytes = "shard bytes") const {
     fs::create_directories(dir(step));
     write_file_atomic(shard(step), bytes);
-    const std::string meta = R"({"format_version": )" + std::to_string(kCheckpointFormatVersion) +
-                             R"(, "files": [{"name": "rank-00000.safetensors", "bytes": )" +
-                             std::to_string(bytes.size()) + R"(, "crc32c": ")" + crc_hex(crc32c(bytes)) +
-                             R"(", "slices": [{"tensor": "model.norm.weight"}]}]})";
-    write_file_atomic(dir(step) + "/metadata.json", meta);
+    nlohmann::json meta = {{"format_version", kCheckpointFormatVersion},
+                           {"files",
+                            {{{"name", "rank-00000.safetensors"},
+                              {"bytes", bytes.size()},
+                              {"crc32c", crc_hex(crc32c(bytes))},
+                              {"slices", {{{"tensor", "model.norm.weight"}}}}}}}};
+    meta["metadata_crc32c"] = metadata_checksum(meta);
+    write_file_atomic(dir(step) + "/metadata.json", meta.dump(1));
   }
   void set_latest(const std::string& name) const { write_file_atomic(str() + "/latest", name + "\n"); }
 
@@ -113,11 +117,20 @@ TEST(ResolveResume, NoUsableCheckpointStartsFreshWithWarnings) {
   fs::remove(r.dir(1) + "/metadata.json");                                // a folder that is not a checkpoint
   write_file_atomic(r.dir(2) + "/metadata.json", std::string_view("{"));  // not JSON
   write_file_atomic(r.dir(3) + "/metadata.json", std::string_view(R"({"format_version": 99})"));
-  write_file_atomic(r.dir(4) + "/metadata.json", std::string_view(R"({"format_version": 1, "files": 3})"));
+  nlohmann::json bad_list = {{"format_version", 1}, {"files", 3}};
+  bad_list["metadata_crc32c"] = metadata_checksum(bad_list);
+  write_file_atomic(r.dir(4) + "/metadata.json", bad_list.dump());
   fs::remove(r.shard(5));
-  const ResumeChoice c = resolve_resume("auto", r.str());
+  r.add(6);
+  // A changed digit leaves valid JSON (bytes 11 → 12): only metadata.json's own checksum sees it.
+  std::string text = read_file(r.dir(6) + "/metadata.json");
+  text.replace(text.find("\"bytes\": 11"), 11, "\"bytes\": 12");
+  write_file_atomic(r.dir(6) + "/metadata.json", text);
+  ResumeChoice c = resolve_resume("auto", r.str());
   EXPECT_EQ(c.dir, "");
-  ASSERT_EQ(c.warnings.size(), 6u);
+  ASSERT_EQ(c.warnings.size(), 7u);
+  EXPECT_THAT(c.warnings[0], HasSubstr("its own checksum (metadata_crc32c"));
+  c.warnings.erase(c.warnings.begin());
   EXPECT_THAT(c.warnings[0], HasSubstr("rank-00000.safetensors is missing"));
   EXPECT_THAT(c.warnings[1], HasSubstr("the list of files is malformed"));
   EXPECT_THAT(c.warnings[2], HasSubstr("format_version 99"));
