@@ -23,8 +23,9 @@ CLI::App* add_train(CLI::App& app, mt::TrainArgs& train) {
   tr->add_option("--save", train.run.save_dir, "Write a Hugging Face model directory here at the end");
   tr->add_option("--init-from", train.run.init_from, "Start from this model directory");
   tr->add_option("--resume", train.run.resume,
-                 "Continue from a checkpoint: 'auto' (the newest in train.checkpoint_dir, or start fresh if "
-                 "none) or a step-N folder; the layout must be the one it was saved with");
+                 "Continue from a checkpoint: 'auto' (the newest intact one in train.checkpoint_dir, passing "
+                 "over damaged ones with a warning, or start fresh if none) or a step-N folder; the layout "
+                 "must be the one it was saved with");
   tr->add_option("--dp", train.dp, "Shorthand for --set parallel.dp=N");
   tr->add_option("--tp", train.tp, "Shorthand for --set parallel.tp=N");
   tr->add_option("--pp", train.pp, "Shorthand for --set parallel.pp=N");

@@ -63,6 +63,9 @@ def main():
     root = sys.argv[1]
     require_latest = "--require-latest" in sys.argv[2:]
     complete, leftovers = [], 0
+    if not os.path.isdir(root) and not require_latest:
+        print("0 complete checkpoint(s) verified, latest none, 0 leftover temporaries (no %s yet)" % root)
+        return 0
     for name in sorted(os.listdir(root)):
         if re.fullmatch(r"step-\d{8}", name):
             why = check_one(os.path.join(root, name))
