@@ -73,8 +73,7 @@ Fault parse_fault(const std::string& text) {
              fault_grammar());
   };
   const std::string& kind = p[0];
-  const bool takes_number = kind == "enospc" || kind == "slow_io" || kind == "kill_bytes";
-  const bool takes_arg = takes_number || kind == "kill_save";
+  const bool takes_arg = kind == "enospc" || kind == "slow_io" || kind == "kill_bytes" || kind == "kill_save";
   if (kind != "throw" && kind != "bad_alloc" && kind != "stall" && !takes_arg)
     bad("unknown kind '" + kind + "'");
   const size_t want = takes_arg ? 4 : 3;
