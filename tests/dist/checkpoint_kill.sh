@@ -188,6 +188,9 @@ cp -r "$tmp/one.ck" "$tmp/bad.ck"
 cut_file "$tmp/bad.ck/step-00000004/rank-00000.safetensors"
 refused truncated_path "bad.ck/step-00000004/rank-00000.safetensors has .* bytes but metadata.json says .* (truncated)" \
   1 --resume "$tmp/bad.ck/step-00000004"
+rm "$tmp/bad.ck/step-00000002/rank-00000.safetensors"
+refused missing_shard_path "bad.ck/step-00000002/rank-00000.safetensors is missing" 1 \
+  --resume "$tmp/bad.ck/step-00000002"
 refused not_a_checkpoint "data: no metadata.json there (not a complete checkpoint)" 1 --resume "$tmp/data"
 refused foreign_auto "tensor 'model.embed_tokens.weight'.*\[300, 32\].*\[300, 64\]" 1 --set model.d_model=64 \
   --set train.checkpoint_dir="$tmp/bad.ck" --resume auto
