@@ -74,6 +74,21 @@ void publish_dir(const std::string& from, const std::string& to) {
   flush_directory(parent_of(to).string());
 }
 
+bool remove_dir_whole(const std::string& dir, const std::string& aside_suffix) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return true;
+  const std::string aside = dir + aside_suffix;
+  fs::remove_all(aside, ec);
+  if (::rename(dir.c_str(), aside.c_str()) != 0) return false;
+  try {
+    flush_directory(parent_of(dir).string());
+  } catch (const IoError&) {
+    // the rename is done; only its durability is in doubt, and a reader sees `dir` whole or not at all
+  }
+  fs::remove_all(aside, ec);  // what a crash leaves of it is the caller's leftover to remove later
+  return true;
+}
+
 void repair_dir(const std::string& dir) {
   const fs::path target(dir);
   const std::string base = target.filename().string();

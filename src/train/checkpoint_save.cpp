@@ -99,7 +99,7 @@ void prune(const std::string& root, int64_t keep) {
   }
   std::sort(complete.begin(), complete.end());  // fixed-width step numbers: oldest first
   for (size_t i = 0; keep > 0 && i + static_cast<size_t>(keep) < complete.size(); ++i)
-    fs::remove_all(fs::path(root) / complete[i], ec);
+    remove_dir_whole((fs::path(root) / complete[i]).string(), ".tmp-removed");  // never half there
 }
 
 // Rank 0's part: metrics.jsonl and metadata.json, then the renames.
@@ -118,8 +118,7 @@ void commit(const std::string& root, const std::string& tmp, int64_t step, const
   const json meta = make_metadata(step, model, cfg, files);
   write_file_atomic((fs::path(tmp) / "metadata.json").string(), meta.dump(1) + "\n");
   const std::string final_dir = (fs::path(root) / checkpoint_name(step)).string();
-  std::error_code ec;
-  fs::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier run
+  remove_dir_whole(final_dir, ".tmp-removed");  // a checkpoint of the same step from an earlier run
   publish_dir(tmp, final_dir);
   kill_point("latest_before");
   write_file_atomic((fs::path(root) / "latest").string(), checkpoint_name(step) + "\n");
