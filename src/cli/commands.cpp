@@ -39,11 +39,11 @@ int run_train_command(const TrainArgs& a) {
   std::optional<std::string> error;
   Config cfg;
   std::vector<std::string> init_notices;
+  RunOptions run = a.run;
+  run.local_ranks = runtime.local_ranks();
   try {
     cfg = load_config(a.config, overrides);
-    RunOptions checked = a.run;
-    checked.local_ranks = runtime.local_ranks();
-    init_notices = validate_run(cfg, checked, world.size(), world.rank());
+    init_notices = validate_run(cfg, run, world.size(), world.rank());  // also resolves --resume
   } catch (...) {
     int status = 1;
     error = describe_current_exception(&status);
@@ -59,8 +59,6 @@ int run_train_command(const TrainArgs& a) {
   if (a.print_mesh && world.rank() == 0) {
     std::printf("%s", DeviceMesh::table(mesh_sizes(cfg.parallel)).c_str());
   }
-  RunOptions run = a.run;
-  run.local_ranks = runtime.local_ranks();
   RunResult r;
   try {
     r = run_training(cfg, run, &world);

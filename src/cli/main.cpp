@@ -26,8 +26,9 @@ CLI::App* add_train(CLI::App& app, mt::TrainArgs& train) {
                  "optimizer, step 0), saved under any layout");
   tr->add_option(
       "--resume", train.run.resume,
-      "Continue from a checkpoint: 'auto' (the newest in train.checkpoint_dir, or start fresh if "
-      "none) or a step-N folder; saved under any layout (parallel.* and the world size may differ)");
+      "Continue from a checkpoint: 'auto' (the newest intact one in train.checkpoint_dir, passing "
+      "over damaged ones with a warning, or start fresh if none) or a step-N folder; saved under any "
+      "layout (parallel.* and the world size may differ)");
   tr->add_option("--dp", train.dp, "Shorthand for --set parallel.dp=N");
   tr->add_option("--tp", train.tp, "Shorthand for --set parallel.tp=N");
   tr->add_option("--pp", train.pp, "Shorthand for --set parallel.pp=N");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/fault_point.h"
 
 namespace mt {
 
@@ -62,12 +63,30 @@ void flush_directory(const std::string& dir) {
 }
 
 void publish_dir(const std::string& from, const std::string& to) {
+  kill_point("dir_fsync_before");
   flush_directory(from);
+  kill_point("dir_fsync_after");
   std::error_code ec;
   MT_REQUIRE(!fs::exists(to, ec), IoError, "cannot rename '", from, "' to '", to, "': the target exists");
+  kill_point("rename_before");
   if (::rename(from.c_str(), to.c_str()) != 0)
     MT_THROW(IoError, "cannot rename '", from, "' to '", to, "': ", sys_message(errno));
   flush_directory(parent_of(to).string());
+}
+
+bool remove_dir_whole(const std::string& dir, const std::string& aside_suffix) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return true;
+  const std::string aside = dir + aside_suffix;
+  fs::remove_all(aside, ec);
+  if (::rename(dir.c_str(), aside.c_str()) != 0) return false;
+  try {
+    flush_directory(parent_of(dir).string());
+  } catch (const IoError&) {
+    // the rename is done; only its durability is in doubt, and a reader sees `dir` whole or not at all
+  }
+  fs::remove_all(aside, ec);  // what a crash leaves of it is the caller's leftover to remove later
+  return true;
 }
 
 void repair_dir(const std::string& dir) {

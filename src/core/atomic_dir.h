@@ -61,6 +61,14 @@ void flush_directory(const std::string& dir);
 // cannot serve. IoError naming both paths on failure.
 void publish_dir(const std::string& from, const std::string& to);
 
+// Removes the directory `dir` (if there) so that a reader never sees part of
+// it: it is renamed to `dir + aside_suffix` in one step, the parent flushed,
+// and then deleted, so a crash mid-way leaves `dir` whole or gone (and maybe
+// the aside copy, which the caller's naming rule must treat as a leftover).
+// An aside copy left by an earlier crash is deleted first. Returns false, and
+// leaves `dir` as it was, when `dir` exists but cannot be renamed.
+bool remove_dir_whole(const std::string& dir, const std::string& aside_suffix);
+
 // Finishes or undoes a swap of `dir` that a crashed process left half done, and
 // removes temporaries of processes that no longer run. Never throws for a
 // temporary it cannot remove (another run may hold it).

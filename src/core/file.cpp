@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/fault_point.h"
 
 namespace mt {
 namespace {
@@ -65,11 +66,18 @@ AtomicFile::~AtomicFile() {
 
 void AtomicFile::write(const void* data, size_t bytes) {
   MT_REQUIRE(fd_ >= 0, IoError, "write to '", path_, "' after it was committed or failed");
-  const char* p = static_cast<const char*>(data);
   if (!write_fault_allows(bytes)) {
     MT_THROW(IoError, "cannot write '", tmp_path_, "' (for '", path_, "'): ", sys_message(ENOSPC),
              " (injected by MESHTRAIN_FAULT)");
   }
+  const char* p = static_cast<const char*>(data);
+  const size_t before_kill = bytes_before_kill(bytes);  // MESHTRAIN_FAULT kill_bytes: a file cut short
+  write_all(p, before_kill);
+  kill_if_bytes_spent();
+  write_all(p + before_kill, bytes - before_kill);
+}
+
+void AtomicFile::write_all(const char* p, size_t bytes) {
   while (bytes > 0) {
     const ssize_t n = ::write(fd_, p, bytes);
     if (n < 0 && errno == EINTR) continue;
@@ -83,7 +91,9 @@ void AtomicFile::commit() {
   MT_REQUIRE(fd_ >= 0, IoError, "commit of '", path_, "' after it was committed or failed");
   const double delay = g_commit_delay_s.load(std::memory_order_relaxed);
   if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+  kill_point("file_fsync_before");
   if (::fsync(fd_) != 0) MT_THROW(IoError, "cannot flush '", tmp_path_, "' to disk: ", sys_message(errno));
+  kill_point("file_fsync_after");
   const int fd = std::exchange(fd_, -1);
   if (::close(fd) != 0) MT_THROW(IoError, "cannot close '", tmp_path_, "': ", sys_message(errno));
   if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
@@ -139,6 +149,12 @@ std::string read_file(const std::string& path) {
   ::close(fd);
   out.resize(size);
   return out;
+}
+
+void make_directories(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) MT_THROW(IoError, "cannot create directory '", dir, "': ", ec.message());
 }
 
 }  // namespace mt

@@ -31,6 +31,8 @@ class AtomicFile {
   void commit();
 
  private:
+  void write_all(const char* p, size_t bytes);  // write(2) until done; IoError naming the path
+
   std::string path_;
   std::string tmp_path_;
   int fd_ = -1;
@@ -45,6 +47,10 @@ void write_file_atomic(const std::string& path, std::string_view contents);
 
 // Whole file as bytes.
 std::string read_file(const std::string& path);
+
+// Creates the directory `dir` and its missing parents (nothing when it
+// exists); IoError naming the path and the system's message otherwise.
+void make_directories(const std::string& dir);
 
 // Fault injection for the failure tests (MESHTRAIN_FAULT kinds enospc and
 // slow_io): from this call on, AtomicFile writes of this process fail with

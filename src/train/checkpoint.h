@@ -39,20 +39,40 @@ struct ResumeState {
   int64_t bytes_read = 0, tensor_bytes = 0;
 };
 
-// The checkpoint `--resume` names: "auto" is the newest complete checkpoint
-// under `checkpoint_dir` (the one `latest` names, else the highest step-N/
-// with a metadata.json), or "" (start fresh) when there is none; any other
-// value is a checkpoint directory, which must hold a metadata.json.
-// ConfigError for "auto" without train.checkpoint_dir or a missing PATH.
-std::string resolve_resume(const std::string& resume, const std::string& checkpoint_dir);
+// The checkpoint a run resumes from.
+struct ResumeChoice {
+  std::string dir;                    // "" = start fresh
+  std::vector<std::string> warnings;  // --resume auto: each checkpoint passed over, and why
+};
+
+// The checkpoint `--resume` names, its files verified (verify_checkpoint).
+// "auto": the newest usable checkpoint under `checkpoint_dir`: the one
+// `latest` names (else the highest step-N/), and when that fails
+// verify_checkpoint, the next older step-N/, and so on, with a warning for
+// each one passed over; "" (start fresh) when none is usable. A function of
+// the directory's contents only, so every rank that reads the same files
+// picks the same one. Any other value is a checkpoint directory: ConfigError
+// without a metadata.json there, DataError when it fails verify_checkpoint.
+// ConfigError for "auto" without train.checkpoint_dir.
+ResumeChoice resolve_resume(const std::string& resume, const std::string& checkpoint_dir);
+
+// A checkpoint's integrity: metadata.json present, JSON, of this format
+// version, with a well-formed list of files, and every listed file present
+// with its size and CRC32C. DataError naming the file (and the tensors whose
+// slices it holds) otherwise.
+void verify_checkpoint(const std::string& dir);
+
+// Collective over `world` (null: nothing to agree): every rank resolved
+// --resume to the same `dir`; Error naming this rank's otherwise.
+void require_same_resume(const std::string& dir, int rank, const Group* world);
 
 // Start-up checks of a checkpoint before anything is built (no collective;
 // every rank runs them, so that all end with the same message): the format
 // version; every tensor of cfg's model present with its shape (ConfigError
 // naming the tensor and both shapes); the model, optimizer and data keys of
 // its config equal to cfg's unless train.resume_allow lists them (the
-// parallel.* keys and the world size may differ: the loader reshards); every
-// listed file present with its size and CRC32C (DataError naming the file).
+// parallel.* keys and the world size may differ: the loader reshards). Its
+// files' integrity is resolve_resume's check (verify_checkpoint).
 void check_resume(const std::string& dir, const Config& cfg, int world_size);
 
 // Start-up check that checkpoints can be written into `dir` (created if

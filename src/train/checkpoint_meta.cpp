@@ -72,15 +72,22 @@ json make_metadata(int64_t step, const TrainModel& model, const Config& cfg, con
   json config = json::object();
   for (const ConfigKey& k : config_keys())
     config[k.name] = config_get(cfg, k.name);
-  return {{"format_version", kCheckpointFormatVersion},
-          {"step", step},
-          {"bad_steps", model.bad_steps},
-          {"adam_steps", model.optims.front()->steps_taken()},
-          {"seed", cfg.train.seed},
-          {"layout", layout_record(cfg.parallel, world_of(cfg.parallel))},
-          {"config", config},
-          {"tensors", tensors},
-          {"files", files}};
+  json meta = {{"format_version", kCheckpointFormatVersion},
+               {"step", step},
+               {"bad_steps", model.bad_steps},
+               {"adam_steps", model.optims.front()->steps_taken()},
+               {"seed", cfg.train.seed},
+               {"layout", layout_record(cfg.parallel, world_of(cfg.parallel))},
+               {"config", config},
+               {"tensors", tensors},
+               {"files", files}};
+  meta["metadata_crc32c"] = metadata_checksum(meta);
+  return meta;
+}
+
+std::string metadata_checksum(json meta) {
+  meta.erase("metadata_crc32c");
+  return crc_hex(crc32c(meta.dump()));
 }
 
 json read_metadata(const std::string& dir) {
@@ -93,36 +100,16 @@ json read_metadata(const std::string& dir) {
   } catch (const json::exception& e) {
     MT_THROW(DataError, path, ": not valid JSON (", e.what(), ")");
   }
+  MT_REQUIRE(meta.is_object(), DataError, path, ": not a JSON object");
   MT_REQUIRE(meta.value("format_version", -1) == kCheckpointFormatVersion, DataError, path,
              ": format_version ", meta.value("format_version", -1), " is not the ", kCheckpointFormatVersion,
              " this meshtrain reads");
+  // A damaged byte can leave valid JSON with another step, shape or CRC in it.
+  const json stored = meta.value("metadata_crc32c", json());
+  MT_REQUIRE(stored.is_string() && stored.get<std::string>() == metadata_checksum(meta), DataError, path,
+             ": its own checksum (metadata_crc32c ", stored.dump(), ", computed ", metadata_checksum(meta),
+             ") does not match: the file is corrupt");
   return meta;
-}
-
-std::string resolve_resume(const std::string& resume, const std::string& checkpoint_dir) {
-  if (resume.empty()) return "";
-  if (resume != "auto") {
-    MT_REQUIRE(fs::exists(fs::path(resume) / "metadata.json"), ConfigError, "--resume ", resume,
-               ": no metadata.json there (not a complete checkpoint)");
-    return resume;
-  }
-  MT_REQUIRE(!checkpoint_dir.empty(), ConfigError,
-             "--resume auto looks in train.checkpoint_dir, which is not set");
-  std::error_code ec;
-  const fs::path latest = fs::path(checkpoint_dir) / "latest";
-  if (fs::exists(latest, ec)) {
-    std::string name = read_file(latest.string());
-    while (!name.empty() && (name.back() == '\n' || name.back() == ' '))
-      name.pop_back();
-    const fs::path dir = fs::path(checkpoint_dir) / name;
-    if (checkpoint_step(name) >= 0 && fs::exists(dir / "metadata.json", ec)) return dir.string();
-  }
-  int64_t best = -1;  // `latest` missing or stale: the highest complete step-N
-  for (const auto& e : fs::directory_iterator(checkpoint_dir, ec)) {
-    const int64_t step = checkpoint_step(e.path().filename().string());
-    if (step > best && fs::exists(e.path() / "metadata.json", ec)) best = step;
-  }
-  return best < 0 ? "" : (fs::path(checkpoint_dir) / checkpoint_name(best)).string();
 }
 
 namespace {
@@ -183,21 +170,6 @@ void check_resume(const std::string& dir, const Config& cfg, int /*world_size: a
              ": the checkpoint holds ", tensors.size(), " tensors, this run's model ",
              make_param_table(cfg.model).specs.size(), " (a different model)");
   check_resume_config(dir, meta.at("config"), cfg);
-  check_checkpoint_files(dir, meta);
-}
-
-void check_checkpoint_files(const std::string& dir, const json& meta) {
-  for (const json& f : meta.at("files")) {
-    const std::string path = (fs::path(dir) / f.at("name").get<std::string>()).string();
-    MT_REQUIRE(fs::exists(path), DataError, "checkpoint file ", path, " is missing");
-    const std::string bytes = read_file(path);
-    MT_REQUIRE(bytes.size() == f.at("bytes").get<size_t>(), DataError, "checkpoint file ", path, " has ",
-               bytes.size(), " bytes but metadata.json says ", f.at("bytes").get<size_t>());
-    const std::string crc = crc_hex(crc32c(bytes));
-    MT_REQUIRE(crc == f.at("crc32c").get<std::string>(), DataError, "checkpoint file ", path,
-               ": CRC32C mismatch (", crc, ", metadata.json says ", f.at("crc32c").get<std::string>(),
-               "): the file is corrupt");
-  }
 }
 
 void check_checkpoint_dir(const std::string& dir) {

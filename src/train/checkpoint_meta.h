@@ -25,15 +25,16 @@ std::string crc_hex(uint32_t crc);
 // The layout a checkpoint's slices depend on, as metadata.json's "layout".
 nlohmann::json layout_record(const ParallelConfig& p, int world_size);
 
+// The whole document, its metadata_crc32c included.
 nlohmann::json make_metadata(int64_t step, const TrainModel& model, const Config& cfg,
                              const nlohmann::json& files);
 
-// Parses dir/metadata.json; DataError naming the file if it is missing or not
-// JSON or not of this format version.
-nlohmann::json read_metadata(const std::string& dir);
+// metadata.json's checksum of itself, its "metadata_crc32c": the CRC32C of
+// the compact dump (nlohmann's, keys sorted) of the document without that key.
+std::string metadata_checksum(nlohmann::json meta);
 
-// Every file metadata.json lists is present with its size and CRC32C;
-// DataError naming the file otherwise. Reads each file whole.
-void check_checkpoint_files(const std::string& dir, const nlohmann::json& meta);
+// Parses dir/metadata.json; DataError naming the file if it is missing, not
+// JSON, not of this format version or fails its own checksum.
+nlohmann::json read_metadata(const std::string& dir);
 
 }  // namespace mt

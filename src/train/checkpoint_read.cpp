@@ -7,6 +7,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "model/params.h"
+#include "train/checkpoint.h"
 #include "train/checkpoint_meta.h"
 #include "train/model_io.h"
 
@@ -193,7 +194,7 @@ void load_checkpoint_params(CheckpointReader& reader, Llama& chunk, const MeshSi
 }
 
 void export_checkpoint(const std::string& dir, const std::string& out) {
-  check_checkpoint_files(dir, read_metadata(dir));
+  verify_checkpoint(dir);
   CheckpointReader reader(dir);
   const ModelConfig cfg = checkpoint_model_config(reader.metadata(), dir);
   const ParamTable table = make_param_table(cfg);

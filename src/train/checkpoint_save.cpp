@@ -11,6 +11,7 @@
 #include "core/atomic_dir.h"
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/fault_point.h"
 #include "core/file.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_meta.h"
@@ -118,7 +119,7 @@ void prune(const std::string& root, int64_t keep) {
   }
   std::sort(complete.begin(), complete.end());  // fixed-width step numbers: oldest first
   for (size_t i = 0; keep > 0 && i + static_cast<size_t>(keep) < complete.size(); ++i)
-    fs::remove_all(fs::path(root) / complete[i], ec);
+    remove_dir_whole((fs::path(root) / complete[i]).string(), ".tmp-removed");  // never half there
 }
 
 // Rank 0's part: metrics.jsonl and metadata.json, then the renames.
@@ -134,11 +135,14 @@ void commit(const CheckpointSnapshot& snap, const std::vector<json>& entries) {
       {{"name", "metrics.jsonl"}, {"bytes", metrics.size()}, {"crc32c", crc_hex(crc32c(metrics))}});
   json meta = snap.metadata;
   meta["files"] = files;
+  meta["metadata_crc32c"] = metadata_checksum(meta);  // of the document with its files
   write_file_atomic((fs::path(snap.tmp) / "metadata.json").string(), meta.dump(1) + "\n");
-  std::error_code ec;
-  fs::remove_all(snap.final_dir, ec);  // a checkpoint of the same step from an earlier run
+  remove_dir_whole(snap.final_dir, ".tmp-removed");  // a checkpoint of the same step from an earlier run
   publish_dir(snap.tmp, snap.final_dir);
+  kill_point("latest_before");
   write_file_atomic((fs::path(snap.root) / "latest").string(), checkpoint_name(snap.step) + "\n");
+  kill_point("latest_after");
+  kill_point("prune_before");
   prune(snap.root, snap.keep);
 }
 
@@ -168,8 +172,9 @@ CheckpointSnapshot snapshot_checkpoint(const std::string& root, int64_t step, co
 
 void write_checkpoint_files(CheckpointSnapshot& snap, int rank) {
   try {
-    fs::create_directories(snap.tmp);
+    make_directories(snap.tmp);
     snap.entry = write_rank_file(snap, rank);
+    kill_point("shard_written");
   } catch (...) {
     snap.error = std::current_exception();
   }

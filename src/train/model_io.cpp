@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "mesh/layout.h"
 #include "mesh/mesh.h"
+#include "train/checkpoint.h"
 #include "train/checkpoint_meta.h"
 #include "train/checkpoint_read.h"
 
@@ -156,7 +157,7 @@ std::vector<std::string> check_init_from(const std::string& dir, const ModelConf
   HfLlamaConfig saved;
   if (checkpoint) {
     const nlohmann::json meta = read_metadata(dir);
-    check_checkpoint_files(dir, meta);
+    verify_checkpoint(dir);
     saved = to_hf(checkpoint_model_config(meta, dir));
   } else {
     saved = read_hf_config((fs::path(dir) / "config.json").string());

@@ -12,6 +12,7 @@
 #include "comm/context.h"
 #include "comm/group.h"
 #include "core/error.h"
+#include "core/fault_point.h"
 #include "core/file.h"
 #include "model/llama.h"
 
@@ -36,10 +37,12 @@ void MetricsWriter::write_line(const std::string& line) {
 
 namespace {
 
-constexpr const char* kFaultGrammar =
-    "KIND:RANK:STEP[:ARG] with KIND one of throw, bad_alloc, stall, sigterm (no ARG), "
-    "enospc:RANK:STEP:BYTES, "
-    "slow_io:RANK:STEP:SECONDS; RANK and STEP non-negative integers";
+std::string fault_grammar() {
+  return "KIND:RANK:STEP[:ARG] with KIND one of throw, bad_alloc, stall, sigterm (no ARG), "
+         "enospc:RANK:STEP:BYTES, "
+         "slow_io:RANK:STEP:SECONDS, kill_bytes:RANK:STEP:BYTES, kill_save:RANK:STEP:POINT (POINT one of " +
+         kill_point_list() + "); RANK and STEP non-negative integers";
+}
 
 // The whole of `s` as a non-negative integer (digits only), or -1.
 int64_t whole_number(const std::string& s) {
@@ -68,10 +71,11 @@ std::vector<std::string> split_colons(const std::string& s) {
 Fault parse_fault(const std::string& text) {
   const std::vector<std::string> p = split_colons(text);
   auto bad = [&](const std::string& why) {
-    MT_THROW(ConfigError, "MESHTRAIN_FAULT '", text, "': ", why, "; the accepted grammar is ", kFaultGrammar);
+    MT_THROW(ConfigError, "MESHTRAIN_FAULT '", text, "': ", why, "; the accepted grammar is ",
+             fault_grammar());
   };
   const std::string& kind = p[0];
-  const bool takes_arg = kind == "enospc" || kind == "slow_io";
+  const bool takes_arg = kind == "enospc" || kind == "slow_io" || kind == "kill_bytes" || kind == "kill_save";
   if (kind != "throw" && kind != "bad_alloc" && kind != "stall" && kind != "sigterm" && !takes_arg)
     bad("unknown kind '" + kind + "'");
   const size_t want = takes_arg ? 4 : 3;
@@ -86,7 +90,10 @@ Fault parse_fault(const std::string& text) {
   f.rank = static_cast<int>(rank);
   f.step = whole_number(p[2]);
   if (f.step < 0) bad("STEP '" + p[2] + "' is not a non-negative integer");
-  if (takes_arg) {
+  if (kind == "kill_save") {
+    if (!is_kill_point(p[3])) bad("POINT '" + p[3] + "' is not a kill point");
+    f.point = p[3];
+  } else if (takes_arg) {
     const int64_t arg = whole_number(p[3]);
     if (arg < 0) bad("ARG '" + p[3] + "' is not a non-negative integer");
     f.arg = static_cast<double>(arg);
@@ -108,6 +115,8 @@ void inject_fault(const Fault& f, int rank, int64_t step) {
   if (f.kind == "sigterm") std::raise(SIGTERM);  // as if a scheduler preempted this rank alone
   if (f.kind == "enospc") set_write_faults({static_cast<int64_t>(f.arg), 0.0});
   if (f.kind == "slow_io") set_write_faults({-1, f.arg});
+  if (f.kind == "kill_save") arm_kill_point(f.point);
+  if (f.kind == "kill_bytes") arm_kill_after_bytes(static_cast<int64_t>(f.arg));
 }
 
 }  // namespace mt

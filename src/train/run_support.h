@@ -40,12 +40,17 @@ class MetricsWriter {
 //   stall     sleeps for an hour (the watchdog of the other ranks must end the job);
 //   sigterm   raises SIGTERM in itself (a preemption that reaches one rank first);
 //   enospc    from then on, file writes fail with ENOSPC after ARG more bytes;
-//   slow_io   from then on, each file commit first sleeps ARG seconds.
+//   slow_io   from then on, each file commit first sleeps ARG seconds;
+//   kill_save from then on, SIGKILLs itself when it first reaches the kill
+//             point ARG of a checkpoint save (core/fault_point.h);
+//   kill_bytes from then on, SIGKILLs itself once ARG more bytes of files
+//             (its checkpoint shard first) have been written.
 struct Fault {
   std::string kind;  // empty: no fault
   int rank = -1;
   int64_t step = -1;
-  double arg = 0;  // enospc: bytes; slow_io: seconds
+  double arg = 0;     // enospc, kill_bytes: bytes; slow_io: seconds
+  std::string point;  // kill_save: one of kKillPoints
 };
 
 // Parses one MESHTRAIN_FAULT value; ConfigError naming the value and the

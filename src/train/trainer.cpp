@@ -36,7 +36,7 @@ void check_training_data(const Config& cfg) {
              train_file.vocab_size(), "-token vocabulary but model.vocab_size is ", cfg.model.vocab_size);
 }
 
-std::vector<std::string> validate_run(const Config& cfg, const RunOptions& opts, int world_size, int rank) {
+std::vector<std::string> validate_run(const Config& cfg, RunOptions& opts, int world_size, int rank) {
   cfg.validate();
   validate_mesh(mesh_sizes(cfg.parallel), world_size);
   check_training_data(cfg);
@@ -47,20 +47,23 @@ std::vector<std::string> validate_run(const Config& cfg, const RunOptions& opts,
   MT_REQUIRE(opts.trace_path.empty() || cfg.parallel.pp > 1, ConfigError,
              "--trace records the pipeline's stages: it needs parallel.pp > 1 (it is ", cfg.parallel.pp, ")");
   if (!cfg.train.checkpoint_dir.empty()) check_checkpoint_dir(cfg.train.checkpoint_dir);  // every rank writes
-  const std::string resume = resolve_resume(opts.resume, cfg.train.checkpoint_dir);
-  if (!resume.empty()) check_resume(resume, cfg, world_size);
-  MT_REQUIRE(resume.empty() || opts.init_from.empty(), ConfigError,
+  const ResumeChoice resume = resolve_resume(opts.resume, cfg.train.checkpoint_dir);      // once per process
+  for (const std::string& w : resume.warnings)
+    if (rank == 0) std::fprintf(stderr, "meshtrain: warning: %s\n", w.c_str());
+  opts.resume_dir = resume.dir;
+  if (!resume.dir.empty()) check_resume(resume.dir, cfg, world_size);
+  MT_REQUIRE(resume.dir.empty() || opts.init_from.empty(), ConfigError,
              "--resume and --init-from both set the parameters: give one");
   if (opts.init_from.empty()) return {};
   return check_init_from(opts.init_from, cfg.model, cfg.train.init_allow);
 }
 
 namespace {
-// Loads the checkpoint --resume names (if any) and replays its metrics lines;
-// returns the step to run next (0 for a fresh start).
-int64_t resume_run(const Config& cfg, const RunOptions& opts, const RunMesh& mesh, TrainModel& model,
-                   MetricsWriter& metrics) {
-  const std::string dir = resolve_resume(opts.resume, cfg.train.checkpoint_dir);
+// Loads the checkpoint validate_run resolved --resume to (if any) and replays
+// its metrics lines; returns the step to run next (0 for a fresh start).
+int64_t resume_run(const RunOptions& opts, const RunMesh& mesh, TrainModel& model, MetricsWriter& metrics) {
+  const std::string& dir = opts.resume_dir;
+  if (!opts.resume.empty()) require_same_resume(dir, mesh.rank, mesh.world());
   if (dir.empty()) return 0;
   const Timer timer;
   const ResumeState r = load_checkpoint(dir, model, mesh);
@@ -123,7 +126,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   result.sgemm_gflops = job_sgemm_gflops(mesh);
   report_start(mesh, cfg, model, result.sgemm_gflops, opts);
   MetricsWriter metrics(lead ? opts.metrics_path : std::string());
-  const int64_t first_step = resume_run(cfg, opts, mesh, model, metrics);
+  const int64_t first_step = resume_run(opts, mesh, model, metrics);
   const Fault fault = read_fault();
   auto evaluate = [&](int64_t step) {
     const double v = validation_loss(model, mesh, tc, val_file);

@@ -20,6 +20,7 @@ struct RunOptions {
   std::string save_dir;      // Hugging Face model directory written at the end (empty: none)
   std::string init_from;     // model directory to start from instead of the seed's initialisation
   std::string resume;        // "auto", a checkpoint directory, or empty (train/checkpoint.h)
+  std::string resume_dir;    // set by validate_run: the checkpoint `resume` resolved to ("": start fresh)
   bool quiet = false;        // no log lines on stdout
   bool profile = false;      // per-kernel time shares (slightly slower)
   int local_ranks = 1;       // ranks on this machine: threads default to cores / local_ranks
@@ -61,13 +62,15 @@ void check_training_data(const Config& cfg);
 // it has free, MESHTRAIN_FAULT's grammar, --save writable (on rank 0, the one
 // writer), --trace only with pp > 1, --init-from's config.json against the
 // model (train.init_allow), train.checkpoint_dir writable, and the checkpoint
-// --resume names against the run (train/checkpoint.h check_resume). Returns
-// the notices of fields init_allow let through. Runs no collective: every
-// rank calls it before any, so that a bad input ends every rank with one
-// message.
-std::vector<std::string> validate_run(const Config& cfg, const RunOptions& opts, int world_size, int rank);
+// --resume names against the run (train/checkpoint.h check_resume). Resolves
+// --resume once (train/checkpoint.h resolve_resume) into opts.resume_dir, rank
+// 0 printing the warnings of a --resume auto that passed over a damaged
+// checkpoint. Returns the notices of fields init_allow let through. Runs no
+// collective: every rank calls it before any, so that a bad input ends every
+// rank with one message.
+std::vector<std::string> validate_run(const Config& cfg, RunOptions& opts, int world_size, int rank);
 
-// Runs cfg, which has passed validate_run, to completion: set-up, one
+// Runs cfg, which has passed validate_run with these opts, to completion: set-up, one
 // train_step per step (train_step.h), the reports (report.h). Throws mt::Error
 // after train.max_bad_steps consecutive non-finite steps. With
 // train.checkpoint_dir, SIGTERM or SIGUSR1 stop every rank after the same

@@ -126,6 +126,18 @@ TEST(AtomicDir, StaleTemporariesAreRemovedLiveOnesKept) {
   EXPECT_EQ(s.names(), want);
 }
 
+TEST(AtomicDir, RemoveDirWholeGoesThroughTheAsideName) {
+  Scratch s;
+  fs::create_directories(s.at("step-1/sub"));
+  write_file_atomic(s.at("step-1/sub/a"), std::string_view("a"));
+  fs::create_directories(s.at("step-2.tmp-removed/x"));  // left by a crash during an earlier removal
+  fs::create_directories(s.at("step-2"));
+  EXPECT_TRUE(remove_dir_whole(s.at("step-1"), ".tmp-removed"));
+  EXPECT_TRUE(remove_dir_whole(s.at("step-2"), ".tmp-removed"));
+  EXPECT_TRUE(remove_dir_whole(s.at("step-3"), ".tmp-removed"));  // not there: nothing to do
+  EXPECT_EQ(s.names(), std::set<std::string>{});
+}
+
 TEST(AtomicDir, TargetThatIsAFileIsRefused) {
   Scratch s;
   put(s.at("m"), "a file");

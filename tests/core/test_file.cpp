@@ -128,6 +128,18 @@ TEST(File, WriteIntoMissingDirectoryIsIoError) {
   EXPECT_NE(msg.find("No such file or directory"), std::string::npos) << msg;
 }
 
+TEST(File, MakeDirectoriesCreatesParentsOrNamesThePath) {
+  TempDir dir;
+  make_directories(dir.file("a/b/c"));
+  make_directories(dir.file("a/b/c"));  // already there: nothing to do
+  EXPECT_TRUE(std::filesystem::is_directory(dir.file("a/b/c")));
+  write_file_atomic(dir.file("f"), std::string_view("a file"));
+  const std::string path = dir.file("f/sub");
+  const std::string msg = io_error_message([&] { make_directories(path); });
+  EXPECT_NE(msg.find("cannot create directory '" + path + "'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Not a directory"), std::string::npos) << msg;
+}
+
 TEST(File, FailedRenameRemovesTemporaryFile) {
   TempDir dir;
   const std::string path = dir.file("taken");

@@ -116,11 +116,16 @@ touch "$tmp/a_file"
 refused export_unwritable "$tmp/a_file" "$bin" export --checkpoint "$ck/step-00000005" --out "$tmp/a_file/model"
 # A metadata.json whose slices leave a hole (one slice of q_proj dropped).
 cp -r "$ck/step-00000005" "$tmp/hole"
-/usr/bin/python3 - "$tmp/hole/metadata.json" <<'PY'
+/usr/bin/python3 - "$tmp/hole/metadata.json" "$(dirname "$0")" <<'PY'
 import json, sys
+sys.path.insert(0, sys.argv[2])
+from verify_checkpoints import crc32c
 meta = json.load(open(sys.argv[1]))
 f = next(f for f in meta["files"] if "slices" in f)
 f["slices"] = [s for s in f["slices"] if s["tensor"] != "model.layers.1.self_attn.q_proj.weight"]
+meta.pop("metadata_crc32c")  # resealed, so that the hole (not the checksum) is what the reader finds
+dump = json.dumps(meta, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
+meta["metadata_crc32c"] = "%08x" % crc32c(dump)
 json.dump(meta, open(sys.argv[1], "w"))
 PY
 refused hole "the saved slices of 'model.layers.1.self_attn.q_proj.weight' cover" \

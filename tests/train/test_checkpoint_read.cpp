@@ -7,11 +7,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
+#include "train/checkpoint_meta.h"
 #include "train/checkpoint_read.h"
 
 namespace mt {
@@ -75,9 +77,10 @@ class Checkpoint {
       files += json_of(meta[f].size);
       files += "}]}";
     }
-    std::ofstream(dir_ / "metadata.json")
-        << R"({"format_version":1,"tensors":{"t":{"shape":[5,4,3],"dtype":"F32"}},"files":[)" << files
-        << "]}";
+    nlohmann::json doc = nlohmann::json::parse(
+        R"({"format_version":1,"tensors":{"t":{"shape":[5,4,3],"dtype":"F32"}},"files":[)" + files + "]}");
+    doc["metadata_crc32c"] = metadata_checksum(doc);  // sealed as a save seals it
+    std::ofstream(dir_ / "metadata.json") << doc.dump();
   }
   ~Checkpoint() {
     std::error_code ec;

@@ -28,6 +28,14 @@ TEST(FaultGrammar, AcceptsEveryKind) {
   EXPECT_EQ(f.kind, "sigterm");
   EXPECT_EQ(f.rank, 3);
   EXPECT_EQ(f.step, 7);
+  f = parse_fault("kill_save:1:4:rename_before");
+  EXPECT_EQ(f.kind, "kill_save");
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_EQ(f.step, 4);
+  EXPECT_EQ(f.point, "rename_before");
+  f = parse_fault("kill_bytes:0:2:1234");
+  EXPECT_EQ(f.kind, "kill_bytes");
+  EXPECT_EQ(f.arg, 1234);
 }
 
 void expect_refused(const std::string& text, const std::string& why) {
@@ -39,6 +47,7 @@ void expect_refused(const std::string& text, const std::string& why) {
     EXPECT_THAT(e.what(), HasSubstr(why));
     EXPECT_THAT(e.what(), HasSubstr("KIND:RANK:STEP[:ARG]"));
     EXPECT_THAT(e.what(), HasSubstr("throw, bad_alloc, stall"));
+    EXPECT_THAT(e.what(), HasSubstr("kill_save:RANK:STEP:POINT (POINT one of file_fsync_before,"));
   }
 }
 
@@ -57,6 +66,10 @@ TEST(FaultGrammar, RefusesUnknownKindsAndJunk) {
   expect_refused("enospc:0:0:1e6", "ARG '1e6'");
   expect_refused("slow_io:0:0:2:", "takes 4 fields but 5 were given");
   expect_refused("throw:99999999999:0", "RANK '99999999999'");
+  expect_refused("kill_save:0:1:rename", "POINT 'rename' is not a kill point");
+  expect_refused("kill_save:0:1", "kind kill_save takes 4 fields but 3 were given");
+  expect_refused("kill_bytes:0:1:-5", "ARG '-5'");
+  expect_refused("kill_bytes:0:1:12:3", "takes 4 fields but 5 were given");
 }
 
 }  // namespace

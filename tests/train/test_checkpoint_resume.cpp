@@ -1,0 +1,167 @@
+// Which checkpoint --resume picks (train/checkpoint.h resolve_resume) on
+// hand-made checkpoint folders: `latest` is the authority, a damaged one is
+// passed over with a warning that names it and says why, the next older one
+// is taken, and with none usable the run starts fresh; --resume PATH to a
+// damaged checkpoint is an error.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/crc32c.h"
+#include "core/error.h"
+#include "core/file.h"
+#include "train/checkpoint.h"
+#include "train/checkpoint_meta.h"
+
+namespace mt {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+class Root {
+ public:
+  Root() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = fs::temp_directory_path() / ("mt_resume_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~Root() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  Root(const Root&) = delete;
+  Root& operator=(const Root&) = delete;
+
+  std::string str() const { return path_.string(); }
+  std::string dir(int64_t step) const { return (path_ / checkpoint_name(step)).string(); }
+  std::string shard(int64_t step) const { return dir(step) + "/rank-00000.safetensors"; }
+
+  // A checkpoint whose one shard holds `bytes`, listed with its size and CRC32C.
+  void add(int64_t step, const std::string& bytes = "shard bytes") const {
+    fs::create_directories(dir(step));
+    write_file_atomic(shard(step), bytes);
+    nlohmann::json meta = {{"format_version", kCheckpointFormatVersion},
+                           {"files",
+                            {{{"name", "rank-00000.safetensors"},
+                              {"bytes", bytes.size()},
+                              {"crc32c", crc_hex(crc32c(bytes))},
+                              {"slices", {{{"tensor", "model.norm.weight"}}}}}}}};
+    meta["metadata_crc32c"] = metadata_checksum(meta);
+    write_file_atomic(dir(step) + "/metadata.json", meta.dump(1));
+  }
+  void set_latest(const std::string& name) const { write_file_atomic(str() + "/latest", name + "\n"); }
+
+ private:
+  fs::path path_;
+};
+
+TEST(ResolveResume, LatestIsTheAuthority) {
+  Root r;
+  r.add(2);
+  r.add(4);
+  r.add(6);  // newer than `latest`: a save cut between its rename and the pointer's update
+  r.set_latest("step-00000004");
+  const ResumeChoice c = resolve_resume("auto", r.str());
+  EXPECT_EQ(c.dir, r.dir(4));
+  EXPECT_TRUE(c.warnings.empty());
+  fs::remove(r.str() + "/latest");  // no pointer: the highest step
+  EXPECT_EQ(resolve_resume("auto", r.str()).dir, r.dir(6));
+}
+
+TEST(ResolveResume, FallsBackPastACorruptCheckpointWithAWarning) {
+  Root r;
+  r.add(2);
+  r.add(4, "abcdef");
+  r.set_latest("step-00000004");
+  write_file_atomic(r.shard(4), std::string_view("abcdeF"));  // one byte flipped, same size
+  ResumeChoice c = resolve_resume("auto", r.str());
+  EXPECT_EQ(c.dir, r.dir(2));
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_THAT(c.warnings[0], HasSubstr("checkpoint " + r.dir(4) + " is not usable"));
+  EXPECT_THAT(c.warnings[0], HasSubstr("rank-00000.safetensors: CRC32C mismatch"));
+  EXPECT_THAT(c.warnings[0], HasSubstr("model.norm.weight"));
+  EXPECT_THAT(c.warnings[0], HasSubstr("falling back to the previous complete checkpoint"));
+  // Truncated instead.
+  write_file_atomic(r.shard(4), std::string_view("abc"));
+  c = resolve_resume("auto", r.str());
+  EXPECT_EQ(c.dir, r.dir(2));
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_THAT(c.warnings[0], HasSubstr("has 3 bytes but metadata.json says 6 (truncated)"));
+}
+
+TEST(ResolveResume, ALatestNamingNoFolderIsIgnored) {
+  Root r;
+  r.add(2);
+  r.add(4);
+  r.set_latest("step-00000008");
+  const ResumeChoice c = resolve_resume("auto", r.str());
+  EXPECT_EQ(c.dir, r.dir(4));
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_THAT(c.warnings[0],
+              HasSubstr("names 'step-00000008', which is not a checkpoint folder there; ignored"));
+}
+
+TEST(ResolveResume, NoUsableCheckpointStartsFreshWithWarnings) {
+  Root r;
+  r.add(1);
+  r.add(2);
+  r.add(3);
+  r.add(4);
+  r.add(5);
+  fs::remove(r.dir(1) + "/metadata.json");                                // a folder that is not a checkpoint
+  write_file_atomic(r.dir(2) + "/metadata.json", std::string_view("{"));  // not JSON
+  write_file_atomic(r.dir(3) + "/metadata.json", std::string_view(R"({"format_version": 99})"));
+  nlohmann::json bad_list = {{"format_version", 1}, {"files", 3}};
+  bad_list["metadata_crc32c"] = metadata_checksum(bad_list);
+  write_file_atomic(r.dir(4) + "/metadata.json", bad_list.dump());
+  fs::remove(r.shard(5));
+  r.add(6);
+  // A changed digit leaves valid JSON (bytes 11 → 12): only metadata.json's own checksum sees it.
+  std::string text = read_file(r.dir(6) + "/metadata.json");
+  text.replace(text.find("\"bytes\": 11"), 11, "\"bytes\": 12");
+  write_file_atomic(r.dir(6) + "/metadata.json", text);
+  ResumeChoice c = resolve_resume("auto", r.str());
+  EXPECT_EQ(c.dir, "");
+  ASSERT_EQ(c.warnings.size(), 7u);
+  EXPECT_THAT(c.warnings[0], HasSubstr("its own checksum (metadata_crc32c"));
+  c.warnings.erase(c.warnings.begin());
+  EXPECT_THAT(c.warnings[0], HasSubstr("rank-00000.safetensors is missing"));
+  EXPECT_THAT(c.warnings[1], HasSubstr("the list of files is malformed"));
+  EXPECT_THAT(c.warnings[2], HasSubstr("format_version 99"));
+  EXPECT_THAT(c.warnings[3], HasSubstr("not valid JSON"));
+  EXPECT_THAT(c.warnings[4], HasSubstr("metadata.json is missing"));
+  EXPECT_THAT(c.warnings[5], HasSubstr("no usable checkpoint in " + r.str() + "; starting fresh"));
+}
+
+TEST(ResolveResume, NothingThereStartsFreshSilently) {
+  Root r;
+  fs::create_directories(r.dir(3) + ".tmp-77");  // a save that never committed
+  const ResumeChoice c = resolve_resume("auto", r.str());
+  EXPECT_EQ(c.dir, "");
+  EXPECT_TRUE(c.warnings.empty());
+  EXPECT_EQ(resolve_resume("", r.str()).dir, "");
+  EXPECT_THROW(resolve_resume("auto", ""), ConfigError);
+}
+
+TEST(ResolveResume, AnExplicitDamagedCheckpointIsAnError) {
+  Root r;
+  r.add(2, "abcdef");
+  EXPECT_EQ(resolve_resume(r.dir(2), "").dir, r.dir(2));
+  write_file_atomic(r.shard(2), std::string_view("abcdeF"));
+  try {
+    resolve_resume(r.dir(2), "");
+    ADD_FAILURE() << "a corrupt checkpoint was accepted";
+  } catch (const DataError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(r.shard(2) + ": CRC32C mismatch"));
+  }
+  EXPECT_THROW(resolve_resume(r.dir(7), ""), ConfigError);  // no such checkpoint
+}
+
+}  // namespace
+}  // namespace mt
