@@ -188,17 +188,12 @@ void DataParallelStore::unit_ready_for_buckets(int unit) {
   if (++b.ready < b.units) return;
   if (first_launch_ < 0) first_launch_ = now_s();
   b.works.clear();
-  if (opts_.ep == nullptr) {
+  if (opts_.ep == nullptr)
     b.works.push_back(dp_.all_reduce_async(full_grads_.data() + b.begin, b.end - b.begin, ElemType::f32,
                                            ReduceOp::sum, b.label));
-  } else {  // the experts over their replicas only (parallel/expert_grads.h)
-    for (const GradRun& r : grad_runs(units_, b.begin, b.end)) {
-      Group* g = r.expert ? opts_.expert_replicas : &dp_;
-      if (g == nullptr || g->size() == 1) continue;
-      b.works.push_back(g->all_reduce_async(full_grads_.data() + r.begin, r.end - r.begin, ElemType::f32,
-                                            ReduceOp::sum, b.label + (r.expert ? " experts" : " dense")));
-    }
-  }
+  else  // the experts over their replicas only
+    b.works =
+        all_reduce_runs(units_, full_grads_.data(), b.begin, b.end, dp_, opts_.expert_replicas, b.label);
   b.launched = true;
 }
 
@@ -251,10 +246,8 @@ void DataParallelStore::finish_grads() {
   const double t0 = now_s();
   for (auto& b : buckets_) {
     MT_CHECK(b->launched, "a gradient bucket was never filled: ", b->label);
-    if (!b->done) {
-      for (Work& w : b->works)
-        w.wait();
-    }
+    for (Work& w : b->works)
+      w.wait();  // nothing to wait for when done
     b->done = true;
   }
   retire_scatters(true);
@@ -269,11 +262,7 @@ void DataParallelStore::finish_grads() {
 }
 
 double DataParallelStore::grad_sum_squares() {
-  if (opts_.zero <= 1 && opts_.ep != nullptr) {  // each expert on one rank of the ep group
-    double experts = counted_sum_squares_of(units_, full_grads_.data(), true);
-    opts_.ep->all_reduce(&experts, 1, "grad norm experts");
-    return counted_sum_squares_of(units_, full_grads_.data(), false) + experts;
-  }
+  if (opts_.zero <= 1 && opts_.ep != nullptr) return ep_sum_squares(units_, full_grads_.data(), *opts_.ep);
   if (opts_.zero <= 1)
     return counted_sum_squares(units_, full_grads_.data());  // replicated: every element once
   double s = 0.0;                                            // disjoint shards; padding is zero

@@ -24,14 +24,27 @@ std::vector<GradRun> grad_runs(const std::vector<UnitSpec>& units, int64_t begin
   return runs;
 }
 
-double counted_sum_squares_of(const std::vector<UnitSpec>& units, const float* full, bool expert) {
-  double s = 0.0;
+std::vector<Work> all_reduce_runs(const std::vector<UnitSpec>& units, float* grads, int64_t begin,
+                                  int64_t end, Group& dense, Group* replicas, const std::string& label) {
+  std::vector<Work> works;
+  for (const GradRun& r : grad_runs(units, begin, end)) {
+    Group* g = r.expert ? replicas : &dense;
+    if (g == nullptr || g->size() == 1) continue;
+    works.push_back(g->all_reduce_async(grads + r.begin, r.end - r.begin, ElemType::f32, ReduceOp::sum,
+                                        label + (r.expert ? " experts" : " dense")));
+  }
+  return works;
+}
+
+double ep_sum_squares(const std::vector<UnitSpec>& units, const float* full, Group& ep) {
+  double sums[2] = {0.0, 0.0};  // others, experts
   for (const auto& u : units) {
     for (const auto& p : u.params) {
-      if (p.norm_counted && p.expert == expert) s += sum_squares(full + p.offset, p.numel());
+      if (p.norm_counted) sums[p.expert ? 1 : 0] += sum_squares(full + p.offset, p.numel());
     }
   }
-  return s;
+  ep.all_reduce(&sums[1], 1, "grad norm experts");
+  return sums[0] + sums[1];
 }
 
 }  // namespace mt

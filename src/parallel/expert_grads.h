@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "comm/group.h"
 #include "parallel/store.h"
 
 namespace mt {
@@ -23,8 +25,16 @@ struct GradRun {
 // boundaries between expert and other parameters (one run when none is an expert).
 std::vector<GradRun> grad_runs(const std::vector<UnitSpec>& units, int64_t begin, int64_t end);
 
-// Σ g² of a full flat buffer over the parameters with norm_counted that are
-// (expert = true) or are not experts.
-double counted_sum_squares_of(const std::vector<UnitSpec>& units, const float* full, bool expert);
+// Starts the sum of grads[begin, end) (a range of `units`' flat buffer): each
+// run of experts over `replicas` (null or size 1: not reduced), each other run
+// over `dense`. Labels: label + " experts" / " dense".
+std::vector<Work> all_reduce_runs(const std::vector<UnitSpec>& units, float* grads, int64_t begin,
+                                  int64_t end, Group& dense, Group* replicas, const std::string& label);
+
+// Σ g² of a replicated full flat buffer with each expert counted once: the
+// experts' squares summed over the ep group (each rank holds its own experts),
+// the rest (replicated) taken from this rank. Parameters without
+// norm_counted are left out.
+double ep_sum_squares(const std::vector<UnitSpec>& units, const float* full, Group& ep);
 
 }  // namespace mt
