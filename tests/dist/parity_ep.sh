@@ -6,7 +6,8 @@
 # each expert exactly (a mismatch prints the step's smallest top-k margin, the
 # one place a routing flip could come from). ep 2 (dp 2), ep 4 (dp 4), ep 2
 # over dp 4 (each expert on 2 ranks: its gradient summed over those two only),
-# top_k 2, and top_k 1 with moe_every 2; the ep 2 run twice, bitwise. Then the
+# top_k 2, and top_k 1 with moe_every 2; the ep 2 run twice, bitwise; ep 2
+# started from a saved model (--init-from), 3 steps. Then the
 # comm ledger of one ep 4 step: the rows each rank's all-to-all-v moves equal
 # the counts implied by the routing (moe_tokens_per_expert).
 set -euo pipefail
@@ -49,6 +50,11 @@ for spec in "ep2 2 --dp 2 --set parallel.ep=2" "ep4 4 --dp 4 --set parallel.ep=4
 done
 run ep2_again 2 --dp 2 --set parallel.ep=2
 check_bitwise ep2_again ep2 "ep 2 rerun"
+
+# --init-from a saved model: each rank reads only its experts (by name and layout).
+run ref_init 1 --init-from "$tmp/ref" --set train.steps=3
+run ep2_init 2 --dp 2 --set parallel.ep=2 --init-from "$tmp/ref" --set train.steps=3
+check ep2_init ref_init
 
 every=(--set model.moe_every=2 --set model.top_k=1)
 run ref_every2 1 "${every[@]}"
