@@ -30,6 +30,9 @@ std::string describe(const RunMesh& mesh, const Config& cfg, const TrainModel& m
     os << table.substr(0, table.find('\n') + 1);  // the one-line summary; --print-mesh prints the whole map
   }
   os << "data parallel: dp = " << mesh.dp << ", zero = " << cfg.parallel.zero << "\n";
+  if (mesh.ep > 1)
+    os << "expert parallel: ep = " << mesh.ep << ", " << cfg.model.n_experts / mesh.ep
+       << " experts per rank, each held by " << mesh.dp * mesh.cp / mesh.ep << " rank(s)\n";
   if (mesh.cp > 1)
     os << "context parallel: cp = " << mesh.cp << " (zigzag, "
        << (cfg.parallel.cp_impl == "ring" ? "ring" : "all-gather") << " attention)\n";
