@@ -9,7 +9,8 @@
 # top_k 2, and top_k 1 with moe_every 2; the ep 2 run twice, bitwise; ep 2
 # started from a saved model (--init-from), 3 steps. Then the
 # comm ledger of one ep 4 step: the rows each rank's all-to-all-v moves equal
-# the counts implied by the routing (moe_tokens_per_expert).
+# the counts implied by the routing (moe_tokens_per_expert), and
+# moe_max_load_over_mean is the busiest rank's share of them.
 set -euo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -71,7 +72,12 @@ check_router ep2_every2 ref_every2
 if python3 - "$tmp/explain.txt" "$tmp/ledger.jsonl" <<'PY'; then
 import json, re, sys
 C, rows = 32, 2 * 16 * 2
-tpe = [j for j in map(json.loads, open(sys.argv[2])) if "moe_tokens_per_expert" in j][0]["moe_tokens_per_expert"]
+line = [j for j in map(json.loads, open(sys.argv[2])) if "moe_tokens_per_expert" in j][0]
+tpe = line["moe_tokens_per_expert"]
+# moe_max_load_over_mean: rank j's experts (here expert j) take sum over layers of tpe[l][j] rows.
+load = [sum(tpe[l][j] for l in tpe) for j in range(4)]
+assert abs(line["moe_max_load_over_mean"] - max(load) / (sum(load) / 4)) < 1e-12, (line, load)
+assert line["moe_busiest_ep_rank"] == load.index(max(load)), (line, load)
 pat = re.compile(r"^rank (\d+) \| ep \| all_to_allv +\| .* \| (\d+) elements? \| layer (\d+) moe (forward|backward): rows (to|from) experts$")
 seen = {}
 for line in open(sys.argv[1]):
