@@ -6,6 +6,7 @@
 # each expert exactly (a mismatch prints the step's smallest top-k margin, the
 # one place a routing flip could come from). ep 2 (dp 2), ep 4 (dp 4), ep 2
 # over dp 4 (each expert on 2 ranks: its gradient summed over those two only),
+# ep 2 with recomputation (the exchanges run again in the backward),
 # top_k 2, and top_k 1 with moe_every 2; the ep 2 run twice, bitwise; ep 2
 # started from a saved model (--init-from), 3 steps. Then the
 # comm ledger of one ep 4 step: the rows each rank's all-to-all-v moves equal
@@ -42,7 +43,7 @@ PY
 
 run ref 1
 for spec in "ep2 2 --dp 2 --set parallel.ep=2" "ep4 4 --dp 4 --set parallel.ep=4" \
-  "ep2_dp4 4 --dp 4 --set parallel.ep=2"; do
+  "ep2_dp4 4 --dp 4 --set parallel.ep=2" "ep2_recompute 2 --dp 2 --set parallel.ep=2 --set train.recompute=true"; do
   read -r name np flags <<<"$spec"
   # shellcheck disable=SC2086
   run "$name" "$np" $flags
