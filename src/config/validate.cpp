@@ -83,9 +83,6 @@ void validate_expert_parallel(const Config& c) {
   MT_REQUIRE(c.train.checkpoint_dir.empty(), ConfigError, "parallel.ep (", p.ep,
              ") with train.checkpoint_dir ('", c.train.checkpoint_dir,
              "'): training checkpoints of expert-parallel runs are not built yet");
-  MT_REQUIRE(c.train.eval_every == 0, ConfigError, "parallel.ep (", p.ep, ") with train.eval_every (",
-             c.train.eval_every,
-             "): held-out evaluation does not run the ep group's all-to-alls in step yet (set it to 0)");
 }
 
 // What the mixture of experts does not have yet (docs/PARALLELISM.md "Expert

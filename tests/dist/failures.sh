@@ -93,12 +93,12 @@ case $case_name in
     expect_lines "meshtrain: error: model.top_k (5) must be between 1 and model.n_experts (4)" 1
     ;;
   ep)  # parallel.ep's rules (docs/PARALLELISM.md "Expert parallelism"), refused at start-up with the numbers
-    moe=(--set model.n_experts=4 --set train.eval_every=0)
+    moe=(--set model.n_experts=4)
     run_job 20 -np 3 "$bin" "${train[@]}" "${moe[@]}" --dp 3 --set train.batch_size=12 --set parallel.ep=3
     expect_lines "meshtrain: error: model.n_experts (4) must be divisible by parallel.ep (3)" 1
     run_job 20 -np 2 "$bin" "${train[@]}" "${moe[@]}" --dp 2 --set parallel.ep=4
     expect_lines "meshtrain: error: parallel.ep (4) must divide parallel.dp (2) x parallel.cp (1) = 2" 1
-    run_job 20 -np 2 "$bin" "${train[@]}" --dp 2 --set parallel.ep=2 --set train.eval_every=0
+    run_job 20 -np 2 "$bin" "${train[@]}" --dp 2 --set parallel.ep=2
     expect_lines "meshtrain: error: parallel.ep (2) needs a mixture of experts, but model.n_experts is 0 (a dense model)" 1
     run_job 20 -np 2 "$bin" "${train[@]}" "${moe[@]}" --dp 2 --set parallel.ep=2 --zero 1
     expect_lines "meshtrain: error: parallel.ep (2) with parallel.zero (1): ZeRO sharding of the experts over their replica group is not built yet (ZeRO 0 only)" 1

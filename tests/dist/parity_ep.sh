@@ -8,7 +8,8 @@
 # over dp 4 (each expert on 2 ranks: its gradient summed over those two only),
 # ep 2 with recomputation (the exchanges run again in the backward),
 # top_k 2, and top_k 1 with moe_every 2; the ep 2 run twice, bitwise; ep 2
-# started from a saved model (--init-from), 3 steps. Then the
+# started from a saved model (--init-from), 3 steps; ep 2 with held-out
+# evaluation (val_loss within 1e-5). Then the
 # comm ledger of one ep 4 step: the rows each rank's all-to-all-v moves equal
 # the counts implied by the routing (moe_tokens_per_expert), and
 # moe_max_load_over_mean is the busiest rank's share of them.
@@ -57,6 +58,23 @@ check_bitwise ep2_again ep2 "ep 2 rerun"
 run ref_init 1 --init-from "$tmp/ref" --set train.steps=3
 run ep2_init 2 --dp 2 --set parallel.ep=2 --init-from "$tmp/ref" --set train.steps=3
 check ep2_init ref_init
+
+# Held-out evaluation: every rank evaluates the same windows (5, the last
+# microbatch of 1), so the ep group's exchanges stay in step.
+evals=(--set train.steps=5 --set train.eval_every=5 --set train.eval_windows=5)
+run ref_eval 1 "${evals[@]}"
+run ep2_eval 2 --dp 2 --set parallel.ep=2 "${evals[@]}"
+check ep2_eval ref_eval
+if python3 - "$tmp/ep2_eval.jsonl" "$tmp/ref_eval.jsonl" <<'PY'; then
+import json, sys
+a, b = ([j["val_loss"] for j in map(json.loads, open(p)) if "val_loss" in j] for p in sys.argv[1:])
+assert len(a) == len(b) == 1 and abs(a[0] - b[0]) <= 1e-5 * abs(b[0]), (a, b)
+PY
+  echo "ok   ep2_eval: val_loss"
+else
+  echo "FAIL ep2_eval: val_loss differs"
+  failures=$((failures + 1))
+fi
 
 every=(--set model.moe_every=2 --set model.top_k=1)
 run ref_every2 1 "${every[@]}"
