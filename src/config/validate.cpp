@@ -80,9 +80,6 @@ void validate_expert_parallel(const Config& c) {
   MT_REQUIRE(c.model.capacity_factor == 0, ConfigError, "parallel.ep (", p.ep,
              ") with model.capacity_factor (", c.model.capacity_factor,
              "): expert parallelism is dropless only so far");
-  MT_REQUIRE(c.train.checkpoint_dir.empty(), ConfigError, "parallel.ep (", p.ep,
-             ") with train.checkpoint_dir ('", c.train.checkpoint_dir,
-             "'): training checkpoints of expert-parallel runs are not built yet");
 }
 
 // What the mixture of experts does not have yet (docs/PARALLELISM.md "Expert

@@ -9,7 +9,9 @@
 # ep 2 with recomputation (the exchanges run again in the backward),
 # top_k 2, and top_k 1 with moe_every 2; the ep 2 run twice, bitwise; ep 2
 # started from a saved model (--init-from), 3 steps; ep 2 with held-out
-# evaluation (val_loss within 1e-5). Then the
+# evaluation (val_loss within 1e-5); training checkpoints saved under one
+# layout and resumed under another (ep 2 → one process, one → ep 4, ep 2 over
+# dp 4 → ep 2 over dp 2). Then the
 # comm ledger of one ep 4 step: the rows each rank's all-to-all-v moves equal
 # the counts implied by the routing (moe_tokens_per_expert), and
 # moe_max_load_over_mean is the busiest rank's share of them.
@@ -75,6 +77,22 @@ else
   echo "FAIL ep2_eval: val_loss differs"
   failures=$((failures + 1))
 fi
+
+# Training checkpoints: step 5 saved under one layout (the run stopped by
+# MESHTRAIN_FAULT at the start of step 5), resumed under another for steps
+# 5-9, against the uninterrupted one-process run: each expert (and its Adam
+# moments) written once by its first holder, read back into any layout.
+reshard() {
+  local name=$1 ck=$tmp/$1.ck
+  local -a from=($2) to=($3)
+  MESHTRAIN_FAULT=throw:0:5 "${mpi[@]}" -np "${from[0]}" "$bin" train "${tiny[@]}" "${from[@]:1}" \
+    --set train.checkpoint_dir="$ck" --set train.checkpoint_every=5 >/dev/null 2>&1 || true
+  run "$name" "${to[0]}" "${to[@]:1}" --set train.checkpoint_dir="$ck" --resume "$ck/step-00000005"
+  check "$name" ref
+}
+reshard ck_ep2_to_one "2 --dp 2 --set parallel.ep=2" "1"
+reshard ck_one_to_ep4 "1" "4 --dp 4 --set parallel.ep=4"
+reshard ck_ep2dp4_to_ep2 "4 --dp 4 --set parallel.ep=2" "2 --dp 2 --set parallel.ep=2"
 
 every=(--set model.moe_every=2 --set model.top_k=1)
 run ref_every2 1 "${every[@]}"
