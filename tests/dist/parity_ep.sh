@@ -14,7 +14,8 @@
 # dp 4 → ep 2 over dp 2). Then the
 # comm ledger of one ep 4 step: the rows each rank's all-to-all-v moves equal
 # the counts implied by the routing (moe_tokens_per_expert), and
-# moe_max_load_over_mean is the busiest rank's share of them.
+# moe_max_load_over_mean is the busiest rank's share of them; the experts'
+# gradient all-reduces of ep 2 over dp 4 run over their replica pairs only.
 set -euo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -132,6 +133,23 @@ PY
 else
   echo "FAIL ledger: all-to-all-v counts differ from the routing"
   grep "moe" "$tmp/explain.txt" | head -40
+  failures=$((failures + 1))
+fi
+# The experts' gradients under ep 2 over dp 4: summed over ep_replicas (the 2
+# ranks holding the same experts), never over dp: per rank, 2 MoE layers × 2
+# local experts × 3 matrices of 24 × 32 = 9216 elements; the grad norm's
+# expert part summed over ep.
+"${mpi[@]}" -np 4 "$bin" train "${tiny[@]}" --dp 4 --set parallel.ep=2 --set train.steps=1 --explain \
+  >"$tmp/explain_dp4.txt"
+replicas=$(grep -E '^rank 1 \| ep_replicas \| all_reduce .*grad bucket [0-9]+ experts$' "$tmp/explain_dp4.txt" |
+  awk -F'|' '{gsub(/[^0-9]/, "", $5); s += $5} END {print s + 0}')
+over_dp=$(grep -cE '^rank [0-9]+ \| dp \| .*experts$' "$tmp/explain_dp4.txt" || true)
+norm=$(grep -cE '^rank 1 \| ep \| all_reduce .*grad norm experts$' "$tmp/explain_dp4.txt" || true)
+if [ "$replicas" -eq 9216 ] && [ "$over_dp" -eq 0 ] && [ "$norm" -eq 1 ]; then
+  echo "ok   ledger: expert gradients over ep_replicas only ($replicas elements on rank 1)"
+else
+  echo "FAIL ledger: expert gradients: $replicas elements over ep_replicas (want 9216), $over_dp over dp, $norm norm sums"
+  grep '^rank 1 ' "$tmp/explain_dp4.txt" | grep -v moe
   failures=$((failures + 1))
 fi
 finish "expert-parallel"
