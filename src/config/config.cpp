@@ -128,6 +128,9 @@ std::vector<Entry> parallel_entries() {
       MT_KEY(parallel, cp, "int",
              "context-parallel degree: each sequence is split over cp ranks in 2 x cp zigzag chunks (seq_len "
              "divisible by 2 x cp); attention exchanges keys and values (parallel.cp_impl)"),
+      MT_KEY(parallel, ep, "int",
+             "expert-parallel degree: each rank holds n_experts / ep experts, tokens travel by all-to-all; "
+             "ep divides dp x cp (groups of ep consecutive dp ranks) and n_experts; ZeRO 0 only"),
       MT_KEY(parallel, zero, "int",
              "ZeRO stage: 0 replicate, 1 shard AdamW state, 2 + gradients, 3 + parameters (FSDP)"),
       MT_KEY(parallel, sp, "bool",

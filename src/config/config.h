@@ -49,6 +49,9 @@ struct DataConfig {
 struct ParallelConfig {
   int64_t dp = 1, tp = 1, pp = 1, cp = 1;
   int64_t zero = 0;
+  // Expert parallelism: the experts split over runs of ep consecutive ranks of
+  // the flattened (dp, cp) index (docs/PARALLELISM.md "Expert parallelism").
+  int64_t ep = 1;
   bool sp = false;
   std::string schedule = "1f1b";
   int64_t virtual_stages = 1;

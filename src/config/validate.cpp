@@ -62,11 +62,32 @@ void validate_pipeline(const Config& c) {
   pp::stage_layer_counts(c.model.n_layers, pp, v, p.stage_layers);
 }
 
+// parallel.ep's rules (docs/PARALLELISM.md "Expert parallelism"), and what
+// expert parallelism does not have yet, refused by name.
+void validate_expert_parallel(const Config& c) {
+  const ParallelConfig& p = c.parallel;
+  const int64_t E = c.model.n_experts;
+  positive("parallel.ep", p.ep);
+  if (p.ep == 1) return;
+  MT_REQUIRE(E > 0, ConfigError, "parallel.ep (", p.ep,
+             ") needs a mixture of experts, but model.n_experts is ", E, " (a dense model)");
+  MT_REQUIRE(E % p.ep == 0, ConfigError, "model.n_experts (", E, ") must be divisible by parallel.ep (", p.ep,
+             ")");
+  MT_REQUIRE((p.dp * p.cp) % p.ep == 0, ConfigError, "parallel.ep (", p.ep, ") must divide parallel.dp (",
+             p.dp, ") x parallel.cp (", p.cp, ") = ", p.dp * p.cp);
+  MT_REQUIRE(p.zero == 0, ConfigError, "parallel.ep (", p.ep, ") with parallel.zero (", p.zero,
+             "): ZeRO sharding of the experts over their replica group is not built yet (ZeRO 0 only)");
+  MT_REQUIRE(c.model.capacity_factor == 0, ConfigError, "parallel.ep (", p.ep,
+             ") with model.capacity_factor (", c.model.capacity_factor,
+             "): expert parallelism is dropless only so far");
+}
+
 // What the mixture of experts does not have yet (docs/PARALLELISM.md "Expert
 // parallelism"): refused by name rather than run with a wrong result.
 void validate_moe_layout(const Config& c) {
-  if (!c.model.moe()) return;
   const ParallelConfig& p = c.parallel;
+  validate_expert_parallel(c);
+  if (!c.model.moe()) return;
   const std::pair<const char*, int64_t> axes[] = {{"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}};
   for (const auto& [axis, n] : axes) {
     MT_REQUIRE(n == 1, ConfigError, "model.n_experts (", c.model.n_experts, ") with parallel.", axis, " (", n,

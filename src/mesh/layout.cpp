@@ -100,6 +100,7 @@ std::string Layout::to_string() const {
       s += axis_set_name(order[i]);
     }
   }
+  if (expert_coord >= 0) s += " ep:" + std::to_string(expert_coord) + "/" + std::to_string(ep);
   return s;
 }
 
@@ -226,6 +227,15 @@ void copy_to_full(const Layout& layout, const MeshSizes& sizes, const MeshCoords
 }
 
 bool first_holder(const Layout& layout, const MeshCoords& coords) {
+  if (layout.expert_coord >= 0) {  // the lowest holder: flattened (dp, cp) index = the ep coordinate
+    const int flat = coords[static_cast<size_t>(axis_index(Axis::dp))] * layout.ep_cp_size +
+                     coords[static_cast<size_t>(axis_index(Axis::cp))];
+    if (flat != layout.expert_coord) return false;
+    const int tp = coords[static_cast<size_t>(axis_index(Axis::tp))];
+    return layout.placement(Axis::tp).is_shard()
+               ? tp % layout.replicas[static_cast<size_t>(axis_index(Axis::tp))] == 0
+               : tp == 0;
+  }
   for (Axis a : kAllAxes) {
     if (a == Axis::pp) continue;
     const int c = coords[static_cast<size_t>(axis_index(a))];

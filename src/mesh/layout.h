@@ -73,6 +73,12 @@ struct Layout {
   // c·r … c·r + r − 1 all piece c (a kv head replicated on the r tp ranks whose
   // query heads use it). 1: every coordinate holds its own piece.
   std::array<int, kNumAxes> replicas{1, 1, 1, 1};
+  // Expert placement (docs/PARALLELISM.md "Expert parallelism"): with
+  // expert_coord ≥ 0 the tensor is held only by the ranks whose ep coordinate
+  // — their flattened (dp, cp) index dp·cp_size + cp, modulo ep — is
+  // expert_coord, replicated among them; the placements say the rest. −1: not
+  // restricted (every tensor without expert parallelism).
+  int ep = 1, expert_coord = -1, ep_cp_size = 1;
 
   Layout() = default;
   explicit Layout(std::vector<int64_t> global_shape) : shape(std::move(global_shape)) {}

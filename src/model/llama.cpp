@@ -34,12 +34,15 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
       attention_(cp_, opts.cp_impl),
       tpr_{tp_ ? tp_->size() : 1, tp_ ? tp_->rank() : 0},
       td_(tp_dims(cfg, tpr_)),
-      table_(make_param_table(cfg, tpr_, opts.stage)),
+      table_(make_param_table(cfg, tpr_, opts.stage,
+                              opts.ep == nullptr ? EpRank{}
+                                                 : EpRank{opts.ep->size(), opts.ep->rank(),
+                                                          opts.cp != nullptr ? opts.cp->size() : 1})),
       units_(make_units(table_, cfg)),
       rope_(cfg.rope_table(cfg.max_seq_len)),
       store_(store ? std::move(store) : std::make_unique<LocalStore>(units_)),
       buf_(std::make_unique<Buffers>()),
-      dispatch_(nullptr, cfg.n_experts) {
+      dispatch_(opts.ep, cfg.n_experts) {
   cfg_.validate();
   set_state_layouts(table_, store_->sharding());
   if (!tp_) opts_.sp = false;
@@ -76,7 +79,8 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
   const MemKind k = MemKind::activation;
   Buffers& b = *buf_;
   if (opts_.recompute)
-    b.recompute.emplace_back(cfg_, td_, B, T, Nl, sp_on(), has_dense_layer(), has_moe_layer());
+    b.recompute.emplace_back(cfg_, td_, B, T, Nl, sp_on(), has_dense_layer(), has_moe_layer(),
+                             dispatch_.max_local_rows(1));
   if (sp_on() && !has_head()) b.norm_out = Tensor({Nl, C}, k);
   b.dres = Tensor({Nl, C}, k);
   b.dtmp = Tensor({Nl, C}, k);
@@ -121,7 +125,7 @@ Llama::Slot& Llama::slot(int i) {
       sl->layers.reserve(static_cast<size_t>(n_stage_layers_));
       for (int64_t l = 0; l < n_stage_layers_; ++l) {
         const bool moe = rel_[static_cast<size_t>(l)].moe();
-        sl->layers.emplace_back(cfg_, td_, B, T, Nl, sp_on(), !moe, moe);
+        sl->layers.emplace_back(cfg_, td_, B, T, Nl, sp_on(), !moe, moe, dispatch_.max_local_rows(1));
       }
     }
     if (has_head()) {

@@ -76,6 +76,10 @@ struct ModelOptions {
   // global batch (dp). The router losses are a mean over all those
   // microbatches, so each one's weight is coef / (microbatches × moe_groups).
   int64_t moe_groups = 1;
+  // Expert parallelism: this rank's ep group (null or size 1: every expert
+  // here). The model then holds its n_experts / ep experts and exchanges
+  // tokens over it (parallel/expert_parallel.h).
+  Group* ep = nullptr;
 };
 
 // A step's mixture-of-experts statistics on this rank, from the microbatches
@@ -208,7 +212,8 @@ class Llama : public pp::Stage {
   // backward from dres = dL/dx_out, leaving dL/d(ln2) in the dmid buffer.
   void moe_forward(int64_t l, const float* P, LayerActs& a, float* x_out, bool tally);
   void moe_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* dres);
-  void moe_experts_backward(const LayerParamOffsets& o, const float* P, float* G, LayerActs& a);
+  void moe_experts_backward(const LayerParamOffsets& o, const float* P, float* G, LayerActs& a,
+                            const float* dys, float* dxs);
   void moe_init();                          // buffers, the bias, the statistics (construction)
   void moe_after_backward(const Slot& sl);  // the losses' statistics; after the last backward, the bias nudge
   // The tensor-parallel layer at `site` (no group without tp: a plain linear layer).

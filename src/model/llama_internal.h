@@ -23,21 +23,25 @@ struct MoeActs {
   std::vector<int32_t> experts;  // [N, k] the chosen experts, by decreasing score
   ep::RoutePlan plan;            // the choices sorted by expert
   Tensor xs;                     // [R, C]  the tokens of each expert's block
-  Tensor gu;                     // [R, 2I] gate and up of each row's expert
-  Tensor h;                      // [R, I]  swiglu(gate, up)
+  Tensor xl;                     // [Rl, C] ep > 1: the rows this rank's experts received (expert-major)
+  Tensor gu;                     // [Rl, 2I] gate and up of each row's expert (Rl = R, or R·ep with ep > 1)
+  Tensor h;                      // [Rl, I]  swiglu(gate, up)
   Tensor yk;                     // [N·k, C] each choice's expert output (zero when dropped)
 
   MoeActs() = default;
-  MoeActs(const ModelConfig& c, int64_t N) {
-    const int64_t E = c.n_experts, k = c.top_k, I = c.expert_hidden(), R = N * k, C = c.d_model;
+  // ep: the ep group's size (docs/PARALLELISM.md "Expert parallelism"); this
+  // rank's experts may receive up to every rank's N·k rows.
+  MoeActs(const ModelConfig& c, int64_t N, int64_t ep) {
+    const int64_t E = c.n_experts, k = c.top_k, I = c.expert_hidden(), R = N * k, C = c.d_model, Rl = R * ep;
     const MemKind m = MemKind::activation;
     probs = Tensor({N, E}, m);
     lse = Tensor({N}, m);
     weights = Tensor({N, k}, m);
     experts.assign(static_cast<size_t>(N * k), 0);
     xs = Tensor({R, C}, m);
-    gu = Tensor({R, 2 * I}, m);
-    h = Tensor({R, I}, m);
+    if (ep > 1) xl = Tensor({Rl, C}, m);
+    gu = Tensor({Rl, 2 * I}, m);
+    h = Tensor({Rl, I}, m);
     yk = Tensor({R, C}, m);
   }
 };
@@ -77,7 +81,7 @@ struct Llama::LayerActs {
   // dense / moe: whether the layer (with recomputation: any layer) has the
   // dense MLP / the mixture of experts.
   LayerActs(const ModelConfig& c, const TpDims& d, int64_t B, int64_t T, int64_t Nl, bool sp, bool dense,
-            bool moe_layer) {
+            bool moe_layer, int64_t ep = 1) {
     const int64_t N = B * T, C = c.d_model, F = d.ffn, D = c.head_dim();
     const MemKind k = MemKind::activation;
     (sp ? ln1_full : ln1) = Tensor({N, C}, k);
@@ -92,7 +96,7 @@ struct Llama::LayerActs {
       gu = Tensor({N, 2 * F}, k);
       h = Tensor({N, F}, k);
     }
-    if (moe_layer) moe = MoeActs(c, N);
+    if (moe_layer) moe = MoeActs(c, N, ep);
   }
 };
 
@@ -128,6 +132,7 @@ struct Llama::Buffers {
   // Mixture of experts: router logits and their gradient [N, E], the weights'
   // gradient [N, k], and the expert rows' gradients [N·k, C], [N·k, 2I], [N·k, I].
   Tensor rlogits, drlogits, dweights, dyk, dys, dxs, dgu_e, dh_e;
+  Tensor xfer;  // [R·ep, C] ep > 1: the expert-major side of an exchange
 };
 
 // Adds the elapsed time of a scope to one kernel family when profiling.

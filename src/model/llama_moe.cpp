@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "model/llama_internal.h"
 #include "ops/gemm.h"
@@ -60,11 +61,13 @@ void Llama::moe_init() {
   b.rlogits = Tensor({N, E}, m);
   b.drlogits = Tensor({N, E}, m);
   b.dweights = Tensor({N, k}, m);
+  const int64_t Rl = dispatch_.max_local_rows(N * k);  // rows this rank's experts may compute
   b.dyk = Tensor({N * k, C}, m);
-  b.dys = Tensor({N * k, C}, m);
-  b.dxs = Tensor({N * k, C}, m);
-  b.dgu_e = Tensor({N * k, 2 * I}, m);
-  b.dh_e = Tensor({N * k, I}, m);
+  b.dys = Tensor({Rl, C}, m);
+  b.dxs = Tensor({Rl, C}, m);
+  b.dgu_e = Tensor({Rl, 2 * I}, m);
+  b.dh_e = Tensor({Rl, I}, m);
+  if (dispatch_.distributed()) b.xfer = Tensor({Rl, C}, m);
   begin_step(1);
 }
 
@@ -73,6 +76,11 @@ void Llama::moe_forward(int64_t l, const float* P, LayerActs& a, float* x_out, b
   MoeActs& m = a.moe;
   const int64_t N = N_, C = cfg_.d_model, E = cfg_.n_experts, k = cfg_.top_k, I = cfg_.expert_hidden();
   const RouterDims rd{N, E, k};
+  // With ep > 1 the experts read the rows received from the ep group and write
+  // theirs to xfer, which goes back (parallel/expert_parallel.h).
+  const bool ep = dispatch_.distributed();
+  float* xin = ep ? m.xl.data() : m.xs.data();
+  float* yout = ep ? buf_->xfer.data() : buf_->dxs.data();
   double margin = 0;
   {
     MT_TIMED(Kernel::other);  // the router: logits, softmax, top-k, the plan, the dispatch
@@ -80,25 +88,31 @@ void Llama::moe_forward(int64_t l, const float* P, LayerActs& a, float* x_out, b
     const std::vector<float>& bias = router_bias_[static_cast<size_t>(l)];
     margin = router_forward(m.probs.data(), m.lse.data(), m.experts.data(), m.weights.data(),
                             buf_->rlogits.data(), bias.empty() ? nullptr : bias.data(), rd);
-    dispatch_.plan(m.plan, m.experts.data(), N * k, ep::expert_capacity(cfg_.capacity_factor, N, k, E));
+    const std::string label = "layer " + std::to_string(table_.stage.first_layer + l) + " moe forward";
+    dispatch_.plan(m.plan, m.experts.data(), N * k, ep::expert_capacity(cfg_.capacity_factor, N, k, E),
+                   label);
     dispatch_.dispatch(m.xs.data(), a.ln2.data(), m.plan, k, C);
+    if (ep) dispatch_.to_experts(xin, m.xs.data(), m.plan, C, label);
   }
-  for (int64_t e = 0; e < E; ++e) {  // one GEMM chain per expert over its rows
-    const int64_t r0 = m.plan.offset[static_cast<size_t>(e)], n = m.plan.count[static_cast<size_t>(e)];
+  for (int64_t e = 0; e < dispatch_.local_experts(); ++e) {  // one GEMM chain per local expert over its rows
+    const int64_t r0 = m.plan.loffset[static_cast<size_t>(e)], n = m.plan.lcount[static_cast<size_t>(e)];
     if (n == 0) continue;
     const float* W = P + o.experts + e * 3 * I * C;  // w1|w3 [2I, C], then w2 [C, I]
     {
       MT_TIMED(Kernel::gemm);
-      linear_forward(m.gu.data() + r0 * 2 * I, m.xs.data() + r0 * C, W, n, C, 2 * I);
+      linear_forward(m.gu.data() + r0 * 2 * I, xin + r0 * C, W, n, C, 2 * I);
     }
     {
       MT_TIMED(Kernel::swiglu);
       swiglu_forward(m.h.data() + r0 * I, m.gu.data() + r0 * 2 * I, n, I);
     }
-    MT_TIMED(Kernel::gemm);  // the expert outputs, in place of its input rows (xs is kept: dW13 reads it)
-    linear_forward(buf_->dxs.data() + r0 * C, m.h.data() + r0 * I, W + 2 * I * C, n, I, C);
+    MT_TIMED(Kernel::gemm);  // the expert outputs (the inputs are kept: dW13 reads them)
+    linear_forward(yout + r0 * C, m.h.data() + r0 * I, W + 2 * I * C, n, I, C);
   }
   MT_TIMED(Kernel::other);
+  if (ep)
+    dispatch_.from_experts(buf_->dxs.data(), yout, m.plan, C,
+                           "layer " + std::to_string(table_.stage.first_layer + l) + " moe forward");
   dispatch_.combine(m.yk.data(), buf_->dxs.data(), m.plan, C);
   if (tally) {
     MoeTally& t = cur_->tally;
@@ -161,11 +175,22 @@ void Llama::moe_backward(int64_t l, const float* P, float* G, LayerActs& a, cons
     }
     dispatch_.combine_backward(b.dys.data(), b.dyk.data(), m.plan, C);
   }
-  moe_experts_backward(o, P, G, a);
-  store_->poll();
-  MT_TIMED(Kernel::other);
   float* dln2 = b.dmid.data();
-  dispatch_.dispatch_backward(dln2, b.dxs.data(), m.plan, k, C);
+  if (dispatch_.distributed()) {  // the exchanges of the forward, mirrored
+    const std::string label = "layer " + std::to_string(table_.stage.first_layer + l) + " moe backward";
+    dispatch_.to_experts(b.xfer.data(), b.dys.data(), m.plan, C, label);
+    moe_experts_backward(o, P, G, a, b.xfer.data(), b.dxs.data());
+    store_->poll();
+    MT_TIMED(Kernel::other);
+    dispatch_.from_experts(b.dys.data(), b.dxs.data(), m.plan, C, label);
+    dispatch_.dispatch_backward(dln2, b.dys.data(), m.plan, k, C);
+  } else {
+    moe_experts_backward(o, P, G, a, b.dys.data(), b.dxs.data());
+    store_->poll();
+    MT_TIMED(Kernel::other);
+    dispatch_.dispatch_backward(dln2, b.dxs.data(), m.plan, k, C);
+  }
+  MT_TIMED(Kernel::other);
   // The router: the weights' gradient, the load-balancing loss's (the same
   // vector for every row: it depends on the pooled counts) and the z-loss's,
   // each scaled by its coefficient over the step's microbatches.
@@ -189,29 +214,30 @@ void Llama::moe_backward(int64_t l, const float* P, float* G, LayerActs& a, cons
     dln2[i] += b.dxs.data()[i];
 }
 
-// Each expert's GEMM chain backward over its block of rows: from dys to dxs,
-// accumulating its w1|w3 and w2 gradients.
-void Llama::moe_experts_backward(const LayerParamOffsets& o, const float* P, float* G, LayerActs& a) {
+// Each local expert's GEMM chain backward over its block of rows: from
+// dys to dxs (expert-major, plan.loffset), accumulating its w1|w3 and w2 gradients.
+void Llama::moe_experts_backward(const LayerParamOffsets& o, const float* P, float* G, LayerActs& a,
+                                 const float* dys, float* dxs) {
   MoeActs& m = a.moe;
   Buffers& b = *buf_;
-  const int64_t C = cfg_.d_model, E = cfg_.n_experts, I = cfg_.expert_hidden();
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = m.plan.offset[static_cast<size_t>(e)], n = m.plan.count[static_cast<size_t>(e)];
+  const int64_t C = cfg_.d_model, I = cfg_.expert_hidden();
+  const float* xin = dispatch_.distributed() ? m.xl.data() : m.xs.data();
+  for (int64_t e = 0; e < dispatch_.local_experts(); ++e) {
+    const int64_t r0 = m.plan.loffset[static_cast<size_t>(e)], n = m.plan.lcount[static_cast<size_t>(e)];
     if (n == 0) continue;
     const int64_t w = o.experts + e * 3 * I * C;
     float* dh = b.dh_e.data() + r0 * I;
     float* dgu = b.dgu_e.data() + r0 * 2 * I;
     {
       MT_TIMED(Kernel::gemm);
-      linear_backward(dh, G + w + 2 * I * C, b.dys.data() + r0 * C, m.h.data() + r0 * I, P + w + 2 * I * C, n,
-                      I, C);
+      linear_backward(dh, G + w + 2 * I * C, dys + r0 * C, m.h.data() + r0 * I, P + w + 2 * I * C, n, I, C);
     }
     {
       MT_TIMED(Kernel::swiglu);
       swiglu_backward(dgu, dh, m.gu.data() + r0 * 2 * I, n, I);
     }
     MT_TIMED(Kernel::gemm);
-    linear_backward(b.dxs.data() + r0 * C, G + w, dgu, m.xs.data() + r0 * C, P + w, n, C, 2 * I);
+    linear_backward(dxs + r0 * C, G + w, dgu, xin + r0 * C, P + w, n, C, 2 * I);
   }
 }
 

@@ -88,9 +88,23 @@ ParamSpec make_spec(std::string name, std::vector<int64_t> full, ParamInit init,
   return s;
 }
 
+// Under expert parallelism the last three specs (an expert's w1, w3, w2) are
+// held only by the ranks of this ep coordinate (Layout::expert_coord).
+void mark_expert(std::vector<ParamSpec>& specs, EpRank ep) {
+  if (ep.size == 1) return;
+  for (size_t i = specs.size() - 3; i < specs.size(); ++i) {
+    ParamSpec& s = specs[i];
+    s.expert = true;
+    s.layout.ep = ep.size;
+    s.layout.expert_coord = ep.rank;
+    s.layout.ep_cp_size = ep.cp_size;
+    s.stored_layout = s.grad_layout = s.state_layout = s.layout;
+  }
+}
+
 }  // namespace
 
-ParamTable make_param_table(const ModelConfig& cfg, TpRank tp, StageRange stage) {
+ParamTable make_param_table(const ModelConfig& cfg, TpRank tp, StageRange stage, EpRank ep) {
   ParamTable t;
   if (stage.end_layer < 0) stage.end_layer = cfg.n_layers;
   MT_REQUIRE(
@@ -130,17 +144,17 @@ ParamTable make_param_table(const ModelConfig& cfg, TpRank tp, StageRange stage)
     o.o = add(p + "self_attn.o_proj.weight", {C, cfg.q_dim()}, ParamInit::residual_out, true);
     o.ln2 = add(p + "post_attention_layernorm.weight", {C}, ParamInit::ones, false);
     if (cfg.is_moe_layer(l)) {
-      // Named by the global expert index, so that an expert's initial values
-      // do not depend on which rank holds it.
-      const int64_t I = cfg.expert_hidden();
+      // This rank's experts, named by global index: initial values independent of the rank.
+      const int64_t I = cfg.expert_hidden(), El = cfg.n_experts / ep.size;
       o.gate_up = o.down = -1;
       o.router = add(p + "block_sparse_moe.gate.weight", {cfg.n_experts, C}, ParamInit::normal, true);
-      for (int64_t e = 0; e < cfg.n_experts; ++e) {
+      o.experts = t.total;
+      for (int64_t e = ep.rank * El; e < (ep.rank + 1) * El; ++e) {
         const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
-        const int64_t w1 = add(x + "w1.weight", {I, C}, ParamInit::normal, true);
-        if (e == 0) o.experts = w1;
+        add(x + "w1.weight", {I, C}, ParamInit::normal, true);
         add(x + "w3.weight", {I, C}, ParamInit::normal, true);
         add(x + "w2.weight", {C, I}, ParamInit::residual_out, true);
+        mark_expert(t.specs, ep);
       }
     } else {
       o.gate_up = add(p + "mlp.gate_proj.weight", {F, C}, ParamInit::normal, true);
@@ -183,7 +197,7 @@ void set_state_layouts(ParamTable& table, const StoreSharding& sh) {
 }
 
 ParamSlot param_slot(const ParamSpec& s) {
-  return {s.name, s.offset, s.shape[0], s.numel / s.shape[0], s.weight_decay, s.norm_counted};
+  return {s.name, s.offset, s.shape[0], s.numel / s.shape[0], s.weight_decay, s.norm_counted, s.expert};
 }
 
 void init_param_slice(const ParamSpec& s, const ModelConfig& cfg, uint64_t seed, int64_t first, int64_t n,

@@ -37,6 +37,16 @@ struct TpRank {
   int rank = 0;
 };
 
+// This process's place in its expert-parallel group (size 1: every expert
+// here). With size > 1 the table holds experts [rank·E/size, (rank+1)·E/size)
+// of each MoE layer, named by their global index; cp_size is the mesh's, for
+// the flattened (dp, cp) index of the experts' layouts (mesh/layout.h).
+struct EpRank {
+  int size = 1;
+  int rank = 0;
+  int cp_size = 1;
+};
+
 // The sizes tensor parallelism splits, on one rank.
 struct TpDims {
   int64_t heads = 0;        // query heads here: n_heads / tp
@@ -72,6 +82,9 @@ struct ParamSpec {
   // Whether this rank counts the parameter in the gradient norm: false on all
   // but one of the tp ranks holding the same copy (norms, replicated kv heads).
   bool norm_counted = true;
+  // One of this rank's experts under expert parallelism (its gradient is
+  // reduced over the expert's replicas only, parallel/data_parallel.h).
+  bool expert = false;
   // The last pipeline stage's copy of a tied embedding (see StageRange).
   bool tied_copy = false;
 };
@@ -114,7 +127,7 @@ struct ParamTable {
   const ParamSpec& find(const std::string& name) const;  // throws ConfigError listing a few names
 };
 
-ParamTable make_param_table(const ModelConfig& cfg, TpRank tp = {}, StageRange stage = {});
+ParamTable make_param_table(const ModelConfig& cfg, TpRank tp = {}, StageRange stage = {}, EpRank ep = {});
 
 // Sets every spec's stored_layout, grad_layout and state_layout from the
 // store's sharding (its layout, the model's, is unchanged).

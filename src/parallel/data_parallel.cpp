@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "optim/clip.h"
+#include "parallel/expert_grads.h"
 #include "parallel/local_store.h"
 
 namespace mt {
@@ -30,7 +31,7 @@ void check_zero_stage(int64_t zero) {
 struct DataParallelStore::Bucket {
   int64_t begin = 0, end = 0;  // range of the flat gradient buffer
   int units = 0, ready = 0;
-  Work work;
+  std::vector<Work> works;  // one all-reduce, or with experts one per GradRun
   bool launched = false, done = false;
   std::string label;
 };
@@ -52,6 +53,8 @@ struct DataParallelStore::Scattering {
 DataParallelStore::DataParallelStore(std::vector<UnitSpec> units, Group dp, const DataParallelOptions& opts)
     : units_(std::move(units)), dp_(std::move(dp)), opts_(opts), P_(dp_.size()), rank_(dp_.rank()) {
   check_zero_stage(opts_.zero);
+  MT_REQUIRE(opts_.ep == nullptr || opts_.zero == 0, ConfigError, "parallel.ep with parallel.zero (",
+             opts_.zero, "): the experts' ZeRO sharding is not built yet");
   for (const auto& u : units_) {
     shards_.emplace_back(u, P_);
     shard_offset_.push_back(local_numel_);
@@ -184,14 +187,20 @@ void DataParallelStore::unit_ready_for_buckets(int unit) {
   Bucket& b = *buckets_[static_cast<size_t>(bucket_of_unit_[static_cast<size_t>(unit)])];
   if (++b.ready < b.units) return;
   if (first_launch_ < 0) first_launch_ = now_s();
-  b.work = dp_.all_reduce_async(full_grads_.data() + b.begin, b.end - b.begin, ElemType::f32, ReduceOp::sum,
-                                b.label);
+  b.works.clear();
+  if (opts_.ep == nullptr)
+    b.works.push_back(dp_.all_reduce_async(full_grads_.data() + b.begin, b.end - b.begin, ElemType::f32,
+                                           ReduceOp::sum, b.label));
+  else  // the experts over their replicas only
+    b.works =
+        all_reduce_runs(units_, full_grads_.data(), b.begin, b.end, dp_, opts_.expert_replicas, b.label);
   b.launched = true;
 }
 
 void DataParallelStore::progress() {
   for (auto& b : buckets_) {
-    if (b->launched && !b->done && b->work.test()) b->done = true;
+    if (b->launched && !b->done)
+      b->done = std::all_of(b->works.begin(), b->works.end(), [](Work& w) { return w.test(); });
   }
   for (auto& [u, g] : gathered_) {
     if (!g->unpacked) g->work.test();
@@ -237,7 +246,8 @@ void DataParallelStore::finish_grads() {
   const double t0 = now_s();
   for (auto& b : buckets_) {
     MT_CHECK(b->launched, "a gradient bucket was never filled: ", b->label);
-    if (!b->done) b->work.wait();
+    for (Work& w : b->works)
+      w.wait();  // nothing to wait for when done
     b->done = true;
   }
   retire_scatters(true);
@@ -252,6 +262,7 @@ void DataParallelStore::finish_grads() {
 }
 
 double DataParallelStore::grad_sum_squares() {
+  if (opts_.zero <= 1 && opts_.ep != nullptr) return ep_sum_squares(units_, full_grads_.data(), *opts_.ep);
   if (opts_.zero <= 1)
     return counted_sum_squares(units_, full_grads_.data());  // replicated: every element once
   double s = 0.0;                                            // disjoint shards; padding is zero

@@ -35,6 +35,13 @@ void check_zero_stage(int64_t zero);
 struct DataParallelOptions {
   int zero = 0;
   int64_t bucket_bytes = 25 << 20;  // ZeRO 0/1 gradient buckets
+  // Expert parallelism (ZeRO 0 only; parallel/expert_grads.h): the parameters
+  // marked expert are summed over expert_replicas (the dp·cp/ep ranks holding
+  // the same experts; null or size 1: not reduced) instead of the store's
+  // group, and their squares in the gradient norm over ep (the ep group).
+  // Both must outlive the store. Null ep: no expert parallelism.
+  Group* expert_replicas = nullptr;
+  Group* ep = nullptr;
 };
 
 // Overlap of the ZeRO 0/1 bucket reductions with the backward, last step.

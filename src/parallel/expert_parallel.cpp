@@ -12,13 +12,13 @@ int64_t expert_capacity(double factor, int64_t tokens, int64_t k, int64_t E) {
   return static_cast<int64_t>(std::ceil(factor * static_cast<double>(tokens * k) / static_cast<double>(E)));
 }
 
-ExpertDispatch::ExpertDispatch(Group* group, int64_t n_experts) : E_(n_experts) {
-  MT_REQUIRE(group == nullptr || group->size() == 1, ConfigError, "expert parallelism over ", group->size(),
-             " ranks is not built yet (docs/PARALLELISM.md \"Expert parallelism\")");
-  group_ = group;
+ExpertDispatch::ExpertDispatch(Group* group, int64_t n_experts) : group_(group), E_(n_experts) {
+  MT_REQUIRE(!distributed() || E_ % group_->size() == 0, ConfigError, "model.n_experts (", E_,
+             ") must be divisible by parallel.ep (", group_->size(), ")");
 }
 
-void ExpertDispatch::plan(RoutePlan& p, const int32_t* expert_of, int64_t choices, int64_t capacity) const {
+void ExpertDispatch::plan(RoutePlan& p, const int32_t* expert_of, int64_t choices, int64_t capacity,
+                          std::string_view label) const {
   const auto E = static_cast<size_t>(E_);
   p.choices = choices;
   p.routed.assign(E, 0);
@@ -44,6 +44,12 @@ void ExpertDispatch::plan(RoutePlan& p, const int32_t* expert_of, int64_t choice
     if (next[e] == p.offset[e + 1]) continue;  // over capacity: dropped
     p.row_of[static_cast<size_t>(c)] = next[e];
     p.order[static_cast<size_t>(next[e]++)] = c;
+  }
+  if (distributed()) {
+    exchange_counts(p, label);
+  } else {
+    p.lcount = p.count;
+    p.loffset = p.offset;
   }
 }
 

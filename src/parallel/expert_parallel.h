@@ -11,13 +11,25 @@
 //   combine   forward: yk[c] = ys[row of c], zero for a dropped choice (expert blocks → choices)
 //             backward: dys[row] = dyk[c of the row]            (choices → expert blocks)
 //
-// With one rank holding every expert (ep = 1, built now) both are a local
-// permutation; with ep > 1 (not built yet) dispatch and combine become an
-// all-to-all of the per-expert counts and an all-to-all-v of the rows over the
-// ep group, the plan's counts and offsets being the local experts'.
+// With one rank holding every expert (ep = 1) both are a local permutation.
+// With ep > 1 the ep group's P ranks hold E/P experts each (rank j experts
+// j·E/P …), and two conjugate steps sit between them and the experts:
+//
+//   to_experts    forward: the sorted rows go to the ranks holding their experts
+//                 (all-to-all-v), regrouped expert-major: local expert j's block
+//                 holds its rows from rank 0, then rank 1, … (each in the
+//                 sender's sorted order). The per-expert counts travel first
+//                 (one all-to-all, in plan()).
+//   from_experts  its inverse: the expert-major rows back to the ranks and rows
+//                 they came from (all-to-all-v).
+//
+// Forward runs dispatch → to_experts → experts → from_experts → combine; the
+// backward runs combine_backward → to_experts → experts' backward →
+// from_experts → dispatch_backward, the same two exchanges with the same counts.
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "comm/group.h"
@@ -33,6 +45,14 @@ struct RoutePlan {
   std::vector<int64_t> routed;  // [E] choices that picked each expert (before capacity)
   int64_t dropped = 0;          // choices over an expert's capacity
   int64_t rows() const { return offset.empty() ? 0 : offset.back(); }
+  // The blocks this rank's experts compute over, expert-major: with ep = 1 the
+  // same as count and offset; with ep > 1 the rows received from the ep group.
+  std::vector<int64_t> lcount;   // [E/P] rows of each local expert
+  std::vector<int64_t> loffset;  // [E/P + 1]
+  // ep > 1: recv_count[i·E/P + j] rows from rank i for local expert j; the
+  // rows (not elements) sent to and received from each rank.
+  std::vector<int64_t> recv_count, send_rows, recv_rows;
+  int64_t local_rows() const { return loffset.empty() ? 0 : loffset.back(); }
 };
 
 // The capacity of each expert for a group of `tokens` tokens: ceil(factor ·
@@ -48,7 +68,22 @@ class ExpertDispatch {
   // expert keeps its first `capacity` choices in the sorted order (the lowest
   // choice indices: earlier tokens, then lower slots) and drops the rest
   // (capacity −1: none dropped).
-  void plan(RoutePlan& p, const int32_t* expert_of, int64_t choices, int64_t capacity) const;
+  // With ep > 1 it exchanges the counts (collective; `label` names the call
+  // in the comm ledger, e.g. "layer 0 moe forward").
+  void plan(RoutePlan& p, const int32_t* expert_of, int64_t choices, int64_t capacity,
+            std::string_view label = {}) const;
+
+  // ep > 1: local[p.local_rows(), C] (expert-major) from sorted[p.rows(), C],
+  // and its inverse; collective over the ep group. Called with ep = 1 they copy.
+  void to_experts(float* local, const float* sorted, const RoutePlan& p, int64_t C,
+                  std::string_view label) const;
+  void from_experts(float* sorted, const float* local, const RoutePlan& p, int64_t C,
+                    std::string_view label) const;
+  // Whether the experts are spread over more than one rank.
+  bool distributed() const { return group_ != nullptr && group_->size() > 1; }
+  int64_t local_experts() const { return distributed() ? E_ / group_->size() : E_; }
+  // The most rows this rank's experts can receive for a microbatch of `choices` choices.
+  int64_t max_local_rows(int64_t choices) const { return distributed() ? choices * group_->size() : choices; }
 
   // xs[p.rows(), C] from x[N, C] (k choices per token); its backward adds into
   // dx[N, C] (assigned: dx is zeroed first).
@@ -61,8 +96,14 @@ class ExpertDispatch {
   int64_t n_experts() const { return E_; }
 
  private:
+  // ep > 1: the all-to-all of the counts (plan), and the row permutation
+  // between the received (source-major) and the expert-major order.
+  void exchange_counts(RoutePlan& p, std::string_view label) const;
+  void move_rows(float* out, const float* in, const RoutePlan& p, int64_t C, bool to_expert_major) const;
+
   Group* group_ = nullptr;
   int64_t E_ = 0;
+  mutable std::vector<float> scratch_;  // the received rows, source-major
 };
 
 }  // namespace mt::ep

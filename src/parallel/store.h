@@ -35,6 +35,9 @@ struct ParamSlot {
   // tensor-parallel ranks that hold the same copy (replicated norms and kv heads),
   // so that the norm, summed over tp, counts every element of the model once.
   bool norm_counted = true;
+  // One of this rank's experts under expert parallelism: reduced over the
+  // expert's replicas, not over the whole group (data_parallel.h).
+  bool expert = false;
   int64_t numel() const { return rows * row_size; }
 };
 

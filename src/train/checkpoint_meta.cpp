@@ -47,6 +47,7 @@ json layout_record(const ParallelConfig& p, int world_size) {
           {"tp", p.tp},
           {"pp", p.pp},
           {"cp", p.cp},
+          {"ep", p.ep},
           {"zero", p.zero},
           {"virtual_stages", p.virtual_stages},
           {"world_size", world_size}};

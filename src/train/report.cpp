@@ -30,6 +30,9 @@ std::string describe(const RunMesh& mesh, const Config& cfg, const TrainModel& m
     os << table.substr(0, table.find('\n') + 1);  // the one-line summary; --print-mesh prints the whole map
   }
   os << "data parallel: dp = " << mesh.dp << ", zero = " << cfg.parallel.zero << "\n";
+  if (mesh.ep > 1)
+    os << "expert parallel: ep = " << mesh.ep << ", " << cfg.model.n_experts / mesh.ep
+       << " experts per rank, each held by " << mesh.dp * mesh.cp / mesh.ep << " rank(s)\n";
   if (mesh.cp > 1)
     os << "context parallel: cp = " << mesh.cp << " (zigzag, "
        << (cfg.parallel.cp_impl == "ring" ? "ring" : "all-gather") << " attention)\n";
@@ -159,6 +162,28 @@ void report_start(const RunMesh& mesh, const Config& cfg, const TrainModel& mode
 }
 
 namespace {
+// moe_max_load_over_mean: the rows the busiest ep coordinate's experts took this
+// step (every MoE layer, every rank's tokens) over the mean of the ep
+// coordinates, and moe_busiest_ep_rank, that coordinate (docs/PARALLELISM.md
+// "Expert parallelism"). 1 with ep = 1.
+void add_ep_load(nlohmann::json& j, const nlohmann::json& per_layer, int ep) {
+  std::vector<int64_t> load(static_cast<size_t>(ep), 0);
+  for (const auto& [layer, counts] : per_layer.items()) {
+    const std::vector<int64_t> v = counts.get<std::vector<int64_t>>();
+    for (size_t e = 0; e < v.size(); ++e)
+      load[e / (v.size() / load.size())] += v[e];
+  }
+  int64_t total = 0;
+  size_t busiest = 0;
+  for (size_t r = 0; r < load.size(); ++r) {
+    total += load[r];
+    if (load[r] > load[busiest]) busiest = r;
+  }
+  const double mean = static_cast<double>(total) / static_cast<double>(ep);
+  j["moe_max_load_over_mean"] = mean > 0 ? static_cast<double>(load[busiest]) / mean : 1.0;
+  j["moe_busiest_ep_rank"] = busiest;
+}
+
 // The step's mixture-of-experts metrics (docs/MODEL.md "Mixture of experts"):
 // none for a dense model, so its lines are unchanged.
 void add_moe_metrics(nlohmann::json& j, TrainModel& model, const RunMesh& mesh) {
@@ -195,6 +220,7 @@ void add_moe_metrics(nlohmann::json& j, TrainModel& model, const RunMesh& mesh) 
     margin = -neg;
   }
   j["moe_tokens_per_expert"] = per_layer;  // {"layer": [tokens routed to each expert]}
+  add_ep_load(j, per_layer, mesh.ep);
   j["moe_aux_loss"] = aux;
   j["moe_z_loss"] = z;
   j["moe_dropped_tokens"] = dropped;

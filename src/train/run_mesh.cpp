@@ -27,6 +27,14 @@ RunMesh make_run_mesh(const Config& cfg, const Group* world) {
   m.dp_cp_group_ = std::make_unique<Group>(m.mesh_->group(m.cp > 1 ? "dp+cp" : "dp"));
   m.cp_rank = m.mesh_->coord(Axis::cp);
   if (m.cp > 1) m.cp_group_ = std::make_unique<Group>(m.mesh_->group("cp"));
+  m.ep = static_cast<int>(cfg.parallel.ep);
+  if (m.ep > 1) {  // collective over dp × cp
+    const int flat = m.dp_cp_group_->rank();
+    m.ep_rank = flat % m.ep;
+    m.ep_group_ = std::make_unique<Group>(m.dp_cp_group_->split(flat / m.ep, m.ep_rank, "ep"));
+    m.expert_replica_group_ =
+        std::make_unique<Group>(m.dp_cp_group_->split(m.ep_rank, flat / m.ep, "ep_replicas"));
+  }
   m.tp_rank = m.mesh_->coord(Axis::tp);
   if (m.tp > 1) m.tp_group_ = std::make_unique<Group>(m.mesh_->group("tp"));
   m.tp_kv_group_ = tp::kv_replica_group(m.tp_group_.get(), cfg.model.n_kv_heads);  // collective over tp

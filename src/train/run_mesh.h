@@ -22,6 +22,7 @@ class RunMesh {
   int tp = 1, tp_rank = 0;
   int pp = 1, pp_rank = 0;
   int cp = 1, cp_rank = 0;
+  int ep = 1, ep_rank = 0;  // ep_rank: the flattened (dp, cp) index modulo ep
 
   Group* world() const { return world_.get(); }  // null: one process without MPI
   // The dp × cp group: the ranks that hold different data (the dp replicas and,
@@ -36,12 +37,20 @@ class RunMesh {
   // With tied embeddings over pp > 1: the first and the last pp rank, which
   // hold the two copies of the embedding (null on the other ranks).
   Group* tied_group() const { return tied_group_.get(); }
+  // Expert parallelism (docs/PARALLELISM.md "Expert parallelism"): the ep
+  // group, a run of ep consecutive ranks of the flattened (dp, cp) index, which
+  // exchanges tokens; and the expert replica group, the dp·cp/ep ranks with
+  // this rank's ep coordinate, which hold the same experts and sum their
+  // gradients. Both null when ep = 1.
+  Group* ep_group() const { return ep_group_.get(); }
+  Group* expert_replica_group() const { return expert_replica_group_.get(); }
   const DeviceMesh* mesh() const { return mesh_.get(); }  // null without MPI
 
  private:
   friend RunMesh make_run_mesh(const Config& cfg, const Group* world);
   std::unique_ptr<DeviceMesh> mesh_;
-  std::unique_ptr<Group> world_, dp_cp_group_, tp_group_, tp_kv_group_, pp_group_, tied_group_, cp_group_;
+  std::unique_ptr<Group> world_, dp_cp_group_, tp_group_, tp_kv_group_, pp_group_, tied_group_, cp_group_,
+      ep_group_, expert_replica_group_;
 };
 
 // Builds the groups (collective over `world`). The mesh must fit the world

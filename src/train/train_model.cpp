@@ -59,8 +59,11 @@ std::unique_ptr<ParamStore> make_store(const Config& cfg, const RunMesh& mesh, c
   DataParallelOptions o;
   o.zero = zero;
   o.bucket_bytes = static_cast<int64_t>(cfg.parallel.bucket_mb * (1 << 20));
-  const ParamTable table =
-      make_param_table(cfg.model, {mesh.tp, mesh.tp_rank}, stage);  // this rank's tp shard of the stage
+  o.ep = mesh.ep_group();
+  o.expert_replicas = mesh.expert_replica_group();
+  const EpRank ep = mesh.ep > 1 ? EpRank{mesh.ep, mesh.ep_rank, mesh.cp} : EpRank{};
+  const ParamTable table = make_param_table(cfg.model, {mesh.tp, mesh.tp_rank}, stage,
+                                            ep);  // this rank's tp shard and experts of the stage
   return std::make_unique<DataParallelStore>(make_units(table, cfg.model), *mesh.dp_cp_group(), o);
 }
 
@@ -76,6 +79,7 @@ ModelOptions model_options(const Config& cfg, const RunOptions& opts, const RunM
   mo.tp = mesh.tp_group();
   mo.sp = cfg.parallel.sp && mesh.tp > 1;
   mo.moe_groups = mesh.dp;
+  mo.ep = mesh.ep_group();
   return mo;
 }
 

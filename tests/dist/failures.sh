@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bad input and failures of the real binary under mpirun: every job must end
 # non-zero, within a bound, with one clear message (never one per rank).
-#   failures.sh MESHTRAIN CASE     CASE: world_size | batch | zero | moe | throw | stall
+#   failures.sh MESHTRAIN CASE     CASE: world_size | batch | zero | moe | ep | throw | stall
 # Each job runs under `timeout 120`, so a hang fails the test instead of blocking it.
 set -u
 bin=$1
@@ -91,6 +91,21 @@ case $case_name in
     expect_lines "meshtrain: error" 1
     run_job 20 -np 1 "$bin" "${train[@]}" --set model.n_experts=4 --set model.top_k=5
     expect_lines "meshtrain: error: model.top_k (5) must be between 1 and model.n_experts (4)" 1
+    ;;
+  ep)  # parallel.ep's rules (docs/PARALLELISM.md "Expert parallelism"), refused at start-up with the numbers
+    moe=(--set model.n_experts=4)
+    run_job 20 -np 3 "$bin" "${train[@]}" "${moe[@]}" --dp 3 --set train.batch_size=12 --set parallel.ep=3
+    expect_lines "meshtrain: error: model.n_experts (4) must be divisible by parallel.ep (3)" 1
+    run_job 20 -np 2 "$bin" "${train[@]}" "${moe[@]}" --dp 2 --set parallel.ep=4
+    expect_lines "meshtrain: error: parallel.ep (4) must divide parallel.dp (2) x parallel.cp (1) = 2" 1
+    run_job 20 -np 2 "$bin" "${train[@]}" --dp 2 --set parallel.ep=2
+    expect_lines "meshtrain: error: parallel.ep (2) needs a mixture of experts, but model.n_experts is 0 (a dense model)" 1
+    run_job 20 -np 2 "$bin" "${train[@]}" "${moe[@]}" --dp 2 --set parallel.ep=2 --zero 1
+    expect_lines "meshtrain: error: parallel.ep (2) with parallel.zero (1): ZeRO sharding of the experts over their replica group is not built yet (ZeRO 0 only)" 1
+    run_job 20 -np 2 "$bin" "${train[@]}" "${moe[@]}" --dp 2 --set parallel.ep=2 --set model.capacity_factor=1.5
+    expect_lines "meshtrain: error: parallel.ep (2) with model.capacity_factor (1.5): expert parallelism is dropless only so far" 1
+    run_job 20 -np 2 "$bin" "${train[@]}" "${moe[@]}" --dp 2 --set parallel.ep=0
+    expect_lines "meshtrain: error: parallel.ep (0) must be positive" 1
     ;;
   *)
     echo "failures.sh: unknown case '$case_name'" >&2

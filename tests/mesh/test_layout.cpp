@@ -110,5 +110,21 @@ TEST(Layout, FirstHolderIsTheLowestRankHoldingThePiece) {
   EXPECT_FALSE(first_holder(zero, {0, 1, 1, 0}));  // replicated over cp
 }
 
+// An expert under expert parallelism (docs/PARALLELISM.md "Expert
+// parallelism"): dp 2 × cp 2 flattened to f = 2·dp + cp, ep 2, held by the
+// ranks with f mod 2 = 1 (f = 1 and 3); its writer is f = 1 (dp 0, cp 1).
+TEST(Layout, FirstHolderOfAnExpertIsTheLowestRankOfItsEpCoordinate) {
+  Layout w({6, 4});
+  w.ep = 2;
+  w.expert_coord = 1;
+  w.ep_cp_size = 2;
+  EXPECT_TRUE(first_holder(w, {0, 0, 1, 0}));   // f = 1
+  EXPECT_TRUE(first_holder(w, {1, 0, 1, 0}));   // pp 1 holds its own stage's experts
+  EXPECT_FALSE(first_holder(w, {0, 1, 1, 0}));  // f = 3: a copy
+  EXPECT_FALSE(first_holder(w, {0, 0, 0, 0}));  // f = 0: holds the other experts
+  EXPECT_FALSE(first_holder(w, {0, 0, 1, 1}));  // tp 1 holds a copy
+  EXPECT_EQ(w.to_string(), "[6, 4] R ep:1/2");
+}
+
 }  // namespace
 }  // namespace mt
