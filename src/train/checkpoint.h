@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "train/checkpoint_slices.h"
 #include "train/run_mesh.h"
 #include "train/train_model.h"
 
@@ -93,7 +94,10 @@ void save_checkpoint(const std::string& root, int64_t step, const TrainModel& mo
 //                        slices (parameters, AdamW moments) and rank 0's
 //                        metrics lines into host buffers (`buffers`: a
 //                        previous snapshot's boxes, reused); collective (the
-//                        folder's nonce is rank 0's);
+//                        folder's nonce is rank 0's). With `defer_copy` the
+//                        slices are only listed, and copy_boxes copies them
+//                        later, on any thread, before the parameters and
+//                        moments next change (the next optimizer update);
 //   write_checkpoint_files  this rank's shard file into step-N.tmp-<nonce>/; no
 //                        MPI, any thread; an error is kept in the snapshot;
 //   finalize_checkpoint  main thread, every rank: agree that all wrote (a write
@@ -101,11 +105,16 @@ void save_checkpoint(const std::string& root, int64_t step, const TrainModel& mo
 //                        nothing committed), gather the files' entries, rank 0
 //                        commits (metadata.json, rename, latest, prune).
 struct CheckpointSnapshot {
+  struct Copy {
+    LocalSlice slice;
+    const float* source;
+  };
   std::string root, tmp, final_dir;
   int64_t step = 0, keep = 0;
   std::vector<std::vector<float>> boxes;  // parameters, exp_avg, exp_avg_sq of each slice this rank writes
   std::vector<std::string> keys;          // boxes[i]'s key in the shard file
   std::vector<std::vector<int64_t>> shapes;
+  std::vector<Copy> copies;                // the copies not made yet (defer_copy)
   nlohmann::json slices, metadata;         // this rank's "slices"; rank 0: metadata.json without "files"
   std::vector<std::string> metrics_lines;  // rank 0's
   nlohmann::json entry;                    // written: this rank's entry of "files" (null: no file)
@@ -114,7 +123,9 @@ struct CheckpointSnapshot {
 CheckpointSnapshot snapshot_checkpoint(const std::string& root, int64_t step, const TrainModel& model,
                                        const RunMesh& mesh, const Config& cfg,
                                        const std::vector<std::string>& metrics_lines, int64_t keep,
-                                       std::vector<std::vector<float>> buffers = {});
+                                       std::vector<std::vector<float>> buffers = {}, bool defer_copy = false);
+// Makes the copies a deferred snapshot still owes (over the threads if `parallel`).
+void copy_boxes(CheckpointSnapshot& snap, bool parallel);
 void write_checkpoint_files(CheckpointSnapshot& snap, int rank);
 void finalize_checkpoint(CheckpointSnapshot& snap, const RunMesh& mesh);
 

@@ -1,8 +1,18 @@
 #include "train/checkpoint_async.h"
 
+#include <chrono>
+
 #include "core/timer.h"
 
 namespace mt {
+
+namespace {
+std::atomic<double> g_copy_delay_s{0};
+}  // namespace
+
+void set_snapshot_copy_delay(double seconds) {
+  g_copy_delay_s.store(seconds, std::memory_order_relaxed);
+}
 
 CheckpointSaver::CheckpointSaver(const Config& cfg, const RunMesh& mesh) : cfg_(cfg), mesh_(mesh) {}
 
@@ -23,12 +33,27 @@ void CheckpointSaver::save(int64_t step, const TrainModel& model, MetricsWriter&
   finish(metrics);
   const TrainConfig& tc = cfg_.train;
   Timer blocked;
-  snap_ = std::make_unique<CheckpointSnapshot>(snapshot_checkpoint(
-      tc.checkpoint_dir, step, model, mesh_, cfg_, metrics.lines(), tc.keep_checkpoints, std::move(spare_)));
+  // Async: the writer copies the state, during the next step's forward and
+  // backward, which only read it; the optimizer waits for the copy (wait_for_copy).
+  snap_ = std::make_unique<CheckpointSnapshot>(snapshot_checkpoint(tc.checkpoint_dir, step, model, mesh_,
+                                                                   cfg_, metrics.lines(), tc.keep_checkpoints,
+                                                                   std::move(spare_), tc.async_checkpoint));
   current_ = {step, 0.0, 0.0};
   written_.store(false, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(copy_mutex_);
+    copied_ = snap_->copies.empty();
+  }
   auto write = [this] {
     Timer t;
+    if (!snap_->copies.empty()) {
+      const double delay = g_copy_delay_s.load(std::memory_order_relaxed);
+      if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+      copy_boxes(*snap_, false);  // one thread: the others train
+      std::lock_guard<std::mutex> lock(copy_mutex_);
+      copied_ = true;
+      copy_done_.notify_all();
+    }
     write_checkpoint_files(*snap_, mesh_.rank);
     write_s_ = t.seconds();
     written_.store(true, std::memory_order_release);
@@ -41,6 +66,14 @@ void CheckpointSaver::save(int64_t step, const TrainModel& model, MetricsWriter&
   write();
   current_.blocked_s = blocked.seconds();
   finish(metrics);
+}
+
+void CheckpointSaver::wait_for_copy() {
+  Timer blocked;
+  std::unique_lock<std::mutex> lock(copy_mutex_);
+  if (copied_) return;
+  copy_done_.wait(lock, [this] { return copied_; });
+  current_.blocked_s += blocked.seconds();
 }
 
 void CheckpointSaver::finish(MetricsWriter& metrics) {

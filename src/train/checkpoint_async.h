@@ -10,8 +10,10 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -30,6 +32,11 @@ struct SaveTiming {
   double blocked_s = 0, write_s = 0;
 };
 
+// Fault injection (MESHTRAIN_FAULT kind slow_copy): from now on, an async
+// save's writer sleeps `seconds` before it copies the state, so that a test
+// can see the optimizer wait for the copy (CheckpointSaver::wait_for_copy).
+void set_snapshot_copy_delay(double seconds);
+
 class CheckpointSaver {
  public:
   CheckpointSaver(const Config& cfg, const RunMesh& mesh);
@@ -47,6 +54,11 @@ class CheckpointSaver {
   // write has finished (successfully or not).
   int64_t writer_done() const;
   bool in_flight() const { return snap_ != nullptr; }
+  // Async: waits until the save in flight has copied the state it saves (the
+  // writer copies first, then writes); TrainModel::before_update calls it, so
+  // that the copy overlaps the next step's forward and backward. The wait
+  // counts as blocked time.
+  void wait_for_copy();
   // Waits for the write in flight, if any, and finalizes it: on rank 0 a
   // metrics line {"checkpoint_step", "blocked_s", "write_s"}; an IoError from
   // every rank when any rank's write failed. Collective over the world.
@@ -61,6 +73,9 @@ class CheckpointSaver {
   std::unique_ptr<CheckpointSnapshot> snap_;  // the save in flight (null: none)
   std::thread writer_;
   std::atomic<bool> written_{false};
+  std::mutex copy_mutex_;
+  std::condition_variable copy_done_;
+  bool copied_ = true;  // under copy_mutex_
   double write_s_ = 0;  // set by the writer before written_
   SaveTiming current_;
   std::vector<SaveTiming> timings_;

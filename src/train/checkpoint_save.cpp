@@ -27,15 +27,12 @@ namespace {
 // Copies this rank's slices (the ones it writes) into the snapshot's boxes,
 // reusing snap.boxes' buffers where they are there (an async saver's previous
 // snapshot: no fresh pages to fault in), the copies spread over the threads.
-void copy_slices(CheckpointSnapshot& snap, const TrainModel& model, const RunMesh& mesh) {
+// Lists this rank's slices (keys, shapes, "slices") and what each box copies
+// from; copy_boxes does the copies.
+void plan_slices(CheckpointSnapshot& snap, const TrainModel& model, const RunMesh& mesh) {
   const MeshSizes sizes = run_sizes(mesh);
   const MeshCoords coords = run_coords(mesh);
   snap.slices = json::array();
-  struct Copy {
-    LocalSlice slice;
-    const float* source;
-  };
-  std::vector<Copy> copies;
   for (size_t c = 0; c < model.chunks.size(); ++c) {
     ParamStore& store = model.chunks[c]->store();
     const float* sources[3] = {store.local_params(), model.optims[c]->m().data(),
@@ -43,22 +40,31 @@ void copy_slices(CheckpointSnapshot& snap, const TrainModel& model, const RunMes
     for (const LocalSlice& s : local_slices(*model.chunks[c], sizes, coords)) {
       if (!s.writer) continue;
       for (int k = 0; k < 3; ++k) {
-        copies.push_back({s, sources[k]});
+        snap.copies.push_back({s, sources[k]});
         snap.keys.push_back(s.tensor + kStateSuffix[k]);
         snap.shapes.push_back(s.size);
       }
       snap.slices.push_back({{"tensor", s.tensor}, {"offsets", s.offsets}, {"shape", s.size}});
     }
   }
-  snap.boxes.resize(copies.size());
-  for (size_t i = 0; i < copies.size(); ++i)
-    snap.boxes[i].resize(static_cast<size_t>(copies[i].slice.numel()));
-  const auto n = static_cast<int64_t>(copies.size());
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t i = 0; i < n; ++i)
-    slice_to_box(copies[static_cast<size_t>(i)].slice, copies[static_cast<size_t>(i)].source,
-                 snap.boxes[static_cast<size_t>(i)].data());
+  snap.boxes.resize(snap.copies.size());
+  for (size_t i = 0; i < snap.copies.size(); ++i)
+    snap.boxes[i].resize(static_cast<size_t>(snap.copies[i].slice.numel()));
 }
+
+}  // namespace
+
+void copy_boxes(CheckpointSnapshot& snap, bool parallel) {
+  const auto n = static_cast<int64_t>(snap.copies.size());
+#pragma omp parallel for schedule(dynamic) if (parallel)
+  for (int64_t i = 0; i < n; ++i) {
+    const CheckpointSnapshot::Copy& c = snap.copies[static_cast<size_t>(i)];
+    slice_to_box(c.slice, c.source, snap.boxes[static_cast<size_t>(i)].data());
+  }
+  snap.copies.clear();
+}
+
+namespace {
 
 // Writes the snapshot's boxes into its folder; returns this rank's entry of
 // metadata.json's "files" (null when it owns no slice).
@@ -151,7 +157,7 @@ void commit(const CheckpointSnapshot& snap, const std::vector<json>& entries) {
 CheckpointSnapshot snapshot_checkpoint(const std::string& root, int64_t step, const TrainModel& model,
                                        const RunMesh& mesh, const Config& cfg,
                                        const std::vector<std::string>& metrics_lines, int64_t keep,
-                                       std::vector<std::vector<float>> buffers) {
+                                       std::vector<std::vector<float>> buffers, bool defer_copy) {
   CheckpointSnapshot snap;
   snap.boxes = std::move(buffers);
   // One nonce for all ranks: rank 0's pid, sent to the others.
@@ -162,7 +168,8 @@ CheckpointSnapshot snapshot_checkpoint(const std::string& root, int64_t step, co
   snap.keep = keep;
   snap.final_dir = (fs::path(root) / checkpoint_name(step)).string();
   snap.tmp = snap.final_dir + ".tmp-" + std::to_string(nonce);
-  copy_slices(snap, model, mesh);
+  plan_slices(snap, model, mesh);
+  if (!defer_copy) copy_boxes(snap, true);
   if (mesh.rank == 0) {
     snap.metrics_lines = metrics_lines;
     snap.metadata = make_metadata(step, model, cfg, json::array());

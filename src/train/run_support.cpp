@@ -15,6 +15,7 @@
 #include "core/fault_point.h"
 #include "core/file.h"
 #include "model/llama.h"
+#include "train/checkpoint_async.h"
 
 namespace mt {
 
@@ -40,7 +41,8 @@ namespace {
 std::string fault_grammar() {
   return "KIND:RANK:STEP[:ARG] with KIND one of throw, bad_alloc, stall, sigterm (no ARG), "
          "enospc:RANK:STEP:BYTES, "
-         "slow_io:RANK:STEP:SECONDS, kill_bytes:RANK:STEP:BYTES, kill_save:RANK:STEP:POINT (POINT one of " +
+         "slow_io:RANK:STEP:SECONDS, slow_copy:RANK:STEP:SECONDS, kill_bytes:RANK:STEP:BYTES, "
+         "kill_save:RANK:STEP:POINT (POINT one of " +
          kill_point_list() + "); RANK and STEP non-negative integers";
 }
 
@@ -75,7 +77,8 @@ Fault parse_fault(const std::string& text) {
              fault_grammar());
   };
   const std::string& kind = p[0];
-  const bool takes_arg = kind == "enospc" || kind == "slow_io" || kind == "kill_bytes" || kind == "kill_save";
+  const bool takes_arg = kind == "enospc" || kind == "slow_io" || kind == "slow_copy" ||
+                         kind == "kill_bytes" || kind == "kill_save";
   if (kind != "throw" && kind != "bad_alloc" && kind != "stall" && kind != "sigterm" && !takes_arg)
     bad("unknown kind '" + kind + "'");
   const size_t want = takes_arg ? 4 : 3;
@@ -115,6 +118,7 @@ void inject_fault(const Fault& f, int rank, int64_t step) {
   if (f.kind == "sigterm") std::raise(SIGTERM);  // as if a scheduler preempted this rank alone
   if (f.kind == "enospc") set_write_faults({static_cast<int64_t>(f.arg), 0.0});
   if (f.kind == "slow_io") set_write_faults({-1, f.arg});
+  if (f.kind == "slow_copy") set_snapshot_copy_delay(f.arg);
   if (f.kind == "kill_save") arm_kill_point(f.point);
   if (f.kind == "kill_bytes") arm_kill_after_bytes(static_cast<int64_t>(f.arg));
 }

@@ -41,6 +41,7 @@ class MetricsWriter {
 //   sigterm   raises SIGTERM in itself (a preemption that reaches one rank first);
 //   enospc    from then on, file writes fail with ENOSPC after ARG more bytes;
 //   slow_io   from then on, each file commit first sleeps ARG seconds;
+//   slow_copy from then on, an async save's copy of the state first sleeps ARG seconds;
 //   kill_save from then on, SIGKILLs itself when it first reaches the kill
 //             point ARG of a checkpoint save (core/fault_point.h);
 //   kill_bytes from then on, SIGKILLs itself once ARG more bytes of files
@@ -49,7 +50,7 @@ struct Fault {
   std::string kind;  // empty: no fault
   int rank = -1;
   int64_t step = -1;
-  double arg = 0;     // enospc, kill_bytes: bytes; slow_io: seconds
+  double arg = 0;     // enospc, kill_bytes: bytes; slow_io, slow_copy: seconds
   std::string point;  // kill_save: one of kKillPoints
 };
 

@@ -3,6 +3,7 @@
 // optimizer, and the executor that runs every step's schedule on them.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,9 @@ struct TrainModel {
   // A pipeline's schedule, or the one-stage schedule without pp (executor.h).
   std::unique_ptr<pp::Executor> executor;
   int64_t bad_steps = 0;  // consecutive non-finite steps so far
+  // Called before the optimizer next changes the parameters and moments: an
+  // asynchronous checkpoint still copying them waits there (train/checkpoint_async.h).
+  std::function<void()> before_update;
 
   bool pipelined() const { return stages.size() > 1; }
   Llama& first() { return *chunks.front(); }

@@ -82,6 +82,7 @@ void update(TrainModel& model, const RunMesh& mesh, const TrainConfig& tc, StepS
     return;
   }
   model.bad_steps = 0;
+  if (model.before_update) model.before_update();
   for (size_t c = 0; c < model.chunks.size(); ++c) {
     ParamStore& st = model.chunks[c]->store();
     clip_by_norm(st.local_grads(), st.local_numel(), s.grad_norm, tc.grad_clip);

@@ -134,6 +134,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     report_validation(metrics, mesh, step, v, opts);
   };
   CheckpointSaver saver(cfg, mesh);
+  model.before_update = [&saver] { saver.wait_for_copy(); };  // an async save copying the state
   for (int64_t step = first_step; step < tc.steps && result.stop_signal == 0; ++step) {
     if (mesh.world()) mesh.world()->context().step = step;  // the comm ledger's step
     inject_fault(fault, mesh.rank, step);

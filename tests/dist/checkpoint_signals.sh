@@ -189,6 +189,22 @@ PY
 }
 sync_async async_one 1
 sync_async async_dp2 2 --dp 2 --zero 1 --set train.microbatch_size=4
+# The async copy of the state is made by the writer during the next step's
+# forward and backward, and the optimizer waits for it: with the copy held back
+# 1 s (slow_copy) the next update would otherwise change the state under it,
+# so the files must still equal the sync run's, and each save's blocked_s
+# must include the wait.
+MESHTRAIN_FAULT=slow_copy:0:0:1 sync_async async_slow_copy 1
+if /usr/bin/python3 - "$tmp/async_slow_copy_async.jsonl" <<'PY'; then
+import json, sys
+blocked = [r["blocked_s"] for r in map(json.loads, open(sys.argv[1])) if "checkpoint_step" in r]
+print(f"ok   async_slow_copy: the optimizer waited for the held-back copy (blocked_s {blocked})")
+sys.exit(0 if len(blocked) == 4 and min(blocked) >= 0.95 else 1)
+PY
+  :
+else
+  fail "async_slow_copy: the saves' blocked_s do not include the wait for the copy"
+fi
 
 # Async saves are finalized through the votes as soon as every writer is done,
 # not only when the next save needs it: with a save every 100 steps (a tiny
