@@ -53,6 +53,14 @@ int64_t checked_param_count(const ModelConfig& m) {
 namespace {
 constexpr int64_t kFloat = 4;
 
+// The experts' weights (not their routers): a rank holds n_experts / ep of
+// them under expert parallelism (docs/PARALLELISM.md, "Expert parallelism").
+int64_t expert_param_count(const ModelConfig& m) {
+  if (!m.moe()) return 0;
+  const int64_t expert = checked_mul(checked_mul(3, m.d_model, "an expert"), m.expert_hidden(), "an expert");
+  return checked_mul(checked_mul(expert, m.n_experts, "the experts"), m.n_moe_layers(), "the experts");
+}
+
 // Activations kept for the backward per token and layer, in floats: the layer
 // input and both norm outputs, q/k/v, the attention output, the residual, and
 // the MLP's gate, up and product (docs/MODEL.md's layer).
@@ -84,7 +92,10 @@ int64_t rope_table_bytes(const ModelConfig& m) {
 MemoryEstimate estimate_training_memory(const Config& cfg) {
   const ModelConfig& m = cfg.model;
   const ParallelConfig& p = cfg.parallel;
-  const int64_t params = checked_param_count(m) / std::max<int64_t>(1, p.tp * p.pp);
+  const int64_t ep = std::max<int64_t>(1, p.ep);
+  const int64_t held =
+      checked_param_count(m) - expert_param_count(m) / ep * (ep - 1);  // other ranks' experts
+  const int64_t params = held / std::max<int64_t>(1, p.tp * p.pp);
   const int64_t dp = std::max<int64_t>(1, p.dp);
   MemoryEstimate e;
   e.parts.emplace_back("parameters", checked_mul(params / (p.zero >= 3 ? dp : 1), kFloat, "the parameters"));

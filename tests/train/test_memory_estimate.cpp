@@ -62,6 +62,20 @@ TEST(MemoryEstimate, ShardingDividesTheModelState) {
   EXPECT_EQ(b.parts[2].second, checked_param_count(tiny()) / 4 * 8);  // AdamW m and v
 }
 
+TEST(MemoryEstimate, ExpertParallelHoldsItsShareOfTheExperts) {
+  Config one;
+  one.model = tiny();  // d_model 32, 2 layers
+  one.model.n_experts = 4;
+  one.model.top_k = 2;
+  one.model.expert_ffn_hidden = 24;
+  one.parallel.dp = 2;
+  Config ep2 = one;
+  ep2.parallel.ep = 2;
+  // Each rank holds 2 of the 4 experts of each of the 2 layers: 2 x 2 x (3 x 32 x 24) = 9216 weights fewer.
+  EXPECT_EQ(estimate_training_memory(one).parts[0].second - estimate_training_memory(ep2).parts[0].second,
+            9216 * 4);
+}
+
 TEST(MemoryEstimate, RefusalNamesEstimateAvailableAndLargestPart) {
   Config c;
   c.model = tiny();
