@@ -95,28 +95,6 @@ int run_prepare_command(const PrepareArgs& a) {
   return 0;
 }
 
-int run_eval_command(const EvalArgs& a) {
-  set_num_threads(a.threads > 0 ? static_cast<int>(a.threads) : hardware_threads());
-  const ModelConfig cfg = read_model_config(a.model);
-  const int64_t T = a.seq_len > 0 ? a.seq_len : cfg.max_seq_len;
-  MT_REQUIRE(T <= cfg.max_seq_len, ConfigError, "--seq-len (", T,
-             ") must not exceed the model's max_seq_len (", cfg.max_seq_len, ")");
-  const TokenFile file = TokenFile::open(a.data);
-  MT_REQUIRE(file.vocab_size() <= cfg.vocab_size, ConfigError, a.data, " was written for a ",
-             file.vocab_size(), "-token vocabulary but the model has ", cfg.vocab_size);
-  ModelOptions mo;
-  mo.max_batch = 4;
-  mo.max_seq = T;
-  require_fits(estimate_eval_memory(cfg, mo.max_batch, T), 1, available_memory_bytes());
-  Llama model(cfg, mo);
-  load_model_dir(a.model, model);
-  const double loss = evaluate_loss(model, file, T, a.max_windows, mo.max_batch);
-  std::printf("loss %.6f\n", loss);
-  MT_REQUIRE(std::isfinite(loss), Error, "the loss of ", a.model, " on ", a.data, " is ", loss,
-             ", not finite: the model's weights or outputs overflow");
-  return 0;
-}
-
 int run_schedule_command(const ScheduleArgs& a) {
   // Bounds first, so that the casts below are exact and the grid fits a screen or a file.
   constexpr int64_t kMax = 1024;

@@ -29,6 +29,7 @@ int run_prepare_command(const PrepareArgs& args);
 struct EvalArgs {
   std::string model, data;
   int64_t seq_len = 0, max_windows = 0, threads = 0;
+  int64_t dp = 1, tp = 1, pp = 1, cp = 1;  // the layout under mpirun (eval_command.cpp)
 };
 int run_eval_command(const EvalArgs& args);
 

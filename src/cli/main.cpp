@@ -66,7 +66,14 @@ CLI::App* add_eval(CLI::App& app, mt::EvalArgs& ev) {
   e->add_option("--data", ev.data, "Token file (.bin)")->required();
   e->add_option("--seq-len", ev.seq_len, "Window length (default: the model's max_seq_len)");
   e->add_option("--max-windows", ev.max_windows, "Evaluate at most this many windows (0: all)");
-  e->add_option("--threads", ev.threads, "Threads (0: all cores)");
+  e->add_option("--threads", ev.threads, "Threads (0: all cores; under mpirun: cores / local ranks)");
+  e->add_option("--dp", ev.dp, "Data-parallel replicas under mpirun (each evaluates every window)");
+  e->add_option("--tp", ev.tp, "Tensor-parallel ranks under mpirun");
+  e->add_option("--pp", ev.pp, "Pipeline stages under mpirun");
+  e->add_option("--cp", ev.cp, "Context-parallel ranks under mpirun (seq-len divisible by 2 x cp)");
+  e->footer(
+      "Under mpirun the ranks must multiply to dp x tp x pp x cp; the model is loaded into that layout as\n"
+      "--init-from does and evaluated as a training run's validation, windows 4 at a time.\n");
   return e;
 }
 
@@ -133,7 +140,7 @@ CLI::App* add_export(CLI::App& app, mt::ExportArgs& ex) {
   x->footer(
       "Each tensor is assembled from the checkpoint's slices, whatever layout saved them; the files'\n"
       "checksums are verified first. The result equals --save of the same run at the same step, byte\n"
-      "for byte, and loads with --init-from, eval, sample, or transformers' from_pretrained.\n");
+      "for byte, and loads with --init-from, eval, generate, or transformers' from_pretrained.\n");
   return x;
 }
 

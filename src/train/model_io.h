@@ -47,7 +47,7 @@ std::vector<std::string> check_init_from(const std::string& dir, const ModelConf
 // Loads dir/model.safetensors into the model's parameters: this rank's piece
 // of each tensor, cut by its layout. DataError for a missing tensor or a shape
 // mismatch; the directory's config.json is checked against the run's at
-// start-up (check_init_from) or is the one the model was built from (eval, sample).
+// start-up (check_init_from) or is the one the model was built from (eval, generate).
 void load_model_dir(const std::string& dir, Llama& model);
 
 }  // namespace mt

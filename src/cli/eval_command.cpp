@@ -1,0 +1,108 @@
+// meshtrain eval: the mean next-token loss of a model directory over a token
+// file, in one process (the reference) or under mpirun on any layout (the
+// training run's evaluation, train_step.h validation_loss).
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+#include "cli/commands.h"
+#include "comm/runtime.h"
+#include "core/error.h"
+#include "core/threads.h"
+#include "data/token_file.h"
+#include "mesh/mesh.h"
+#include "train/evaluate.h"
+#include "train/memory_estimate.h"
+#include "train/model_io.h"
+#include "train/run_mesh.h"
+#include "train/train_model.h"
+#include "train/train_step.h"
+
+namespace mt {
+
+namespace {
+
+void check_loss(double loss, const EvalArgs& a) {
+  MT_REQUIRE(std::isfinite(loss), Error, "the loss of ", a.model, " on ", a.data, " is ", loss,
+             ", not finite: the model's weights or outputs overflow");
+}
+
+// The run's configuration: the model's, the layout flags, and the windows
+// evaluated `microbatch` at a time on every replica (every dp replica
+// evaluates every window, as a training run's evaluation does).
+Config eval_config(const EvalArgs& a, int64_t microbatch, int world_size) {
+  Config cfg;
+  cfg.model = read_model_config(a.model);
+  cfg.parallel.dp = a.dp;
+  cfg.parallel.tp = a.tp;
+  cfg.parallel.pp = a.pp;
+  cfg.parallel.cp = a.cp;
+  cfg.train.seq_len = a.seq_len > 0 ? a.seq_len : cfg.model.max_seq_len;
+  cfg.train.eval_windows = a.max_windows;
+  cfg.train.microbatch_size = microbatch;
+  cfg.train.batch_size = microbatch * a.dp * a.pp;  // unused by eval; pp microbatches satisfy every schedule
+  cfg.validate();
+  validate_mesh(mesh_sizes(cfg.parallel), world_size);
+  return cfg;
+}
+
+int eval_on_layout(const EvalArgs& a, CommRuntime& runtime) {
+  Group world = runtime.world();
+  std::optional<std::string> error;
+  Config cfg;
+  try {
+    cfg = eval_config(a, 4, world.size());
+  } catch (...) {
+    int status = 1;
+    error = describe_current_exception(&status);
+  }
+  agree_on_startup_errors(world, error);  // one message, every rank exits 1
+  try {
+    set_num_threads(a.threads > 0 ? static_cast<int>(a.threads)
+                                  : std::max(1, hardware_threads() / std::max(1, runtime.local_ranks())));
+    const TokenFile file = TokenFile::open(a.data);
+    MT_REQUIRE(file.vocab_size() <= cfg.model.vocab_size, ConfigError, a.data, " was written for a ",
+               file.vocab_size(), "-token vocabulary but the model has ", cfg.model.vocab_size);
+    RunOptions opts;
+    opts.init_from = a.model;
+    opts.quiet = true;
+    opts.local_ranks = runtime.local_ranks();
+    const RunMesh mesh = make_run_mesh(cfg, &world);
+    TrainModel model = make_train_model(cfg, opts, mesh);
+    const double loss = validation_loss(model, mesh, cfg.train, file);
+    check_loss(loss, a);
+    if (world.rank() == 0) std::printf("loss %.6f\n", loss);
+  } catch (...) {  // ends every rank, non-zero, with its message
+    int status = 1;
+    const std::string message = describe_current_exception(&status);
+    abort_job(world, message, status);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_eval_command(const EvalArgs& a) {
+  CommRuntime runtime(nullptr, nullptr);  // a process started without mpirun is a world of one
+  if (a.dp * a.tp * a.pp * a.cp > 1 || runtime.world().size() > 1) return eval_on_layout(a, runtime);
+  set_num_threads(a.threads > 0 ? static_cast<int>(a.threads) : hardware_threads());
+  const ModelConfig cfg = read_model_config(a.model);
+  const int64_t T = a.seq_len > 0 ? a.seq_len : cfg.max_seq_len;
+  MT_REQUIRE(T <= cfg.max_seq_len, ConfigError, "--seq-len (", T,
+             ") must not exceed the model's max_seq_len (", cfg.max_seq_len, ")");
+  const TokenFile file = TokenFile::open(a.data);
+  MT_REQUIRE(file.vocab_size() <= cfg.vocab_size, ConfigError, a.data, " was written for a ",
+             file.vocab_size(), "-token vocabulary but the model has ", cfg.vocab_size);
+  ModelOptions mo;
+  mo.max_batch = 4;
+  mo.max_seq = T;
+  require_fits(estimate_eval_memory(cfg, mo.max_batch, T), 1, available_memory_bytes());
+  Llama model(cfg, mo);
+  load_model_dir(a.model, model);
+  const double loss = evaluate_loss(model, file, T, a.max_windows, mo.max_batch);
+  std::printf("loss %.6f\n", loss);
+  check_loss(loss, a);
+  return 0;
+}
+
+}  // namespace mt
