@@ -66,3 +66,25 @@ finish() {
   fi
   echo "all $1 layouts match the one-process run"
 }
+
+# check_router A B: the mixture-of-experts metrics of every step of run A against
+# B's: moe_aux_loss within 1e-5 relative, moe_tokens_per_expert exactly (a
+# difference shows the smallest top-k margin, where a routing flip would start).
+check_router() {
+  if python3 - "$tmp/$1.jsonl" "$tmp/$2.jsonl" <<'PY'; then
+import json, sys
+def steps(p):
+    return [j for j in map(json.loads, open(p)) if "moe_aux_loss" in j]
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+assert len(a) == len(b) == 10, (len(a), len(b))
+for x, y in zip(a, b):
+    assert abs(x["moe_aux_loss"] - y["moe_aux_loss"]) <= 1e-5 * abs(y["moe_aux_loss"]), (x["step"], x["moe_aux_loss"], y["moe_aux_loss"])
+    assert x["moe_tokens_per_expert"] == y["moe_tokens_per_expert"], ("routing differs at step", x["step"], "smallest top-k margin", x["moe_min_topk_margin"], y["moe_min_topk_margin"])
+    assert x.get("moe_max_load_over_mean", 1.0) >= 1.0, x  # the busiest ep rank's load over the mean
+PY
+    echo "ok   $1: router aux loss and tokens per expert"
+  else
+    echo "FAIL $1: router metrics differ"
+    failures=$((failures + 1))
+  fi
+}

@@ -25,25 +25,6 @@ make_data
 tiny+=(--set model.n_experts=4 --set model.expert_ffn_hidden=24 --set model.router_aux_loss_coef=0.05
   --set model.router_z_loss_coef=0.001 --set train.microbatch_size=2)
 
-# moe_aux_loss and moe_tokens_per_expert of every step of A against B's (1e-5 relative; counts exact).
-check_router() {
-  if python3 - "$tmp/$1.jsonl" "$tmp/$2.jsonl" <<'PY'; then
-import json, sys
-def steps(p):
-    return [j for j in map(json.loads, open(p)) if "moe_aux_loss" in j]
-a, b = steps(sys.argv[1]), steps(sys.argv[2])
-assert len(a) == len(b) == 10, (len(a), len(b))
-for x, y in zip(a, b):
-    assert abs(x["moe_aux_loss"] - y["moe_aux_loss"]) <= 1e-5 * abs(y["moe_aux_loss"]), (x["step"], x["moe_aux_loss"], y["moe_aux_loss"])
-    assert x["moe_tokens_per_expert"] == y["moe_tokens_per_expert"], ("routing differs at step", x["step"], "smallest top-k margin", x["moe_min_topk_margin"], y["moe_min_topk_margin"])
-    assert x["moe_max_load_over_mean"] >= 1.0, x
-PY
-    echo "ok   $1: router aux loss and tokens per expert"
-  else
-    echo "FAIL $1: router metrics differ"
-    failures=$((failures + 1))
-  fi
-}
 
 run ref 1
 for spec in "ep2 2 --dp 2 --set parallel.ep=2" "ep4 4 --dp 4 --set parallel.ep=4" \

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "model/llama.h"
+#include "reference_io.h"
 #include "train/model_io.h"
 
 namespace mt {
@@ -54,23 +55,8 @@ Batch make_batch(int64_t vocab) {
   return b;
 }
 
-std::vector<double> read_f64(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary | std::ios::ate);
-  const auto n = static_cast<size_t>(f.tellg()) / sizeof(double);
-  std::vector<double> v(n);
-  f.seekg(0);
-  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(double)));
-  return v;
-}
-
-double rel_l2(const float* a, const double* b, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
+using testing_ref::read_f64;
+using testing_ref::rel_l2;
 
 void check_against_pytorch(bool tied, bool recompute, const std::string& rope_scaling = "none") {
   ModelConfig cfg = tiny_config(tied);
