@@ -32,7 +32,7 @@ pack() {
   mkdir -p "$PACK/googletest" && cp -r /usr/src/googletest/googletest/{include,src} "$PACK/googletest/"
   local allowed='linux-vdso|ld-linux|lib(c|m|rt|dl|pthread|gcc_s)\.so|libcublas(Lt)?\.so\.13'
   for exe in "$PACK"/bin/*; do
-    if ldd "$exe" | grep -vE "$allowed" | grep -q .; then
+    if ldd "$exe" | grep -vE "$allowed" | grep . >/dev/null; then
       echo "gpu_check pack: $exe needs libraries the GPU machine lacks:" >&2
       ldd "$exe" | grep -vE "$allowed" >&2
       exit 1
@@ -45,7 +45,7 @@ pack() {
 
 # Puts a directory holding libcublas.so.13 on the loader path if it is not found.
 find_cublas() {
-  ldd "$PACK/bin/cuda_tests" | grep -q "libcublas.so.13 => not found" || return 0
+  ldd "$PACK/bin/cuda_tests" | grep "libcublas.so.13 => not found" >/dev/null || return 0
   local d
   for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
       $(python3 -c 'import os, nvidia; print(" ".join(os.path.join(p, s, "lib") for p in nvidia.__path__ for s in os.listdir(p)))' 2>/dev/null); do

@@ -78,7 +78,7 @@ kill_trial() {
     fail "$name ($fault): the resumed run failed: $(cat "$tmp/$name.log")"
   elif ! same_model "$layout.ref" "$name.out"; then
     fail "$name ($fault): the resumed run's model differs from the uninterrupted run's"
-  elif ! "${verify[@]}" "$tmp/$name.ck" --require-latest | grep -q "latest step-00000006, 0 leftover"; then
+  elif ! "${verify[@]}" "$tmp/$name.ck" --require-latest | grep "latest step-00000006, 0 leftover" >/dev/null; then
     fail "$name ($fault): after the resumed run $("${verify[@]}" "$tmp/$name.ck")"
   else
     echo "ok   $name ($fault): killed; $seen; resumed, bitwise equal"
