@@ -74,7 +74,15 @@ void print_jsonl(const std::vector<std::string>& text, const std::vector<std::ve
 
 int run_generate_command(const GenerateArgs& a) {
   CommRuntime runtime(nullptr, nullptr);
-  check_one_process(a, runtime.world().size());
+  try {
+    check_one_process(a, runtime.world().size());
+  } catch (const Error& e) {
+    // Each rank prints before the runtime's collective shutdown, so no rank
+    // exits (and has mpirun end the others) before every message is out.
+    std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+    std::fflush(stderr);
+    return 1;
+  }
   set_num_threads(a.threads > 0 ? static_cast<int>(a.threads) : hardware_threads());
   const Tokenizer tok = Tokenizer::load(a.tokenizer);
   const ModelConfig cfg = read_model_config(a.model);
