@@ -207,10 +207,11 @@ else
 fi
 
 # Async saves are finalized through the votes as soon as every writer is done,
-# not only when the next save needs it: with a save every 100 steps (a tiny
-# step takes about a millisecond, the write tens of them), step 100's metrics
-# line comes before step 199, after which the next save would force it.
-"$bin" train "${tiny[@]}" --set train.steps=200 --set train.checkpoint_every=100 --set train.async_checkpoint=true \
+# not only when the next save needs it: with a save every 400 steps (a tiny
+# step takes about a millisecond, the write tens of them; the margin is wide
+# because another test may share the cores with the writer thread), step 400's
+# metrics line comes before step 799, after which the next save would force it.
+"$bin" train "${tiny[@]}" --set train.steps=800 --set train.checkpoint_every=400 --set train.async_checkpoint=true \
   --set train.checkpoint_dir="$tmp/votes.ck" --metrics "$tmp/votes.jsonl" >/dev/null
 if /usr/bin/python3 - "$tmp/votes.jsonl" <<'PY'; then
 import json, sys
@@ -219,7 +220,7 @@ early = []
 for r in map(json.loads, open(sys.argv[1])):
     if "loss" in r:
         step = r["step"]
-    elif "checkpoint_step" in r and r["checkpoint_step"] < 200 and step < r["checkpoint_step"] + 99:
+    elif "checkpoint_step" in r and r["checkpoint_step"] < 800 and step < r["checkpoint_step"] + 399:
         early.append((r["checkpoint_step"], step))
 print(f"ok   async_votes: saves finalized after steps {early} (checkpoint, last step), before the next save")
 sys.exit(0 if early else 1)
