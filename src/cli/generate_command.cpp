@@ -32,6 +32,20 @@ void check_one_process(const GenerateArgs& a, int world_size) {
   MT_REQUIRE(a.batch_size >= 1, ConfigError, "--batch-size (", a.batch_size, ") must be at least 1");
 }
 
+// check_one_process's refusal, printed by each rank before the runtime's
+// collective shutdown, so that no rank exits (and has mpirun end the others)
+// before every message is out.
+bool refused(const GenerateArgs& a, int world_size) {
+  try {
+    check_one_process(a, world_size);
+    return false;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
+    std::fflush(stderr);
+    return true;
+  }
+}
+
 std::vector<std::string> read_prompts(const GenerateArgs& a) {
   std::vector<std::string> prompts = a.prompts;
   if (!a.prompts_file.empty()) {
@@ -74,15 +88,7 @@ void print_jsonl(const std::vector<std::string>& text, const std::vector<std::ve
 
 int run_generate_command(const GenerateArgs& a) {
   CommRuntime runtime(nullptr, nullptr);
-  try {
-    check_one_process(a, runtime.world().size());
-  } catch (const Error& e) {
-    // Each rank prints before the runtime's collective shutdown, so no rank
-    // exits (and has mpirun end the others) before every message is out.
-    std::fprintf(stderr, "meshtrain: error: %s\n", e.what());
-    std::fflush(stderr);
-    return 1;
-  }
+  if (refused(a, runtime.world().size())) return 1;
   set_num_threads(a.threads > 0 ? static_cast<int>(a.threads) : hardware_threads());
   const Tokenizer tok = Tokenizer::load(a.tokenizer);
   const ModelConfig cfg = read_model_config(a.model);
