@@ -21,8 +21,8 @@
 #include "core/timer.h"
 #include "gemm_rate.h"
 #include "model/llama.h"
-#include "optim/adamw.h"
 #include "optim/clip.h"
+#include "optim/optimizer.h"
 #include "report.h"
 #include "train/flops.h"
 
@@ -82,7 +82,8 @@ class Stepper {
   Stepper(const Config& cfg, bool profile)
       : tc_(cfg.train),
         model_(cfg.model, model_options(cfg.train, profile)),
-        opt_(model_.num_params(), {tc_.beta1, tc_.beta2, tc_.adam_eps, tc_.weight_decay},
+        opt_(model_.num_params(),
+             OptimizerOptions{OptimizerKind::adamw, {tc_.beta1, tc_.beta2, tc_.adam_eps, tc_.weight_decay}},
              decay_ranges(model_.param_table())) {
     model_.init(tc_.seed);
   }
@@ -126,7 +127,7 @@ class Stepper {
 
   const TrainConfig& tc_;
   Llama model_;
-  AdamW opt_;
+  Optimizer opt_;  // AdamW
 };
 
 BenchResult run(const Options& o) {

@@ -25,6 +25,9 @@ struct TrainConfig {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double adam_eps = 1e-8;
+  std::string optimizer = "adamw";  // adamw | sgd | lamb (optim/optimizer.h)
+  double momentum = 0.0;            // sgd
+  bool nesterov = false;            // sgd
   double grad_clip = 1.0;
   uint64_t seed = 1234;
   int64_t eval_every = 50;

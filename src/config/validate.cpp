@@ -7,6 +7,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "model/params.h"
+#include "optim/optimizer.h"
 #include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
 #include "parallel/tp_comm.h"
@@ -38,6 +39,12 @@ void validate_train(const TrainConfig& t, const ModelConfig& model) {
   MT_REQUIRE(t.beta1 >= 0 && t.beta1 < 1, ConfigError, "train.beta1 (", t.beta1, ") must be in [0, 1)");
   MT_REQUIRE(t.beta2 >= 0 && t.beta2 < 1, ConfigError, "train.beta2 (", t.beta2, ") must be in [0, 1)");
   MT_REQUIRE(t.adam_eps > 0, ConfigError, "train.adam_eps (", t.adam_eps, ") must be positive");
+  parse_optimizer(t.optimizer);
+  MT_REQUIRE(t.momentum >= 0 && t.momentum < 1, ConfigError, "train.momentum (", t.momentum,
+             ") must be in [0, 1)");
+  MT_REQUIRE(!t.nesterov || (t.optimizer == "sgd" && t.momentum > 0), ConfigError,
+             "train.nesterov needs train.optimizer = sgd and train.momentum > 0 (optimizer ", t.optimizer,
+             ", momentum ", t.momentum, ")");
   MT_REQUIRE(t.grad_clip >= 0, ConfigError, "train.grad_clip (", t.grad_clip, ") must not be negative");
   MT_REQUIRE(t.eval_every >= 0, ConfigError, "train.eval_every (", t.eval_every, ") must not be negative");
   positive("train.eval_windows", t.eval_windows);
@@ -80,6 +87,11 @@ void validate_expert_parallel(const Config& c) {
   MT_REQUIRE(c.model.capacity_factor == 0, ConfigError, "parallel.ep (", p.ep,
              ") with model.capacity_factor (", c.model.capacity_factor,
              "): expert parallelism is dropless only so far");
+  // LAMB sums each tensor's squares over the ranks holding its pieces by one
+  // tensor index per chunk; under ep the ranks of a group hold different experts.
+  MT_REQUIRE(c.train.optimizer != "lamb", ConfigError, "parallel.ep (", p.ep,
+             ") with train.optimizer = lamb: LAMB's per-tensor norms over expert-parallel ranks are not "
+             "built yet (adamw or sgd)");
 }
 
 // What the mixture of experts does not have yet (docs/PARALLELISM.md "Expert
@@ -152,6 +164,10 @@ std::vector<std::string> ineffective_keys(const Config& c) {
         "model.router_z_loss_coef", "model.capacity_factor", "model.router_bias_rate"})
     note(key, !c.model.moe(), "model.n_experts", c.model.n_experts);
   note("train.async_checkpoint", c.train.checkpoint_dir.empty(), "train.checkpoint_dir", "\"\"");
+  for (const char* key : {"train.momentum", "train.nesterov"})
+    note(key, c.train.optimizer != "sgd", "train.optimizer", c.train.optimizer);
+  for (const char* key : {"train.beta1", "train.beta2", "train.adam_eps"})
+    note(key, c.train.optimizer == "sgd", "train.optimizer", c.train.optimizer);
   return notes;
 }
 

@@ -2,8 +2,6 @@
 
 #include <cmath>
 
-#include "core/error.h"
-
 namespace mt {
 
 void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, double lr, double beta1,
@@ -22,24 +20,6 @@ void adamw_update(float* params, const float* grads, float* m, float* v, int64_t
     v[i] = vi;
     const float update = (mi * c1) / (std::sqrt(vi * c2) + eps_f);
     params[i] = params[i] - decay * params[i] - lr_f * update;
-  }
-}
-
-AdamW::AdamW(int64_t n, const AdamWOptions& opts, std::vector<DecayRange> ranges)
-    : n_(n), opts_(opts), ranges_(std::move(ranges)), m_({n}, MemKind::optim), v_({n}, MemKind::optim) {
-  int64_t covered = 0;
-  for (const auto& r : ranges_) {
-    MT_CHECK(r.offset == covered, "decay ranges must tile the buffer in order");
-    covered += r.numel;
-  }
-  MT_CHECK(covered == n_, "decay ranges cover ", covered, " of ", n_, " elements");
-}
-
-void AdamW::step(float* params, const float* grads, double lr) {
-  ++t_;
-  for (const auto& r : ranges_) {
-    adamw_update(params + r.offset, grads + r.offset, m_.data() + r.offset, v_.data() + r.offset, r.numel, lr,
-                 opts_.beta1, opts_.beta2, opts_.eps, r.decay ? opts_.weight_decay : 0.0, t_);
   }
 }
 

@@ -1,4 +1,5 @@
-// AdamW (Loshchilov & Hutter) over a flat parameter buffer:
+// AdamW (Loshchilov & Hutter) over a flat parameter buffer (optim/optimizer.h
+// holds it with the other optimizers):
 //   m ← β₁m + (1−β₁)g;  v ← β₂v + (1−β₂)g²
 //   m̂ = m / (1−β₁ᵗ);    v̂ = v / (1−β₂ᵗ)
 //   θ ← θ − lr·(m̂ / (√v̂ + ε) + λ·θ)      (λ only where weight decay applies)
@@ -25,30 +26,6 @@ struct DecayRange {
   int64_t offset = 0;
   int64_t numel = 0;
   bool decay = true;
-};
-
-class AdamW {
- public:
-  // State for n elements; `ranges` cover [0, n) and say where decay applies.
-  AdamW(int64_t n, const AdamWOptions& opts, std::vector<DecayRange> ranges);
-
-  // One update at learning rate lr (the step count advances by one).
-  void step(float* params, const float* grads, double lr);
-  int64_t steps_taken() const { return t_; }
-  const Tensor& m() const { return m_; }
-  const Tensor& v() const { return v_; }
-  // Restoring a checkpoint (train/checkpoint.h): the moments are written in
-  // place, then the step count is set to the one saved with them.
-  float* m_data() { return m_.data(); }
-  float* v_data() { return v_.data(); }
-  void set_steps_taken(int64_t t) { t_ = t; }
-
- private:
-  int64_t n_;
-  AdamWOptions opts_;
-  std::vector<DecayRange> ranges_;
-  Tensor m_, v_;
-  int64_t t_ = 0;
 };
 
 // One element's update, exposed for the golden tests (docs/MODEL.md, "Optimizer and schedule").

@@ -19,10 +19,12 @@ ResumeState load_checkpoint(const std::string& dir, TrainModel& model, const Run
   const json& meta = reader.metadata();
   for (size_t c = 0; c < model.chunks.size(); ++c) {
     Llama& chunk = *model.chunks[c];
-    AdamW& optim = *model.optims[c];
+    Optimizer& optim = *model.optims[c];
     // Each slice this rank's layout holds, from whichever saved slices cover it.
-    read_chunk_slices(reader, chunk, run_sizes(mesh), run_coords(mesh),
-                      {chunk.store().local_params(), optim.m_data(), optim.v_data()});
+    std::vector<StateTarget> targets = {{"", chunk.store().local_params()}};
+    for (int k = 0; k < optim.state_count(); ++k)
+      targets.push_back({optim.state_suffix(k), optim.state_data(k)});
+    read_chunk_slices(reader, chunk, run_sizes(mesh), run_coords(mesh), targets);
     chunk.store().after_update();  // zero 1/2: all-gather the loaded shards into the full parameters
     optim.set_steps_taken(meta.at("adam_steps").get<int64_t>());
   }

@@ -12,8 +12,8 @@
 namespace mt {
 
 inline constexpr int kCheckpointFormatVersion = 1;
-// The keys of a tensor's parameters and AdamW moments in the slice files.
-inline constexpr const char* kStateSuffix[3] = {"", ".exp_avg", ".exp_avg_sq"};
+// A tensor's keys in the slice files: its name for the parameters, plus the
+// optimizer's state suffixes (optim/optimizer.h Optimizer::state_suffix).
 
 // "step-00000123"; checkpoint_step is its inverse (−1 for any other name).
 std::string checkpoint_name(int64_t step);

@@ -175,21 +175,21 @@ bool is_checkpoint_dir(const std::string& dir) {
 }
 
 void read_chunk_slices(CheckpointReader& reader, Llama& chunk, const MeshSizes& sizes,
-                       const MeshCoords& coords, const std::vector<float*>& targets) {
+                       const MeshCoords& coords, const std::vector<StateTarget>& targets) {
   std::vector<float> box;
   for (const LocalSlice& s : local_slices(chunk, sizes, coords)) {
     if (s.numel() == 0) continue;  // an all-padding piece: nothing saved, nothing to read
     box.resize(static_cast<size_t>(s.numel()));
-    for (size_t k = 0; k < targets.size(); ++k) {
-      reader.read_box(s.tensor, kStateSuffix[k], s.offsets, s.size, box.data());
-      box_to_slice(s, box.data(), targets[k]);
+    for (const StateTarget& t : targets) {
+      reader.read_box(s.tensor, t.suffix, s.offsets, s.size, box.data());
+      box_to_slice(s, box.data(), t.buffer);
     }
   }
 }
 
 void load_checkpoint_params(CheckpointReader& reader, Llama& chunk, const MeshSizes& sizes,
                             const MeshCoords& coords) {
-  read_chunk_slices(reader, chunk, sizes, coords, {chunk.store().local_params()});
+  read_chunk_slices(reader, chunk, sizes, coords, {{"", chunk.store().local_params()}});
   chunk.store().after_update();  // zero 1/2: all-gather the loaded shards into the full parameters
 }
 

@@ -65,10 +65,17 @@ ModelConfig checkpoint_model_config(const nlohmann::json& meta, const std::strin
 // Whether `dir` holds a metadata.json (a checkpoint rather than a model directory).
 bool is_checkpoint_dir(const std::string& dir);
 
-// Reads this rank's slices of `chunk` (local_slices) into the padded local
-// buffers targets[k]: the parameters (k = 0), exp_avg (1), exp_avg_sq (2).
+// One state of the slices to read: the tensor key's suffix ("" for the
+// parameters, or an optimizer state's: ".exp_avg", ".momentum_buffer", ...)
+// and the padded local buffer it goes to.
+struct StateTarget {
+  const char* suffix;
+  float* buffer;
+};
+
+// Reads this rank's slices of `chunk` (local_slices) into each target's buffer.
 void read_chunk_slices(CheckpointReader& reader, Llama& chunk, const MeshSizes& sizes,
-                       const MeshCoords& coords, const std::vector<float*>& targets);
+                       const MeshCoords& coords, const std::vector<StateTarget>& targets);
 
 // Loads the parameters of this rank's slices of `chunk` from the checkpoint,
 // leaving everything else (optimizer state, step) alone: --init-from of a

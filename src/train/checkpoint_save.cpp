@@ -35,13 +35,12 @@ void plan_slices(CheckpointSnapshot& snap, const TrainModel& model, const RunMes
   snap.slices = json::array();
   for (size_t c = 0; c < model.chunks.size(); ++c) {
     ParamStore& store = model.chunks[c]->store();
-    const float* sources[3] = {store.local_params(), model.optims[c]->m().data(),
-                               model.optims[c]->v().data()};
+    const Optimizer& optim = *model.optims[c];
     for (const LocalSlice& s : local_slices(*model.chunks[c], sizes, coords)) {
       if (!s.writer) continue;
-      for (int k = 0; k < 3; ++k) {
-        snap.copies.push_back({s, sources[k]});
-        snap.keys.push_back(s.tensor + kStateSuffix[k]);
+      for (int k = 0; k <= optim.state_count(); ++k) {  // the parameters, then each optimizer state
+        snap.copies.push_back({s, k == 0 ? store.local_params() : optim.state(k - 1)});
+        snap.keys.push_back(s.tensor + (k == 0 ? "" : optim.state_suffix(k - 1)));
         snap.shapes.push_back(s.size);
       }
       snap.slices.push_back({{"tensor", s.tensor}, {"offsets", s.offsets}, {"shape", s.size}});

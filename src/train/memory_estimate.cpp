@@ -100,8 +100,12 @@ MemoryEstimate estimate_training_memory(const Config& cfg) {
   MemoryEstimate e;
   e.parts.emplace_back("parameters", checked_mul(params / (p.zero >= 3 ? dp : 1), kFloat, "the parameters"));
   e.parts.emplace_back("gradients", checked_mul(params / (p.zero >= 2 ? dp : 1), kFloat, "the gradients"));
-  e.parts.emplace_back("AdamW state",
-                       checked_mul(params / (p.zero >= 1 ? dp : 1), 2 * kFloat, "AdamW state"));
+  // adamw and lamb keep two moments per parameter, sgd one momentum buffer (none without momentum).
+  const int64_t states = cfg.train.optimizer != "sgd" ? 2 : cfg.train.momentum != 0 ? 1 : 0;
+  const char* state = cfg.train.optimizer == "sgd"    ? "SGD momentum"
+                      : cfg.train.optimizer == "lamb" ? "LAMB state"
+                                                      : "AdamW state";
+  e.parts.emplace_back(state, checked_mul(params / (p.zero >= 1 ? dp : 1), states * kFloat, state));
   const int64_t tokens = checked_mul(cfg.train.microbatch_size,
                                      cfg.train.seq_len / std::max<int64_t>(1, p.cp), "a microbatch's tokens");
   const int64_t in_flight = p.pp > 1 ? p.pp : 1;  // microbatches whose activations a stage holds at once

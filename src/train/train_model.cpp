@@ -1,5 +1,6 @@
 #include "train/train_model.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "model/params.h"
@@ -67,6 +68,49 @@ std::unique_ptr<ParamStore> make_store(const Config& cfg, const RunMesh& mesh, c
   return std::make_unique<DataParallelStore>(make_units(table, cfg.model), *mesh.dp_cp_group(), o);
 }
 
+// The pieces of `m`'s local share, for LAMB's per-tensor norms: each parameter
+// of the chunk is tensor i (its order in the chunk's units, the same on every
+// rank that holds pieces of the chunk), what lies between them is padding.
+std::vector<TensorPiece> tensor_pieces(Llama& m, int64_t* n_tensors) {
+  ParamStore& st = m.store();
+  std::vector<TensorPiece> pieces;
+  int64_t i = 0;
+  for (const UnitSpec& u : m.units()) {
+    for (const ParamSlot& p : u.params) {
+      int64_t n = 0;
+      const float* at = st.local_param_of(p.name, &n);
+      if (n > 0) pieces.push_back({at - st.local_params(), n, i, p.norm_counted});
+      ++i;
+    }
+  }
+  *n_tensors = i;
+  std::sort(pieces.begin(), pieces.end(),
+            [](const TensorPiece& a, const TensorPiece& b) { return a.offset < b.offset; });
+  std::vector<TensorPiece> tiled;
+  int64_t at = 0;
+  for (const TensorPiece& p : pieces) {
+    if (p.offset > at) tiled.push_back({at, p.offset - at, -1, false});
+    tiled.push_back(p);
+    at = p.offset + p.numel;
+  }
+  if (at < st.local_numel()) tiled.push_back({at, st.local_numel() - at, -1, false});
+  return tiled;
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& tc, Llama& m) {
+  OptimizerOptions o;
+  o.kind = parse_optimizer(tc.optimizer);
+  o.adam = {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay};
+  o.momentum = tc.momentum;
+  o.nesterov = tc.nesterov;
+  ParamStore& st = m.store();
+  int64_t n_tensors = 0;
+  std::vector<TensorPiece> pieces;
+  if (o.kind == OptimizerKind::lamb) pieces = tensor_pieces(m, &n_tensors);
+  return std::make_unique<Optimizer>(st.local_numel(), o, st.local_decay_ranges(), std::move(pieces),
+                                     n_tensors);
+}
+
 ModelOptions model_options(const Config& cfg, const RunOptions& opts, const RunMesh& mesh) {
   ModelOptions mo;
   mo.max_batch = cfg.train.microbatch_size;
@@ -108,9 +152,7 @@ TrainModel make_train_model(const Config& cfg, const RunOptions& opts, const Run
     else
       load_model_dir(opts.init_from, m);
     ParamStore& st = m.store();
-    t.optims.push_back(std::make_unique<AdamW>(st.local_numel(),
-                                               AdamWOptions{tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay},
-                                               st.local_decay_ranges()));
+    t.optims.push_back(make_optimizer(tc, m));
     if (cfg.model.tie_embeddings && (m.has_embed() || m.has_head())) t.tied_store = &st;
   }
   const int microbatches = static_cast<int>(tc.batch_size / (mesh.dp * tc.microbatch_size));

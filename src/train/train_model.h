@@ -10,7 +10,7 @@
 
 #include "config/config.h"
 #include "model/llama.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "pipeline/executor.h"
 #include "train/run_mesh.h"
 #include "train/trainer.h"
@@ -29,7 +29,7 @@ struct TrainModel {
   std::vector<StageRange> stages;
   // This rank's chunks: virtual stages c·pp + pp_rank, c = 0 … v − 1.
   std::vector<std::unique_ptr<Llama>> chunks;
-  std::vector<std::unique_ptr<AdamW>> optims;  // one per chunk
+  std::vector<std::unique_ptr<Optimizer>> optims;  // one per chunk (train.optimizer)
   // The chunk holding the embedding or the last stage's tied copy of it (else null).
   ParamStore* tied_store = nullptr;
   // A pipeline's schedule, or the one-stage schedule without pp (executor.h).

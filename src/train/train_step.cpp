@@ -64,8 +64,21 @@ void sum_tied_embedding(const RunMesh& mesh, ParamStore* store) {
   mesh.tied_group()->all_reduce(g, n, "tied embedding grads");
 }
 
-// Clip and AdamW on every chunk, or count a non-finite step (throws after
-// train.max_bad_steps of them in a row).
+// LAMB's per-tensor sums over the other ranks holding pieces of the same
+// tensors: the store's dp × cp group when ZeRO shards the state (with ZeRO 0
+// every replica holds whole pieces), and the tp group (norm_counted leaves out
+// the copies of replicated tensors). Pipeline stages hold disjoint tensors (a
+// tied embedding's two copies are equal and get equal ratios).
+NormReducer lamb_reducer(const RunMesh& mesh, const ParamStore& st) {
+  return [&mesh, zero = st.sharding().zero](double* v, int64_t n) {
+    if (zero >= 1 && mesh.dp_cp_group() && mesh.dp * mesh.cp > 1)
+      mesh.dp_cp_group()->all_reduce(v, n, "lamb norms");
+    if (mesh.tp_group()) mesh.tp_group()->all_reduce(v, n, "lamb norms");
+  };
+}
+
+// Clip and the optimizer on every chunk, or count a non-finite step (throws
+// after train.max_bad_steps of them in a row).
 void update(TrainModel& model, const RunMesh& mesh, const TrainConfig& tc, StepStats& s) {
   if (!std::isfinite(s.loss) || !std::isfinite(s.grad_norm)) {
     s.skipped = true;
@@ -86,7 +99,7 @@ void update(TrainModel& model, const RunMesh& mesh, const TrainConfig& tc, StepS
   for (size_t c = 0; c < model.chunks.size(); ++c) {
     ParamStore& st = model.chunks[c]->store();
     clip_by_norm(st.local_grads(), st.local_numel(), s.grad_norm, tc.grad_clip);
-    model.optims[c]->step(st.local_params(), st.local_grads(), s.lr);
+    model.optims[c]->step(st.local_params(), st.local_grads(), s.lr, lamb_reducer(mesh, st));
     st.after_update();
   }
 }

@@ -100,6 +100,13 @@ expect_error "zero out of range" "parallel.zero (4) must be 0, 1, 2 or 3" train 
 expect_error "vocab too small for data" "written for a 300-token vocabulary but model.vocab_size is 100" train --set model.vocab_size=100
 
 # Tensor and sequence parallelism: the rules that tp and sp add, on real tp ranks.
+expect_error "unknown optimizer" "train.optimizer 'adam' must be adamw, sgd or lamb" train --set train.optimizer=adam
+expect_error "momentum range" "train.momentum (1) must be in [0, 1)" train --set train.optimizer=sgd --set train.momentum=1
+expect_error "nesterov without momentum" "train.nesterov needs train.optimizer = sgd and train.momentum > 0" \
+  train --set train.optimizer=sgd --set train.nesterov=true
+expect_error_mpi 2 "lamb with ep" "parallel.ep (2) with train.optimizer = lamb" --dp 2 --set train.microbatch_size=1 \
+  --set train.optimizer=lamb \
+  --set model.n_experts=2 --set model.top_k=1 --set model.expert_ffn_hidden=8 --set parallel.ep=2
 expect_error_mpi 2 "n_heads % tp" "model.n_heads (1) must be divisible by parallel.tp (2)" --tp 2 --set model.n_heads=1
 expect_error_mpi 2 "ffn_hidden % tp" "model.ffn_hidden (25) must be divisible by parallel.tp (2)" --tp 2 --set model.ffn_hidden=25
 expect_error_mpi 2 "n_kv_heads vs tp" "model.n_kv_heads (3) and parallel.tp (2): one must divide the other (kv heads are split" \

@@ -4,8 +4,8 @@
 #include <numbers>
 #include <vector>
 
-#include "optim/adamw.h"
 #include "optim/clip.h"
+#include "optim/optimizer.h"
 #include "optim/schedule.h"
 
 namespace mt {
@@ -14,13 +14,23 @@ namespace {
 TEST(AdamW, Seed004FirstStepMovesBothCoordinatesEqually) {
   // Seed 004 §4: L = ½(100x² + y²) at [1, 1] has gradient [100, 1]; after bias
   // correction m̂ = [100, 1], v̂ = [10000, 1], so m̂/√v̂ = [1, 1]: both move by lr.
-  std::vector<float> p = {1.0f, 1.0f}, g = {100.0f, 1.0f}, m(2, 0.0f), v(2, 0.0f);
-  adamw_update(p.data(), g.data(), m.data(), v.data(), 2, /*lr=*/0.1, 0.9, /*beta2 as in the seed=*/0.99,
-               1e-8, 0.0, /*t=*/1);
+  OptimizerOptions o;
+  o.adam = {0.9, /*beta2 as in the seed=*/0.99, 1e-8, 0.0};
+  Optimizer adam(2, o, {{0, 2, true}});
+  std::vector<float> p = {1.0f, 1.0f}, g = {100.0f, 1.0f};
+  adam.step(p.data(), g.data(), /*lr=*/0.1);
   EXPECT_NEAR(1.0f - p[0], 0.1f, 1e-6);
   EXPECT_NEAR(1.0f - p[1], 0.1f, 1e-6);
   EXPECT_NEAR(p[0], p[1], 1e-6);
-  // SGD with the same rate would move x by 10 and y by 0.1 (seed: [-9, 0.9]).
+  // SGD at the same rate overshoots x: the seed's [-9, 0.9].
+  o.kind = OptimizerKind::sgd;
+  Optimizer sgd(2, o, {{0, 2, true}});
+  p = {1.0f, 1.0f};
+  g = {100.0f, 1.0f};
+  sgd.step(p.data(), g.data(), 0.1);
+  EXPECT_FLOAT_EQ(p[0], -9.0f);
+  EXPECT_FLOAT_EQ(p[1], 0.9f);
+  EXPECT_EQ(sgd.state_count(), 0);  // no momentum, no state
 }
 
 TEST(AdamW, MatchesDoubleReferenceOverStepsWithDecayRanges) {
@@ -29,8 +39,9 @@ TEST(AdamW, MatchesDoubleReferenceOverStepsWithDecayRanges) {
   std::vector<double> rp(n), rm(n, 0.0), rv(n, 0.0);
   for (int64_t i = 0; i < n; ++i)
     rp[i] = p[i] = 0.1f * static_cast<float>(i) - 0.3f;
-  AdamWOptions o{0.9, 0.95, 1e-8, 0.1};
-  AdamW opt(n, o, {{0, 4, false}, {4, 6, true}});
+  OptimizerOptions o;
+  o.adam = {0.9, 0.95, 1e-8, 0.1};
+  Optimizer opt(n, o, {{0, 4, false}, {4, 6, true}});
   for (int t = 1; t <= 5; ++t) {
     for (int64_t i = 0; i < n; ++i)
       g[i] = std::sin(static_cast<float>(i * t)) * (i % 3 == 0 ? 10.0f : 0.01f);

@@ -1,0 +1,131 @@
+#include "optim/optimizer.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "optim/clip.h"
+
+namespace mt {
+
+OptimizerKind parse_optimizer(const std::string& name) {
+  if (name == "adamw") return OptimizerKind::adamw;
+  if (name == "sgd") return OptimizerKind::sgd;
+  if (name == "lamb") return OptimizerKind::lamb;
+  MT_THROW(ConfigError, "train.optimizer '", name, "' must be adamw, sgd or lamb");
+}
+
+void sgd_update(float* params, const float* grads, float* buf, int64_t n, double lr, double momentum,
+                bool nesterov, double weight_decay) {
+  const float lr_f = static_cast<float>(lr), mu = static_cast<float>(momentum);
+  const float wd = static_cast<float>(weight_decay);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float d = grads[i] + wd * params[i];
+    if (buf != nullptr) {
+      // b starts at 0, so the first step's b = d, as PyTorch's clone of d.
+      const float b = mu * buf[i] + d;
+      buf[i] = b;
+      d = nesterov ? d + mu * b : b;
+    }
+    params[i] -= lr_f * d;
+  }
+}
+
+void lamb_direction(const float* params, float* grads, float* m, float* v, int64_t n, double beta1,
+                    double beta2, double eps, double weight_decay, int64_t t) {
+  const float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2);
+  const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(beta1, static_cast<double>(t))));
+  const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(beta2, static_cast<double>(t))));
+  const float eps_f = static_cast<float>(eps), wd = static_cast<float>(weight_decay);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grads[i];
+    const float mi = b1 * m[i] + (1.0f - b1) * g;
+    const float vi = b2 * v[i] + (1.0f - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    grads[i] = (mi * c1) / (std::sqrt(vi * c2) + eps_f) + wd * params[i];
+  }
+}
+
+double lamb_trust_ratio(double param_sq, double update_sq) {
+  return param_sq > 0 && update_sq > 0 ? std::sqrt(param_sq) / std::sqrt(update_sq) : 1.0;
+}
+
+Optimizer::Optimizer(int64_t n, const OptimizerOptions& opts, std::vector<DecayRange> ranges,
+                     std::vector<TensorPiece> pieces, int64_t n_tensors)
+    : n_(n), opts_(opts), ranges_(std::move(ranges)), pieces_(std::move(pieces)), n_tensors_(n_tensors) {
+  int64_t covered = 0;
+  for (const auto& r : ranges_) {
+    MT_CHECK(r.offset == covered, "decay ranges must tile the buffer in order");
+    covered += r.numel;
+  }
+  MT_CHECK(covered == n_, "decay ranges cover ", covered, " of ", n_, " elements");
+  if (opts_.kind == OptimizerKind::lamb) {
+    covered = 0;
+    for (const auto& p : pieces_) {
+      MT_CHECK(p.offset == covered, "LAMB's tensor pieces must tile the buffer in order");
+      MT_CHECK(p.tensor < n_tensors_, "tensor ", p.tensor, " of ", n_tensors_);
+      covered += p.numel;
+    }
+    MT_CHECK(covered == n_, "LAMB's tensor pieces cover ", covered, " of ", n_, " elements");
+  }
+  const int count = opts_.kind != OptimizerKind::sgd ? 2 : opts_.momentum != 0 ? 1 : 0;
+  for (int k = 0; k < count; ++k)
+    state_.emplace_back(std::vector<int64_t>{n}, MemKind::optim);
+}
+
+const char* Optimizer::state_suffix(int k) const {
+  MT_CHECK(k >= 0 && k < state_count(), "optimizer state ", k, " of ", state_count());
+  if (opts_.kind == OptimizerKind::sgd) return ".momentum_buffer";
+  return k == 0 ? ".exp_avg" : ".exp_avg_sq";
+}
+
+void Optimizer::step(float* params, float* grads, double lr, const NormReducer& reduce) {
+  ++t_;
+  if (opts_.kind == OptimizerKind::lamb) {
+    lamb_step(params, grads, lr, reduce);
+    return;
+  }
+  const AdamWOptions& a = opts_.adam;
+  for (const auto& r : ranges_) {
+    const double wd = r.decay ? a.weight_decay : 0.0;
+    if (opts_.kind == OptimizerKind::adamw) {
+      adamw_update(params + r.offset, grads + r.offset, state_[0].data() + r.offset,
+                   state_[1].data() + r.offset, r.numel, lr, a.beta1, a.beta2, a.eps, wd, t_);
+    } else {
+      float* buf = state_.empty() ? nullptr : state_[0].data() + r.offset;
+      sgd_update(params + r.offset, grads + r.offset, buf, r.numel, lr, opts_.momentum, opts_.nesterov, wd);
+    }
+  }
+}
+
+void Optimizer::lamb_step(float* params, float* grads, double lr, const NormReducer& reduce) {
+  const AdamWOptions& a = opts_.adam;
+  for (const auto& r : ranges_) {
+    lamb_direction(params + r.offset, grads + r.offset, state_[0].data() + r.offset,
+                   state_[1].data() + r.offset, r.numel, a.beta1, a.beta2, a.eps,
+                   r.decay ? a.weight_decay : 0.0, t_);
+  }
+  // Σθ² and Σr² of each tensor's pieces here, then over its other pieces.
+  std::vector<double> sums(static_cast<size_t>(2 * n_tensors_), 0.0);
+  for (const TensorPiece& p : pieces_) {
+    if (p.tensor < 0 || !p.counted) continue;
+    sums[static_cast<size_t>(2 * p.tensor)] += sum_squares(params + p.offset, p.numel);
+    sums[static_cast<size_t>(2 * p.tensor + 1)] += sum_squares(grads + p.offset, p.numel);
+  }
+  if (reduce && n_tensors_ > 0) reduce(sums.data(), 2 * n_tensors_);
+  for (const TensorPiece& p : pieces_) {
+    const double trust = p.tensor < 0 ? 1.0
+                                      : lamb_trust_ratio(sums[static_cast<size_t>(2 * p.tensor)],
+                                                         sums[static_cast<size_t>(2 * p.tensor + 1)]);
+    const float scale = static_cast<float>(lr * trust);
+    float* w = params + p.offset;
+    const float* u = grads + p.offset;
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < p.numel; ++j)
+      w[j] -= scale * u[j];
+  }
+}
+
+}  // namespace mt
