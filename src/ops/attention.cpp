@@ -67,6 +67,20 @@ void online_softmax_tile(float* S, const RunningRows& run, int64_t nq, int64_t n
   }
 }
 
+// Dropout of the probabilities P [nq, nk] (row stride kTileK) of head h in
+// batch row b, after the running sum took them whole: the softmax's
+// normaliser is that of the undropped probabilities, as in PyTorch's
+// dropout(softmax(s)).
+void dropout_tile(float* P, int64_t nq, int64_t nk, const AttentionDropout& dr, int64_t b, int64_t h,
+                  const int32_t* qp, const int32_t* kp) {
+  const auto seq = static_cast<uint32_t>(dr.seq[b]), head = static_cast<uint32_t>(dr.head0 + h);
+  for (int64_t r = 0; r < nq; ++r) {
+    float* p = P + r * kTileK;
+    for (int64_t c = 0; c < nk; ++c)
+      p[c] *= dropout_factor(dr.key, static_cast<uint32_t>(qp[r]), static_cast<uint32_t>(kp[c]), head, seq);
+  }
+}
+
 // out rows = acc / l and lse = m + log l, for the nq queries of a tile; a query
 // that saw no key gets out = 0 and lse = −inf. out has row stride out_stride,
 // lse is contiguous.
@@ -136,6 +150,7 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
         // S[nq, nk] = Q · Kᵀ, turned into probabilities; acc[nq, D] += P · V
         sgemm(Trans::no, Trans::yes, nq, nk, D, qb, d.q_stride, kb, d.kv_stride, S, kTileK, Out::assign);
         online_softmax_tile(S, run, nq, nk, D, scale, k_pos + b * Tk + k0, qp, kr.hi <= qr.lo);
+        if (d.dropout) dropout_tile(S, nq, nk, *d.dropout, b, h, qp, k_pos + b * Tk + k0);
         sgemm(Trans::no, Trans::no, nq, D, nk, S, kTileK, vb, d.kv_stride, run.acc, D, Out::add);
       }
       finish_rows(out + (b * Tq + q0) * d.out_stride + h * D, lse + (b * H + h) * Tq + q0, run, nq, D,

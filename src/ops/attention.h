@@ -9,7 +9,19 @@
 
 #include <cstdint>
 
+#include "ops/dropout.h"
+
 namespace mt {
+
+// Dropout on the attention probabilities (docs/MODEL.md, "Dropout"): element
+// (query, key) of head h in batch row b is kept or dropped by
+// dropout_factor(key, q_pos, k_pos, head0 + h, seq[b]) — global positions,
+// the global head and the global sequence, so every layout draws the same mask.
+struct AttentionDropout {
+  DropoutKey key;
+  const int64_t* seq = nullptr;  // [B]: the global sequence index of each batch row
+  int64_t head0 = 0;             // the global index of head 0 here (tensor parallelism)
+};
 
 struct AttentionDims {
   int64_t batch = 1;       // B sequences
@@ -21,6 +33,7 @@ struct AttentionDims {
   int64_t q_stride = 0;    // floats between consecutive tokens of q and dq
   int64_t kv_stride = 0;   // floats between consecutive tokens of k, v, dk and dv
   int64_t out_stride = 0;  // floats between consecutive tokens of out and dout
+  const AttentionDropout* dropout = nullptr;  // null: no dropout
 };
 
 // q   [B, Tq, q_stride]   head h at columns [h·D, (h+1)·D)

@@ -36,10 +36,14 @@ struct BackwardTile {
   const int32_t* k_pos;
   int64_t nq, nk;
   bool all_visible;
+  const AttentionDropout* dropout;  // null: none
+  uint32_t seq, head;               // the tile's global sequence and head (dropout)
 };
 
 // P = exp(scale · Q·Kᵀ − lse) (0 where hidden) and dS = P ∘ (dO·Vᵀ − Di) · scale,
-// both [nq, nk] with row stride kTileK.
+// both [nq, nk] with row stride kTileK. With dropout (mask factors Z, the
+// forward's, regenerated): the P returned is P ∘ Z (what dV needs) and
+// dS = P ∘ (Z ∘ dO·Vᵀ − Di) · scale; Di = rowsum(dO ∘ O) = Σ P ∘ Z ∘ dO·Vᵀ still.
 void probs_and_dscores(float* P, float* dS, const BackwardTile& t, const AttentionDims& d, float scale) {
   sgemm(Trans::no, Trans::yes, t.nq, t.nk, d.head_dim, t.q, d.q_stride, t.k, d.kv_stride, P, kTileK,
         Out::assign);
@@ -50,6 +54,17 @@ void probs_and_dscores(float* P, float* dS, const BackwardTile& t, const Attenti
     float* ds = dS + r * kTileK;
     if (!t.all_visible) mask_row(p, t.nk, t.k_pos, t.q_pos[r]);
     const float L = t.lse[r], Di = t.di[r];
+    if (t.dropout) {
+      const DropoutKey& key = t.dropout->key;
+      const auto qpos = static_cast<uint32_t>(t.q_pos[r]);
+      for (int64_t c = 0; c < t.nk; ++c) {
+        const float pc = exp_vec(p[c] * scale - L);
+        const float z = dropout_factor(key, qpos, static_cast<uint32_t>(t.k_pos[c]), t.head, t.seq);
+        p[c] = pc * z;
+        ds[c] = pc * (ds[c] * z - Di) * scale;
+      }
+      continue;
+    }
 #pragma omp simd
     for (int64_t c = 0; c < t.nk; ++c) {
       const float pc = exp_vec(p[c] * scale - L);
@@ -112,6 +127,11 @@ struct Backward {
     t.nq = std::min(kTileQ, Tq - q0);
     t.nk = std::min(kTileK, Tk - k0);
     t.all_visible = kr.hi <= qr.lo;
+    t.dropout = d.dropout;
+    if (d.dropout) {
+      t.seq = static_cast<uint32_t>(d.dropout->seq[b]);
+      t.head = static_cast<uint32_t>(d.dropout->head0 + h);
+    }
     return true;
   }
   float* dq_at(int64_t b, int64_t h, int64_t qt) const {

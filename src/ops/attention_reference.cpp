@@ -19,6 +19,13 @@ int64_t out_at(const AttentionDims& d, int64_t b, int64_t t, int64_t h) {
   return (b * d.q_len + t) * d.out_stride + h * d.head_dim;
 }
 
+// The dropout factor of (query i, key j) of head h in row b: 1 without dropout.
+double keep(const AttentionDims& d, int64_t b, int64_t h, int32_t qpos, int32_t kpos) {
+  if (d.dropout == nullptr) return 1.0;
+  return dropout_factor(d.dropout->key, static_cast<uint32_t>(qpos), static_cast<uint32_t>(kpos),
+                        static_cast<uint32_t>(d.dropout->head0 + h), static_cast<uint32_t>(d.dropout->seq[b]));
+}
+
 double dot(const double* a, const double* b, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; ++i)
@@ -57,7 +64,7 @@ void attention_forward(double* out, double* lse, const double* q, const double* 
           sum += std::exp(s[j] - mx);
         L = mx + std::log(sum);
         for (int64_t j = 0; j < d.kv_len; ++j) {
-          const double p = std::exp(s[j] - L);
+          const double p = std::exp(s[j] - L) * keep(d, b, h, q_pos[b * d.q_len + i], k_pos[b * d.kv_len + j]);
           const double* vj = v + kv_at(d, b, j, g);
           for (int64_t c = 0; c < D; ++c)
             o[c] += p * vj[c];
@@ -70,9 +77,10 @@ void attention_forward(double* out, double* lse, const double* q, const double* 
 void attention_backward(double* dq, double* dk, double* dv, const double* dout, const double* out,
                         const double* lse, const double* q, const double* k, const double* v,
                         const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d) {
-  // With P_ij = exp(s_ij − lse_i), s_ij = scale · q_i·k_j and out_i = Σ_j P_ij v_j:
-  //   dP_ij = dout_i·v_j,  D_i = Σ_j P_ij dP_ij = dout_i·out_i,  dS_ij = P_ij (dP_ij − D_i)
-  //   dq_i += scale Σ_j dS_ij k_j,  dk_j += scale Σ_i dS_ij q_i,  dv_j += Σ_i P_ij dout_i
+  // With P_ij = exp(s_ij − lse_i), s_ij = scale · q_i·k_j, dropout factors Z_ij
+  // (1 without dropout) and out_i = Σ_j P_ij Z_ij v_j:
+  //   dP_ij = Z_ij dout_i·v_j,  D_i = Σ_j P_ij dP_ij = dout_i·out_i,  dS_ij = P_ij (dP_ij − D_i)
+  //   dq_i += scale Σ_j dS_ij k_j,  dk_j += scale Σ_i dS_ij q_i,  dv_j += Σ_i P_ij Z_ij dout_i
   const int64_t D = d.head_dim, group = d.n_heads / d.n_kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   const double neg_inf = -std::numeric_limits<double>::infinity();
@@ -90,14 +98,15 @@ void attention_backward(double* dq, double* dk, double* dv, const double* dout, 
           const double* kj = k + kv_at(d, b, j, g);
           const double* vj = v + kv_at(d, b, j, g);
           const double p = std::exp(scale * dot(qi, kj, D) - L);
-          const double ds = p * (dot(gi, vj, D) - Di);
+          const double z = keep(d, b, h, q_pos[b * d.q_len + i], k_pos[b * d.kv_len + j]);
+          const double ds = p * (z * dot(gi, vj, D) - Di);
           double* dqi = dq + q_at(d, b, i, h);
           double* dkj = dk + kv_at(d, b, j, g);
           double* dvj = dv + kv_at(d, b, j, g);
           for (int64_t c = 0; c < D; ++c) {
             dqi[c] += scale * ds * kj[c];
             dkj[c] += scale * ds * qi[c];
-            dvj[c] += p * gi[c];
+            dvj[c] += p * z * gi[c];
           }
         }
       }
