@@ -64,7 +64,8 @@ build_on_device() {
   mkdir -p "$obj" "$PACK/local/bin"
   local flags=(-std=c++20 -O3 -arch=sm_90 -Isrc -Itests -I"$g/include" -I"$g" -Xcompiler=-pthread)
   local srcs=(src/cuda/*.cu src/core/memory.cpp src/core/device.cpp src/ops/reference.cpp
-              src/ops/attention_reference.cpp tests/cuda/*.cpp "$g/src/gtest-all.cc" bench/cuda/cuda_bench.cpp)
+              src/ops/attention_reference.cpp src/core/philox.cpp tests/cuda/*.cpp "$g/src/gtest-all.cc"
+              bench/cuda/cuda_bench.cpp)
   local f pids=()
   for f in "${srcs[@]}"; do
     nvcc "${flags[@]}" -c "$f" -o "$obj/$(echo "$f" | tr '/.' '__').o" & pids+=($!)

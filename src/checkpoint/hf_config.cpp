@@ -196,10 +196,12 @@ void write_hf_config(const std::string& path, const HfLlamaConfig& c) {
             {"rope_theta", c.rope_theta},
             {"rms_norm_eps", c.rms_norm_eps},
             {"tie_word_embeddings", c.tie_word_embeddings},
+            {"attention_dropout", c.attention_dropout},
             {"hidden_act", "silu"},
             {"attention_bias", false},
             {"mlp_bias", false},
             {"torch_dtype", "float32"}};
+  if (c.hidden_dropout > 0) j["hidden_dropout"] = c.hidden_dropout;
   if (c.num_local_experts > 0) write_moe_fields(j, c);
   if (c.rope_scaling != "none") j["rope_scaling"] = rope_json(c.rope_scaling);  // absent: no scaling
   write_file_atomic(path, j.dump(2) + "\n");
@@ -251,6 +253,8 @@ HfLlamaConfig read_hf_config(const std::string& path) {
   c.rms_norm_eps = r.number("rms_norm_eps");
   read_rope(root, r, path, &c);
   c.tie_word_embeddings = r.present("tie_word_embeddings") ? r.boolean("tie_word_embeddings") : false;
+  c.attention_dropout = r.present("attention_dropout") ? r.number("attention_dropout") : 0.0;
+  c.hidden_dropout = r.present("hidden_dropout") ? r.number("hidden_dropout") : 0.0;
   if (type != "llama") read_moe_fields(r, type == "mixtral", &c);
   check_hf_config(c, path);
   if (r.present("head_dim") && r.integer("head_dim") != c.hidden_size / c.num_attention_heads) {

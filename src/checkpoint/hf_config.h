@@ -19,6 +19,8 @@ struct HfLlamaConfig {
   double rope_theta = 10000.0;
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;
+  double attention_dropout = 0;  // transformers' LlamaConfig field (training only)
+  double hidden_dropout = 0;     // ours: on o_proj and down_proj outputs (training only)
   // Mixture of experts (0 experts: a Llama). Every layer: a Mixtral
   // (model_type "mixtral", intermediate_size the experts' hidden size); every
   // moe_every-th layer (> 1): our own model_type "meshtrain_moe", which is not

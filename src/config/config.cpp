@@ -49,6 +49,10 @@ std::vector<Entry> model_train_data_entries() {
           "llama3,factor=F,low_freq_factor=a,high_freq_factor=b,original_max_position_embeddings=L "
           "(docs/MODEL.md)"),
       MT_KEY(model, norm_eps, "float", "RMSNorm epsilon"),
+      MT_KEY(
+          model, attention_dropout, "float",
+          "training dropout on the attention probabilities (masks independent of the layout; docs/MODEL.md)"),
+      MT_KEY(model, hidden_dropout, "float", "training dropout on the o_proj and down_proj outputs (ours)"),
       MT_KEY(model, tie_embeddings, "bool", "share the input embedding and the LM head"),
       MT_KEY(model, init_std, "float",
              "std of the normal initialisation (output projections also / sqrt(2 n_layers))"),

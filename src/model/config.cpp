@@ -15,6 +15,12 @@ void ModelConfig::validate() const {
   positive("n_kv_heads", n_kv_heads);
   positive("ffn_hidden", ffn_hidden);
   positive("max_seq_len", max_seq_len);
+  for (const auto& [name, p] :
+       {std::pair{"attention_dropout", attention_dropout}, {"hidden_dropout", hidden_dropout}})
+    MT_REQUIRE(p >= 0 && p < 1, ConfigError, "model.", name, " (", p, ") must be in [0, 1)");
+  MT_REQUIRE(hidden_dropout == 0 || !moe(), ConfigError, "model.hidden_dropout (", hidden_dropout,
+             ") with model.n_experts (", n_experts,
+             "): dropout of the experts' output is not built yet (model.attention_dropout is)");
   MT_REQUIRE(vocab_size <= (int64_t{1} << 31) - 1, ConfigError, "model.vocab_size (", vocab_size,
              ") must fit in a 32-bit token id");
   MT_REQUIRE(d_model % n_heads == 0, ConfigError, "model.d_model (", d_model,

@@ -26,6 +26,11 @@ struct ModelConfig {
   double norm_eps = 1e-5;  // rms_norm_eps
   bool tie_embeddings = false;
   double init_std = 0.02;  // std of the normal initialisation
+  // Dropout in training (docs/MODEL.md "Dropout"): on the attention
+  // probabilities (Hugging Face's attention_dropout) and on the outputs of
+  // o_proj and down_proj before the residual add (ours).
+  double attention_dropout = 0.0;
+  double hidden_dropout = 0.0;
   // Mixture of experts (Mixtral; docs/MODEL.md "Mixture of experts"). n_experts
   // 0: a dense model. Otherwise every moe_every-th layer (layers moe_every−1,
   // 2·moe_every−1, …) has a router over n_experts SwiGLU experts of hidden

@@ -225,6 +225,7 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
     for (int64_t i = 0; i < N; ++i)
       sl.pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % T);
   }
+  dropout_coords(sl);
   if (cfg_.rope().type == RopeType::dynamic) {  // frequencies of this length (docs/MODEL.md)
     const int64_t L = T * (cp_ ? cp_->size() : 1);
     if (rope_.seq_len() != L) rope_ = cfg_.rope_table(L);

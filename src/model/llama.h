@@ -32,6 +32,8 @@
 #include "core/tensor.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "ops/attention.h"
+#include "ops/dropout.h"
 #include "ops/rope.h"
 #include "parallel/cp_attention.h"
 #include "parallel/expert_parallel.h"
@@ -162,6 +164,12 @@ class Llama : public pp::Stage {
     store_->begin_microbatch(index);
   }
   void finish_grads() override { store_->finish_grads(); }
+  void set_forward_rows(int64_t first_row) override { next_first_row_ = first_row; }
+  // Dropout (model.attention_dropout, model.hidden_dropout; docs/MODEL.md
+  // "Dropout") in the forwards and backwards that follow, its masks keyed by
+  // (seed, step); clear_dropout turns it off (evaluation runs without).
+  void set_dropout(uint64_t seed, int64_t step) { drop_ = {seed, step, true}; }
+  void clear_dropout() { drop_.on = false; }
   bool has_embed() const { return table_.embed_unit >= 0; }
   bool has_head() const { return table_.final_unit >= 0; }
   int slots_allocated() const { return static_cast<int>(slots_.size()); }
@@ -204,6 +212,7 @@ class Llama : public pp::Stage {
   void layer_forward(int64_t l, const float* P, LayerActs& a, const float* x_in, float* x_out);
   void layer_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in, float* dres);
   void attention_core_backward(int64_t gl, LayerActs& a);
+  const float* dropped_grad(int64_t gl, const char* site, const float* dres);
   float* head_backward(float dloss);
   LayerActs& acts_for(int64_t l);
   // The mixture of experts in place of the MLP of stage layer l (llama_moe.cpp):
@@ -224,6 +233,15 @@ class Llama : public pp::Stage {
   // tp scratch part without SP, dln with SP (part then holds the partial sum).
   float* column_dinput_buffer();
   float* part_scratch();  // [N, C] scratch of tp layers (null without tp)
+  // The mask of `site` ("attn", "o_proj", "down_proj") of model layer gl at
+  // rate p in the current step; off outside training or at p = 0.
+  DropoutKey dropout_at(int64_t gl, const char* site, double p) const;
+  // The attention dropout of model layer gl for the current slot, in *storage;
+  // null when off.
+  const AttentionDropout* attention_dropout(int64_t gl, AttentionDropout* storage) const;
+  // Where the rows of the current slot's residual stream sit (hidden dropout).
+  TokenCoords residual_coords() const;
+  void dropout_coords(Slot& sl) const;  // the slot's seq_rows, seq_resid, pos_resid
   bool tp_on() const { return tp_ != nullptr; }
   bool sp_on() const { return tp_ != nullptr && opts_.sp; }
 
@@ -251,8 +269,14 @@ class Llama : public pp::Stage {
   std::vector<std::vector<float>> router_bias_;  // per stage layer: [E] (MoE layers with bias on), else empty
   MoeStats moe_stats_;
   int64_t microbatches_ = 1, microbatch_ = 0;  // of the current step, the current backward's index
-  int64_t B_ = 0, T_ = 0;                      // shape of the last forward
-  int64_t N_ = 0, Nl_ = 0;  // its tokens, and those of the residual stream here (N / tp under SP)
+  struct DropoutRun {
+    uint64_t seed = 0;
+    int64_t step = 0;
+    bool on = false;
+  } drop_;
+  int64_t next_first_row_ = 0;  // the next forward's first global sequence (set_forward_rows)
+  int64_t B_ = 0, T_ = 0;       // shape of the last forward
+  int64_t N_ = 0, Nl_ = 0;      // its tokens, and those of the residual stream here (N / tp under SP)
 };
 
 }  // namespace mt

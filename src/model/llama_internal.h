@@ -111,6 +111,10 @@ struct Llama::Slot {
   Tensor logits;                  // last stage: [N, Vl]; the backward turns it into dlogits in place
   Tensor losses, lse_ce;          // last stage: [N]
   std::vector<int32_t> inputs, targets, pos;
+  // Dropout's coordinates: the global sequence of each batch row [B], and the
+  // global sequence and position of each residual-stream row here [Nl].
+  std::vector<int64_t> seq_rows, seq_resid;
+  std::vector<int32_t> pos_resid;
   bool has_targets = false;
   MoeTally tally;  // its router statistics (mixture of experts)
 };

@@ -40,15 +40,22 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
   {
     MT_TIMED(Kernel::attention);
     AttentionDims d{B, T, T, H, KV, D, QKV, QKV, Q};
+    AttentionDropout dr;
+    d.dropout = attention_dropout(gl, &dr);
     const float* q = a.qkv.data();
     const float *k = q + Q, *v = q + Q + KV * D;
     attention_.forward(a.att.data(), a.lse.data(), q, k, v, pos, pos, d, site_of(gl, "attn"));
   }
   {
-    MT_TIMED(Kernel::gemm);  // mid = x + o_proj(att)
+    MT_TIMED(Kernel::gemm);  // mid = x + o_proj(att), with hidden dropout: x + dropout(o_proj(att))
     const std::string site = tp::layer_site(gl, "self_attn.o_proj.weight");
+    const DropoutKey drop = dropout_at(gl, "o_proj", cfg_.hidden_dropout);
     tp::row_parallel_forward(a.mid.data(), part_scratch(), a.att.data(), P + o.o, N, Q, C, tp_layer(site),
-                             x_in);
+                             drop.on ? nullptr : x_in);
+    if (drop.on) {
+      dropout_rows(a.mid.data(), Nl, C, drop, residual_coords());
+      add_inplace(a.mid.data(), x_in, Nl * C);
+    }
   }
   {
     MT_TIMED(Kernel::rmsnorm);
@@ -69,10 +76,26 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
     swiglu_forward(a.h.data(), a.gu.data(), N, F);
   }
   if (x_out == nullptr) return;  // recomputation needs the activations, not the output
-  MT_TIMED(Kernel::gemm);        // x_out = mid + down(h)
+  MT_TIMED(Kernel::gemm);        // x_out = mid + down(h), with hidden dropout: mid + dropout(down(h))
   const std::string site = tp::layer_site(gl, "mlp.down_proj.weight");
+  const DropoutKey drop = dropout_at(gl, "down_proj", cfg_.hidden_dropout);
   tp::row_parallel_forward(x_out, part_scratch(), a.h.data(), P + o.down, N, F, C, tp_layer(site),
-                           a.mid.data());
+                           drop.on ? nullptr : a.mid.data());
+  if (drop.on) {
+    dropout_rows(x_out, Nl, C, drop, residual_coords());
+    add_inplace(x_out, a.mid.data(), Nl * C);
+  }
+}
+
+// dL/d(the dropped projection output) = dropout mask ∘ dres, in dtmp (free
+// between the norms' backwards); dres itself when the site's dropout is off.
+const float* Llama::dropped_grad(int64_t gl, const char* site, const float* dres) {
+  const DropoutKey drop = dropout_at(gl, site, cfg_.hidden_dropout);
+  if (!drop.on) return dres;
+  float* g = buf_->dtmp.data();
+  std::copy(dres, dres + Nl_ * cfg_.d_model, g);
+  dropout_rows(g, Nl_, cfg_.d_model, drop, residual_coords());
+  return g;
 }
 
 void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in,
@@ -98,8 +121,9 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
     {
       MT_TIMED(Kernel::gemm);  // dh
       const std::string site = tp::layer_site(gl, "mlp.down_proj.weight");
-      tp::row_parallel_backward(b.dmid.data(), G + o.down, b.dfull.data(), dres, a.h.data(), P + o.down, N, F,
-                                C, tp_layer(site));
+      tp::row_parallel_backward(b.dmid.data(), G + o.down, b.dfull.data(),
+                                dropped_grad(gl, "down_proj", dres), a.h.data(), P + o.down, N, F, C,
+                                tp_layer(site));
     }
     {
       MT_TIMED(Kernel::swiglu);
@@ -121,8 +145,8 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
   {
     MT_TIMED(Kernel::gemm);  // datt
     const std::string site = tp::layer_site(gl, "self_attn.o_proj.weight");
-    tp::row_parallel_backward(b.dmid.data(), G + o.o, b.dfull.data(), dres, a.att.data(), P + o.o, N, Q, C,
-                              tp_layer(site));
+    tp::row_parallel_backward(b.dmid.data(), G + o.o, b.dfull.data(), dropped_grad(gl, "o_proj", dres),
+                              a.att.data(), P + o.o, N, Q, C, tp_layer(site));
   }
   attention_core_backward(gl, a);  // b.dqkv = d(q|k|v) before RoPE
   // A kv head replicated on several tp ranks gets a part of its gradient from
@@ -163,6 +187,8 @@ void Llama::attention_core_backward(int64_t gl, LayerActs& a) {
     MT_TIMED(Kernel::attention);
     b.dqkv.zero();  // attention_backward accumulates
     AttentionDims d{B, T, T, H, KV, D, QKV, QKV, Q};
+    AttentionDropout dr;
+    d.dropout = attention_dropout(gl, &dr);
     const float* q = a.qkv.data();
     float* dq = b.dqkv.data();
     const float *k = q + Q, *v = q + Q + KV * D;

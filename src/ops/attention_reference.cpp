@@ -23,7 +23,8 @@ int64_t out_at(const AttentionDims& d, int64_t b, int64_t t, int64_t h) {
 double keep(const AttentionDims& d, int64_t b, int64_t h, int32_t qpos, int32_t kpos) {
   if (d.dropout == nullptr) return 1.0;
   return dropout_factor(d.dropout->key, static_cast<uint32_t>(qpos), static_cast<uint32_t>(kpos),
-                        static_cast<uint32_t>(d.dropout->head0 + h), static_cast<uint32_t>(d.dropout->seq[b]));
+                        static_cast<uint32_t>(d.dropout->head0 + h),
+                        static_cast<uint32_t>(d.dropout->seq[b]));
 }
 
 double dot(const double* a, const double* b, int64_t n) {
@@ -64,7 +65,8 @@ void attention_forward(double* out, double* lse, const double* q, const double* 
           sum += std::exp(s[j] - mx);
         L = mx + std::log(sum);
         for (int64_t j = 0; j < d.kv_len; ++j) {
-          const double p = std::exp(s[j] - L) * keep(d, b, h, q_pos[b * d.q_len + i], k_pos[b * d.kv_len + j]);
+          const double p =
+              std::exp(s[j] - L) * keep(d, b, h, q_pos[b * d.q_len + i], k_pos[b * d.kv_len + j]);
           const double* vj = v + kv_at(d, b, j, g);
           for (int64_t c = 0; c < D; ++c)
             o[c] += p * vj[c];

@@ -107,6 +107,7 @@ double Executor::run_actions(const int32_t* inputs, const int32_t* targets, floa
         break;
       }
       case Op::forward:
+        model.set_forward_rows(first_row_ + m * mb_);
         loss += model.forward_slot(take_slot(c, m), inputs + m * tokens, targets + m * tokens, mb_, T_);
         break;
       case Op::send_act: {

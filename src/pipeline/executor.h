@@ -46,6 +46,9 @@ class Executor {
   // divided by valid_tokens (its valid targets, summed over every rank); with
   // none, nothing is computed. Returns the last stage's loss sum (0 elsewhere).
   double run(const int32_t* inputs, const int32_t* targets, int64_t valid_tokens);
+  // The global index of this rank's first row in the step's batch (the data-
+  // parallel rank's offset): microbatch m's rows start at first_row + m·mb.
+  void set_first_row(int64_t first_row) { first_row_ = first_row; }
 
   // A forward through every stage, for evaluation: the virtual stages in
   // order, each receiving its input from the previous one (blocking), the last
@@ -53,6 +56,7 @@ class Executor {
   double forward_loss(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T);
 
   const Schedule& schedule() const { return schedule_; }
+  int64_t first_row() const { return first_row_; }
   const std::vector<Span>& spans() const { return spans_; }
   double busy_s() const { return busy_s_; }  // forward + backward time of the last run
   double wall_s() const { return wall_s_; }  // the last run's actions, start to end
@@ -84,6 +88,7 @@ class Executor {
   Group* pp_;
   std::vector<Stage*> chunks_;
   int64_t mb_, T_;
+  int64_t first_row_ = 0;
   std::vector<std::vector<int>> slot_of_;     // [chunk][microbatch] → activation slot (−1: none)
   std::vector<std::vector<int>> free_slots_;  // [chunk]
   std::vector<int> slots_made_;               // [chunk]

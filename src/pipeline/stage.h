@@ -34,6 +34,10 @@ class Stage {
   // begin_step(m) before the step's first microbatch, begin_microbatch(i)
   // before the stage's i-th backward of the step, finish_grads() after its last.
   virtual void begin_step(int64_t microbatches) = 0;
+  // The global index (in the step's batch) of the first sequence of the next
+  // forward_slot: where the microbatch's rows sit in the one-process batch,
+  // which dropout's masks are keyed by (docs/MODEL.md, "Dropout").
+  virtual void set_forward_rows(int64_t first_row) { (void)first_row; }
   virtual void begin_microbatch(int64_t index) = 0;
   virtual void finish_grads() = 0;
 };

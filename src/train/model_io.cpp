@@ -32,6 +32,8 @@ HfLlamaConfig to_hf(const ModelConfig& c) {
   h.rope_scaling = format_rope_scaling(c.rope());
   h.rms_norm_eps = c.norm_eps;
   h.tie_word_embeddings = c.tie_embeddings;
+  h.attention_dropout = c.attention_dropout;
+  h.hidden_dropout = c.hidden_dropout;
   if (c.moe()) {
     h.num_local_experts = c.n_experts;
     h.num_experts_per_tok = c.top_k;
@@ -113,6 +115,8 @@ ModelConfig read_model_config(const std::string& dir) {
   c.rope_scaling = h.rope_scaling;
   c.norm_eps = h.rms_norm_eps;
   c.tie_embeddings = h.tie_word_embeddings;
+  c.attention_dropout = h.attention_dropout;
+  c.hidden_dropout = h.hidden_dropout;
   if (h.num_local_experts > 0) {
     c.n_experts = h.num_local_experts;
     c.top_k = h.num_experts_per_tok;

@@ -164,6 +164,7 @@ TrainModel make_train_model(const Config& cfg, const RunOptions& opts, const Run
     stages.push_back(c.get());
   t.executor = std::make_unique<pp::Executor>(std::move(schedule), mesh.pp_rank, mesh.pp_group(), stages,
                                               tc.microbatch_size, tc.seq_len / mesh.cp);
+  t.executor->set_first_row(mesh.dp_rank * (tc.batch_size / mesh.dp));  // shard_batch's rows of this rank
   return t;
 }
 

@@ -128,7 +128,11 @@ StepStats train_step(TrainModel& model, const RunMesh& mesh, const Config& cfg, 
   if (votes) put_votes(*votes, counts + 1);
   sum_over_dp_cp(mesh, counts, "valid tokens", n);
   valid = counts[0];
+  for (auto& c : model.chunks)  // dropout's masks are keyed by (seed, step); evaluation runs without
+    c->set_dropout(tc.seed, step);
   double loss_sum = model.executor->run(mine.inputs.data(), mine.targets.data(), valid);
+  for (auto& c : model.chunks)
+    c->clear_dropout();
   sum_tied_embedding(mesh, model.tied_store);
   sum_over(mesh.pp_group(), &loss_sum, "pp sum");  // only the last stage has a loss
   sum_over_dp_cp(mesh, &loss_sum, "loss");

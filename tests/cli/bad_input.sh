@@ -100,6 +100,9 @@ expect_error "zero out of range" "parallel.zero (4) must be 0, 1, 2 or 3" train 
 expect_error "vocab too small for data" "written for a 300-token vocabulary but model.vocab_size is 100" train --set model.vocab_size=100
 
 # Tensor and sequence parallelism: the rules that tp and sp add, on real tp ranks.
+expect_error "dropout range" "model.attention_dropout (1) must be in [0, 1)" train --set model.attention_dropout=1
+expect_error "hidden dropout with experts" "model.hidden_dropout (0.1) with model.n_experts (2)" train \
+  --set model.hidden_dropout=0.1 --set model.n_experts=2 --set model.top_k=1 --set model.expert_ffn_hidden=8
 expect_error "unknown optimizer" "train.optimizer 'adam' must be adamw, sgd or lamb" train --set train.optimizer=adam
 expect_error "momentum range" "train.momentum (1) must be in [0, 1)" train --set train.optimizer=sgd --set train.momentum=1
 expect_error "nesterov without momentum" "train.nesterov needs train.optimizer = sgd and train.momentum > 0" \

@@ -46,5 +46,5 @@ for f in ['attention_bf16.cuh', 'attention_bf16.cu', 'attention_bf16_backward.cu
 PY
 g++ -std=c++20 -O2 -pthread -I"$work/inc" -I"$root/src" "$here/emulate_attention_bf16.cpp" -x c++ \
   "$work/inc/cuda/attention_bf16.cu" "$work/inc/cuda/attention_bf16_backward.cu" -x none \
-  "$root/src/ops/attention_reference.cpp" -o "$work/emulate"
+  "$root/src/ops/attention_reference.cpp" "$root/src/core/philox.cpp" -o "$work/emulate"
 "$work/emulate" "${1:-0}"
