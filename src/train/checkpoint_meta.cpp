@@ -102,9 +102,12 @@ json read_metadata(const std::string& dir) {
     MT_THROW(DataError, path, ": not valid JSON (", e.what(), ")");
   }
   MT_REQUIRE(meta.is_object(), DataError, path, ": not a JSON object");
-  MT_REQUIRE(meta.value("format_version", -1) == kCheckpointFormatVersion, DataError, path,
-             ": format_version ", meta.value("format_version", -1), " is not the ", kCheckpointFormatVersion,
-             " this meshtrain reads");
+  const int version = meta.value("format_version", -1);
+  MT_REQUIRE(version == kCheckpointFormatVersion, DataError, path, ": format_version ", version,
+             " is not the ", kCheckpointFormatVersion, " this meshtrain reads",
+             version == 1 ? " (a version-1 checkpoint has one checksum per file, not per slice: export it "
+                            "with the meshtrain that wrote it and continue with --init-from)"
+                          : "");
   // A damaged byte can leave valid JSON with another step, shape or CRC in it.
   const json stored = meta.value("metadata_crc32c", json());
   MT_REQUIRE(stored.is_string() && stored.get<std::string>() == metadata_checksum(meta), DataError, path,

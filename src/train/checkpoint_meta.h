@@ -11,7 +11,8 @@
 
 namespace mt {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+// 2: a CRC32C per slice and state, and per file header (1: one per file).
+inline constexpr int kCheckpointFormatVersion = 2;
 // The keys of a tensor's parameters and AdamW moments in the slice files.
 inline constexpr const char* kStateSuffix[3] = {"", ".exp_avg", ".exp_avg_sq"};
 
