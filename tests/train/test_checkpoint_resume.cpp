@@ -121,6 +121,23 @@ TEST(ResolveResume, FallsBackPastATruncatedCheckpointWithAWarning) {
   EXPECT_THAT(c.warnings[0], HasSubstr("starting fresh"));
 }
 
+// A metadata.json whose slices leave a hole (resealed: the hole, not the
+// checksum, is what is found) is passed over at start-up, before any load.
+TEST(ResolveResume, FallsBackPastAHole) {
+  Root r;
+  r.add(2);
+  r.add(4);
+  nlohmann::json meta = nlohmann::json::parse(read_file(r.dir(4) + "/metadata.json"));
+  meta["files"][0]["slices"][0]["shape"] = {1};
+  meta["metadata_crc32c"] = metadata_checksum(meta);
+  write_file_atomic(r.dir(4) + "/metadata.json", meta.dump(1));
+  const ResumeChoice c = resolve_resume("auto", r.str());
+  EXPECT_EQ(c.dir, r.dir(2));
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_THAT(c.warnings[0], HasSubstr("the saved slices of 'model.norm.weight' cover 1 of its 2 elements "
+                                       "(metadata.json leaves a hole)"));
+}
+
 // A flipped data byte is not resolve_resume's to find (it reads no shard
 // file): the ranks that read the slice find it (open_resume, CheckpointReader).
 TEST(ResolveResume, SliceChecksumsAreTheReadersCheck) {
