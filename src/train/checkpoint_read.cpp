@@ -159,27 +159,29 @@ void CheckpointReader::check_coverage() const {
   }
 }
 
-const SafetensorsFile& CheckpointReader::open(const std::string& file) {
+const SafetensorsFile& CheckpointReader::open(const std::string& file, const std::string& tensor) {
   auto& f = open_[file];
   if (f) return *f;
   const std::string path = (fs::path(dir_) / file).string();
   const FileInfo& info = files_.at(file);
   std::error_code ec;
   const uintmax_t bytes = fs::file_size(path, ec);
-  MT_REQUIRE(!ec, DataError, "checkpoint file ", path, " is missing or unreadable (", ec.message(), ")");
+  const std::string reading = " (reading a slice of '" + tensor + "')";
+  MT_REQUIRE(!ec, DataError, "checkpoint file ", path, " is missing or unreadable (", ec.message(), ")",
+             reading);
   MT_REQUIRE(bytes == info.bytes, DataError, "checkpoint file ", path, " has ", bytes,
-             " bytes but metadata.json says ", info.bytes, bytes < info.bytes ? " (truncated)" : "");
+             " bytes but metadata.json says ", info.bytes, bytes < info.bytes ? " (truncated)" : "", reading);
   auto opened = std::make_unique<SafetensorsFile>(SafetensorsFile::open(path));
   const std::string crc = crc_hex(crc32c(opened->header_bytes()));
   MT_REQUIRE(crc == info.header_crc, DataError, "checkpoint file ", path, ": CRC32C mismatch in its header (",
-             crc, ", metadata.json says ", info.header_crc, "): the file is corrupt");
+             crc, ", metadata.json says ", info.header_crc, "): the file is corrupt", reading);
   f = std::move(opened);
   return *f;
 }
 
 void CheckpointReader::verify_slice(const std::string& tensor, Saved& s, int state) {
   if (s.checked[state]) return;
-  const SafetensorsFile& f = open(s.file);
+  const SafetensorsFile& f = open(s.file, tensor);
   const std::string name = tensor + kStateSuffix[state];
   MT_REQUIRE(f.has(name) && f.shape(name) == s.shape && f.dtype(name) == "F32", DataError, f.path(),
              ": tensor '", name, "' is missing or has another shape or dtype than metadata.json's slice ",
@@ -229,7 +231,7 @@ void CheckpointReader::read_box(const std::string& tensor, const std::string& su
   std::vector<int64_t> lo, hi;
   for (const Saved& s : saved_[tensor]) {
     if (s.shape.size() != size.size() || !intersect(offsets, size, s.offsets, s.shape, lo, hi)) continue;
-    const SafetensorsFile& f = open(s.file);
+    const SafetensorsFile& f = open(s.file, tensor);
     const std::string name = tensor + suffix;
     for_each_run(s.offsets, s.shape, offsets, size, lo, hi, [&](int64_t in_file, int64_t in_box, int64_t n) {
       f.read_f32_range(name, in_file, n, box + in_box);

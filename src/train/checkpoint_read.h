@@ -75,7 +75,9 @@ class CheckpointReader {
   };
   void index_slices();
   void check_coverage() const;
-  const SafetensorsFile& open(const std::string& file);
+  // The shard file, opened once: its size and header's CRC32C checked
+  // (errors name `tensor`, the one being read).
+  const SafetensorsFile& open(const std::string& file, const std::string& tensor);
   void verify_slice(const std::string& tensor, Saved& s, int state);
 
   std::string dir_;

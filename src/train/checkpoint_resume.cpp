@@ -121,8 +121,8 @@ void verify_checkpoint(const std::string& dir) {
     MT_REQUIRE(crc == f.crc, DataError, "checkpoint file ", path, ": CRC32C mismatch (", crc,
                ", metadata.json says ", f.crc, "): the file is corrupt");
   }
-  CheckpointReader geometry(
-      dir);  // every tensor tiled by its slices, each with its checksums; reads no shard
+  // Every tensor tiled by its slices, each with its checksums; reads no shard file.
+  const CheckpointReader geometry(dir);
 }
 
 ResumeChoice resolve_resume(const std::string& resume, const std::string& checkpoint_dir,
