@@ -7,9 +7,9 @@
 // fsync, rename, CRC32C) and its finalize (agreement, metadata, commit) of the
 // model of --config as initialised; then the rank's file bytes written to a
 // plain file with one write and an fsync; then load_checkpoint of that
-// checkpoint; then a plain read of the plain file. Reads come from the page
-// cache when the machine has the memory, on both sides alike. Each rank prints
-// the medians over the repeats. Run it under mpirun for several ranks.
+// checkpoint (the slices' checksums checked on the way); then a plain read of the plain file. Reads come from
+// the page cache when the machine has the memory, on both sides alike. Each rank prints the medians over the
+// repeats. Run it under mpirun for several ranks.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -27,6 +27,7 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_read.h"
 #include "train/checkpoint_slices.h"
 #include "train/run_mesh.h"
 #include "train/train_model.h"
@@ -94,7 +95,8 @@ int run(const std::string& config, const std::vector<std::string>& sets, const s
     const std::string plain = (fs::path(dir) / ("plain-" + std::to_string(mesh.rank) + ".bin")).string();
     f.plain_w.push_back(plain_write(plain, data));
     t.reset();
-    load_checkpoint(ck, model, mesh);
+    CheckpointReader reader(ck);  // each slice's CRC32C checked as it is first read
+    load_checkpoint(reader, model, mesh);
     f.read.push_back(t.seconds());
     t.reset();
     const std::string back = read_file(plain);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mt {
@@ -69,6 +70,12 @@ class SafetensorsFile {
   // not F32, BF16 or F16.
   void read_f32_range(const std::string& name, int64_t first, int64_t n, float* out) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The stored bytes, for checksums (docs/FORMATS.md, "Training checkpoints"):
+  // the length and JSON header, [0, 8 + N) of the file, and tensor `name`'s
+  // data, its data_offsets range (the tensors and the header tile the file).
+  std::string_view header_bytes() const;
+  std::string_view raw_bytes(const std::string& name) const;
+  size_t file_size() const { return map_size_; }
 
  private:
   struct Entry {

@@ -250,6 +250,16 @@ void SafetensorsFile::read_f32_range(const std::string& name, int64_t first, int
   }
 }
 
+std::string_view SafetensorsFile::header_bytes() const {
+  const auto* start = static_cast<const unsigned char*>(map_);
+  return {reinterpret_cast<const char*>(start), static_cast<size_t>(data_ - start)};
+}
+
+std::string_view SafetensorsFile::raw_bytes(const std::string& name) const {
+  const Entry& e = entry(name);
+  return {reinterpret_cast<const char*>(data_ + e.begin), static_cast<size_t>(e.end - e.begin)};
+}
+
 #undef MT_BAD_FILE
 
 }  // namespace mt

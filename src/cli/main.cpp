@@ -138,7 +138,7 @@ CLI::App* add_export(CLI::App& app, mt::ExportArgs& ex) {
       ->required();
   x->add_option("--out", ex.out, "Model directory to write (config.json, model.safetensors)")->required();
   x->footer(
-      "Each tensor is assembled from the checkpoint's slices, whatever layout saved them; the files'\n"
+      "Each tensor is assembled from the checkpoint's slices, whatever layout saved them; every slice's\n"
       "checksums are verified first. The result equals --save of the same run at the same step, byte\n"
       "for byte, and loads with --init-from, eval, generate, or transformers' from_pretrained.\n");
   return x;

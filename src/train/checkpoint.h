@@ -5,19 +5,21 @@
 // Each rank writes the slices of parameters and AdamW moments it owns (no
 // gather); a slice replicated over ranks is written once, by the lowest rank
 // holding it. metadata.json describes every slice in global coordinates and
-// records a CRC32C of every file. A checkpoint is committed as a whole: the
-// ranks write into step-N.tmp-<nonce>/, agree that all wrote, and rank 0
-// renames it to step-N/ and then replaces the `latest` file.
+// records a CRC32C of each slice's data (per state) and of each file's header. A checkpoint is committed as a
+// whole: the ranks write into step-N.tmp-<nonce>/, agree that all wrote, and rank 0 renames it to step-N/ and
+// then replaces the `latest` file.
 //
 // A checkpoint loads into any layout (dp, tp, pp, cp, zero stage, virtual
 // stages, world size): each rank reads, for every slice its own layout holds,
-// the parts of the saved slices that intersect it, and only those bytes
-// (train/checkpoint_read.h). The same reader serves --init-from of a
+// the parts of the saved slices that intersect it, after checking the CRC32C
+// of each saved slice it touches (read whole for that): a rank reads the saved
+// slices its layout intersects, no others (train/checkpoint_read.h). The same reader serves --init-from of a
 // checkpoint (weights only) and `meshtrain export` (full tensors, one process).
 #pragma once
 
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -34,10 +36,11 @@ struct ResumeState {
   int64_t step = 0;       // optimizer steps taken: the run continues with step `step`
   int64_t bad_steps = 0;  // consecutive non-finite steps before it
   std::vector<std::string> metrics_lines;
-  // Tensor bytes this rank read from the shard files, and the checkpoint's
-  // total (parameters and both moments of every slice): a rank reads what its
-  // layout holds, not a full copy.
-  int64_t bytes_read = 0, tensor_bytes = 0;
+  // Tensor bytes this rank read from the shard files for checksums (the saved
+  // slices its layout intersects, whole), the bytes it copied out of them,
+  // and the checkpoint's total (parameters and both moments of every slice):
+  // a rank reads what its layout needs, not a full copy.
+  int64_t bytes_checked = 0, bytes_read = 0, tensor_bytes = 0;
 };
 
 // The checkpoint a run resumes from.
@@ -46,22 +49,45 @@ struct ResumeChoice {
   std::vector<std::string> warnings;  // --resume auto: each checkpoint passed over, and why
 };
 
-// The checkpoint `--resume` names, its files verified (verify_checkpoint).
-// "auto": the newest usable checkpoint under `checkpoint_dir`: the one
-// `latest` names (else the highest step-N/), and when that fails
-// verify_checkpoint, the next older step-N/, and so on, with a warning for
-// each one passed over; "" (start fresh) when none is usable. A function of
-// the directory's contents only, so every rank that reads the same files
-// picks the same one. Any other value is a checkpoint directory: ConfigError
-// without a metadata.json there, DataError when it fails verify_checkpoint.
-// ConfigError for "auto" without train.checkpoint_dir.
-ResumeChoice resolve_resume(const std::string& resume, const std::string& checkpoint_dir);
+// The checkpoint `--resume` names, passing verify_checkpoint (no shard file
+// read: the ranks check the slices they read in open_resume). "auto": the
+// newest usable checkpoint under `checkpoint_dir`: the one `latest` names
+// (else the highest step-N/), and when that fails verify_checkpoint, the next
+// older step-N/, and so on, with a warning for each one passed over; ""
+// (start fresh) when none is usable. With `older_than` >= 0, only those of a
+// lower step (open_resume's fallback). A function of the directory's contents
+// only, so every rank that reads the same files picks the same one. Any other
+// value is a checkpoint directory: ConfigError without a metadata.json there,
+// DataError when it fails verify_checkpoint. ConfigError for "auto" without
+// train.checkpoint_dir.
+ResumeChoice resolve_resume(const std::string& resume, const std::string& checkpoint_dir,
+                            int64_t older_than = -1);
 
-// A checkpoint's integrity: metadata.json present, JSON, of this format
-// version, with a well-formed list of files, and every listed file present
-// with its size and CRC32C. DataError naming the file (and the tensors whose
-// slices it holds) otherwise.
+// A checkpoint's integrity as far as it shows without reading the shard
+// files: metadata.json present, JSON, of this format version, passing its own
+// checksum, with a well-formed list of files and slices (each with its
+// checksums) that tile every tensor with no hole or overlap; every listed
+// file present with its size (stat); metrics.jsonl's CRC32C. DataError naming
+// the file or tensor otherwise. The slices' checksums are checked by the
+// ranks that read them (CheckpointReader, open_resume).
 void verify_checkpoint(const std::string& dir);
+
+class CheckpointReader;
+
+// Collective over the world, after the model is built and before anything is
+// loaded. Settles the checkpoint a run resumes from, starting at `dir`
+// (resolve_resume's choice, checked by check_resume): each rank checks the
+// CRC32C of every saved slice its layout will read (parameters and both
+// moments), and the ranks' verdicts are combined by an all-reduce before any
+// rank commits. With --resume auto a checkpoint that any rank found damaged
+// is passed over with one warning (from the lowest rank that found it) that
+// names the file and the tensor, and the next older one is tried (check_resume
+// first); null when none is left (start fresh). With --resume PATH a damaged
+// one ends every rank with one message (agree_on_startup_errors; one
+// process: DataError). Returns the reader of the checkpoint taken, its slices
+// checked (load_checkpoint does not read them again for that).
+std::unique_ptr<CheckpointReader> open_resume(const std::string& resume, std::string dir, const Config& cfg,
+                                              TrainModel& model, const RunMesh& mesh);
 
 // Collective over `world` (null: nothing to agree): every rank resolved
 // --resume to the same `dir`; Error naming this rank's otherwise.
@@ -129,16 +155,15 @@ void copy_boxes(CheckpointSnapshot& snap, bool parallel);
 void write_checkpoint_files(CheckpointSnapshot& snap, int rank);
 void finalize_checkpoint(CheckpointSnapshot& snap, const RunMesh& mesh);
 
-// Loads the checkpoint `dir` (checked by check_resume), saved under any
-// layout, into the model's parameters and optimizer state of this run's
-// layout; collective over the world (ZeRO 1/2 stores all-gather the loaded
-// shards). DataError naming the tensor when the saved slices leave part of a
-// needed box uncovered (a corrupt metadata.json).
-ResumeState load_checkpoint(const std::string& dir, TrainModel& model, const RunMesh& mesh);
+// Loads the checkpoint open_resume returned, saved under any layout, into
+// the model's parameters and optimizer state of this run's layout; collective
+// over the world (ZeRO 1/2 stores all-gather the loaded shards).
+ResumeState load_checkpoint(CheckpointReader& reader, TrainModel& model, const RunMesh& mesh);
 
 // `meshtrain export`: writes the Hugging Face model directory that `--save`
 // writes (train/model_io.h) from the checkpoint `dir`, each full tensor
-// assembled from its slices; one process. DataError naming the path if `dir`
+// assembled from its slices, after checking every slice's checksums (both
+// moments' too); one process. DataError naming the path if `dir`
 // is not a checkpoint or a file is corrupt, IoError if `out` cannot be written.
 void export_checkpoint(const std::string& dir, const std::string& out);
 

@@ -1,7 +1,10 @@
 // Resuming from a checkpoint, into any layout (train/checkpoint.h).
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "comm/runtime.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "train/checkpoint.h"
@@ -14,8 +17,78 @@ namespace mt {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-ResumeState load_checkpoint(const std::string& dir, TrainModel& model, const RunMesh& mesh) {
-  CheckpointReader reader(dir);
+namespace {
+
+// This rank's check of the slices its layout will read from `dir`, every
+// state (parameters and the optimizer's): the reader (its slices verified) or, in `why`, the reason not.
+std::unique_ptr<CheckpointReader> verify_my_slices(const std::string& dir, TrainModel& model,
+                                                   const RunMesh& mesh, std::string& why) {
+  try {
+    auto reader = std::make_unique<CheckpointReader>(dir);
+    for (const auto& chunk : model.chunks)
+      verify_chunk_slices(*reader, *chunk, run_sizes(mesh), run_coords(mesh), checkpoint_states(model));
+    why.clear();
+    return reader;
+  } catch (const Error& e) {
+    why = e.what();
+    return nullptr;
+  }
+}
+
+// Over the world: the lowest rank with a reason in `why`, or −1 when none has.
+int lowest_failing(const std::string& why, const RunMesh& mesh) {
+  int64_t flag = why.empty() ? 0 : mesh.world_size - mesh.rank;
+  if (mesh.world() != nullptr)
+    mesh.world()->all_reduce(&flag, 1, ElemType::i64, ReduceOp::max, "resume: checkpoint verdicts");
+  return flag == 0 ? -1 : static_cast<int>(mesh.world_size - flag);
+}
+
+// An error on some ranks before training: one message, every rank exits 1
+// (comm/runtime.h agree_on_startup_errors); one process: a DataError.
+void agree(const RunMesh& mesh, const std::string& why) {
+  if (mesh.world() == nullptr) {
+    MT_REQUIRE(why.empty(), DataError, why);
+    return;
+  }
+  agree_on_startup_errors(*mesh.world(), why.empty() ? std::nullopt : std::optional<std::string>(why));
+}
+
+}  // namespace
+
+std::unique_ptr<CheckpointReader> open_resume(const std::string& resume, std::string dir, const Config& cfg,
+                                              TrainModel& model, const RunMesh& mesh) {
+  for (bool first = true; !dir.empty(); first = false) {
+    std::string why;
+    if (!first) {  // a fallback: the run's checks, as validate_run made them on the first
+      try {
+        check_resume(dir, cfg, mesh.world_size);
+      } catch (const Error& e) {
+        why = e.what();
+      }
+      agree(mesh, why);  // the same on every rank: a function of the files and the config
+    }
+    std::unique_ptr<CheckpointReader> reader = verify_my_slices(dir, model, mesh, why);
+    if (resume != "auto") {
+      agree(mesh, why);
+      return reader;
+    }
+    const int failing = lowest_failing(why, mesh);
+    if (failing < 0) return reader;
+    if (mesh.rank == failing)
+      std::fprintf(stderr,
+                   "meshtrain: warning: --resume auto: checkpoint %s is not usable: %s (found by rank %d); "
+                   "falling back to the previous complete checkpoint\n",
+                   dir.c_str(), why.c_str(), failing);
+    const ResumeChoice next =
+        resolve_resume("auto", cfg.train.checkpoint_dir, checkpoint_step(fs::path(dir).filename().string()));
+    for (const std::string& w : next.warnings)
+      if (mesh.rank == 0) std::fprintf(stderr, "meshtrain: warning: %s\n", w.c_str());
+    dir = next.dir;
+  }
+  return nullptr;
+}
+
+ResumeState load_checkpoint(CheckpointReader& reader, TrainModel& model, const RunMesh& mesh) {
   const json& meta = reader.metadata();
   for (size_t c = 0; c < model.chunks.size(); ++c) {
     Llama& chunk = *model.chunks[c];
@@ -30,11 +103,12 @@ ResumeState load_checkpoint(const std::string& dir, TrainModel& model, const Run
   }
   ResumeState r;
   r.bytes_read = reader.bytes_read();
+  r.bytes_checked = reader.bytes_checked();
   r.tensor_bytes = reader.tensor_bytes();
   r.step = meta.at("step").get<int64_t>();
   r.bad_steps = meta.at("bad_steps").get<int64_t>();
   model.bad_steps = r.bad_steps;
-  std::string metrics = read_file((fs::path(dir) / "metrics.jsonl").string());
+  std::string metrics = read_file((fs::path(reader.dir()) / "metrics.jsonl").string());
   size_t begin = 0;
   for (size_t end; (end = metrics.find('\n', begin)) != std::string::npos; begin = end + 1)
     r.metrics_lines.push_back(metrics.substr(begin, end - begin));

@@ -36,6 +36,14 @@ int64_t checkpoint_step(const std::string& name) {
   return step;
 }
 
+std::vector<std::string> checkpoint_states(const TrainModel& model) {
+  std::vector<std::string> states = {""};
+  const Optimizer& o = *model.optims.front();
+  for (int k = 0; k < o.state_count(); ++k)
+    states.push_back(o.state_suffix(k));
+  return states;
+}
+
 std::string crc_hex(uint32_t crc) {
   char text[16];
   std::snprintf(text, sizeof(text), "%08x", crc);
@@ -77,6 +85,7 @@ json make_metadata(int64_t step, const TrainModel& model, const Config& cfg, con
                {"step", step},
                {"bad_steps", model.bad_steps},
                {"adam_steps", model.optims.front()->steps_taken()},
+               {"states", checkpoint_states(model)},
                {"seed", cfg.train.seed},
                {"layout", layout_record(cfg.parallel, world_of(cfg.parallel))},
                {"config", config},
@@ -102,9 +111,12 @@ json read_metadata(const std::string& dir) {
     MT_THROW(DataError, path, ": not valid JSON (", e.what(), ")");
   }
   MT_REQUIRE(meta.is_object(), DataError, path, ": not a JSON object");
-  MT_REQUIRE(meta.value("format_version", -1) == kCheckpointFormatVersion, DataError, path,
-             ": format_version ", meta.value("format_version", -1), " is not the ", kCheckpointFormatVersion,
-             " this meshtrain reads");
+  const int version = meta.value("format_version", -1);
+  MT_REQUIRE(version == kCheckpointFormatVersion, DataError, path, ": format_version ", version,
+             " is not the ", kCheckpointFormatVersion, " this meshtrain reads",
+             version == 1 ? " (a version-1 checkpoint has one checksum per file, not per slice: export it "
+                            "with the meshtrain that wrote it and continue with --init-from)"
+                          : "");
   // A damaged byte can leave valid JSON with another step, shape or CRC in it.
   const json stored = meta.value("metadata_crc32c", json());
   MT_REQUIRE(stored.is_string() && stored.get<std::string>() == metadata_checksum(meta), DataError, path,

@@ -11,9 +11,13 @@
 
 namespace mt {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+// 2: a CRC32C per slice and state, and per file header (1: one per file).
+inline constexpr int kCheckpointFormatVersion = 2;
 // A tensor's keys in the slice files: its name for the parameters, plus the
-// optimizer's state suffixes (optim/optimizer.h Optimizer::state_suffix).
+// optimizer's state suffixes (optim/optimizer.h Optimizer::state_suffix), as
+// metadata.json's "states" lists them: checkpoint_states(model).
+
+std::vector<std::string> checkpoint_states(const TrainModel& model);
 
 // "step-00000123"; checkpoint_step is its inverse (−1 for any other name).
 std::string checkpoint_name(int64_t step);

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "config/config.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "model/params.h"
 #include "train/checkpoint.h"
@@ -100,23 +101,44 @@ void for_each_run(const std::vector<int64_t>& a_off, const std::vector<int64_t>&
 }  // namespace
 
 CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir), meta_(read_metadata(dir)) {
+  try {
+    index_slices();
+  } catch (const json::exception& e) {
+    MT_THROW(DataError, "checkpoint ", dir, ": metadata.json's list of files and slices is malformed (",
+             e.what(), ")");
+  }
+  check_coverage();
+}
+
+void CheckpointReader::index_slices() {
   const json& tensors = meta_.at("tensors");
+  states_ = meta_.at("states").get<std::vector<std::string>>();
   for (const json& f : meta_.at("files")) {
     if (!f.contains("slices")) continue;
+    const std::string file = f.at("name").get<std::string>();
+    files_[file] = {f.at("bytes").get<uint64_t>(), f.at("header_crc32c").get<std::string>()};
     for (const json& s : f.at("slices")) {
-      Saved saved{f.at("name").get<std::string>(), s.at("offsets").get<std::vector<int64_t>>(),
-                  s.at("shape").get<std::vector<int64_t>>()};
+      Saved saved;
+      saved.file = file;
+      saved.offsets = s.at("offsets").get<std::vector<int64_t>>();
+      saved.shape = s.at("shape").get<std::vector<int64_t>>();
+      const std::vector<std::string> crcs = s.at("crc32c").get<std::vector<std::string>>();
       const std::string tensor = s.at("tensor").get<std::string>();
-      MT_REQUIRE(tensors.contains(tensor), DataError, "checkpoint ", dir, ": ", saved.file,
+      MT_REQUIRE(crcs.size() == states_.size(), DataError, "checkpoint ", dir_, ": the slice of '", tensor,
+                 "' in ", file, " lists ", crcs.size(), " checksums, not ", states_.size(),
+                 " (one per state metadata.json lists)");
+      saved.crc = crcs;
+      saved.checked.assign(crcs.size(), 0);
+      MT_REQUIRE(tensors.contains(tensor), DataError, "checkpoint ", dir_, ": ", saved.file,
                  " holds a slice of '", tensor, "', which metadata.json's tensors do not list");
       const std::vector<int64_t> shape = tensors.at(tensor).at("shape").get<std::vector<int64_t>>();
-      MT_REQUIRE(inside(saved.offsets, saved.shape, shape), DataError, "checkpoint ", dir, ": the slice ",
+      MT_REQUIRE(inside(saved.offsets, saved.shape, shape), DataError, "checkpoint ", dir_, ": the slice ",
                  box_text(saved.offsets, saved.shape), " of '", tensor, "' in ", saved.file,
                  " is not inside the tensor's shape");
       std::vector<int64_t> lo, hi;
       for (const Saved& other : saved_[tensor])
         MT_REQUIRE(!intersect(saved.offsets, saved.shape, other.offsets, other.shape, lo, hi), DataError,
-                   "checkpoint ", dir, ": the slices ", box_text(other.offsets, other.shape), " (",
+                   "checkpoint ", dir_, ": the slices ", box_text(other.offsets, other.shape), " (",
                    other.file, ") and ", box_text(saved.offsets, saved.shape), " (", saved.file, ") of '",
                    tensor, "' overlap (a corrupt metadata.json)");
       tensor_bytes_ += 3 * 4 * volume(saved.shape);  // the parameter and its two moments, fp32
@@ -125,10 +147,79 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir), meta_(re
   }
 }
 
-const SafetensorsFile& CheckpointReader::open(const std::string& file) {
+// Inside and not overlapping (index_slices), the slices tile a tensor exactly
+// when their volumes add up to its own.
+void CheckpointReader::check_coverage() const {
+  for (const auto& [tensor, t] : meta_.at("tensors").items()) {
+    const std::vector<int64_t> shape = t.at("shape").get<std::vector<int64_t>>();
+    int64_t covered = 0;
+    const auto it = saved_.find(tensor);
+    if (it != saved_.end())
+      for (const Saved& s : it->second)
+        covered += volume(s.shape);
+    MT_REQUIRE(covered == volume(shape), DataError, "checkpoint ", dir_, ": the saved slices of '", tensor,
+               "' cover ", covered, " of its ", volume(shape), " elements (metadata.json leaves a hole)");
+  }
+}
+
+const SafetensorsFile& CheckpointReader::open(const std::string& file, const std::string& tensor) {
   auto& f = open_[file];
-  if (!f) f = std::make_unique<SafetensorsFile>(SafetensorsFile::open((fs::path(dir_) / file).string()));
+  if (f) return *f;
+  const std::string path = (fs::path(dir_) / file).string();
+  const FileInfo& info = files_.at(file);
+  std::error_code ec;
+  const uintmax_t bytes = fs::file_size(path, ec);
+  const std::string reading = " (reading a slice of '" + tensor + "')";
+  MT_REQUIRE(!ec, DataError, "checkpoint file ", path, " is missing or unreadable (", ec.message(), ")",
+             reading);
+  MT_REQUIRE(bytes == info.bytes, DataError, "checkpoint file ", path, " has ", bytes,
+             " bytes but metadata.json says ", info.bytes, bytes < info.bytes ? " (truncated)" : "", reading);
+  auto opened = std::make_unique<SafetensorsFile>(SafetensorsFile::open(path));
+  const std::string crc = crc_hex(crc32c(opened->header_bytes()));
+  MT_REQUIRE(crc == info.header_crc, DataError, "checkpoint file ", path, ": CRC32C mismatch in its header (",
+             crc, ", metadata.json says ", info.header_crc, "): the file is corrupt", reading);
+  f = std::move(opened);
   return *f;
+}
+
+void CheckpointReader::verify_slice(const std::string& tensor, Saved& s, size_t state) {
+  if (s.checked[state]) return;
+  const SafetensorsFile& f = open(s.file, tensor);
+  const std::string name = tensor + states_[state];
+  MT_REQUIRE(f.has(name) && f.shape(name) == s.shape && f.dtype(name) == "F32", DataError, f.path(),
+             ": tensor '", name, "' is missing or has another shape or dtype than metadata.json's slice ",
+             box_text(s.offsets, s.shape));
+  const std::string_view data = f.raw_bytes(name);
+  const std::string crc = crc_hex(crc32c(data));
+  bytes_checked_ += static_cast<int64_t>(data.size());
+  MT_REQUIRE(crc == s.crc[state], DataError, "checkpoint file ", f.path(), ": CRC32C mismatch in '", name,
+             "' (the slice ", box_text(s.offsets, s.shape), " of tensor '", tensor, "': ", crc,
+             ", metadata.json says ", s.crc[state], "): the file is corrupt");
+  s.checked[state] = 1;
+}
+
+size_t CheckpointReader::state_of(const std::string& suffix) const {
+  for (size_t k = 0; k < states_.size(); ++k)
+    if (suffix == states_[k]) return k;
+  MT_THROW(DataError, "checkpoint ", dir_, " holds no '", suffix,
+           "' state (its states: ", json(states_).dump(), "): it was saved with another optimizer");
+}
+
+void CheckpointReader::verify_box(const std::string& tensor, const std::string& suffix,
+                                  const std::vector<int64_t>& offsets, const std::vector<int64_t>& size) {
+  if (volume(size) == 0) return;
+  const size_t state = state_of(suffix);
+  std::vector<int64_t> lo, hi;
+  for (Saved& s : saved_[tensor])
+    if (s.shape.size() == size.size() && intersect(offsets, size, s.offsets, s.shape, lo, hi))
+      verify_slice(tensor, s, state);
+}
+
+void CheckpointReader::verify_all() {
+  for (auto& [tensor, slices] : saved_)
+    for (Saved& s : slices)
+      for (size_t k = 0; k < states_.size(); ++k)
+        verify_slice(tensor, s, k);
 }
 
 void CheckpointReader::read_box(const std::string& tensor, const std::string& suffix,
@@ -136,23 +227,22 @@ void CheckpointReader::read_box(const std::string& tensor, const std::string& su
                                 float* box) {
   const int64_t want = volume(size);
   if (want == 0) return;
+  verify_box(tensor, suffix, offsets, size);
   int64_t covered = 0;
   std::vector<int64_t> lo, hi;
   for (const Saved& s : saved_[tensor]) {
     if (s.shape.size() != size.size() || !intersect(offsets, size, s.offsets, s.shape, lo, hi)) continue;
-    const SafetensorsFile& f = open(s.file);
+    const SafetensorsFile& f = open(s.file, tensor);
     const std::string name = tensor + suffix;
-    MT_REQUIRE(f.has(name) && f.shape(name) == s.shape, DataError, f.path(), ": tensor '", name,
-               "' is missing or has another shape than metadata.json's slice ", box_text(s.offsets, s.shape));
     for_each_run(s.offsets, s.shape, offsets, size, lo, hi, [&](int64_t in_file, int64_t in_box, int64_t n) {
       f.read_f32_range(name, in_file, n, box + in_box);
       bytes_read_ += 4 * n;
       covered += n;
     });
   }
+  // The constructor found no hole; a box outside the tensor would leave one.
   MT_REQUIRE(covered == want, DataError, "checkpoint ", dir_, ": the saved slices of '", tensor, "' cover ",
-             covered, " of the ", want, " elements of ", box_text(offsets, size),
-             " this rank needs (metadata.json leaves a hole)");
+             covered, " of the ", want, " elements of ", box_text(offsets, size), " this rank needs");
 }
 
 ModelConfig checkpoint_model_config(const json& meta, const std::string& dir) {
@@ -187,6 +277,13 @@ void read_chunk_slices(CheckpointReader& reader, Llama& chunk, const MeshSizes& 
   }
 }
 
+void verify_chunk_slices(CheckpointReader& reader, Llama& chunk, const MeshSizes& sizes,
+                         const MeshCoords& coords, const std::vector<std::string>& suffixes) {
+  for (const LocalSlice& s : local_slices(chunk, sizes, coords))
+    for (const std::string& suffix : suffixes)
+      reader.verify_box(s.tensor, suffix, s.offsets, s.size);
+}
+
 void load_checkpoint_params(CheckpointReader& reader, Llama& chunk, const MeshSizes& sizes,
                             const MeshCoords& coords) {
   read_chunk_slices(reader, chunk, sizes, coords, {{"", chunk.store().local_params()}});
@@ -196,6 +293,7 @@ void load_checkpoint_params(CheckpointReader& reader, Llama& chunk, const MeshSi
 void export_checkpoint(const std::string& dir, const std::string& out) {
   verify_checkpoint(dir);
   CheckpointReader reader(dir);
+  reader.verify_all();  // every slice and state, though only the parameters are written out
   const ModelConfig cfg = checkpoint_model_config(reader.metadata(), dir);
   const ParamTable table = make_param_table(cfg);
   const json& tensors = reader.metadata().at("tensors");

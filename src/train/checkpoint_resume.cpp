@@ -11,6 +11,7 @@
 #include "core/file.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_meta.h"
+#include "train/checkpoint_read.h"
 
 namespace mt {
 
@@ -20,7 +21,7 @@ using nlohmann::json;
 namespace {
 
 struct FileEntry {
-  std::string name, crc;
+  std::string name, crc;  // crc: of a file without slices (metrics.jsonl), checked whole
   size_t bytes = 0;
   std::vector<std::string> tensors;  // whose slices it holds
 };
@@ -32,12 +33,10 @@ std::vector<FileEntry> listed_files(const std::string& dir, const json& meta) {
   std::vector<FileEntry> out;
   try {
     for (const json& f : meta.at("files")) {
-      FileEntry e{f.at("name").get<std::string>(),
-                  f.at("crc32c").get<std::string>(),
-                  f.at("bytes").get<size_t>(),
-                  {}};
+      FileEntry e{f.at("name").get<std::string>(), "", f.at("bytes").get<size_t>(), {}};
       for (const json& s : f.value("slices", json::array()))
         e.tensors.push_back(s.at("tensor").get<std::string>());
+      if (!f.contains("slices")) e.crc = f.at("crc32c").get<std::string>();  // a shard file's are per slice
       MT_REQUIRE(!e.name.empty() && e.name.find('/') == std::string::npos && e.name != "..", DataError,
                  meta_path, ": file name '", e.name, "' is not a plain file name in the checkpoint's folder");
       out.push_back(std::move(e));
@@ -114,17 +113,20 @@ void verify_checkpoint(const std::string& dir) {
     const std::string path = (fs::path(dir) / f.name).string();
     std::error_code ec;
     MT_REQUIRE(fs::exists(path, ec), DataError, "checkpoint file ", path, " is missing", held(f));
-    const std::string bytes = read_file(path);
-    MT_REQUIRE(bytes.size() == f.bytes, DataError, "checkpoint file ", path, " has ", bytes.size(),
-               " bytes but metadata.json says ", f.bytes, bytes.size() < f.bytes ? " (truncated)" : "",
-               held(f));
-    const std::string crc = crc_hex(crc32c(bytes));
+    const uintmax_t bytes = fs::file_size(path, ec);
+    MT_REQUIRE(!ec && bytes == f.bytes, DataError, "checkpoint file ", path, " has ", bytes,
+               " bytes but metadata.json says ", f.bytes, bytes < f.bytes ? " (truncated)" : "", held(f));
+    if (!f.tensors.empty()) continue;  // a shard file: its slices are checked by the ranks that read them
+    const std::string crc = crc_hex(crc32c(read_file(path)));
     MT_REQUIRE(crc == f.crc, DataError, "checkpoint file ", path, ": CRC32C mismatch (", crc,
-               ", metadata.json says ", f.crc, "): the file is corrupt", held(f));
+               ", metadata.json says ", f.crc, "): the file is corrupt");
   }
+  // Every tensor tiled by its slices, each with its checksums; reads no shard file.
+  const CheckpointReader geometry(dir);
 }
 
-ResumeChoice resolve_resume(const std::string& resume, const std::string& checkpoint_dir) {
+ResumeChoice resolve_resume(const std::string& resume, const std::string& checkpoint_dir,
+                            int64_t older_than) {
   if (resume.empty()) return {};
   if (resume != "auto") {
     MT_REQUIRE(fs::exists(fs::path(resume) / "metadata.json"), ConfigError, "--resume ", resume,
@@ -135,7 +137,13 @@ ResumeChoice resolve_resume(const std::string& resume, const std::string& checkp
   MT_REQUIRE(!checkpoint_dir.empty(), ConfigError,
              "--resume auto looks in train.checkpoint_dir, which is not set");
   ResumeChoice out;
-  for (const int64_t step : auto_candidates(checkpoint_dir, out.warnings)) {
+  std::vector<int64_t> steps = auto_candidates(checkpoint_dir, out.warnings);
+  if (older_than >= 0) {  // a fallback: the first call gave the warnings about `latest`
+    out.warnings.clear();
+    steps.erase(std::remove_if(steps.begin(), steps.end(), [&](int64_t s) { return s >= older_than; }),
+                steps.end());
+  }
+  for (const int64_t step : steps) {
     const std::string dir = (fs::path(checkpoint_dir) / checkpoint_name(step)).string();
     const std::string why = defect_of(dir);
     if (why.empty()) {
@@ -145,7 +153,7 @@ ResumeChoice resolve_resume(const std::string& resume, const std::string& checkp
     out.warnings.push_back("--resume auto: checkpoint " + dir + " is not usable: " + why +
                            "; falling back to the previous complete checkpoint");
   }
-  if (!out.warnings.empty())
+  if (!out.warnings.empty() || older_than >= 0)
     out.warnings.push_back("--resume auto: no usable checkpoint in " + checkpoint_dir + "; starting fresh");
   return out;
 }

@@ -66,7 +66,10 @@ void copy_boxes(CheckpointSnapshot& snap, bool parallel) {
 namespace {
 
 // Writes the snapshot's boxes into its folder; returns this rank's entry of
-// metadata.json's "files" (null when it owns no slice).
+// metadata.json's "files" (null when it owns no slice): the file's size, the
+// CRC32C of its header and, in each slice, of its three tensors' data (the
+// bytes the boxes hold: fp32 little-endian as stored), so that a reader
+// checks the slices it reads and no others.
 json write_rank_file(const CheckpointSnapshot& snap, int rank) {
   if (snap.boxes.empty()) return json();
   std::vector<TensorRef> refs;
@@ -74,9 +77,22 @@ json write_rank_file(const CheckpointSnapshot& snap, int rank) {
     refs.push_back({snap.keys[i], snap.shapes[i], snap.boxes[i].data()});
   const std::string name = slice_file_name(rank);
   const std::string path = (fs::path(snap.tmp) / name).string();
-  uint32_t crc = 0;
-  write_safetensors(path, refs, {{"format", "pt"}}, &crc);  // flushed to disk, then renamed in
-  return {{"name", name}, {"bytes", fs::file_size(path)}, {"crc32c", crc_hex(crc)}, {"slices", snap.slices}};
+  write_safetensors(path, refs, {{"format", "pt"}});  // flushed to disk, then renamed in
+  json slices = snap.slices;
+  for (size_t s = 0; s < slices.size(); ++s) {
+    json crcs = json::array();
+    const size_t states = snap.boxes.size() / slices.size();  // the parameters and the optimizer's states
+    for (size_t k = 0; k < states; ++k) {
+      const std::vector<float>& box = snap.boxes[states * s + k];
+      crcs.push_back(crc_hex(crc32c(box.data(), box.size() * sizeof(float))));
+    }
+    slices[s]["crc32c"] = crcs;
+  }
+  const SafetensorsFile written = SafetensorsFile::open(path);  // maps the file; reads its header only
+  return {{"name", name},
+          {"bytes", written.file_size()},
+          {"header_crc32c", crc_hex(crc32c(written.header_bytes()))},
+          {"slices", slices}};
 }
 
 // Every rank's file entry on rank 0 (the others get theirs back only).

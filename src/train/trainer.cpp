@@ -15,6 +15,7 @@
 #include "train/checkpoint.h"
 #include "train/checkpoint_async.h"
 #include "train/checkpoint_meta.h"
+#include "train/checkpoint_read.h"
 #include "train/flops.h"
 #include "train/memory_estimate.h"
 #include "train/model_io.h"
@@ -61,21 +62,35 @@ std::vector<std::string> validate_run(const Config& cfg, RunOptions& opts, int w
 namespace {
 // Loads the checkpoint validate_run resolved --resume to (if any) and replays
 // its metrics lines; returns the step to run next (0 for a fresh start).
-int64_t resume_run(const RunOptions& opts, const RunMesh& mesh, TrainModel& model, MetricsWriter& metrics) {
-  const std::string& dir = opts.resume_dir;
-  if (!opts.resume.empty()) require_same_resume(dir, mesh.rank, mesh.world());
-  if (dir.empty()) return 0;
+int64_t resume_run(const Config& cfg, const RunOptions& opts, const RunMesh& mesh, TrainModel& model,
+                   MetricsWriter& metrics) {
+  if (!opts.resume.empty()) require_same_resume(opts.resume_dir, mesh.rank, mesh.world());
+  if (opts.resume_dir.empty()) return 0;
   const Timer timer;
-  const ResumeState r = load_checkpoint(dir, model, mesh);
+  const std::unique_ptr<CheckpointReader> reader =
+      open_resume(opts.resume, opts.resume_dir, cfg, model, mesh);
+  if (!reader) return 0;  // --resume auto passed over every checkpoint (warnings said why)
+  const ResumeState r = load_checkpoint(*reader, model, mesh);
   const double seconds = timer.seconds();
   for (const std::string& line : r.metrics_lines)
     metrics.write_line(line);
-  if (!opts.quiet && mesh.rank == 0)
+  // Each rank's figure, on rank 0: a rank reads the saved slices its layout
+  // intersects (whole, for their checksums), not the checkpoint.
+  std::vector<int64_t> read(static_cast<size_t>(mesh.world_size), r.bytes_checked);
+  if (mesh.world() != nullptr)
+    mesh.world()->all_gather(&r.bytes_checked, read.data(), 1, ElemType::i64, "resume: bytes read");
+  if (!opts.quiet && mesh.rank == 0) {
+    std::string per_rank;
+    for (size_t i = 0; i < read.size(); ++i) {
+      if (i > 0) per_rank += ' ';
+      per_rank += std::to_string(read[i]);
+    }
     std::printf(
-        "resumed from %s (read in %.3f s): step %lld next (rank 0 read %lld of the checkpoint's %lld "
-        "tensor bytes)\n",
-        dir.c_str(), seconds, static_cast<long long>(r.step), static_cast<long long>(r.bytes_read),
+        "resumed from %s (checked and read in %.3f s): step %lld next; tensor bytes read per rank: %s of the "
+        "checkpoint's %lld\n",
+        reader->dir().c_str(), seconds, static_cast<long long>(r.step), per_rank.c_str(),
         static_cast<long long>(r.tensor_bytes));
+  }
   return r.step;
 }
 
@@ -126,7 +141,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   result.sgemm_gflops = job_sgemm_gflops(mesh);
   report_start(mesh, cfg, model, result.sgemm_gflops, opts);
   MetricsWriter metrics(lead ? opts.metrics_path : std::string());
-  const int64_t first_step = resume_run(opts, mesh, model, metrics);
+  const int64_t first_step = resume_run(cfg, opts, mesh, model, metrics);
   const Fault fault = read_fault();
   auto evaluate = [&](int64_t step) {
     const double v = validation_loss(model, mesh, tc, val_file);

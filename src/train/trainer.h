@@ -65,7 +65,8 @@ void check_training_data(const Config& cfg);
 // --resume names against the run (train/checkpoint.h check_resume). Resolves
 // --resume once (train/checkpoint.h resolve_resume) into opts.resume_dir, rank
 // 0 printing the warnings of a --resume auto that passed over a damaged
-// checkpoint. Returns the notices of fields init_allow let through. Runs no
+// checkpoint (run_training's open_resume then checks the slices each rank
+// reads, and may fall back further). Returns the notices of fields init_allow let through. Runs no
 // collective: every rank calls it before any, so that a bad input ends every
 // rank with one message.
 std::vector<std::string> validate_run(const Config& cfg, RunOptions& opts, int world_size, int rank);

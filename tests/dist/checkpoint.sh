@@ -8,6 +8,9 @@
 # full disk during a save (nothing committed, the previous checkpoint intact),
 # and the bad inputs: a corrupted byte, a missing shard file, another model's
 # checkpoint, an unwritable checkpoint_dir; each refused at start-up by name.
+# A flipped byte in a slice only rank 1 reads: refused by rank 1 by name, or
+# --resume auto falls back with one warning; each tp2 rank reads about half
+# of the checkpoint's tensor bytes.
 # (Another layout or world size is not refused: checkpoint_reshard.sh resumes
 # under other layouts.)
 # Usage: checkpoint.sh path/to/meshtrain
@@ -85,6 +88,59 @@ exact pp2_1f1b_tied 2 --pp 2 --set parallel.schedule=1f1b --set model.tie_embedd
   --set train.microbatch_size=2
 exact cp2_ring 2 --cp 2 --set parallel.cp_impl=ring --set train.microbatch_size=4
 exact dp2_tp2_pp2_zero1 8 --dp 2 --tp 2 --pp 2 --zero 1 --set train.microbatch_size=2
+
+# A flipped byte in a slice only rank 1 reads (its tp shard of layer 0's
+# q_proj, in the step-10 checkpoint of the tp2 + SP run above): --resume PATH
+# is refused with one message naming the file and the tensor; --resume auto
+# falls back to step-5 with one warning and ends bitwise equal to the
+# uninterrupted run; each rank read about half of the checkpoint's tensor
+# bytes (its shards, whole, for their checksums, and the replicated norms).
+tp2=(--tp 2 --set parallel.sp=true --set model.vocab_size=301)
+ck=$tmp/flip.ck
+cp -r "$tmp/tp2_sp.ck" "$ck"
+/usr/bin/python3 - "$ck/step-00000010/rank-00001.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+(n,) = struct.unpack("<Q", data[:8])
+begin = json.loads(data[8 : 8 + n])["model.layers.0.self_attn.q_proj.weight"]["data_offsets"][0]
+data[8 + n + begin + 5] ^= 0x55
+open(path, "wb").write(data)
+PY
+q="rank-00001.safetensors: CRC32C mismatch in 'model.layers.0.self_attn.q_proj.weight'"
+out=$("${mpi[@]}" -np 2 "$bin" train "${tiny[@]}" "${tp2[@]}" --set train.checkpoint_dir="$ck" \
+  --resume "$ck/step-00000010" 2>&1)
+rc=$?
+if [ "$rc" -ne 0 ] && [ "$(grep -c "meshtrain: error: .*$q" <<<"$out")" -eq 1 ] &&
+  [ "$(grep -c "meshtrain: error" <<<"$out")" -eq 1 ]; then
+  echo "ok   flip_rank1_path: refused, one message ($(grep -o "$q" <<<"$out"))"
+else
+  echo "FAIL flip_rank1_path: exit $rc, expected one error with \"$q\"; got: $out"
+  failures=$((failures + 1))
+fi
+loud=()  # not --quiet: the "resumed from" line gives each rank's bytes read
+for a in "${tiny[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
+out=$("${mpi[@]}" -np 2 "$bin" train "${loud[@]}" "${tp2[@]}" --set train.checkpoint_dir="$ck" \
+  --set train.checkpoint_every=5 --resume auto --save "$tmp/flip_resumed" 2>&1)
+rc=$?
+read -r r0 r1 total < <(sed -n 's/.*tensor bytes read per rank: \([0-9]*\) \([0-9]*\) of the checkpoint.s \([0-9]*\)$/\1 \2 \3/p' <<<"$out")
+if [ "$rc" -eq 0 ] && [ "$(grep -c "meshtrain: warning" <<<"$out")" -eq 1 ] &&
+  grep "warning: --resume auto: checkpoint .*step-00000010 is not usable: .*$q.*(found by rank 1); falling back" \
+    <<<"$out" >/dev/null && grep "resumed from .*step-00000005" <<<"$out" >/dev/null &&
+  cmp -s "$tmp/tp2_sp_full/model.safetensors" "$tmp/flip_resumed/model.safetensors"; then
+  echo "ok   flip_rank1_auto: one warning, fell back to step-5, bitwise equal to the uninterrupted run"
+else
+  echo "FAIL flip_rank1_auto: exit $rc; got: $out"
+  failures=$((failures + 1))
+fi
+# Each rank between 40% and 60% of the whole (tp2: half, plus the norms both read).
+if [ -n "${total:-}" ] && [ $((r0 * 10)) -gt $((total * 4)) ] && [ $((r0 * 10)) -lt $((total * 6)) ] &&
+  [ $((r1 * 10)) -gt $((total * 4)) ] && [ $((r1 * 10)) -lt $((total * 6)) ]; then
+  echo "ok   tp2_bytes_read: ranks read $r0 and $r1 of the checkpoint's $total tensor bytes"
+else
+  echo "FAIL tp2_bytes_read: expected each rank to read about half; got '${r0:-} ${r1:-} of ${total:-}'"
+  failures=$((failures + 1))
+fi
 
 # Pruning: with checkpoint_every 2 and keep_checkpoints 2 only step-8 and step-10
 # remain, `latest` names step-10, and a leftover .tmp- folder is ignored by

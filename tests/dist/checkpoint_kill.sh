@@ -5,7 +5,7 @@
 # (MESHTRAIN_FAULT=kill_save) and after seeded numbers of bytes of its files
 # (kill_bytes), one process and two ranks (killing rank 0 or rank 1). After
 # each kill: the run failed, every step-N/ a reader can see is complete (its
-# files' sizes and CRC32Cs, checked by verify_checkpoints.py, not by
+# files' sizes and header and per-slice CRC32Cs, checked by verify_checkpoints.py, not by
 # meshtrain), `latest` names one, and a --resume auto run ends with a model
 # bitwise equal to the uninterrupted run's.
 # Fallback: a corrupt or truncated newest checkpoint → --resume auto warns and

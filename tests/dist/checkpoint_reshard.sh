@@ -9,7 +9,8 @@
 # mixture-of-experts model too.
 # Then: export equals --save byte for byte; --init-from a checkpoint under
 # another layout equals --init-from its export bitwise; a metadata.json with a
-# hole, and export of a non-checkpoint or into an unwritable place, fail by name.
+# hole, a flipped byte (export and --init-from), and export of a non-checkpoint
+# or into an unwritable place, fail by name.
 # Usage: checkpoint_reshard.sh path/to/meshtrain
 set -uo pipefail
 bin=$1
@@ -128,6 +129,27 @@ dump = json.dumps(meta, separators=(",", ":"), sort_keys=True, ensure_ascii=Fals
 meta["metadata_crc32c"] = "%08x" % crc32c(dump)
 json.dump(meta, open(sys.argv[1], "w"))
 PY
+# A flipped byte in a moment (which export does not write) and in a parameter
+# slice: export checks every slice and --init-from the slices each rank reads,
+# each refusing by file and tensor.
+# flip_in DIR KEY: one byte of stored tensor KEY in DIR's rank-00001.safetensors changed.
+flip_in() {
+  cp -r "$ck/step-00000005" "$1"
+  /usr/bin/python3 - "$1/rank-00001.safetensors" "$2" <<'PY'
+import json, struct, sys
+path, key = sys.argv[1:]
+data = bytearray(open(path, "rb").read())
+(n,) = struct.unpack("<Q", data[:8])
+data[8 + n + json.loads(data[8 : 8 + n])[key]["data_offsets"][0] + 1] ^= 0x55
+open(path, "wb").write(data)
+PY
+}
+flip_in "$tmp/flipped_m" model.norm.weight.exp_avg
+refused export_flipped_moment "rank-00001.safetensors: CRC32C mismatch in 'model.norm.weight.exp_avg'" \
+  "$bin" export --checkpoint "$tmp/flipped_m" --out "$tmp/x"
+flip_in "$tmp/flipped_p" model.layers.0.mlp.up_proj.weight
+refused init_from_flipped "rank-00001.safetensors: CRC32C mismatch in 'model.layers.0.mlp.up_proj.weight'" \
+  "${mpi[@]}" -np 2 "$bin" train "${tiny[@]}" "${init[@]}" --init-from "$tmp/flipped_p"
 refused hole "the saved slices of 'model.layers.1.self_attn.q_proj.weight' cover" \
   "$bin" train "${tiny[@]}" --set train.microbatch_size=2 --resume "$tmp/hole"
 

@@ -5,13 +5,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "checkpoint/safetensors.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "train/checkpoint_meta.h"
 #include "train/checkpoint_read.h"
@@ -50,9 +53,14 @@ std::string json_of(const std::vector<int64_t>& v) {
   return t;
 }
 
-// Writes one file per box (tensor "t" and "t.exp_avg" = −t) and a
-// metadata.json listing them; `listed` boxes go into metadata.json (default:
-// the written ones).
+std::string crc_of(const std::vector<float>& x) {
+  return crc_hex(crc32c(x.data(), 4 * x.size()));
+}
+
+// Writes one file per box (tensor "t", "t.exp_avg" = −t and "t.exp_avg_sq" =
+// 2t) and a metadata.json listing them with their checksums, computed here
+// from the values and the file's first 8 + N bytes; `listed` boxes go into
+// metadata.json (default: the written ones).
 class Checkpoint {
  public:
   Checkpoint(const std::vector<Box>& boxes, const std::vector<Box>& listed = {}) {
@@ -60,25 +68,32 @@ class Checkpoint {
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    std::string files;
+    nlohmann::json files = nlohmann::json::array();
     const std::vector<Box>& meta = listed.empty() ? boxes : listed;
     for (size_t f = 0; f < boxes.size(); ++f) {
-      const std::vector<float> p = expected(boxes[f]), m = expected(boxes[f], -1.0f);
+      const std::vector<float> p = expected(boxes[f]), m = expected(boxes[f], -1.0f),
+                               v = expected(boxes[f], 2.0f);
       const std::string name = "rank-" + std::to_string(f) + ".safetensors";
-      write_safetensors((dir_ / name).string(),
-                        {{"t", boxes[f].size, p.data()}, {"t.exp_avg", boxes[f].size, m.data()}});
+      write_safetensors((dir_ / name).string(), {{"t", boxes[f].size, p.data()},
+                                                 {"t.exp_avg", boxes[f].size, m.data()},
+                                                 {"t.exp_avg_sq", boxes[f].size, v.data()}});
       if (f >= meta.size()) continue;
-      if (!files.empty()) files += ',';
-      files += R"({"name":")";
-      files += name;
-      files += R"(","slices":[{"tensor":"t","offsets":)";
-      files += json_of(meta[f].off);
-      files += R"(,"shape":)";
-      files += json_of(meta[f].size);
-      files += "}]}";
+      std::ifstream in(dir_ / name, std::ios::binary);
+      const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      uint64_t header = 0;
+      std::memcpy(&header, bytes.data(), 8);
+      files.push_back({{"name", name},
+                       {"bytes", bytes.size()},
+                       {"header_crc32c", crc_hex(crc32c(bytes.data(), 8 + header))},
+                       {"slices",
+                        {{{"tensor", "t"},
+                          {"offsets", meta[f].off},
+                          {"shape", meta[f].size},
+                          {"crc32c", {crc_of(p), crc_of(m), crc_of(v)}}}}}});
     }
-    nlohmann::json doc = nlohmann::json::parse(
-        R"({"format_version":1,"tensors":{"t":{"shape":[5,4,3],"dtype":"F32"}},"files":[)" + files + "]}");
+    nlohmann::json doc = {{"format_version", kCheckpointFormatVersion},
+                          {"tensors", {{"t", {{"shape", {5, 4, 3}}, {"dtype", "F32"}}}}},
+                          {"files", files}};
     doc["metadata_crc32c"] = metadata_checksum(doc);  // sealed as a save seals it
     std::ofstream(dir_ / "metadata.json") << doc.dump();
   }
@@ -87,10 +102,23 @@ class Checkpoint {
     fs::remove_all(dir_, ec);
   }
   std::string dir() const { return dir_.string(); }
+  std::string file(int f) const { return (dir_ / ("rank-" + std::to_string(f) + ".safetensors")).string(); }
 
  private:
   fs::path dir_;
 };
+
+// XORs byte `at` of `path` (negative: from the end) with 0x55, in place.
+void flip(const std::string& path, int64_t at) {
+  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekg(0, std::ios::end);
+  const int64_t pos = at >= 0 ? at : static_cast<int64_t>(io.tellg()) + at;
+  io.seekg(pos);
+  char c = 0;
+  io.get(c);
+  io.seekp(pos);
+  io.put(static_cast<char>(c ^ 0x55));
+}
 
 // Rows 0-1 whole; rows 2-4 cut along dim 1 into columns 0-2 and 3.
 const std::vector<Box> kSaved = {{{0, 0, 0}, {2, 4, 3}}, {{2, 0, 0}, {3, 3, 3}}, {{2, 3, 0}, {3, 1, 3}}};
@@ -114,20 +142,66 @@ TEST(CheckpointRead, AnyBoxFromTheSlicesThatIntersectIt) {
   EXPECT_EQ(got, expected(b, -1.0f));
 }
 
-TEST(CheckpointRead, AHoleNamesTheTensor) {
+TEST(CheckpointRead, AHoleIsFoundBeforeAnyReadNamingTheTensor) {
   const Checkpoint ck(kSaved, {kSaved[0], kSaved[1]});  // the column-3 slice is not listed
-  CheckpointReader reader(ck.dir());
-  std::vector<float> got(60);
   try {
-    reader.read_box("t", "", {0, 0, 0}, {5, 4, 3}, got.data());
+    CheckpointReader reader(ck.dir());
+    FAIL() << "expected DataError";
+  } catch (const DataError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("the saved slices of 't' cover 51 of its 60 elements"));
+  }
+}
+
+// A rank checks the slices it reads, whole, and no others: a flipped byte in
+// slice 2's exp_avg goes unseen by a reader of slices 0 and 1 or of slice 2's
+// parameters, and a reader of slice 2's exp_avg is refused, naming the file,
+// the stored tensor and the slice.
+TEST(CheckpointRead, EachSliceIsCheckedByItsReaders) {
+  const Checkpoint ck(kSaved);
+  flip(ck.file(2), -4 * 9 - 1);  // the last byte of t.exp_avg (t.exp_avg_sq's 9 floats follow)
+  CheckpointReader reader(ck.dir());
+  std::vector<float> got(6);
+  reader.read_box("t", ".exp_avg", {0, 0, 0}, {1, 2, 3}, got.data());  // inside slice 0
+  EXPECT_EQ(got, expected({{0, 0, 0}, {1, 2, 3}}, -1.0f));
+  EXPECT_EQ(reader.bytes_checked(), 4 * 24) << "slice 0's exp_avg, whole, and nothing else";
+  EXPECT_EQ(reader.bytes_read(), 4 * 6);
+  got.resize(60);
+  reader.read_box("t", "", {0, 0, 0}, {5, 4, 3}, got.data());
+  EXPECT_EQ(reader.bytes_checked(), 4 * (24 + 60));
+  try {
+    reader.read_box("t", ".exp_avg", {4, 3, 2}, {1, 1, 1}, got.data());
     FAIL() << "expected DataError";
   } catch (const DataError& e) {
     EXPECT_THAT(e.what(),
-                HasSubstr("the saved slices of 't' cover 51 of the 60 elements of [0:5, 0:4, 0:3]"));
+                HasSubstr(ck.file(2) + ": CRC32C mismatch in 't.exp_avg' (the slice [2:5, 3:4, 0:3] "
+                                       "of tensor 't'"));
   }
-  got.resize(6);  // a box inside the listed slices still reads
-  reader.read_box("t", "", {0, 0, 0}, {1, 2, 3}, got.data());
-  EXPECT_EQ(got, expected({{0, 0, 0}, {1, 2, 3}}));
+  CheckpointReader all(ck.dir());
+  EXPECT_THROW(all.verify_all(), DataError);
+}
+
+TEST(CheckpointRead, AFlippedHeaderOrATruncatedFileIsRefusedByName) {
+  {
+    const Checkpoint ck(kSaved);
+    flip(ck.file(1), 12);  // inside the JSON header
+    CheckpointReader reader(ck.dir());
+    try {
+      reader.verify_box("t", "", {2, 0, 0}, {1, 1, 1});
+      FAIL() << "expected DataError";
+    } catch (const Error& e) {  // DataError: the header's CRC, or the header no longer parses
+      EXPECT_THAT(e.what(), HasSubstr(ck.file(1)));
+    }
+  }
+  const Checkpoint ck(kSaved);
+  fs::resize_file(ck.file(0), fs::file_size(ck.file(0)) - 4);
+  CheckpointReader reader(ck.dir());
+  try {
+    reader.verify_box("t", "", {0, 0, 0}, {1, 1, 1});
+    FAIL() << "expected DataError";
+  } catch (const DataError& e) {
+    EXPECT_THAT(e.what(), HasSubstr(ck.file(0) + " has "));
+    EXPECT_THAT(e.what(), HasSubstr("(truncated)"));
+  }
 }
 
 TEST(CheckpointRead, OverlappingOrOutsideSlicesAreRefused) {
