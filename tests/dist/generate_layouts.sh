@@ -37,7 +37,7 @@ layout() {
       failures=$((failures + 1))
       continue
     fi
-    if out=$(/usr/bin/python3 - "$tmp" "$name" "$mode" "$np" "$dp" "$tp" "$pp" "$cp" <<'PY'
+    if out=$(/usr/bin/python3 - "$tmp" "$name" "$mode" "$np" "$dp" "$tp" "$pp" "$cp" 2>&1 <<'PY'
 import json, math, re, sys
 tmp, name, mode = sys.argv[1:4]
 np_, dp, tp, pp, cp = map(int, sys.argv[4:])
