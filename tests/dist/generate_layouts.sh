@@ -5,8 +5,11 @@
 # tp2 x pp2 — greedy and sampled (same seed) token for token, the log-probs
 # within 1e-5 — and each rank's KV cache bytes on stderr equal
 # 2 · layers · positions · kv heads per rank · head_dim · 4 · batch, computed
-# here from the layout (positions: ceil(capacity / cp)). Bad input is refused
-# at start-up, once, non-zero.
+# here from the layout (positions: ceil(capacity / cp)); cp2 prefills in chunks
+# of 3 against its position-sharded cache; one prompt's streamed text under
+# tp2 x pp2 is the one-process line, printed once. Bad input (world size,
+# heads not divisible by tp, a mixture of experts) is refused at start-up,
+# once, non-zero.
 # Usage: generate_layouts.sh path/to/meshtrain
 set -uo pipefail
 bin=$1
@@ -26,12 +29,13 @@ sampled=(--temperature 0.9 --top-p 0.95 --seed 11)
 "${g[@]}" "${greedy[@]}" >"$tmp/ref_greedy.jsonl" 2>"$tmp/ref_greedy.err" || exit 1
 "${g[@]}" "${sampled[@]}" --batch-size 1 >"$tmp/ref_sampled.jsonl" 2>"$tmp/ref_sampled.err" || exit 1
 
-# layout NAME RANKS DP TP PP CP: greedy and sampled runs against the one-process ones.
+# layout NAME RANKS DP TP PP CP [FLAGS...]: greedy and sampled runs against the one-process ones.
 layout() {
   local name=$1 np=$2 dp=$3 tp=$4 pp=$5 cp=$6 mode
+  shift 6
   for mode in greedy sampled; do
     local -n extra=$mode
-    if ! timeout 120 "${mpi[@]}" -np "$np" "${g[@]}" "${extra[@]}" --dp "$dp" --tp "$tp" --pp "$pp" --cp "$cp" \
+    if ! timeout 120 "${mpi[@]}" -np "$np" "${g[@]}" "${extra[@]}" --dp "$dp" --tp "$tp" --pp "$pp" --cp "$cp" "$@" \
       >"$tmp/$name.$mode.jsonl" 2>"$tmp/$name.$mode.err"; then
       echo "FAIL $name $mode: $(head -c 600 "$tmp/$name.$mode.err")"
       failures=$((failures + 1))
@@ -76,8 +80,20 @@ layout tp2 2 1 2 1 1
 layout tp4 4 1 4 1 1
 layout pp2 2 1 1 2 1
 layout dp2 2 2 1 1 1
-layout cp2 2 1 1 1 2
+layout cp2 2 1 1 1 2 --prefill-chunk 3  # chunks against the position-sharded cache
 layout tp2_pp2 4 1 2 2 1
+
+# One prompt, text output: streamed by rank 0 alone, the one-process text.
+one=("$bin" generate --model "$tmp/model" --tokenizer "$tmp/data/tokenizer.model" --prompt "fortune 7: the"
+  --max-new-tokens 12 --threads 1)
+"${one[@]}" >"$tmp/text1.txt" 2>/dev/null
+if timeout 120 "${mpi[@]}" -np 4 "${one[@]}" --tp 2 --pp 2 >"$tmp/text4.txt" 2>"$tmp/text4.err" &&
+  cmp -s "$tmp/text1.txt" "$tmp/text4.txt" && [ "$(wc -l <"$tmp/text4.txt")" -eq 1 ]; then
+  echo "ok   streamed text: tp2 x pp2 prints the one-process line once"
+else
+  echo "FAIL streamed text: '$(cat "$tmp/text4.txt")' against '$(cat "$tmp/text1.txt")'; $(head -c 400 "$tmp/text4.err")"
+  failures=$((failures + 1))
+fi
 
 # refused NAME PATTERN RANKS FLAGS...: PATTERN said once, non-zero exit.
 refused() {
