@@ -104,7 +104,7 @@ CLI::App* add_generate(CLI::App& app, mt::GenerateArgs& g) {
       ->capture_default_str();
   s->add_option("--kv-cache", g.kv_cache, "KV cache element type: f32 | int8 (per token and head scales)")
       ->capture_default_str();
-  s->add_option("--threads", g.threads, "Threads (0: all cores)");
+  s->add_option("--threads", g.threads, "Threads (0: all cores; under mpirun: cores / local ranks)");
   s->add_option("--dp", g.dp, "Data-parallel replicas under mpirun (prompts split in contiguous blocks)");
   s->add_option("--tp", g.tp, "Tensor-parallel ranks under mpirun (each caches its kv heads)");
   s->add_option("--pp", g.pp, "Pipeline stages under mpirun");

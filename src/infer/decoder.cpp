@@ -76,7 +76,7 @@ void Decoder::stage_step(std::span<const DecodeRows> entries, const float* hidde
     }
   }
   if (model_.has_embed()) {
-    embed(entries);
+    embed();
   } else {
     MT_CHECK(hidden != nullptr, "a stage without the embedding reads the previous stage's hidden state");
     std::memcpy(sized(x_, M_ * C), hidden, static_cast<size_t>(M_ * C) * sizeof(float));
@@ -92,7 +92,7 @@ void Decoder::stage_step(std::span<const DecodeRows> entries, const float* hidde
   }
 }
 
-void Decoder::embed(std::span<const DecodeRows>) {
+void Decoder::embed() {
   const int64_t C = cfg_.d_model;
   const float* table = model_.params() + model_.param_table().embed;
   if (model_.tp_group() == nullptr) {

@@ -65,7 +65,7 @@ class Decoder {
   const tp::VocabShard& vocab() const { return vocab_; }
 
  private:
-  void embed(std::span<const DecodeRows> entries);
+  void embed();
   void layer(int64_t l, std::span<const DecodeRows> entries);
   void attend(int64_t l, const DecodeRows& e, int64_t r0);
   void merge_over_cp(std::span<const DecodeRows> entries);
