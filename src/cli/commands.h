@@ -40,7 +40,7 @@ struct GenerateArgs {
   double temperature = 0.0, top_p = 1.0;
   std::string output = "text", kv_cache = "f32";
   bool logprobs = false;
-  std::optional<int64_t> dp, tp, pp, cp;
+  int64_t dp = 1, tp = 1, pp = 1, cp = 1;  // the layout under mpirun (generate_command.cpp)
 };
 // generate_command.cpp
 int run_generate_command(const GenerateArgs& args);

@@ -104,14 +104,17 @@ CLI::App* add_generate(CLI::App& app, mt::GenerateArgs& g) {
       ->capture_default_str();
   s->add_option("--kv-cache", g.kv_cache, "KV cache element type: f32 | int8 (per token and head scales)")
       ->capture_default_str();
-  s->add_option("--threads", g.threads, "Threads (0: all cores)");
-  s->add_option("--dp", g.dp, "Layout flags as in train: only 1 for now (one process)");
-  s->add_option("--tp", g.tp, "Layout flag: only 1 for now");
-  s->add_option("--pp", g.pp, "Layout flag: only 1 for now");
-  s->add_option("--cp", g.cp, "Layout flag: only 1 for now");
+  s->add_option("--threads", g.threads, "Threads (0: all cores; under mpirun: cores / local ranks)");
+  s->add_option("--dp", g.dp, "Data-parallel replicas under mpirun (prompts split in contiguous blocks)");
+  s->add_option("--tp", g.tp, "Tensor-parallel ranks under mpirun (each caches its kv heads)");
+  s->add_option("--pp", g.pp, "Pipeline stages under mpirun");
+  s->add_option("--cp", g.cp, "Context-parallel ranks under mpirun (the KV cache sharded by position)");
   s->footer(
       "stdout carries only the continuations; timings and the KV cache size go to stderr.\n"
-      "Generation runs in one process; multi-rank layouts (tp, pp, dp, cp prefill) are not built yet.");
+      "Under mpirun the ranks must multiply to dp x tp x pp x cp; the model is loaded into that layout as\n"
+      "--init-from does, and every layout continues each prompt as one process does (the vocab-parallel\n"
+      "head samples without gathering the logits). Each rank reports its KV cache bytes on stderr. Pipeline\n"
+      "stages run one prompt batch at a time; cp shards the cache by position, not the prefill's GEMMs.");
   return s;
 }
 

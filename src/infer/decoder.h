@@ -5,21 +5,34 @@
 // through each GEMM together; attention runs per sequence, its queries at
 // positions [len, len + n) against the cached keys [0, len + n).
 //
-// The same kernels as Llama::forward (ops/), on the weights of a one-process
-// model (no tensor or pipeline parallelism: docs/MODEL.md says what is not
-// built yet). RoPE: keys are cached after rotation, except under dynamic
-// scaling, whose frequencies depend on the sequence length L: there keys are
-// cached before rotation and all L are rotated with L's frequencies at each
-// step, as a full forward over the L tokens rotates them (docs/MODEL.md says
-// what still differs).
+// It runs this rank's part of the model as the training forward holds it
+// (src/model): under tensor parallelism its query and kv heads (one
+// replicated kv head when tp > n_kv_heads) and its ffn features, with the
+// row-parallel o and down layers all-reducing over tp (parallel/
+// tensor_parallel.h), the vocab-parallel embedding, and the LM head's rows of
+// this rank's vocabulary: the logits stay sharded (sampling.h picks the token
+// without gathering them). Under pipeline parallelism it runs its stage's
+// layers: the first stage reads token ids, the others the previous stage's
+// hidden state. Under context parallelism (a cp group) the cache is sharded by
+// position (kv_cache.h); each cp rank attends to its positions and the partial
+// results are merged by their log-sum-exp (ops/attention.h attention_merge),
+// the rest of the step being the same on every cp rank (docs/MODEL.md,
+// "Generation").
+//
+// RoPE: keys are cached after rotation, except under dynamic scaling, whose
+// frequencies depend on the sequence length L: there keys are cached before
+// rotation and all L are rotated with L's frequencies at each step, as a full
+// forward over the L tokens rotates them (docs/MODEL.md says what still differs).
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "comm/group.h"
 #include "infer/kv_cache.h"
 #include "model/llama.h"
+#include "parallel/vocab_parallel.h"
 
 namespace mt {
 
@@ -31,29 +44,47 @@ struct DecodeRows {
 
 class Decoder {
  public:
-  // ConfigError unless the model is whole on this process (no tp, one stage)
-  // and the cache's layers, kv heads and head_dim are the model's.
-  Decoder(const Llama& model, KvCache& cache);
+  // ConfigError unless the model is dense and the cache's layers, kv heads
+  // and head_dim are this rank's (its stage's layers, its tp share of the kv
+  // heads), and the cache's shards are cp's size (cp null: one shard).
+  Decoder(const Llama& model, KvCache& cache, Group* cp = nullptr);
 
-  // logits: [entries, V], each entry's last token; with all_logits
-  // [Σ n, V], every token's. Advances each sequence's cache length by n.
-  void step(std::span<const DecodeRows> entries, float* logits, bool all_logits = false);
+  // One step of this stage. The first stage reads the entries' ids, any other
+  // `hidden` [Σ n, C], the previous stage's output. The last stage writes into
+  // `out` the logits of its vocabulary shard [rows, vocab().rows] (rows: one per
+  // entry, its last token, or with all_logits Σ n); any other stage writes its
+  // output hidden state [Σ n, C]. Advances each sequence's cache length by n.
+  void stage_step(std::span<const DecodeRows> entries, const float* hidden, float* out,
+                  bool all_logits = false);
+  // The whole model in one process: logits [entries, V] (all_logits: [Σ n, V]).
+  void step(std::span<const DecodeRows> entries, float* logits, bool all_logits = false) {
+    stage_step(entries, nullptr, logits, all_logits);
+  }
+
+  // This rank's columns of the logits (the whole vocabulary without tp).
+  const tp::VocabShard& vocab() const { return vocab_; }
 
  private:
+  void embed();
   void layer(int64_t l, std::span<const DecodeRows> entries);
   void attend(int64_t l, const DecodeRows& e, int64_t r0);
+  void merge_over_cp(std::span<const DecodeRows> entries);
+  void head(std::span<const DecodeRows> entries, float* logits, bool all_logits);
   const RopeTable& rope_for(int64_t seq_len);
 
   const Llama& model_;
   KvCache& cache_;
+  Group* cp_ = nullptr;  // null: the whole cache here
   ModelConfig cfg_;
+  TpDims td_;
+  tp::VocabShard vocab_;
   RopeScaling scaling_;
   bool rotate_at_attention_ = false;  // dynamic scaling: keys cached before rotation
   RopeTable rope_;                    // frequencies independent of the length (all but dynamic)
   RopeTable rope_len_;                // dynamic: those of the current entry's length
   int64_t M_ = 0;                     // rows of the current step
-  std::vector<float> x_, ln_, rstd_, qkv_, att_, mid_, gu_, h_, lse_, kbuf_, vbuf_, krot_;
-  std::vector<int32_t> pos_, kpos_;
+  std::vector<float> x_, ln_, rstd_, qkv_, att_, mid_, gu_, h_, lse_, kbuf_, vbuf_, krot_, part_, gathered_;
+  std::vector<int32_t> ids_, pos_, kpos_;
 };
 
 }  // namespace mt

@@ -31,8 +31,11 @@ struct Generation {
   StopReason stop = StopReason::length;
 };
 
+// This rank's cache: kv_cache_bytes = 2 · layers · slots · kv_heads · head_dim ·
+// element size · batch (kv_cache.h); slots = capacity without cp.
 struct GenerateStats {
   int64_t kv_cache_bytes = 0, capacity = 0;
+  int64_t layers = 0, slots = 0, kv_heads = 0, batch = 0;
   int64_t prefill_tokens = 0, decode_tokens = 0;
   double prefill_s = 0, decode_s = 0;
 };
@@ -44,12 +47,26 @@ struct GenerateStats {
 int64_t generation_capacity(const ModelConfig& cfg, const std::vector<std::vector<int32_t>>& prompts,
                             int64_t first_index, int64_t max_new_tokens);
 
+// The groups a rank generates with besides the model's own tp group (null or
+// of size 1: none). pp: the pipeline's stages in rank order, the model being
+// this rank's stage; each step's hidden state goes stage to stage and the
+// chosen tokens come back from the last stage by broadcast, one prompt batch
+// at a time (no batches in flight together). cp: the ranks sharing the KV cache
+// by position (decoder.h).
+struct GenerateLayout {
+  Group* pp = nullptr;
+  Group* cp = nullptr;
+};
+
 // ConfigError when a prompt is empty or a prompt plus max_new_tokens − 1
 // positions exceed the model's max_seq_len (naming the prompt and the numbers).
 // prompts[i] is sampled as prompt number first_index + i. on_token(i, token) is
-// called as each token is chosen (for streaming); it may be empty.
+// called as each token is chosen (for streaming); it may be empty. Under a
+// layout every rank of the model's tp, pp and cp groups calls this with the
+// same prompts, and every one returns the same generations.
 std::vector<Generation> generate(const Llama& model, const std::vector<std::vector<int32_t>>& prompts,
                                  int64_t first_index, const GenerateOptions& opts, GenerateStats* stats,
-                                 const std::function<void(int64_t, int32_t)>& on_token = {});
+                                 const std::function<void(int64_t, int32_t)>& on_token = {},
+                                 const GenerateLayout& layout = {});
 
 }  // namespace mt

@@ -19,31 +19,41 @@ const char* kv_dtype_name(KvDtype t) {
 }
 
 KvCache::KvCache(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_heads, int64_t head_dim,
-                 KvDtype dtype)
-    : layers_(layers), batch_(batch), cap_(capacity), kv_(kv_heads), dim_(head_dim), dtype_(dtype) {
+                 KvDtype dtype, int shards, int shard)
+    : layers_(layers),
+      batch_(batch),
+      cap_(capacity),
+      kv_(kv_heads),
+      dim_(head_dim),
+      dtype_(dtype),
+      shards_(shards),
+      shard_(shard),
+      slots_(shards > 0 ? (capacity + shards - 1) / shards : 0) {
   MT_REQUIRE(layers > 0 && batch > 0 && capacity > 0 && kv_heads > 0 && head_dim > 0, ConfigError,
              "KV cache sizes must be positive (layers ", layers, ", batch ", batch, ", capacity ", capacity,
              ", kv heads ", kv_heads, ", head_dim ", head_dim, ")");
-  const size_t n = static_cast<size_t>(layers * batch * capacity * row());
+  MT_REQUIRE(shards >= 1 && shard >= 0 && shard < shards, ConfigError, "KV cache shard ", shard, " of ",
+             shards, " does not exist");
+  const size_t n = static_cast<size_t>(layers * batch * slots_ * row());
   for (int w = 0; w < 2; ++w) {
     if (dtype == KvDtype::f32) {
       f32_[w].assign(n, 0.0f);
     } else {
       q8_[w].assign(n, 0);
-      scale_[w].assign(static_cast<size_t>(layers * batch * capacity * kv_heads), 0.0f);
+      scale_[w].assign(static_cast<size_t>(layers * batch * slots_ * kv_heads), 0.0f);
     }
   }
   len_.assign(static_cast<size_t>(batch), 0);
 }
 
-int64_t KvCache::bytes_for(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_heads,
-                           int64_t head_dim, KvDtype dtype) {
+int64_t KvCache::bytes_for(int64_t layers, int64_t batch, int64_t slots, int64_t kv_heads, int64_t head_dim,
+                           KvDtype dtype) {
   const int64_t per = dtype == KvDtype::f32 ? head_dim * 4 : head_dim + 4;
-  return 2 * layers * batch * capacity * kv_heads * per;
+  return 2 * layers * batch * slots * kv_heads * per;
 }
 
 int64_t KvCache::bytes() const {
-  return bytes_for(layers_, batch_, cap_, kv_, dim_, dtype_);
+  return bytes_for(layers_, batch_, slots_, kv_, dim_, dtype_);
 }
 
 void KvCache::advance(int64_t s, int64_t n) {
@@ -57,41 +67,42 @@ void KvCache::write(int64_t l, int64_t s, int64_t at, int64_t n, const float* k,
                     int64_t stride) {
   MT_REQUIRE(at >= 0 && at + n <= cap_, ConfigError, "positions [", at, ", ", at + n,
              ") are outside the KV cache's ", cap_);
-  store(0, l, s, at, n, k, stride);
-  store(1, l, s, at, n, v, stride);
+  for (int64_t t = 0; t < n; ++t) {
+    if ((at + t) % shards_ != shard_) continue;
+    store(0, l, s, (at + t) / shards_, k + t * stride);
+    store(1, l, s, (at + t) / shards_, v + t * stride);
+  }
 }
 
-void KvCache::store(int w, int64_t l, int64_t s, int64_t at, int64_t n, const float* x, int64_t stride) {
+void KvCache::store(int w, int64_t l, int64_t s, int64_t slot, const float* x) {
   const int64_t R = row();
   if (dtype_ == KvDtype::f32) {
-    for (int64_t t = 0; t < n; ++t)
-      std::memcpy(f32_[w].data() + base(l, s) + static_cast<size_t>((at + t) * R), x + t * stride,
-                  static_cast<size_t>(R) * sizeof(float));
+    std::memcpy(f32_[w].data() + base(l, s) + static_cast<size_t>(slot * R), x,
+                static_cast<size_t>(R) * sizeof(float));
     return;
   }
   // int8: one scale per (token, kv head), symmetric, round to nearest.
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t h = 0; h < kv_; ++h) {
-      const float* src = x + t * stride + h * dim_;
-      float amax = 0.0f;
-      for (int64_t i = 0; i < dim_; ++i)
-        amax = std::max(amax, std::fabs(src[i]));
-      const float scale = amax > 0 ? amax / 127.0f : 1.0f;
-      scale_[w][static_cast<size_t>(((l * batch_ + s) * cap_ + at + t) * kv_ + h)] = scale;
-      int8_t* dst = q8_[w].data() + base(l, s) + static_cast<size_t>((at + t) * R + h * dim_);
-      for (int64_t i = 0; i < dim_; ++i)
-        dst[i] = static_cast<int8_t>(std::lrint(std::clamp(src[i] / scale, -127.0f, 127.0f)));
-    }
+  for (int64_t h = 0; h < kv_; ++h) {
+    const float* src = x + h * dim_;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < dim_; ++i)
+      amax = std::max(amax, std::fabs(src[i]));
+    const float scale = amax > 0 ? amax / 127.0f : 1.0f;
+    scale_[w][static_cast<size_t>(((l * batch_ + s) * slots_ + slot) * kv_ + h)] = scale;
+    int8_t* dst = q8_[w].data() + base(l, s) + static_cast<size_t>(slot * R + h * dim_);
+    for (int64_t i = 0; i < dim_; ++i)
+      dst[i] = static_cast<int8_t>(std::lrint(std::clamp(src[i] / scale, -127.0f, 127.0f)));
   }
 }
 
-const float* KvCache::load(int w, int64_t l, int64_t s, int64_t n, std::vector<float>& scratch) const {
+const float* KvCache::load(int w, int64_t l, int64_t s, int64_t n_positions,
+                           std::vector<float>& scratch) const {
   if (dtype_ == KvDtype::f32) return f32_[w].data() + base(l, s);
-  const int64_t R = row();
+  const int64_t R = row(), n = local_count(n_positions);
   scratch.resize(static_cast<size_t>(n * R));
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t h = 0; h < kv_; ++h) {
-      const float scale = scale_[w][static_cast<size_t>(((l * batch_ + s) * cap_ + t) * kv_ + h)];
+      const float scale = scale_[w][static_cast<size_t>(((l * batch_ + s) * slots_ + t) * kv_ + h)];
       const int8_t* src = q8_[w].data() + base(l, s) + static_cast<size_t>(t * R + h * dim_);
       float* dst = scratch.data() + t * R + h * dim_;
       for (int64_t i = 0; i < dim_; ++i)

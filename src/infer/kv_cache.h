@@ -3,11 +3,16 @@
 // token attends to them without recomputing the prefix (docs/MODEL.md,
 // "Generation").
 //
-// Layout per (layer, sequence): [capacity, kv_heads·head_dim], token-major,
+// Layout per (layer, sequence): [slots, kv_heads·head_dim], token-major,
 // the stride attention_forward reads. Element type f32, or int8 with one
 // float scale per (token, kv head): x ≈ scale · q, scale = max|x| / 127.
-// Bytes: 2 · layers · batch · capacity · kv_heads · head_dim · 4 (f32), or
-// 2 · layers · batch · capacity · kv_heads · (head_dim + 4) (int8).
+//
+// Sharded by position (context parallelism, docs/MODEL.md "Generation"): with
+// `shards` > 1 this cache keeps only the positions p with p mod shards ==
+// shard, position p in slot p / shards, so slots = ceil(capacity / shards);
+// the shards together hold every position once. Lengths stay global.
+// Bytes: 2 · layers · batch · slots · kv_heads · head_dim · 4 (f32), or
+// 2 · layers · batch · slots · kv_heads · (head_dim + 4) (int8).
 #pragma once
 
 #include <cstdint>
@@ -23,38 +28,47 @@ const char* kv_dtype_name(KvDtype t);
 class KvCache {
  public:
   KvCache(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_heads, int64_t head_dim,
-          KvDtype dtype = KvDtype::f32);
+          KvDtype dtype = KvDtype::f32, int shards = 1, int shard = 0);
 
-  int64_t capacity() const { return cap_; }
+  int64_t capacity() const { return cap_; }  // positions, over all shards
+  int64_t slots() const { return slots_; }   // positions kept here
+  int shards() const { return shards_; }
+  // How many of the positions [0, n) this shard keeps, and the position of its slot j.
+  int64_t local_count(int64_t n) const { return n > shard_ ? (n - shard_ + shards_ - 1) / shards_ : 0; }
+  int64_t position_of(int64_t j) const { return j * shards_ + shard_; }
   int64_t batch() const { return batch_; }
+  int64_t layers() const { return layers_; }
   int64_t row() const { return kv_ * dim_; }  // floats per token
   KvDtype dtype() const { return dtype_; }
   int64_t bytes() const;  // what the cache holds, by the formula above
-  static int64_t bytes_for(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_heads,
-                           int64_t head_dim, KvDtype dtype);
+  static int64_t bytes_for(int64_t layers, int64_t batch, int64_t slots, int64_t kv_heads, int64_t head_dim,
+                           KvDtype dtype);
 
   // Tokens cached for sequence s; advance() adds n after every layer wrote them.
   int64_t length(int64_t s) const { return len_[static_cast<size_t>(s)]; }
   void advance(int64_t s, int64_t n);
 
   // Stores n tokens' keys and values (rows `stride` floats apart) of layer l,
-  // sequence s, at positions [at, at + n).
+  // sequence s, at positions [at, at + n): those this shard keeps.
   void write(int64_t l, int64_t s, int64_t at, int64_t n, const float* k, const float* v, int64_t stride);
-  // The first n cached keys / values of (l, s) as floats [n, row()]: the
-  // storage itself (f32), or dequantised into `scratch` (int8).
+  // The keys / values this shard keeps of (l, s)'s positions [0, n), as floats
+  // [local_count(n), row()]: the storage itself (f32), or dequantised into
+  // `scratch` (int8).
   const float* keys(int64_t l, int64_t s, int64_t n, std::vector<float>& scratch) const;
   const float* values(int64_t l, int64_t s, int64_t n, std::vector<float>& scratch) const;
 
  private:
-  size_t base(int64_t l, int64_t s) const { return static_cast<size_t>(((l * batch_ + s) * cap_) * row()); }
-  void store(int which, int64_t l, int64_t s, int64_t at, int64_t n, const float* x, int64_t stride);
+  size_t base(int64_t l, int64_t s) const { return static_cast<size_t>(((l * batch_ + s) * slots_) * row()); }
+  void store(int which, int64_t l, int64_t s, int64_t slot, const float* x);
   const float* load(int which, int64_t l, int64_t s, int64_t n, std::vector<float>& scratch) const;
 
   int64_t layers_, batch_, cap_, kv_, dim_;
   KvDtype dtype_;
+  int shards_, shard_;
+  int64_t slots_;
   std::vector<float> f32_[2];    // keys, values (f32)
   std::vector<int8_t> q8_[2];    // keys, values (int8)
-  std::vector<float> scale_[2];  // [layers, batch, capacity, kv_heads] (int8)
+  std::vector<float> scale_[2];  // [layers, batch, slots, kv_heads] (int8)
   std::vector<int64_t> len_;
 };
 

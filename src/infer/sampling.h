@@ -5,9 +5,21 @@
 // one is drawn from the renormalised distribution with a uniform number that
 // is a pure function of (seed, prompt index, position): the same prompt gives
 // the same continuation whatever the batch it runs in.
+//
+// The logits may be sharded by vocabulary over tp (the vocab-parallel LM
+// head): the token is chosen without gathering them. Candidates are the
+// most probable tokens in one order (logit descending, then id ascending);
+// each rank sends its own m best (value, id) and every rank merges them into
+// the global m best, m growing (doubling) only while the rule needs tokens
+// past them (top_k: m = top_k at once). The sums the rule needs over the
+// whole vocabulary (softmax normaliser, log-sum-exp) are all-reduced. So the
+// choice is the same function of the logits on any layout, up to the
+// summation order of those sums (docs/MODEL.md, "Generation").
 #pragma once
 
 #include <cstdint>
+
+#include "comm/group.h"
 
 namespace mt {
 
@@ -26,7 +38,22 @@ struct Sampled {
   double logprob = 0.0;  // log-softmax of the raw logits (temperature 1, no filtering) at `token`
 };
 
-Sampled sample_token(const float* logits, int64_t V, const SamplingOptions& o, int64_t prompt_index,
+// One row of logits as this rank holds it: the tokens [begin, end) of a
+// V-token vocabulary at z[0, end − begin).
+struct LogitsShard {
+  const float* z = nullptr;
+  int64_t begin = 0, end = 0, V = 0;
+};
+
+// tp: the ranks holding the other shards (null or size 1: the shard is the
+// whole row). Collective over tp; every rank returns the same token.
+Sampled sample_token(const LogitsShard& row, Group* tp, const SamplingOptions& o, int64_t prompt_index,
                      int64_t position);
+
+// The whole row in one process.
+inline Sampled sample_token(const float* logits, int64_t V, const SamplingOptions& o, int64_t prompt_index,
+                            int64_t position) {
+  return sample_token(LogitsShard{logits, 0, V, V}, nullptr, o, prompt_index, position);
+}
 
 }  // namespace mt

@@ -116,3 +116,42 @@ TEST_F(Generate, BadInputNamesTheProblem) {
 
 }  // namespace
 }  // namespace mt
+
+namespace mt {
+namespace {
+
+// A cache sharded by position over 3 shards: each keeps positions p ≡ shard
+// (mod 3) in slot p / 3, together every position once, and its bytes count
+// ceil(capacity / 3) positions.
+TEST(KvCacheShards, EachShardKeepsItsPositions) {
+  const int64_t cap = 8, row = 2 * 4;  // 2 kv heads × head_dim 4
+  std::vector<float> k(static_cast<size_t>(cap * row)), v(k.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = static_cast<float>(i);
+    v[i] = -static_cast<float>(i);
+  }
+  int64_t kept = 0;
+  for (int shard = 0; shard < 3; ++shard) {
+    KvCache c(1, 1, cap, 2, 4, KvDtype::f32, 3, shard);
+    EXPECT_EQ(c.slots(), 3);
+    EXPECT_EQ(c.bytes(), 2 * 1 * 3 * 2 * 4 * 4);
+    c.write(0, 0, 0, 5, k.data(), v.data(), row);  // positions 0..4, then 5..7
+    c.write(0, 0, 5, 3, k.data() + 5 * row, v.data() + 5 * row, row);
+    std::vector<float> scratch;
+    const int64_t n = c.local_count(cap);
+    EXPECT_EQ(n, (cap - shard + 2) / 3);
+    const float* keys = c.keys(0, 0, cap, scratch);
+    const float* values = c.values(0, 0, cap, scratch);
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t p = c.position_of(j);
+      EXPECT_EQ(p % 3, shard);
+      EXPECT_EQ(keys[j * row], k[static_cast<size_t>(p * row)]) << "shard " << shard << " slot " << j;
+      EXPECT_EQ(values[j * row + row - 1], v[static_cast<size_t>(p * row + row - 1)]);
+    }
+    kept += n;
+  }
+  EXPECT_EQ(kept, cap);
+}
+
+}  // namespace
+}  // namespace mt

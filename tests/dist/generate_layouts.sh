@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# meshtrain generate under mpirun on any layout (src/cli/generate_command.cpp,
+# src/infer): the continuations of one saved model equal the one-process ones
+# under tp2, tp4 (kv heads replicated: n_kv_heads = 2), pp2, dp2, cp2 and
+# tp2 x pp2 — greedy and sampled (same seed) token for token, the log-probs
+# within 1e-5 — and each rank's KV cache bytes on stderr equal
+# 2 · layers · positions · kv heads per rank · head_dim · 4 · batch, computed
+# here from the layout (positions: ceil(capacity / cp)); cp2 prefills in chunks
+# of 3 against its position-sharded cache; one prompt's streamed text under
+# tp2 x pp2 is the one-process line, printed once. Bad input (world size,
+# heads not divisible by tp, a mixture of experts) is refused at start-up,
+# once, non-zero.
+# Usage: generate_layouts.sh path/to/meshtrain
+set -uo pipefail
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/common.sh"
+make_data
+# vocab 301: the vocabulary shards of tp2 and tp4 have padding rows.
+"$bin" prepare --text "$tmp/corpus" --out "$tmp/data" --vocab-size 301 >/dev/null
+tiny+=(--set model.vocab_size=301 --set model.max_seq_len=64 --set train.seq_len=32)
+"$bin" train "${tiny[@]}" --save "$tmp/model" >/dev/null
+prompts=(--prompt "fortune 12: the quick" --prompt "short" --prompt "fortune 3: the quick brown fox number 8 jumps")
+g=("$bin" generate --model "$tmp/model" --tokenizer "$tmp/data/tokenizer.model" "${prompts[@]}"
+  --max-new-tokens 10 --output jsonl --logprobs --threads 1)
+greedy=()
+sampled=(--temperature 0.9 --top-p 0.95 --seed 11)
+"${g[@]}" "${greedy[@]}" >"$tmp/ref_greedy.jsonl" 2>"$tmp/ref_greedy.err" || exit 1
+"${g[@]}" "${sampled[@]}" --batch-size 1 >"$tmp/ref_sampled.jsonl" 2>"$tmp/ref_sampled.err" || exit 1
+
+# layout NAME RANKS DP TP PP CP [FLAGS...]: greedy and sampled runs against the one-process ones.
+layout() {
+  local name=$1 np=$2 dp=$3 tp=$4 pp=$5 cp=$6 mode
+  shift 6
+  for mode in greedy sampled; do
+    local -n extra=$mode
+    if ! timeout 120 "${mpi[@]}" -np "$np" "${g[@]}" "${extra[@]}" --dp "$dp" --tp "$tp" --pp "$pp" --cp "$cp" "$@" \
+      >"$tmp/$name.$mode.jsonl" 2>"$tmp/$name.$mode.err"; then
+      echo "FAIL $name $mode: $(head -c 600 "$tmp/$name.$mode.err")"
+      failures=$((failures + 1))
+      continue
+    fi
+    if out=$(/usr/bin/python3 - "$tmp" "$name" "$mode" "$np" "$dp" "$tp" "$pp" "$cp" 2>&1 <<'PY'
+import json, math, re, sys
+tmp, name, mode = sys.argv[1:4]
+np_, dp, tp, pp, cp = map(int, sys.argv[4:])
+ref = [json.loads(l) for l in open(f"{tmp}/ref_{mode}.jsonl")]
+got = [json.loads(l) for l in open(f"{tmp}/{name}.{mode}.jsonl")]
+assert [x["index"] for x in got] == [0, 1, 2], got
+for r, x in zip(ref, got):
+    assert x["tokens"] == r["tokens"] and x["stop"] == r["stop"], (r, x)
+    assert len(r["tokens"]) > 0
+    worst = max([abs(a - b) for a, b in zip(r["logprobs"], x["logprobs"])] + [0])
+    assert worst <= 1e-5, ("logprobs differ by", worst)
+# Each prompt's cache capacity alone (the one-process sampled run is batch size 1).
+cap = [int(c) for c in re.findall(r"capacity (\d+) tokens", open(f"{tmp}/ref_sampled.err").read())]
+assert len(cap) == 3, cap
+layers, kv_heads, head_dim = 2, 2, 32 // 4
+lines = re.findall(r"generate: rank (\d+) \(dp (\d+), tp (\d+), pp (\d+), cp (\d+)\): prompts (\d+)\.\.(\d+): "
+                   r"kv cache f32 (\d+) bytes", open(f"{tmp}/{name}.{mode}.err").read())
+ranks = set()
+for rank, d, t, p, c, a, b, n in (map(int, l) for l in lines):
+    ranks.add(rank)
+    batch, capacity = b - a + 1, max(cap[a:b + 1])
+    want = 2 * (layers // pp) * math.ceil(capacity / cp) * max(1, kv_heads // tp) * head_dim * 4 * batch
+    assert n == want, (f"rank {rank}: {n} bytes, analytic {want}")
+assert len(ranks) == np_, ("ranks reporting a KV cache", ranks)
+print(f"{len(lines)} kv cache lines = analytic")
+PY
+    ); then
+      echo "ok   $name $mode: continuations = one process; $out"
+    else
+      echo "FAIL $name $mode: $out"
+      failures=$((failures + 1))
+    fi
+  done
+}
+layout tp2 2 1 2 1 1
+layout tp4 4 1 4 1 1
+layout pp2 2 1 1 2 1
+layout dp2 2 2 1 1 1
+layout cp2 2 1 1 1 2 --prefill-chunk 3  # chunks against the position-sharded cache
+layout tp2_pp2 4 1 2 2 1
+
+# One prompt, text output: streamed by rank 0 alone, the one-process text.
+one=("$bin" generate --model "$tmp/model" --tokenizer "$tmp/data/tokenizer.model" --prompt "fortune 7: the"
+  --max-new-tokens 12 --threads 1)
+"${one[@]}" >"$tmp/text1.txt" 2>/dev/null
+if timeout 120 "${mpi[@]}" -np 4 "${one[@]}" --tp 2 --pp 2 >"$tmp/text4.txt" 2>"$tmp/text4.err" &&
+  cmp -s "$tmp/text1.txt" "$tmp/text4.txt" && [ "$(wc -l <"$tmp/text4.txt")" -eq 1 ]; then
+  echo "ok   streamed text: tp2 x pp2 prints the one-process line once"
+else
+  echo "FAIL streamed text: '$(cat "$tmp/text4.txt")' against '$(cat "$tmp/text1.txt")'; $(head -c 400 "$tmp/text4.err")"
+  failures=$((failures + 1))
+fi
+
+# refused NAME PATTERN RANKS FLAGS...: PATTERN said once, non-zero exit.
+refused() {
+  local name=$1 pattern=$2 np=$3
+  shift 3
+  local out rc
+  out=$(timeout 120 "${mpi[@]}" -np "$np" "$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne 0 ] && [ "$(grep -c -- "$pattern" <<<"$out")" -eq 1 ]; then
+    echo "ok   $name: refused on $np ranks ($(grep -m1 -o -- "$pattern.*" <<<"$out" | cut -c1-100))"
+  else
+    echo "FAIL $name: exit $rc, expected '$pattern' once; got: $out"
+    failures=$((failures + 1))
+  fi
+}
+refused world "= 1 but the world has 2 ranks" 2 "${g[@]}"
+refused heads "model.n_heads (4) must be divisible by parallel.tp (3)" 3 "${g[@]}" --tp 3
+"$bin" train "${tiny[@]}" --set model.n_experts=2 --set model.top_k=1 --set model.expert_ffn_hidden=16 \
+  --set train.steps=1 --save "$tmp/moe" >/dev/null
+refused moe "is a mixture of experts (2 experts): the cached decoder" 2 "$bin" generate --model "$tmp/moe" \
+  --tokenizer "$tmp/data/tokenizer.model" --prompt "x" --dp 2
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures generate layout check(s) failed"
+  exit 1
+fi
+echo "all generate layout checks passed"
