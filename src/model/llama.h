@@ -143,7 +143,8 @@ class Llama : public pp::Stage {
   // other reads its input activation, written into stage_input(slot) [Nl, C]
   // before the call (Nl = B·T, or B·T/tp under SP). A stage with the head
   // needs `targets` and returns its loss sum; any other returns 0 and leaves its
-  // output in stage_output(slot) [Nl, C].
+  // output in stage_output(slot) [Nl, C]. (Each of these buffers, and the two
+  // below, holds residual_numel floats: a mixture of experts adds its tally.)
   double forward_slot(int slot, const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) override;
   // backward_slot: a stage with the head starts from dloss; any other from the
   // gradient of its output, written into output_grad() [Nl, C] before the call.

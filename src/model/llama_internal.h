@@ -56,6 +56,9 @@ struct MoeTally {
   double margin = 0;           // the smallest top-k margin seen
   void reset(int64_t k, int64_t E);
   double aux_loss(int64_t E) const;  // Mixtral's, unscaled
+  // scale · ∂aux_loss/∂(router probability of e), the same for every row:
+  // scale · E · Σ_s count[s, e] / rows² ([E]).
+  std::vector<float> aux_grad(int64_t E, double scale) const;
   double z_loss() const { return rows > 0 ? zsum / static_cast<double>(rows) : 0.0; }
   // The sums (count, psum, zsum, rows; not the margin) as one vector of
   // doubles, for a sum over the ranks sharing a microbatch, and back.

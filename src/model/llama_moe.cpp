@@ -175,14 +175,7 @@ void Llama::moe_backward(int64_t l, const float* P, float* G, LayerActs& a, cons
   // each scaled by its coefficient over the step's microbatches.
   const MoeTally& t = cur_->tally;
   const double R = static_cast<double>(t.rows), M = static_cast<double>(microbatches_ * opts_.moe_groups);
-  std::vector<float> dprob(static_cast<size_t>(E), 0.0f);
-  for (int64_t e = 0; e < E; ++e) {
-    int64_t picked = 0;
-    for (int64_t s = 0; s < k; ++s)
-      picked += t.count[static_cast<size_t>(s * E + e)];
-    dprob[static_cast<size_t>(e)] =
-        static_cast<float>(cfg_.router_aux_loss_coef / M * static_cast<double>(E * picked) / (R * R));
-  }
+  const std::vector<float> dprob = t.aux_grad(E, cfg_.router_aux_loss_coef / M);
   const auto z_scale = static_cast<float>(cfg_.router_z_loss_coef / M * 2.0 / R);
   router_backward(b.drlogits.data(), b.dweights.data(), dprob.data(), z_scale, m.probs.data(), m.lse.data(),
                   m.experts.data(), m.weights.data(), {N, E, k});

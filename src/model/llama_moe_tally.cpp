@@ -32,6 +32,18 @@ double MoeTally::aux_loss(int64_t E) const {
   return static_cast<double>(E) * sum;
 }
 
+std::vector<float> MoeTally::aux_grad(int64_t E, double scale) const {
+  const double R = static_cast<double>(rows);
+  std::vector<float> g(static_cast<size_t>(E), 0.0f);
+  for (int64_t e = 0; e < E; ++e) {
+    int64_t picked = 0;
+    for (size_t i = static_cast<size_t>(e); i < count.size(); i += static_cast<size_t>(E))
+      picked += count[i];
+    g[static_cast<size_t>(e)] = static_cast<float>(scale * static_cast<double>(E * picked) / (R * R));
+  }
+  return g;
+}
+
 std::vector<double> MoeTally::sums() const {
   std::vector<double> v;
   v.reserve(count.size() + psum.size() + 2);
