@@ -100,11 +100,11 @@ void validate_moe_layout(const Config& c) {
   const ParallelConfig& p = c.parallel;
   validate_expert_parallel(c);
   if (!c.model.moe()) return;
-  const std::pair<const char*, int64_t> axes[] = {{"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp}};
-  for (const auto& [axis, n] : axes) {
-    MT_REQUIRE(n == 1, ConfigError, "model.n_experts (", c.model.n_experts, ") with parallel.", axis, " (", n,
-               "): the mixture of experts runs with data parallelism only so far (tp, pp, cp must be 1)");
-  }
+  const bool shared_tokens = p.cp > 1 || (p.tp > 1 && p.sp);  // a microbatch's tokens over several ranks
+  MT_REQUIRE(c.model.router_bias_rate == 0 || !shared_tokens, ConfigError, "model.router_bias_rate (",
+             c.model.router_bias_rate, ") with parallel.cp (", p.cp, ") or parallel.tp (", p.tp,
+             ") with parallel.sp: the bias would move by each rank's share of the tokens, not the whole "
+             "microbatch's (not built yet)");
   MT_REQUIRE(c.model.router_bias_rate == 0 || p.dp == 1, ConfigError, "model.router_bias_rate (",
              c.model.router_bias_rate, ") with parallel.dp (", p.dp,
              "): the bias would move by each rank's own loads, not the global ones (not built yet)");

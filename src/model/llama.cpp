@@ -82,7 +82,7 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
     b.recompute.emplace_back(cfg_, td_, B, T, Nl, sp_on(), has_dense_layer(), has_moe_layer(),
                              dispatch_.max_local_rows(1));
   if (sp_on() && !has_head()) b.norm_out = Tensor({Nl, C}, k);
-  b.dres = Tensor({Nl, C}, k);
+  b.dres = tally_floats() > 0 ? Tensor({Nl * C + tally_floats()}, k) : Tensor({Nl, C}, k);
   b.dtmp = Tensor({Nl, C}, k);
   b.dmid = Tensor({N, std::max({C, F, Q})}, k);
   b.dqkv = Tensor({N, QKV}, k);
@@ -119,8 +119,9 @@ Llama::Slot& Llama::slot(int i) {
     const int64_t B = opts_.max_batch, T = opts_.max_seq, N = B * T, Nl = sp_on() ? N / tpr_.size : N;
     const int64_t C = cfg_.d_model;
     const MemKind k = MemKind::activation;
+    const int64_t X = tally_floats();  // after the stage's input and output (residual_numel)
     for (int64_t l = 0; l <= n_stage_layers_; ++l)
-      sl->resid.emplace_back(std::vector<int64_t>{Nl, C}, k);
+      sl->resid.emplace_back(X > 0 ? std::vector<int64_t>{Nl * C + X} : std::vector<int64_t>{Nl, C}, k);
     if (!opts_.recompute) {
       sl->layers.reserve(static_cast<size_t>(n_stage_layers_));
       for (int64_t l = 0; l < n_stage_layers_; ++l) {
@@ -251,6 +252,7 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
                   sl.resid[static_cast<size_t>(i + 1)].data());
     store_->release_params(unit, Pass::forward);
   }
+  if (cfg_.moe()) moe_tally_forward(sl);
   if (!has_head()) return 0.0;
   const int fu = table_.final_unit;
   const float* Fp = store_->acquire_params(fu, Pass::forward);
@@ -350,6 +352,7 @@ void Llama::backward_slot(int s, float dloss) {
   // A tied head's gradient goes to the embedding unit, acquired until its backward is done.
   float* Eg = nullptr;
   if (has_head()) Eg = head_backward(dloss);
+  if (cfg_.moe()) moe_tally_backward(sl);
   // Otherwise dres holds the gradient of this stage's output (output_grad()).
   for (int64_t i = n_stage_layers_ - 1; i >= 0; --i) {
     const int unit = layer_unit(i);

@@ -93,6 +93,9 @@ struct MoeStats {
   double aux_loss = 0, z_loss = 0;  // mean over the microbatches (unscaled by their coefficients)
   double min_topk_margin = 0;       // +inf when top_k = n_experts
   int64_t microbatches = 0;
+  // Whether this rank's tokens are its own: false on tp ranks > 0 without SP,
+  // which route copies of tp rank 0's tokens (the counts are then its).
+  bool token_owner = true;
 };
 
 class Llama : public pp::Stage {
@@ -142,7 +145,8 @@ class Llama : public pp::Stage {
   // other reads its input activation, written into stage_input(slot) [Nl, C]
   // before the call (Nl = B·T, or B·T/tp under SP). A stage with the head
   // needs `targets` and returns its loss sum; any other returns 0 and leaves its
-  // output in stage_output(slot) [Nl, C].
+  // output in stage_output(slot) [Nl, C]. (Each of these buffers, and the two
+  // below, holds residual_numel floats: a mixture of experts adds its tally.)
   double forward_slot(int slot, const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) override;
   // backward_slot: a stage with the head starts from dloss; any other from the
   // gradient of its output, written into output_grad() [Nl, C] before the call.
@@ -153,9 +157,12 @@ class Llama : public pp::Stage {
   const float* stage_output(int slot) override;
   float* output_grad() override;
   const float* input_grad() const override;
-  // Elements of one microbatch's residual stream here: B·T·C, or B·T/tp·C under SP.
+  // Elements of one microbatch's residual stream here: B·T·C, or B·T/tp·C
+  // under SP; for a mixture of experts over pipeline stages followed by the
+  // microbatch's router statistics (tally_floats()), which travel with the
+  // activation forward and with its gradient backward.
   int64_t residual_numel(int64_t B, int64_t T) const override {
-    return (sp_on() ? B * T / tpr_.size : B * T) * cfg_.d_model;
+    return (sp_on() ? B * T / tpr_.size : B * T) * cfg_.d_model + tally_floats();
   }
   // The stage's share of the step's gradient accumulation: its store's (store.h).
   void begin_step(int64_t microbatches) override;
@@ -219,10 +226,21 @@ class Llama : public pp::Stage {
   // forward from a.ln2 into x_out = mid + Σ weights · experts (x_out null: the
   // activations only; tally: add the router statistics to the slot's), and
   // backward from dres = dL/dx_out, leaving dL/d(ln2) in the dmid buffer.
+  // The layer runs on this rank's Nl tokens: its sequence shard under SP, else
+  // all N (replicated over tp without SP); docs/PARALLELISM.md "Expert parallelism".
   void moe_forward(int64_t l, const float* P, LayerActs& a, float* x_out, bool tally);
-  void moe_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* dres);
-  void moe_experts_backward(const LayerParamOffsets& o, const float* P, float* G, LayerActs& a,
+  void moe_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* dres, float* dln2);
+  // gexp: the layer's first expert's gradient (w1|w3, then w2, per local expert).
+  void moe_experts_backward(const LayerParamOffsets& o, const float* P, float* gexp, LayerActs& a,
                             const float* dys, float* dxs);
+  // The microbatch's router statistics made whole (llama_moe_tally.cpp): at
+  // the end of a forward, this stage's summed over the ranks sharing the
+  // microbatch's tokens (cp; tp under SP) plus those of the stages before
+  // (read after the input activation), passed on after the output; in the
+  // backward the last stage's totals, passed back after the gradients.
+  int64_t tally_floats() const;
+  void moe_tally_forward(Slot& sl);
+  void moe_tally_backward(Slot& sl);
   void moe_init();                          // buffers, the bias, the statistics (construction)
   void moe_after_backward(const Slot& sl);  // the losses' statistics; after the last backward, the bias nudge
   // The tensor-parallel layer at `site` (no group without tp: a plain linear layer).

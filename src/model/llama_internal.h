@@ -56,7 +56,20 @@ struct MoeTally {
   double margin = 0;           // the smallest top-k margin seen
   void reset(int64_t k, int64_t E);
   double aux_loss(int64_t E) const;  // Mixtral's, unscaled
+  // scale · ∂aux_loss/∂(router probability of e), the same for every row:
+  // scale · E · Σ_s count[s, e] / rows² ([E]).
+  std::vector<float> aux_grad(int64_t E, double scale) const;
   double z_loss() const { return rows > 0 ? zsum / static_cast<double>(rows) : 0.0; }
+  // The sums (count, psum, zsum, rows; not the margin) as one vector of
+  // doubles, for a sum over the ranks sharing a microbatch, and back.
+  std::vector<double> sums() const;
+  void set_sums(const std::vector<double>& v);
+  // The sums after a stage's residual stream between pipeline stages
+  // (docs/PARALLELISM.md "Expert parallelism"): counts and rows as floats
+  // (exact below 2^24), each double as a float pair hi + lo.
+  static int64_t wire_floats(int64_t k, int64_t E) { return k * E + 2 * E + 3; }
+  void write_wire(float* out) const;
+  void read_wire(const float* in);
 };
 
 // What one layer saves for its backward (N = B·T tokens; Nl = the residual
@@ -71,7 +84,7 @@ struct Llama::LayerActs {
   Tensor att;       // [N, Hl·D]   attention output (heads concatenated)
   Tensor lse;       // [B, Hl, T]
   Tensor mid;       // [Nl, C]     residual stream after attention
-  Tensor ln2;       // [N, C]      without SP
+  Tensor ln2;       // [N, C]      without SP; [Nl, C] with SP in a mixture-of-experts layer
   Tensor ln2_full;  // [N, C]      with SP
   Tensor rstd2;     // [Nl]
   Tensor gu;        // [N, 2Fl]    gate and up (dense layers)
@@ -91,6 +104,7 @@ struct Llama::LayerActs {
     lse = Tensor({B, d.heads, T}, k);
     mid = Tensor({Nl, C}, k);
     (sp ? ln2_full : ln2) = Tensor({N, C}, k);
+    if (sp && moe_layer) ln2 = Tensor({Nl, C}, k);  // the experts run on this rank's tokens
     rstd2 = Tensor({Nl}, k);
     if (dense) {
       gu = Tensor({N, 2 * F}, k);
@@ -137,6 +151,7 @@ struct Llama::Buffers {
   // gradient [N, k], and the expert rows' gradients [N·k, C], [N·k, 2I], [N·k, I].
   Tensor rlogits, drlogits, dweights, dyk, dys, dxs, dgu_e, dh_e;
   Tensor xfer;  // [R·ep, C] ep > 1: the expert-major side of an exchange
+  Tensor moeg;  // SP: one MoE layer's router and expert gradients, partial over tp until summed
 };
 
 // Adds the elapsed time of a scope to one kernel family when profiling.

@@ -59,9 +59,11 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
   }
   {
     MT_TIMED(Kernel::rmsnorm);
-    rmsnorm_forward(sp ? norm_scratch() : a.ln2.data(), a.rstd2.data(), a.mid.data(), P + o.ln2, Nl, C, eps);
+    // A mixture of experts reads its own tokens' norm (its Nl rows): it is not gathered over tp.
+    rmsnorm_forward(sp && !o.moe() ? norm_scratch() : a.ln2.data(), a.rstd2.data(), a.mid.data(), P + o.ln2,
+                    Nl, C, eps);
   }
-  if (o.moe()) {  // the mixture of experts in place of the MLP (no tensor parallelism)
+  if (o.moe()) {  // the mixture of experts in place of the MLP (experts not split over tp)
     moe_forward(l, P, a, x_out, x_out != nullptr);
     return;
   }
@@ -116,7 +118,7 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
   // MLP: x = mid + down(h) (or the mixture of experts); dres is dL/dx on entry.
   float* dln2 = column_dinput_buffer();
   if (o.moe()) {
-    moe_backward(l, P, G, a, dres);  // dL/d(ln2) into dmid = dln2 (no tensor parallelism)
+    moe_backward(l, P, G, a, dres, dln2);  // dL/d(ln2) [Nl, C], complete: nothing to sum over tp
   } else {
     {
       MT_TIMED(Kernel::gemm);  // dh

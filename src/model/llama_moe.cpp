@@ -5,49 +5,22 @@
 // loss and the z-loss, pooled over the microbatch's MoE layers; the statistics
 // and the aux-loss-free bias.
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <string>
 
 #include "model/llama_internal.h"
 #include "ops/gemm.h"
 #include "ops/router.h"
 #include "ops/swiglu.h"
+#include "parallel/tp_comm.h"
+#include "parallel/tp_plan.h"
 
 namespace mt {
-
-void MoeTally::reset(int64_t k, int64_t E) {
-  count.assign(static_cast<size_t>(k * E), 0);
-  psum.assign(static_cast<size_t>(E), 0.0);
-  zsum = 0;
-  rows = 0;
-  margin = std::numeric_limits<double>::infinity();
-}
-
-// E · Σ over slots s and experts e of (the share of rows whose s-th choice is
-// e) · (the mean router probability of e): transformers'
-// load_balancing_loss_func, the rows of every MoE layer pooled.
-double MoeTally::aux_loss(int64_t E) const {
-  if (rows == 0) return 0.0;
-  const double R = static_cast<double>(rows);
-  double sum = 0.0;
-  for (size_t i = 0; i < count.size(); ++i)
-    sum += static_cast<double>(count[i]) / R * (psum[i % psum.size()] / R);
-  return static_cast<double>(E) * sum;
-}
-
-double Llama::moe_aux_loss() const {
-  return cfg_.moe() ? slots_[0]->tally.aux_loss(cfg_.n_experts) : 0.0;
-}
-
-double Llama::moe_z_loss() const {
-  return cfg_.moe() ? slots_[0]->tally.z_loss() : 0.0;
-}
 
 void Llama::moe_init() {
   const int64_t E = cfg_.n_experts;
   router_bias_.assign(static_cast<size_t>(n_stage_layers_), {});
   moe_stats_.layers.clear();
+  moe_stats_.token_owner = tpr_.rank == 0 || sp_on();
   for (int64_t l = 0; l < n_stage_layers_; ++l) {
     if (!rel_[static_cast<size_t>(l)].moe()) continue;
     moe_stats_.layers.push_back(table_.stage.first_layer + l);
@@ -68,13 +41,14 @@ void Llama::moe_init() {
   b.dgu_e = Tensor({Rl, 2 * I}, m);
   b.dh_e = Tensor({Rl, I}, m);
   if (dispatch_.distributed()) b.xfer = Tensor({Rl, C}, m);
+  if (sp_on()) b.moeg = Tensor({E * C + dispatch_.local_experts() * 3 * I * C}, MemKind::scratch);
   begin_step(1);
 }
 
 void Llama::moe_forward(int64_t l, const float* P, LayerActs& a, float* x_out, bool tally) {
   const LayerParamOffsets& o = rel_[static_cast<size_t>(l)];
   MoeActs& m = a.moe;
-  const int64_t N = N_, C = cfg_.d_model, E = cfg_.n_experts, k = cfg_.top_k, I = cfg_.expert_hidden();
+  const int64_t N = Nl_, C = cfg_.d_model, E = cfg_.n_experts, k = cfg_.top_k, I = cfg_.expert_hidden();
   const RouterDims rd{N, E, k};
   // With ep > 1 the experts read the rows received from the ep group and write
   // theirs to xfer, which goes back (parallel/expert_parallel.h).
@@ -142,11 +116,17 @@ void Llama::moe_forward(int64_t l, const float* P, LayerActs& a, float* x_out, b
   }
 }
 
-void Llama::moe_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* dres) {
+void Llama::moe_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* dres, float* dln2) {
   const LayerParamOffsets& o = rel_[static_cast<size_t>(l)];
   MoeActs& m = a.moe;
   Buffers& b = *buf_;
-  const int64_t N = N_, C = cfg_.d_model, E = cfg_.n_experts, k = cfg_.top_k;
+  const int64_t N = Nl_, C = cfg_.d_model, E = cfg_.n_experts, k = cfg_.top_k;
+  // Under SP each tp rank's gradients of the router and experts are its
+  // tokens' share: they collect in moeg and are summed over tp below.
+  const bool sp = sp_on();
+  if (sp) b.moeg.zero();
+  float* grouter = sp ? b.moeg.data() : G + o.router;
+  float* gexp = grouter + E * C;  // the experts follow the router [E, C] (params.h)
   {  // the step's statistics, from the plan (the same whether the forward was recomputed)
     const int64_t gl = table_.stage.first_layer + l;
     const auto j = static_cast<size_t>(std::find(moe_stats_.layers.begin(), moe_stats_.layers.end(), gl) -
@@ -175,17 +155,16 @@ void Llama::moe_backward(int64_t l, const float* P, float* G, LayerActs& a, cons
     }
     dispatch_.combine_backward(b.dys.data(), b.dyk.data(), m.plan, C);
   }
-  float* dln2 = b.dmid.data();
   if (dispatch_.distributed()) {  // the exchanges of the forward, mirrored
     const std::string label = "layer " + std::to_string(table_.stage.first_layer + l) + " moe backward";
     dispatch_.to_experts(b.xfer.data(), b.dys.data(), m.plan, C, label);
-    moe_experts_backward(o, P, G, a, b.xfer.data(), b.dxs.data());
+    moe_experts_backward(o, P, gexp, a, b.xfer.data(), b.dxs.data());
     store_->poll();
     MT_TIMED(Kernel::other);
     dispatch_.from_experts(b.dys.data(), b.dxs.data(), m.plan, C, label);
     dispatch_.dispatch_backward(dln2, b.dys.data(), m.plan, k, C);
   } else {
-    moe_experts_backward(o, P, G, a, b.dys.data(), b.dxs.data());
+    moe_experts_backward(o, P, gexp, a, b.dys.data(), b.dxs.data());
     store_->poll();
     MT_TIMED(Kernel::other);
     dispatch_.dispatch_backward(dln2, b.dxs.data(), m.plan, k, C);
@@ -196,27 +175,26 @@ void Llama::moe_backward(int64_t l, const float* P, float* G, LayerActs& a, cons
   // each scaled by its coefficient over the step's microbatches.
   const MoeTally& t = cur_->tally;
   const double R = static_cast<double>(t.rows), M = static_cast<double>(microbatches_ * opts_.moe_groups);
-  std::vector<float> dprob(static_cast<size_t>(E), 0.0f);
-  for (int64_t e = 0; e < E; ++e) {
-    int64_t picked = 0;
-    for (int64_t s = 0; s < k; ++s)
-      picked += t.count[static_cast<size_t>(s * E + e)];
-    dprob[static_cast<size_t>(e)] =
-        static_cast<float>(cfg_.router_aux_loss_coef / M * static_cast<double>(E * picked) / (R * R));
-  }
+  const std::vector<float> dprob = t.aux_grad(E, cfg_.router_aux_loss_coef / M);
   const auto z_scale = static_cast<float>(cfg_.router_z_loss_coef / M * 2.0 / R);
   router_backward(b.drlogits.data(), b.dweights.data(), dprob.data(), z_scale, m.probs.data(), m.lse.data(),
                   m.experts.data(), m.weights.data(), {N, E, k});
   // dRouter += dlogitsᵀ · ln2; dln2 += dlogits · Router.
-  linear_backward(b.dxs.data(), G + o.router, b.drlogits.data(), a.ln2.data(), P + o.router, N, C, E);
+  linear_backward(b.dxs.data(), grouter, b.drlogits.data(), a.ln2.data(), P + o.router, N, C, E);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N * C; ++i)
     dln2[i] += b.dxs.data()[i];
+  if (!sp) return;
+  const int64_t n = b.moeg.numel();
+  tp_->all_reduce(b.moeg.data(), n,
+                  tp::comm_label(tp::layer_site(table_.stage.first_layer + l, "block_sparse_moe.gate.weight"),
+                                 "sp moe grads", "backward", {n}));
+  add_inplace(G + o.router, b.moeg.data(), n);
 }
 
 // Each local expert's GEMM chain backward over its block of rows: from
 // dys to dxs (expert-major, plan.loffset), accumulating its w1|w3 and w2 gradients.
-void Llama::moe_experts_backward(const LayerParamOffsets& o, const float* P, float* G, LayerActs& a,
+void Llama::moe_experts_backward(const LayerParamOffsets& o, const float* P, float* gexp, LayerActs& a,
                                  const float* dys, float* dxs) {
   MoeActs& m = a.moe;
   Buffers& b = *buf_;
@@ -226,23 +204,26 @@ void Llama::moe_experts_backward(const LayerParamOffsets& o, const float* P, flo
     const int64_t r0 = m.plan.loffset[static_cast<size_t>(e)], n = m.plan.lcount[static_cast<size_t>(e)];
     if (n == 0) continue;
     const int64_t w = o.experts + e * 3 * I * C;
+    float* g = gexp + e * 3 * I * C;
     float* dh = b.dh_e.data() + r0 * I;
     float* dgu = b.dgu_e.data() + r0 * 2 * I;
     {
       MT_TIMED(Kernel::gemm);
-      linear_backward(dh, G + w + 2 * I * C, dys + r0 * C, m.h.data() + r0 * I, P + w + 2 * I * C, n, I, C);
+      linear_backward(dh, g + 2 * I * C, dys + r0 * C, m.h.data() + r0 * I, P + w + 2 * I * C, n, I, C);
     }
     {
       MT_TIMED(Kernel::swiglu);
       swiglu_backward(dgu, dh, m.gu.data() + r0 * 2 * I, n, I);
     }
     MT_TIMED(Kernel::gemm);
-    linear_backward(dxs + r0 * C, G + w, dgu, xin + r0 * C, P + w, n, C, 2 * I);
+    linear_backward(dxs + r0 * C, g, dgu, xin + r0 * C, P + w, n, C, 2 * I);
   }
 }
 
 void Llama::moe_after_backward(const Slot& sl) {
-  if (moe_stats_.layers.empty()) return;
+  if (!cfg_.moe()) return;
+  // The slot's tally holds the microbatch's totals (moe_tally_backward), so
+  // every stage reports the same losses, with or without MoE layers of its own.
   MoeStats& st = moe_stats_;
   const int64_t E = cfg_.n_experts;
   st.aux_loss += sl.tally.aux_loss(E) / static_cast<double>(microbatches_);

@@ -185,45 +185,48 @@ void add_ep_load(nlohmann::json& j, const nlohmann::json& per_layer, int ep) {
 }
 
 // The step's mixture-of-experts metrics (docs/MODEL.md "Mixture of experts"):
-// none for a dense model, so its lines are unchanged.
+// none for a dense model, so its lines are unchanged. Summed over the world:
+// each rank counts its tokens in its stage's MoE layers (tp ranks without SP
+// repeat tp rank 0's, which alone counts them); every rank holds its dp
+// replica's losses (the microbatches' totals), so their mean over the world is
+// the mean over dp.
 void add_moe_metrics(nlohmann::json& j, TrainModel& model, const RunMesh& mesh) {
-  nlohmann::json per_layer = nlohmann::json::object();
-  double aux = 0, z = 0, margin = std::numeric_limits<double>::infinity();
-  int64_t dropped = 0;
-  bool any = false;
+  if (model.chunks.empty() || !model.chunks.front()->config().moe()) return;
+  const ModelConfig& cfg = model.chunks.front()->config();
+  const int64_t E = cfg.n_experts;
+  std::vector<int64_t> counts(static_cast<size_t>(cfg.n_layers * E + 1), 0);  // [layer][E], then dropped
+  const MoeStats& first = model.chunks.front()->moe_stats();
+  double sums[2] = {first.aux_loss, first.z_loss}, margin = std::numeric_limits<double>::infinity();
   for (const auto& chunk : model.chunks) {
     const MoeStats& st = chunk->moe_stats();
-    if (st.layers.empty()) continue;
-    any = true;
-    for (size_t i = 0; i < st.layers.size(); ++i)
-      per_layer[std::to_string(st.layers[i])] = st.tokens_per_expert[i];
-    aux += st.aux_loss;
-    z += st.z_loss;
-    dropped += st.dropped;
     margin = std::min(margin, st.min_topk_margin);
+    if (!st.token_owner) continue;
+    for (size_t i = 0; i < st.layers.size(); ++i)
+      std::copy(st.tokens_per_expert[i].begin(), st.tokens_per_expert[i].end(),
+                counts.begin() + static_cast<std::ptrdiff_t>(st.layers[i] * E));
+    counts.back() += st.dropped;
   }
-  if (!any) return;
-  Group* dp = mesh.dp > 1 ? mesh.dp_cp_group() : nullptr;
-  if (dp != nullptr) {  // each rank holds its microbatches' figures: sums, means over dp, the minimum
-    for (auto& [layer, counts] : per_layer.items()) {
-      std::vector<int64_t> v = counts.get<std::vector<int64_t>>();
-      dp->all_reduce(v.data(), static_cast<int64_t>(v.size()), "moe metrics");
-      counts = v;
-    }
-    double sums[2] = {aux, z};
-    dp->all_reduce(sums, 2, "moe metrics");
-    aux = sums[0] / static_cast<double>(mesh.dp);
-    z = sums[1] / static_cast<double>(mesh.dp);
-    dp->all_reduce(&dropped, 1, "moe metrics");
+  Group* world = mesh.world_size > 1 ? mesh.world() : nullptr;
+  if (world != nullptr) {
+    world->all_reduce(counts.data(), static_cast<int64_t>(counts.size()), "moe metrics");
+    world->all_reduce(sums, 2, "moe metrics");
+    for (double& x : sums)
+      x /= static_cast<double>(mesh.world_size);
     double neg = -margin;
-    dp->all_reduce(&neg, 1, "moe metrics", ReduceOp::max);
+    world->all_reduce(&neg, 1, "moe metrics", ReduceOp::max);
     margin = -neg;
+  }
+  nlohmann::json per_layer = nlohmann::json::object();
+  for (int64_t l = 0; l < cfg.n_layers; ++l) {
+    if (!cfg.is_moe_layer(l)) continue;
+    const auto at = counts.begin() + static_cast<std::ptrdiff_t>(l * E);
+    per_layer[std::to_string(l)] = std::vector<int64_t>(at, at + E);
   }
   j["moe_tokens_per_expert"] = per_layer;  // {"layer": [tokens routed to each expert]}
   add_ep_load(j, per_layer, mesh.ep);
-  j["moe_aux_loss"] = aux;
-  j["moe_z_loss"] = z;
-  j["moe_dropped_tokens"] = dropped;
+  j["moe_aux_loss"] = sums[0];
+  j["moe_z_loss"] = sums[1];
+  j["moe_dropped_tokens"] = counts.back();
   j["moe_min_topk_margin"] = std::isfinite(margin) ? nlohmann::json(margin) : nlohmann::json(nullptr);
 }
 }  // namespace

@@ -85,9 +85,9 @@ case $case_name in
     expect_lines "meshtrain: watchdog" 1
     check "steps 0-1 logged before the stall" test "$(grep -c '"step":' "$tmp/metrics.jsonl" 2>/dev/null)" -eq 2
     ;;
-  moe)  # a mixture of experts over tp (not built yet), and top_k > n_experts
-    run_job 20 -np 2 "$bin" "${train[@]}" --tp 2 --set model.n_experts=4
-    expect_lines "meshtrain: error: model.n_experts (4) with parallel.tp (2): the mixture of experts runs with data parallelism only so far (tp, pp, cp must be 1)" 1
+  moe)  # the router bias over a microbatch's tokens shared by cp ranks (not built yet), and top_k > n_experts
+    run_job 20 -np 2 "$bin" "${train[@]}" --cp 2 --set model.n_experts=4 --set model.router_bias_rate=0.01
+    expect_lines "meshtrain: error: model.router_bias_rate (0.01) with parallel.cp (2) or parallel.tp (1) with parallel.sp: the bias would move by each rank's share of the tokens, not the whole microbatch's (not built yet)" 1
     expect_lines "meshtrain: error" 1
     run_job 20 -np 1 "$bin" "${train[@]}" --set model.n_experts=4 --set model.top_k=5
     expect_lines "meshtrain: error: model.top_k (5) must be between 1 and model.n_experts (4)" 1

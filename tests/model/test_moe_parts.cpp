@@ -212,8 +212,10 @@ TEST(MoeConfig, BadInputIsRefusedWithTheNumbers) {
   expect_refused(c, "model.router_bias_rate (0.01) with parallel.dp (2)");
   c = valid_moe_config();
   c.parallel.tp = 2;
-  expect_refused(
-      c, "model.n_experts (4) with parallel.tp (2): the mixture of experts runs with data parallelism only");
+  EXPECT_NO_THROW(c.validate());  // tensor parallelism: experts not split over tp
+  c.parallel.sp = true;
+  c.model.router_bias_rate = 0.01;  // each tp rank sees its sequence shard's loads only
+  expect_refused(c, "model.router_bias_rate (0.01) with parallel.cp (1) or parallel.tp (2) with parallel.sp");
   c = valid_moe_config();
   c.model.router_bias_rate = 0.001;
   c.train.checkpoint_dir = "ck";
