@@ -75,8 +75,6 @@ void validate_expert_parallel(const Config& c) {
              ")");
   MT_REQUIRE((p.dp * p.cp) % p.ep == 0, ConfigError, "parallel.ep (", p.ep, ") must divide parallel.dp (",
              p.dp, ") x parallel.cp (", p.cp, ") = ", p.dp * p.cp);
-  MT_REQUIRE(p.zero == 0, ConfigError, "parallel.ep (", p.ep, ") with parallel.zero (", p.zero,
-             "): ZeRO sharding of the experts over their replica group is not built yet (ZeRO 0 only)");
   MT_REQUIRE(c.model.capacity_factor == 0, ConfigError, "parallel.ep (", p.ep,
              ") with model.capacity_factor (", c.model.capacity_factor,
              "): expert parallelism is dropless only so far");
@@ -93,13 +91,11 @@ void validate_moe_layout(const Config& c) {
     MT_REQUIRE(n == 1, ConfigError, "model.n_experts (", c.model.n_experts, ") with parallel.", axis, " (", n,
                "): the mixture of experts runs with data parallelism only so far (tp, pp, cp must be 1)");
   }
-  MT_REQUIRE(c.model.router_bias_rate == 0 || p.dp == 1, ConfigError, "model.router_bias_rate (",
-             c.model.router_bias_rate, ") with parallel.dp (", p.dp,
-             "): the bias would move by each rank's own loads, not the global ones (not built yet)");
-  MT_REQUIRE(c.model.router_bias_rate == 0 || c.train.checkpoint_dir.empty(), ConfigError,
+  // A checkpoint's metadata.json (rank 0's) holds the bias of rank 0's stage only.
+  MT_REQUIRE(c.model.router_bias_rate == 0 || c.train.checkpoint_dir.empty() || p.pp == 1, ConfigError,
              "model.router_bias_rate (", c.model.router_bias_rate, ") with train.checkpoint_dir ('",
-             c.train.checkpoint_dir,
-             "'): training checkpoints do not save the router bias yet, so a resumed run would differ");
+             c.train.checkpoint_dir, "') and parallel.pp (", p.pp,
+             "): checkpoints do not save the bias of the later pipeline stages yet");
 }
 
 }  // namespace
@@ -149,7 +145,7 @@ std::vector<std::string> ineffective_keys(const Config& c) {
   note("train.eval_windows", c.train.eval_every == 0, "train.eval_every", c.train.eval_every);
   for (const char* key :
        {"model.moe_every", "model.top_k", "model.expert_ffn_hidden", "model.router_aux_loss_coef",
-        "model.router_z_loss_coef", "model.capacity_factor", "model.router_bias_rate"})
+        "model.router_z_loss_coef", "model.capacity_factor", "model.router_bias_rate", "model.router_skew"})
     note(key, !c.model.moe(), "model.n_experts", c.model.n_experts);
   note("train.async_checkpoint", c.train.checkpoint_dir.empty(), "train.checkpoint_dir", "\"\"");
   return notes;

@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 
+#include "core/error.h"
 #include "model/llama_internal.h"
 #include "ops/gemm.h"
 #include "ops/router.h"
@@ -51,7 +52,10 @@ void Llama::moe_init() {
   for (int64_t l = 0; l < n_stage_layers_; ++l) {
     if (!rel_[static_cast<size_t>(l)].moe()) continue;
     moe_stats_.layers.push_back(table_.stage.first_layer + l);
-    if (cfg_.router_bias_rate > 0) router_bias_[static_cast<size_t>(l)].assign(static_cast<size_t>(E), 0.0f);
+    if (cfg_.router_bias_rate > 0 || cfg_.router_skew > 0) {
+      router_bias_[static_cast<size_t>(l)].assign(static_cast<size_t>(E), 0.0f);
+      router_bias_[static_cast<size_t>(l)][0] = static_cast<float>(cfg_.router_skew);
+    }
   }
   if (moe_stats_.layers.empty()) return;
   const int64_t N = opts_.max_batch * opts_.max_seq, k = cfg_.top_k, I = cfg_.expert_hidden(),
@@ -251,12 +255,18 @@ void Llama::moe_after_backward(const Slot& sl) {
   ++st.microbatches;
   if (cfg_.router_bias_rate <= 0 || microbatch_ != microbatches_ - 1) return;
   // After the step's last backward: each expert's bias moves toward the mean
-  // load by the sign of (mean − its load) (aux-loss-free balancing).
+  // load by the sign of (mean − its load) (aux-loss-free balancing), the
+  // loads summed over the ranks whose tokens differ.
+  std::vector<std::vector<int64_t>> loads = st.tokens_per_expert;
+  if (opts_.moe_counts != nullptr && opts_.moe_counts->size() > 1) {
+    for (std::vector<int64_t>& v : loads)
+      opts_.moe_counts->all_reduce(v.data(), E, "router bias counts");
+  }
   size_t j = 0;
   for (int64_t l = 0; l < n_stage_layers_; ++l) {
     std::vector<float>& bias = router_bias_[static_cast<size_t>(l)];
     if (bias.empty()) continue;
-    const std::vector<int64_t>& load = st.tokens_per_expert[j++];
+    const std::vector<int64_t>& load = loads[j++];
     double mean = 0;
     for (int64_t x : load)
       mean += static_cast<double>(x) / static_cast<double>(E);
@@ -265,6 +275,19 @@ void Llama::moe_after_backward(const Slot& sl) {
       bias[static_cast<size_t>(e)] += static_cast<float>(cfg_.router_bias_rate * ((gap > 0) - (gap < 0)));
     }
   }
+}
+
+const std::vector<float>* Llama::router_bias_of_layer(int64_t layer) const {
+  const int64_t l = layer - table_.stage.first_layer;
+  if (l < 0 || l >= n_stage_layers_ || router_bias_[static_cast<size_t>(l)].empty()) return nullptr;
+  return &router_bias_[static_cast<size_t>(l)];
+}
+
+void Llama::set_router_bias_of_layer(int64_t layer, const std::vector<float>& bias) {
+  const std::vector<float>* here = router_bias_of_layer(layer);
+  MT_CHECK(here != nullptr && here->size() == bias.size(), "no router bias of ", bias.size(),
+           " experts for layer ", layer);
+  router_bias_[static_cast<size_t>(layer - table_.stage.first_layer)] = bias;
 }
 
 }  // namespace mt
