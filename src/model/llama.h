@@ -220,6 +220,8 @@ class Llama : public pp::Stage {
   // backward from dres = dL/dx_out, leaving dL/d(ln2) in the dmid buffer.
   void moe_forward(int64_t l, const float* P, LayerActs& a, float* x_out, bool tally);
   void moe_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* dres);
+  template <class F>
+  void for_each_expert(F&& f) const;  // f(e) for each local expert (llama_moe.cpp)
   void moe_experts_backward(const LayerParamOffsets& o, const float* P, float* G, LayerActs& a,
                             const float* dys, float* dxs);
   void moe_init();                          // buffers, the bias, the statistics (construction)

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "model/llama_internal.h"
 #include "ops/gemm.h"
 #include "ops/router.h"
@@ -43,6 +44,25 @@ double Llama::moe_aux_loss() const {
 
 double Llama::moe_z_loss() const {
   return cfg_.moe() ? slots_[0]->tally.z_loss() : 0.0;
+}
+
+// The local experts' chains: side by side, one expert per thread, when there
+// are at least two per thread — each chain then runs on one thread (OpenBLAS's
+// OpenMP build and our kernels run serially inside a parallel region), a layer
+// is one parallel region instead of three per expert, and no thread waits on
+// another inside a chain (docs/BENCHMARKS.md "Mixture of experts and expert
+// parallelism"). Fewer experts: one after the other, each over every thread.
+template <class F>
+void Llama::for_each_expert(F&& f) const {
+  const int64_t n = dispatch_.local_experts();
+  if (n >= 2 * static_cast<int64_t>(num_threads())) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t e = 0; e < n; ++e)
+      f(e);
+  } else {
+    for (int64_t e = 0; e < n; ++e)
+      f(e);
+  }
 }
 
 void Llama::moe_init() {
@@ -98,20 +118,17 @@ void Llama::moe_forward(int64_t l, const float* P, LayerActs& a, float* x_out, b
     dispatch_.dispatch(m.xs.data(), a.ln2.data(), m.plan, k, C);
     if (ep) dispatch_.to_experts(xin, m.xs.data(), m.plan, C, label);
   }
-  for (int64_t e = 0; e < dispatch_.local_experts(); ++e) {  // one GEMM chain per local expert over its rows
-    const int64_t r0 = m.plan.loffset[static_cast<size_t>(e)], n = m.plan.lcount[static_cast<size_t>(e)];
-    if (n == 0) continue;
-    const float* W = P + o.experts + e * 3 * I * C;  // w1|w3 [2I, C], then w2 [C, I]
-    {
-      MT_TIMED(Kernel::gemm);
+  {
+    MT_TIMED(Kernel::gemm);           // the experts' GEMM chains with their SwiGLU
+    for_each_expert([&](int64_t e) {  // one GEMM chain per local expert over its rows
+      const int64_t r0 = m.plan.loffset[static_cast<size_t>(e)], n = m.plan.lcount[static_cast<size_t>(e)];
+      if (n == 0) return;
+      const float* W = P + o.experts + e * 3 * I * C;  // w1|w3 [2I, C], then w2 [C, I]
       linear_forward(m.gu.data() + r0 * 2 * I, xin + r0 * C, W, n, C, 2 * I);
-    }
-    {
-      MT_TIMED(Kernel::swiglu);
       swiglu_forward(m.h.data() + r0 * I, m.gu.data() + r0 * 2 * I, n, I);
-    }
-    MT_TIMED(Kernel::gemm);  // the expert outputs (the inputs are kept: dW13 reads them)
-    linear_forward(yout + r0 * C, m.h.data() + r0 * I, W + 2 * I * C, n, I, C);
+      // The expert outputs (the inputs are kept: dW13 reads them).
+      linear_forward(yout + r0 * C, m.h.data() + r0 * I, W + 2 * I * C, n, I, C);
+    });
   }
   MT_TIMED(Kernel::other);
   if (ep)
@@ -226,23 +243,17 @@ void Llama::moe_experts_backward(const LayerParamOffsets& o, const float* P, flo
   Buffers& b = *buf_;
   const int64_t C = cfg_.d_model, I = cfg_.expert_hidden();
   const float* xin = dispatch_.distributed() ? m.xl.data() : m.xs.data();
-  for (int64_t e = 0; e < dispatch_.local_experts(); ++e) {
+  MT_TIMED(Kernel::gemm);           // the experts' GEMM chains with their SwiGLU
+  for_each_expert([&](int64_t e) {  // each expert writes its own rows and gradients
     const int64_t r0 = m.plan.loffset[static_cast<size_t>(e)], n = m.plan.lcount[static_cast<size_t>(e)];
-    if (n == 0) continue;
+    if (n == 0) return;
     const int64_t w = o.experts + e * 3 * I * C;
     float* dh = b.dh_e.data() + r0 * I;
     float* dgu = b.dgu_e.data() + r0 * 2 * I;
-    {
-      MT_TIMED(Kernel::gemm);
-      linear_backward(dh, G + w + 2 * I * C, dys + r0 * C, m.h.data() + r0 * I, P + w + 2 * I * C, n, I, C);
-    }
-    {
-      MT_TIMED(Kernel::swiglu);
-      swiglu_backward(dgu, dh, m.gu.data() + r0 * 2 * I, n, I);
-    }
-    MT_TIMED(Kernel::gemm);
+    linear_backward(dh, G + w + 2 * I * C, dys + r0 * C, m.h.data() + r0 * I, P + w + 2 * I * C, n, I, C);
+    swiglu_backward(dgu, dh, m.gu.data() + r0 * 2 * I, n, I);
     linear_backward(dxs + r0 * C, G + w, dgu, xin + r0 * C, P + w, n, C, 2 * I);
-  }
+  });
 }
 
 void Llama::moe_after_backward(const Slot& sl) {
