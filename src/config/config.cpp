@@ -124,6 +124,9 @@ std::vector<Entry> moe_entries() {
       MT_KEY(model, router_bias_rate, "float",
              "> 0: aux-loss-free balancing: a per-expert bias added to the scores for selection only, moved "
              "by this much after each step toward the mean load"),
+      MT_KEY(model, router_skew, "float",
+             "test knob: expert 0's selection bias starts at this value, so it wins most tokens "
+             "(the congestion case)"),
   };
 }
 

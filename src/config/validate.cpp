@@ -82,8 +82,6 @@ void validate_expert_parallel(const Config& c) {
              ")");
   MT_REQUIRE((p.dp * p.cp) % p.ep == 0, ConfigError, "parallel.ep (", p.ep, ") must divide parallel.dp (",
              p.dp, ") x parallel.cp (", p.cp, ") = ", p.dp * p.cp);
-  MT_REQUIRE(p.zero == 0, ConfigError, "parallel.ep (", p.ep, ") with parallel.zero (", p.zero,
-             "): ZeRO sharding of the experts over their replica group is not built yet (ZeRO 0 only)");
   MT_REQUIRE(c.model.capacity_factor == 0, ConfigError, "parallel.ep (", p.ep,
              ") with model.capacity_factor (", c.model.capacity_factor,
              "): expert parallelism is dropless only so far");
@@ -105,13 +103,11 @@ void validate_moe_layout(const Config& c) {
              c.model.router_bias_rate, ") with parallel.cp (", p.cp, ") or parallel.tp (", p.tp,
              ") with parallel.sp: the bias would move by each rank's share of the tokens, not the whole "
              "microbatch's (not built yet)");
-  MT_REQUIRE(c.model.router_bias_rate == 0 || p.dp == 1, ConfigError, "model.router_bias_rate (",
-             c.model.router_bias_rate, ") with parallel.dp (", p.dp,
-             "): the bias would move by each rank's own loads, not the global ones (not built yet)");
-  MT_REQUIRE(c.model.router_bias_rate == 0 || c.train.checkpoint_dir.empty(), ConfigError,
+  // A checkpoint's metadata.json (rank 0's) holds the bias of rank 0's stage only.
+  MT_REQUIRE(c.model.router_bias_rate == 0 || c.train.checkpoint_dir.empty() || p.pp == 1, ConfigError,
              "model.router_bias_rate (", c.model.router_bias_rate, ") with train.checkpoint_dir ('",
-             c.train.checkpoint_dir,
-             "'): training checkpoints do not save the router bias yet, so a resumed run would differ");
+             c.train.checkpoint_dir, "') and parallel.pp (", p.pp,
+             "): checkpoints do not save the bias of the later pipeline stages yet");
 }
 
 }  // namespace
@@ -161,7 +157,7 @@ std::vector<std::string> ineffective_keys(const Config& c) {
   note("train.eval_windows", c.train.eval_every == 0, "train.eval_every", c.train.eval_every);
   for (const char* key :
        {"model.moe_every", "model.top_k", "model.expert_ffn_hidden", "model.router_aux_loss_coef",
-        "model.router_z_loss_coef", "model.capacity_factor", "model.router_bias_rate"})
+        "model.router_z_loss_coef", "model.capacity_factor", "model.router_bias_rate", "model.router_skew"})
     note(key, !c.model.moe(), "model.n_experts", c.model.n_experts);
   note("train.async_checkpoint", c.train.checkpoint_dir.empty(), "train.checkpoint_dir", "\"\"");
   for (const char* key : {"train.momentum", "train.nesterov"})

@@ -114,16 +114,18 @@ struct FlatAxis {
 };
 FlatAxis flat_axis(const Layout& layout, AxisSet set, const MeshSizes& sizes, const MeshCoords* coords) {
   FlatAxis f;
+  int r = 1;  // the entry's replicas per piece: the product of its axes', on the flattened coordinate
   for (Axis a : kRankOrder) {
     if (!(set & axis_bit(a))) continue;
     f.dim = layout.placement(a).dim();
-    const int r = layout.replicas[static_cast<size_t>(axis_index(a))];
-    MT_REQUIRE(sizes[a] % r == 0, ConfigError, "layout ", layout.to_string(), ": ", axis_name(a), " (",
-               sizes[a], ") is not a multiple of its ", r, " replicas");
-    f.size *= sizes[a] / r;
-    if (coords != nullptr)
-      f.coord = f.coord * (sizes[a] / r) + (*coords)[static_cast<size_t>(axis_index(a))] / r;
+    r *= layout.replicas[static_cast<size_t>(axis_index(a))];
+    f.size *= sizes[a];
+    if (coords != nullptr) f.coord = f.coord * sizes[a] + (*coords)[static_cast<size_t>(axis_index(a))];
   }
+  MT_REQUIRE(f.size % r == 0, ConfigError, "layout ", layout.to_string(), ": ", axis_set_name(set), " (",
+             f.size, ") is not a multiple of its ", r, " replicas");
+  f.size /= r;
+  f.coord /= r;
   return f;
 }
 
@@ -230,7 +232,10 @@ bool first_holder(const Layout& layout, const MeshCoords& coords) {
   if (layout.expert_coord >= 0) {  // the lowest holder: flattened (dp, cp) index = the ep coordinate
     const int flat = coords[static_cast<size_t>(axis_index(Axis::dp))] * layout.ep_cp_size +
                      coords[static_cast<size_t>(axis_index(Axis::cp))];
-    if (flat != layout.expert_coord) return false;
+    // Sharded by ZeRO over the expert's replicas (zero_layout with replicas =
+    // ep on the flattened dp, cp axis), every holder has a piece of its own.
+    const bool sharded = layout.placement(Axis::dp).is_shard();
+    if (sharded ? flat % layout.ep != layout.expert_coord : flat != layout.expert_coord) return false;
     const int tp = coords[static_cast<size_t>(axis_index(Axis::tp))];
     return layout.placement(Axis::tp).is_shard()
                ? tp % layout.replicas[static_cast<size_t>(axis_index(Axis::tp))] == 0

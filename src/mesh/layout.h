@@ -71,7 +71,9 @@ struct Layout {
   // Coordinates per piece on each shard axis: with replicas[a] = r, the
   // sizes[a] coordinates of axis a hold sizes[a] / r pieces, coordinates
   // c·r … c·r + r − 1 all piece c (a kv head replicated on the r tp ranks whose
-  // query heads use it). 1: every coordinate holds its own piece.
+  // query heads use it). 1: every coordinate holds its own piece. For an
+  // order entry of several axes the product of their replicas applies to the
+  // flattened coordinate (an expert's ZeRO shard: replicas = ep on dp+cp).
   std::array<int, kNumAxes> replicas{1, 1, 1, 1};
   // Expert placement (docs/PARALLELISM.md "Expert parallelism"): with
   // expert_coord ≥ 0 the tensor is held only by the ranks whose ep coordinate

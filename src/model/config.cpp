@@ -48,6 +48,7 @@ void ModelConfig::validate_moe() const {
              ") must not be negative");
   MT_REQUIRE(router_bias_rate >= 0, ConfigError, "model.router_bias_rate (", router_bias_rate,
              ") must not be negative");
+  MT_REQUIRE(router_skew >= 0, ConfigError, "model.router_skew (", router_skew, ") must not be negative");
   MT_REQUIRE(expert_ffn_hidden >= 0, ConfigError, "model.expert_ffn_hidden (", expert_ffn_hidden,
              ") must not be negative (0: model.ffn_hidden)");
   if (!moe()) return;

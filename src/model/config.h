@@ -43,6 +43,10 @@ struct ModelConfig {
   double router_z_loss_coef = 0.0;    // the router z-loss's weight (our extension)
   double capacity_factor = 0.0;       // 0: dropless; > 0: each expert takes at most ceil(cf·N·k/E) rows
   double router_bias_rate = 0.0;      // > 0: aux-loss-free balancing, the bias's step per optimizer step
+  // A test knob (ours): the selection bias of expert 0 starts at this value
+  // in every MoE layer, so expert 0 wins most tokens (the congestion case of
+  // docs/BENCHMARKS.md); moved by the bias rule only when router_bias_rate > 0.
+  double router_skew = 0.0;
 
   int64_t head_dim() const { return d_model / n_heads; }
   int64_t q_dim() const { return n_heads * head_dim(); }

@@ -82,6 +82,10 @@ struct ModelOptions {
   // here). The model then holds its n_experts / ep experts and exchanges
   // tokens over it (parallel/expert_parallel.h).
   Group* ep = nullptr;
+  // Aux-loss-free balancing: the ranks whose tokens differ (dp × cp; null or
+  // size 1: none). The bias moves by the step's per-expert counts summed over
+  // them, the global counts, so every layout takes the one-process step.
+  Group* moe_counts = nullptr;
 };
 
 // A step's mixture-of-experts statistics on this rank, from the microbatches
@@ -193,6 +197,10 @@ class Llama : public pp::Stage {
   const MoeStats& moe_stats() const { return moe_stats_; }
   // The aux-loss-free balancing bias of stage layer l ([E]; empty when off).
   const std::vector<float>& router_bias(int64_t l) const { return router_bias_[static_cast<size_t>(l)]; }
+  // The same by the model's layer index, for the MoE layers of this stage
+  // (what a training checkpoint saves and restores; null: not here).
+  const std::vector<float>* router_bias_of_layer(int64_t layer) const;
+  void set_router_bias_of_layer(int64_t layer, const std::vector<float>& bias);
 
   const KernelTimes& kernel_times() const { return times_; }
   KernelTimes& kernel_times() { return times_; }
@@ -230,6 +238,8 @@ class Llama : public pp::Stage {
   // all N (replicated over tp without SP); docs/PARALLELISM.md "Expert parallelism".
   void moe_forward(int64_t l, const float* P, LayerActs& a, float* x_out, bool tally);
   void moe_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* dres, float* dln2);
+  template <class F>
+  void for_each_expert(F&& f) const;  // f(e) for each local expert (llama_moe.cpp)
   // gexp: the layer's first expert's gradient (w1|w3, then w2, per local expert).
   void moe_experts_backward(const LayerParamOffsets& o, const float* P, float* gexp, LayerActs& a,
                             const float* dys, float* dxs);

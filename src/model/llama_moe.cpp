@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <string>
 
+#include "core/error.h"
+#include "core/threads.h"
 #include "model/llama_internal.h"
 #include "ops/gemm.h"
 #include "ops/router.h"
@@ -16,6 +18,25 @@
 
 namespace mt {
 
+// The local experts' chains: side by side, one expert per thread, when there
+// are at least two per thread — each chain then runs on one thread (OpenBLAS's
+// OpenMP build and our kernels run serially inside a parallel region), a layer
+// is one parallel region instead of three per expert, and no thread waits on
+// another inside a chain (docs/BENCHMARKS.md "Mixture of experts and expert
+// parallelism"). Fewer experts: one after the other, each over every thread.
+template <class F>
+void Llama::for_each_expert(F&& f) const {
+  const int64_t n = dispatch_.local_experts();
+  if (n >= 2 * static_cast<int64_t>(num_threads())) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t e = 0; e < n; ++e)
+      f(e);
+  } else {
+    for (int64_t e = 0; e < n; ++e)
+      f(e);
+  }
+}
+
 void Llama::moe_init() {
   const int64_t E = cfg_.n_experts;
   router_bias_.assign(static_cast<size_t>(n_stage_layers_), {});
@@ -24,7 +45,10 @@ void Llama::moe_init() {
   for (int64_t l = 0; l < n_stage_layers_; ++l) {
     if (!rel_[static_cast<size_t>(l)].moe()) continue;
     moe_stats_.layers.push_back(table_.stage.first_layer + l);
-    if (cfg_.router_bias_rate > 0) router_bias_[static_cast<size_t>(l)].assign(static_cast<size_t>(E), 0.0f);
+    if (cfg_.router_bias_rate > 0 || cfg_.router_skew > 0) {
+      router_bias_[static_cast<size_t>(l)].assign(static_cast<size_t>(E), 0.0f);
+      router_bias_[static_cast<size_t>(l)][0] = static_cast<float>(cfg_.router_skew);
+    }
   }
   if (moe_stats_.layers.empty()) return;
   const int64_t N = opts_.max_batch * opts_.max_seq, k = cfg_.top_k, I = cfg_.expert_hidden(),
@@ -68,20 +92,17 @@ void Llama::moe_forward(int64_t l, const float* P, LayerActs& a, float* x_out, b
     dispatch_.dispatch(m.xs.data(), a.ln2.data(), m.plan, k, C);
     if (ep) dispatch_.to_experts(xin, m.xs.data(), m.plan, C, label);
   }
-  for (int64_t e = 0; e < dispatch_.local_experts(); ++e) {  // one GEMM chain per local expert over its rows
-    const int64_t r0 = m.plan.loffset[static_cast<size_t>(e)], n = m.plan.lcount[static_cast<size_t>(e)];
-    if (n == 0) continue;
-    const float* W = P + o.experts + e * 3 * I * C;  // w1|w3 [2I, C], then w2 [C, I]
-    {
-      MT_TIMED(Kernel::gemm);
+  {
+    MT_TIMED(Kernel::gemm);           // the experts' GEMM chains with their SwiGLU
+    for_each_expert([&](int64_t e) {  // one GEMM chain per local expert over its rows
+      const int64_t r0 = m.plan.loffset[static_cast<size_t>(e)], n = m.plan.lcount[static_cast<size_t>(e)];
+      if (n == 0) return;
+      const float* W = P + o.experts + e * 3 * I * C;  // w1|w3 [2I, C], then w2 [C, I]
       linear_forward(m.gu.data() + r0 * 2 * I, xin + r0 * C, W, n, C, 2 * I);
-    }
-    {
-      MT_TIMED(Kernel::swiglu);
       swiglu_forward(m.h.data() + r0 * I, m.gu.data() + r0 * 2 * I, n, I);
-    }
-    MT_TIMED(Kernel::gemm);  // the expert outputs (the inputs are kept: dW13 reads them)
-    linear_forward(yout + r0 * C, m.h.data() + r0 * I, W + 2 * I * C, n, I, C);
+      // The expert outputs (the inputs are kept: dW13 reads them).
+      linear_forward(yout + r0 * C, m.h.data() + r0 * I, W + 2 * I * C, n, I, C);
+    });
   }
   MT_TIMED(Kernel::other);
   if (ep)
@@ -200,24 +221,18 @@ void Llama::moe_experts_backward(const LayerParamOffsets& o, const float* P, flo
   Buffers& b = *buf_;
   const int64_t C = cfg_.d_model, I = cfg_.expert_hidden();
   const float* xin = dispatch_.distributed() ? m.xl.data() : m.xs.data();
-  for (int64_t e = 0; e < dispatch_.local_experts(); ++e) {
+  MT_TIMED(Kernel::gemm);           // the experts' GEMM chains with their SwiGLU
+  for_each_expert([&](int64_t e) {  // each expert writes its own rows and gradients
     const int64_t r0 = m.plan.loffset[static_cast<size_t>(e)], n = m.plan.lcount[static_cast<size_t>(e)];
-    if (n == 0) continue;
+    if (n == 0) return;
     const int64_t w = o.experts + e * 3 * I * C;
     float* g = gexp + e * 3 * I * C;
     float* dh = b.dh_e.data() + r0 * I;
     float* dgu = b.dgu_e.data() + r0 * 2 * I;
-    {
-      MT_TIMED(Kernel::gemm);
-      linear_backward(dh, g + 2 * I * C, dys + r0 * C, m.h.data() + r0 * I, P + w + 2 * I * C, n, I, C);
-    }
-    {
-      MT_TIMED(Kernel::swiglu);
-      swiglu_backward(dgu, dh, m.gu.data() + r0 * 2 * I, n, I);
-    }
-    MT_TIMED(Kernel::gemm);
+    linear_backward(dh, g + 2 * I * C, dys + r0 * C, m.h.data() + r0 * I, P + w + 2 * I * C, n, I, C);
+    swiglu_backward(dgu, dh, m.gu.data() + r0 * 2 * I, n, I);
     linear_backward(dxs + r0 * C, g, dgu, xin + r0 * C, P + w, n, C, 2 * I);
-  }
+  });
 }
 
 void Llama::moe_after_backward(const Slot& sl) {
@@ -232,12 +247,18 @@ void Llama::moe_after_backward(const Slot& sl) {
   ++st.microbatches;
   if (cfg_.router_bias_rate <= 0 || microbatch_ != microbatches_ - 1) return;
   // After the step's last backward: each expert's bias moves toward the mean
-  // load by the sign of (mean − its load) (aux-loss-free balancing).
+  // load by the sign of (mean − its load) (aux-loss-free balancing), the
+  // loads summed over the ranks whose tokens differ.
+  std::vector<std::vector<int64_t>> loads = st.tokens_per_expert;
+  if (opts_.moe_counts != nullptr && opts_.moe_counts->size() > 1) {
+    for (std::vector<int64_t>& v : loads)
+      opts_.moe_counts->all_reduce(v.data(), E, "router bias counts");
+  }
   size_t j = 0;
   for (int64_t l = 0; l < n_stage_layers_; ++l) {
     std::vector<float>& bias = router_bias_[static_cast<size_t>(l)];
     if (bias.empty()) continue;
-    const std::vector<int64_t>& load = st.tokens_per_expert[j++];
+    const std::vector<int64_t>& load = loads[j++];
     double mean = 0;
     for (int64_t x : load)
       mean += static_cast<double>(x) / static_cast<double>(E);
@@ -246,6 +267,19 @@ void Llama::moe_after_backward(const Slot& sl) {
       bias[static_cast<size_t>(e)] += static_cast<float>(cfg_.router_bias_rate * ((gap > 0) - (gap < 0)));
     }
   }
+}
+
+const std::vector<float>* Llama::router_bias_of_layer(int64_t layer) const {
+  const int64_t l = layer - table_.stage.first_layer;
+  if (l < 0 || l >= n_stage_layers_ || router_bias_[static_cast<size_t>(l)].empty()) return nullptr;
+  return &router_bias_[static_cast<size_t>(l)];
+}
+
+void Llama::set_router_bias_of_layer(int64_t layer, const std::vector<float>& bias) {
+  const std::vector<float>* here = router_bias_of_layer(layer);
+  MT_CHECK(here != nullptr && here->size() == bias.size(), "no router bias of ", bias.size(),
+           " experts for layer ", layer);
+  router_bias_[static_cast<size_t>(layer - table_.stage.first_layer)] = bias;
 }
 
 }  // namespace mt

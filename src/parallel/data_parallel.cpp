@@ -37,28 +37,34 @@ struct DataParallelStore::Bucket {
 };
 
 struct DataParallelStore::Gathered {
-  Tensor packed;  // [P · shard] as received
-  Tensor full;    // [unit.numel()] unpacked
-  Work work;
+  std::vector<Tensor> packed;  // per part, [P · shard] as received
+  Tensor full;                 // [unit.numel()] unpacked
+  std::vector<Work> works;
   bool unpacked = false;
   int users = 0;
 };
 
 struct DataParallelStore::Scattering {
   int unit = 0;
-  Tensor send, recv;
-  Work work;
+  std::vector<Tensor> send;  // per part
+  Tensor recv;               // the unit's shard
+  std::vector<Work> works;
+  bool test() {
+    return std::all_of(works.begin(), works.end(), [](Work& w) { return w.test(); });
+  }
 };
 
 DataParallelStore::DataParallelStore(std::vector<UnitSpec> units, Group dp, const DataParallelOptions& opts)
-    : units_(std::move(units)), dp_(std::move(dp)), opts_(opts), P_(dp_.size()), rank_(dp_.rank()) {
+    : units_(std::move(units)), dp_(std::move(dp)), opts_(opts), P_(dp_.size()) {
   check_zero_stage(opts_.zero);
-  MT_REQUIRE(opts_.ep == nullptr || opts_.zero == 0, ConfigError, "parallel.ep with parallel.zero (",
-             opts_.zero, "): the experts' ZeRO sharding is not built yet");
+  MT_REQUIRE(opts_.ep == nullptr || opts_.zero == 0 || opts_.expert_replicas != nullptr, ConfigError,
+             "parallel.ep with parallel.zero (", opts_.zero, ") needs the experts' replica group");
   for (const auto& u : units_) {
-    shards_.emplace_back(u, P_);
+    parts_.push_back(make_parts(u));
     shard_offset_.push_back(local_numel_);
-    local_numel_ += shards_.back().shard_numel();
+    const Part* last = parts_.back().empty() ? nullptr : &parts_.back().back();
+    shard_numel_.push_back(last == nullptr ? 0 : last->in_shard + last->shards.shard_numel());
+    local_numel_ += shard_numel_.back();
   }
   const int64_t total = units_total(units_);
   const int z = opts_.zero;
@@ -115,10 +121,13 @@ void DataParallelStore::give_comm(Tensor t) {
 
 void DataParallelStore::start_gather(int unit) {
   auto g = std::make_unique<Gathered>();
-  const UnitShards& L = shards_[static_cast<size_t>(unit)];
-  g->packed = take_comm(P_ * L.shard_numel());
-  g->work = dp_.all_gather_async(shard_of(local_params_, unit), g->packed.data(), L.shard_numel(),
-                                 ElemType::f32, units_[static_cast<size_t>(unit)].name + " params");
+  for (const Part& part : parts_[static_cast<size_t>(unit)]) {
+    const int64_t n = part.shards.shard_numel();
+    g->packed.push_back(take_comm(part.group->size() * n));
+    g->works.push_back(part.group->all_gather_async(
+        shard_of(local_params_, unit) + part.in_shard, g->packed.back().data(), n, ElemType::f32,
+        units_[static_cast<size_t>(unit)].name + " params" + part.suffix));
+  }
   gathered_[unit] = std::move(g);
 }
 
@@ -134,10 +143,13 @@ const float* DataParallelStore::acquire_params(int unit, Pass pass) {
   if (!gathered_.count(unit)) start_gather(unit);
   Gathered& g = *gathered_[unit];
   if (!g.unpacked) {
-    g.work.wait();
     g.full = Tensor({units_[static_cast<size_t>(unit)].numel()}, MemKind::param);
-    shards_[static_cast<size_t>(unit)].unpack(g.packed.data(), g.full.data());
-    give_comm(std::move(g.packed));
+    const std::vector<Part>& parts = parts_[static_cast<size_t>(unit)];
+    for (size_t i = 0; i < parts.size(); ++i) {
+      g.works[i].wait();
+      parts[i].shards.unpack(g.packed[i].data(), g.full.data());
+      give_comm(std::move(g.packed[i]));
+    }
     g.unpacked = true;
   }
   g.users += 1;
@@ -170,15 +182,18 @@ void DataParallelStore::release_grads(int unit) {
   // full-size buffer is freed as soon as it is packed.
   auto it = unit_grads_.find(unit);
   MT_CHECK(it != unit_grads_.end(), "release of gradients not acquired");
-  const UnitShards& L = shards_[static_cast<size_t>(unit)];
   auto s = std::make_unique<Scattering>();
   s->unit = unit;
-  s->send = take_comm(P_ * L.shard_numel());
-  s->recv = take_comm(L.shard_numel());
-  L.pack(it->second.data(), s->send.data());
+  s->recv = take_comm(shard_numel_[static_cast<size_t>(unit)]);
+  for (const Part& part : parts_[static_cast<size_t>(unit)]) {
+    const int64_t n = part.shards.shard_numel();
+    s->send.push_back(take_comm(part.group->size() * n));
+    part.shards.pack(it->second.data(), s->send.back().data());
+    s->works.push_back(part.group->reduce_scatter_async(
+        s->send.back().data(), s->recv.data() + part.in_shard, n, ElemType::f32, ReduceOp::sum,
+        units_[static_cast<size_t>(unit)].name + " grads" + part.suffix));
+  }
   unit_grads_.erase(it);
-  s->work = dp_.reduce_scatter_async(s->send.data(), s->recv.data(), L.shard_numel(), ElemType::f32,
-                                     ReduceOp::sum, units_[static_cast<size_t>(unit)].name + " grads");
   scattering_.push_back(std::move(s));
   progress();
 }
@@ -203,7 +218,10 @@ void DataParallelStore::progress() {
       b->done = std::all_of(b->works.begin(), b->works.end(), [](Work& w) { return w.test(); });
   }
   for (auto& [u, g] : gathered_) {
-    if (!g->unpacked) g->work.test();
+    if (!g->unpacked) {
+      for (Work& w : g->works)
+        w.test();
+    }
   }
   retire_scatters(false);
 }
@@ -212,13 +230,15 @@ void DataParallelStore::retire_scatters(bool wait) {
   // In launch order, so that the sums are added in the same order every run.
   while (!scattering_.empty()) {
     Scattering& s = *scattering_.front();
-    if (wait)
-      s.work.wait();
-    else if (!s.work.test())
+    if (wait) {
+      for (Work& w : s.works)
+        w.wait();
+    } else if (!s.test()) {
       return;
-    add_into(shard_of(local_grads_, s.unit), s.recv.data(),
-             shards_[static_cast<size_t>(s.unit)].shard_numel());
-    give_comm(std::move(s.send));
+    }
+    add_into(shard_of(local_grads_, s.unit), s.recv.data(), shard_numel_[static_cast<size_t>(s.unit)]);
+    for (Tensor& t : s.send)
+      give_comm(std::move(t));
     give_comm(std::move(s.recv));
     scattering_.pop_front();
   }
@@ -255,9 +275,8 @@ void DataParallelStore::finish_grads() {
   overlap_.exposed_s = t1 - t0;
   overlap_.comm_window_s = first_launch_ >= 0 ? t1 - first_launch_ : 0.0;
   if (opts_.zero == 1) {
-    for (size_t u = 0; u < units_.size(); ++u) {
-      shards_[u].extract(full_grads_.data() + units_[u].begin, rank_, local_grads_.data() + shard_offset_[u]);
-    }
+    for (size_t u = 0; u < units_.size(); ++u)
+      extract(u, full_grads_.data() + units_[u].begin, local_grads_.data() + shard_offset_[u]);
   }
 }
 
@@ -265,135 +284,18 @@ double DataParallelStore::grad_sum_squares() {
   if (opts_.zero <= 1 && opts_.ep != nullptr) return ep_sum_squares(units_, full_grads_.data(), *opts_.ep);
   if (opts_.zero <= 1)
     return counted_sum_squares(units_, full_grads_.data());  // replicated: every element once
-  double s = 0.0;                                            // disjoint shards; padding is zero
+  // Disjoint shards (padding is zero): the experts' over their replicas and
+  // ep, so the sum over the whole group counts every element once.
+  double s = 0.0;
   for (size_t u = 0; u < units_.size(); ++u) {
     const float* shard = local_grads_.data() + shard_offset_[u];
-    for (const auto& p : shards_[u].pieces()) {
-      if (p.param->norm_counted) s += sum_squares(shard + p.in_shard, p.shard_rows * p.param->row_size);
-    }
+    for_each_piece(u, [&](const Part& part, const UnitShards::Piece& p) {
+      if (p.param->norm_counted)
+        s += sum_squares(shard + part.in_shard + p.in_shard, p.shard_rows * p.param->row_size);
+    });
   }
   dp_.all_reduce(&s, 1, "grad norm");
   return s;
-}
-
-// Where the parameter `name` lies in a local buffer (full for ZeRO 0, this
-// rank's shards otherwise), its element count there, and its unit (−1 for ZeRO 0).
-int64_t DataParallelStore::local_offset_of(const std::string& name, int64_t* n, int* unit) const {
-  *unit = -1;
-  if (opts_.zero == 0) {
-    const ParamSlot& p = find_slot(units_, name);
-    *n = p.numel();
-    return p.offset;
-  }
-  for (size_t u = 0; u < units_.size(); ++u) {
-    for (const auto& piece : shards_[u].pieces()) {
-      if (piece.param->name != name) continue;
-      *n = piece.shard_rows * piece.param->row_size;  // padding rows are zero on every rank
-      *unit = static_cast<int>(u);
-      return shard_offset_[u] + piece.in_shard;
-    }
-  }
-  MT_THROW(Error, "no parameter named '", name, "' in this store");
-}
-
-float* DataParallelStore::local_grad_of(const std::string& name, int64_t* n) {
-  int unit = 0;
-  const int64_t off = local_offset_of(name, n, &unit);
-  return (opts_.zero == 0 ? full_grads_.data() : local_grads_.data()) + off;
-}
-
-float* DataParallelStore::local_param_of(const std::string& name, int64_t* n) {
-  int unit = 0;
-  const int64_t off = local_offset_of(name, n, &unit);
-  if (opts_.zero == 0) return full_params_.data() + off;
-  if (opts_.zero <= 2) {  // the shard of the unit, copied out of the full parameters (as local_params does)
-    const size_t u = static_cast<size_t>(unit);
-    shards_[u].extract(full_params_.data() + units_[u].begin, rank_, local_params_.data() + shard_offset_[u]);
-  }
-  return local_params_.data() + off;
-}
-
-float* DataParallelStore::local_params() {
-  if (opts_.zero == 0) return full_params_.data();
-  if (opts_.zero <= 2) {  // the update works on this rank's shard, copied out of the full parameters
-    for (size_t u = 0; u < units_.size(); ++u) {
-      shards_[u].extract(full_params_.data() + units_[u].begin, rank_,
-                         local_params_.data() + shard_offset_[u]);
-    }
-  }
-  return local_params_.data();
-}
-
-float* DataParallelStore::local_grads() {
-  return opts_.zero == 0 ? full_grads_.data() : local_grads_.data();
-}
-
-std::vector<DecayRange> DataParallelStore::local_decay_ranges() const {
-  if (opts_.zero == 0) return full_decay_ranges(units_);
-  std::vector<DecayRange> r;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    for (const auto& p : shards_[u].pieces()) {
-      const int64_t off = shard_offset_[u] + p.in_shard, n = p.shard_rows * p.param->row_size;
-      if (!r.empty() && r.back().decay == p.param->decay)
-        r.back().numel += n;
-      else
-        r.push_back({off, n, p.param->decay});
-    }
-  }
-  return r;
-}
-
-void DataParallelStore::after_update() {
-  if (opts_.zero == 0 || opts_.zero == 3) return;
-  // One all-gather per unit, straight from this rank's updated shard: the
-  // communication buffer never exceeds one unit (gathered, unpacked, freed).
-  for (size_t u = 0; u < units_.size(); ++u) {
-    Tensor packed({P_ * shards_[u].shard_numel()}, MemKind::comm);
-    dp_.all_gather(local_params_.data() + shard_offset_[u], packed.data(), shards_[u].shard_numel(),
-                   ElemType::f32, units_[u].name + " updated params");
-    shards_[u].unpack(packed.data(), full_params_.data() + units_[u].begin);
-  }
-}
-
-void DataParallelStore::gather_full_params(float* out) {
-  if (opts_.zero < 3) {
-    std::memcpy(out, full_params_.data(), static_cast<size_t>(full_params_.nbytes()));
-    return;
-  }
-  for (size_t u = 0; u < units_.size(); ++u) {
-    Tensor packed({P_ * shards_[u].shard_numel()}, MemKind::comm);
-    dp_.all_gather(shard_of(local_params_, static_cast<int>(u)), packed.data(), shards_[u].shard_numel(),
-                   ElemType::f32, units_[u].name + " params (gather for save)");
-    shards_[u].unpack(packed.data(), out + units_[u].begin);
-  }
-}
-
-void DataParallelStore::scatter_full_params(const float* full) {
-  if (opts_.zero < 3) {
-    std::memcpy(full_params_.data(), full, static_cast<size_t>(full_params_.nbytes()));
-    return;
-  }
-  for (size_t u = 0; u < units_.size(); ++u) {
-    shards_[u].extract(full + units_[u].begin, rank_, local_params_.data() + shard_offset_[u]);
-  }
-}
-
-void DataParallelStore::init_params(const ParamFill& fill) {
-  if (opts_.zero < 3) {
-    for (const auto& u : units_) {
-      for (const auto& p : u.params)
-        fill(p, 0, p.numel(), full_params_.data() + p.offset);
-    }
-    return;
-  }
-  local_params_.zero();
-  for (size_t u = 0; u < units_.size(); ++u) {
-    for (const auto& p : shards_[u].pieces()) {  // only the rows this rank owns
-      const int64_t K = p.param->row_size;
-      const auto [b, e] = shards_[u].rows_of(p, rank_);
-      if (e > b) fill(*p.param, b * K, (e - b) * K, local_params_.data() + shard_offset_[u] + p.in_shard);
-    }
-  }
 }
 
 }  // namespace mt

@@ -20,6 +20,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/group.h"
@@ -35,10 +36,11 @@ void check_zero_stage(int64_t zero);
 struct DataParallelOptions {
   int zero = 0;
   int64_t bucket_bytes = 25 << 20;  // ZeRO 0/1 gradient buckets
-  // Expert parallelism (ZeRO 0 only; parallel/expert_grads.h): the parameters
-  // marked expert are summed over expert_replicas (the dp·cp/ep ranks holding
-  // the same experts; null or size 1: not reduced) instead of the store's
-  // group, and their squares in the gradient norm over ep (the ep group).
+  // Expert parallelism (parallel/expert_grads.h): the parameters marked
+  // expert are summed over expert_replicas (the ranks holding the same
+  // experts; null or size 1: not reduced) instead of the store's group, and
+  // their squares in the gradient norm over ep (the ep group). ZeRO 1-3 shard
+  // them over expert_replicas (not null then), the others over the group.
   // Both must outlive the store. Null ep: no expert parallelism.
   Group* expert_replicas = nullptr;
   Group* ep = nullptr;
@@ -87,8 +89,30 @@ class DataParallelStore : public ParamStore {
   struct Gathered;    // a unit's gathered parameters (ZeRO 3)
   struct Scattering;  // a unit's gradient reduce-scatter in flight (ZeRO 2/3)
 
+  // A unit's local shard is one Part (every parameter over the store's group)
+  // or, under expert parallelism with ZeRO 1-3, the dense parameters over the
+  // group then this rank's experts over their replicas: one collective per part.
+  struct Part {
+    UnitShards shards;
+    Group* group;
+    int64_t in_shard;    // its first element within the unit's shard
+    std::string suffix;  // of its collectives' labels: "" or " experts"
+  };
+  std::vector<Part> make_parts(const UnitSpec& unit);
+  // The unit's shard of full (the unit's elements) for this rank, into shard.
+  void extract(size_t unit, const float* full, float* shard) const;
+  // f(part, piece) for every piece of the unit's shard.
+  template <class F>
+  void for_each_piece(size_t unit, F&& f) const {
+    for (const Part& part : parts_[unit]) {
+      for (const auto& piece : part.shards.pieces())
+        f(part, piece);
+    }
+  }
   float* shard_of(Tensor& t, int unit) { return t.data() + shard_offset_[static_cast<size_t>(unit)]; }
   void start_gather(int unit);
+  // All-gathers unit u's shard from local_params_ into full (the unit's elements).
+  void gather_unit(size_t u, float* full, const std::string& what);
   void progress();  // test in-flight operations (MPI progresses only inside MPI calls)
   void retire_scatters(bool wait);
   void unit_ready_for_buckets(int unit);
@@ -101,9 +125,10 @@ class DataParallelStore : public ParamStore {
   std::vector<UnitSpec> units_;
   Group dp_;
   DataParallelOptions opts_;
-  int P_ = 1, rank_ = 0;
-  std::vector<UnitShards> shards_;
-  std::vector<int64_t> shard_offset_;  // unit → offset of its shard in the local buffers
+  int P_ = 1;
+  std::vector<std::vector<Part>> parts_;  // per unit
+  std::vector<int64_t> shard_numel_;      // per unit
+  std::vector<int64_t> shard_offset_;     // unit → offset of its shard in the local buffers
   int64_t local_numel_ = 0;
 
   Tensor full_params_;   // zero 0–2: every parameter

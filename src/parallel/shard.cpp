@@ -6,8 +6,10 @@
 
 namespace mt {
 
-UnitShards::UnitShards(const UnitSpec& unit, int P) : P_(P) {
+UnitShards::UnitShards(const UnitSpec& unit, int P, const std::function<bool(const ParamSlot&)>& keep)
+    : P_(P) {
   for (const auto& p : unit.params) {
+    if (keep && !keep(p)) continue;
     Piece piece;
     piece.param = &p;
     piece.in_unit = p.offset - unit.begin;

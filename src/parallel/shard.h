@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -22,7 +23,9 @@ namespace mt {
 
 class UnitShards {
  public:
-  UnitShards(const UnitSpec& unit, int P);
+  // keep: the parameters this sharding covers (default all); the others are
+  // left out of the shard, and pack/unpack/extract never touch them.
+  UnitShards(const UnitSpec& unit, int P, const std::function<bool(const ParamSlot&)>& keep = {});
 
   int64_t shard_numel() const { return shard_numel_; }
   int ranks() const { return P_; }

@@ -108,6 +108,15 @@ ResumeState load_checkpoint(CheckpointReader& reader, TrainModel& model, const R
   r.step = meta.at("step").get<int64_t>();
   r.bad_steps = meta.at("bad_steps").get<int64_t>();
   model.bad_steps = r.bad_steps;
+  for (const auto& chunk : model.chunks) {  // aux-loss-free balancing: the saved bias of each MoE layer
+    for (int64_t layer : chunk->moe_stats().layers) {
+      if (chunk->router_bias_of_layer(layer) == nullptr) continue;
+      const json& saved = meta.value("router_bias", json::object());
+      MT_REQUIRE(saved.contains(std::to_string(layer)), DataError, "checkpoint ", reader.dir(),
+                 ": no router bias of layer ", layer, " (saved without model.router_bias_rate?)");
+      chunk->set_router_bias_of_layer(layer, saved.at(std::to_string(layer)).get<std::vector<float>>());
+    }
+  }
   std::string metrics = read_file((fs::path(reader.dir()) / "metrics.jsonl").string());
   size_t begin = 0;
   for (size_t end; (end = metrics.find('\n', begin)) != std::string::npos; begin = end + 1)

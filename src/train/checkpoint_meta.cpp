@@ -91,6 +91,13 @@ json make_metadata(int64_t step, const TrainModel& model, const Config& cfg, con
                {"config", config},
                {"tensors", tensors},
                {"files", files}};
+  json bias = json::object();  // the selection bias of every MoE layer here (docs/MODEL.md)
+  for (const auto& chunk : model.chunks) {
+    for (int64_t layer : chunk->moe_stats().layers) {
+      if (const std::vector<float>* b = chunk->router_bias_of_layer(layer)) bias[std::to_string(layer)] = *b;
+    }
+  }
+  if (!bias.empty()) meta["router_bias"] = bias;
   meta["metadata_crc32c"] = metadata_checksum(meta);
   return meta;
 }

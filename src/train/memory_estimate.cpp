@@ -92,20 +92,27 @@ int64_t rope_table_bytes(const ModelConfig& m) {
 MemoryEstimate estimate_training_memory(const Config& cfg) {
   const ModelConfig& m = cfg.model;
   const ParallelConfig& p = cfg.parallel;
-  const int64_t ep = std::max<int64_t>(1, p.ep);
-  const int64_t held =
-      checked_param_count(m) - expert_param_count(m) / ep * (ep - 1);  // other ranks' experts
-  const int64_t params = held / std::max<int64_t>(1, p.tp * p.pp);
-  const int64_t dp = std::max<int64_t>(1, p.dp);
+  const int64_t ep = std::max<int64_t>(1, p.ep), tp_pp = std::max<int64_t>(1, p.tp * p.pp);
+  const int64_t dp = std::max<int64_t>(1, p.dp), replicas = std::max<int64_t>(1, dp * p.cp / ep);
+  // This rank's share of the dense parameters and of its n_experts / ep
+  // experts; ZeRO shards the dense ones over dp, the experts over the ranks
+  // holding the same experts (dp·cp / ep, docs/PARALLELISM.md "Expert parallelism").
+  const int64_t experts = expert_param_count(m) / ep / tp_pp;
+  const int64_t dense = (checked_param_count(m) - expert_param_count(m)) / tp_pp;
+  const auto state = [&](int zero_from, int64_t bytes, const char* what) {
+    const bool sharded = p.zero >= zero_from;
+    const int64_t n = checked_add(dense / (sharded ? dp : 1), experts / (sharded ? replicas : 1), what);
+    return checked_mul(n, bytes, what);
+  };
   MemoryEstimate e;
-  e.parts.emplace_back("parameters", checked_mul(params / (p.zero >= 3 ? dp : 1), kFloat, "the parameters"));
-  e.parts.emplace_back("gradients", checked_mul(params / (p.zero >= 2 ? dp : 1), kFloat, "the gradients"));
+  e.parts.emplace_back("parameters", state(3, kFloat, "the parameters"));
+  e.parts.emplace_back("gradients", state(2, kFloat, "the gradients"));
   // adamw and lamb keep two moments per parameter, sgd one momentum buffer (none without momentum).
   const int64_t states = cfg.train.optimizer != "sgd" ? 2 : cfg.train.momentum != 0 ? 1 : 0;
-  const char* state = cfg.train.optimizer == "sgd"    ? "SGD momentum"
-                      : cfg.train.optimizer == "lamb" ? "LAMB state"
-                                                      : "AdamW state";
-  e.parts.emplace_back(state, checked_mul(params / (p.zero >= 1 ? dp : 1), states * kFloat, state));
+  const char* what = cfg.train.optimizer == "sgd"    ? "SGD momentum"
+                     : cfg.train.optimizer == "lamb" ? "LAMB state"
+                                                     : "AdamW state";
+  e.parts.emplace_back(what, state(1, states * kFloat, what));
   const int64_t tokens = checked_mul(cfg.train.microbatch_size,
                                      cfg.train.seq_len / std::max<int64_t>(1, p.cp), "a microbatch's tokens");
   const int64_t in_flight = p.pp > 1 ? p.pp : 1;  // microbatches whose activations a stage holds at once

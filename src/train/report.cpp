@@ -182,6 +182,30 @@ void add_ep_load(nlohmann::json& j, const nlohmann::json& per_layer, int ep) {
   const double mean = static_cast<double>(total) / static_cast<double>(ep);
   j["moe_max_load_over_mean"] = mean > 0 ? static_cast<double>(load[busiest]) / mean : 1.0;
   j["moe_busiest_ep_rank"] = busiest;
+  j["moe_ep_load"] = load;  // rows per ep coordinate
+}
+
+// The log's load line under expert parallelism: each ep rank's rows over the
+// mean, the busiest named with its excess (the congestion case, docs/BENCHMARKS.md).
+void print_ep_load(const nlohmann::json& line) {
+  if (!line.contains("moe_ep_load") || line["moe_ep_load"].size() < 2) return;
+  const std::vector<int64_t> load = line["moe_ep_load"].get<std::vector<int64_t>>();
+  double mean = 0;
+  for (int64_t x : load)
+    mean += static_cast<double>(x) / static_cast<double>(load.size());
+  if (mean <= 0) return;
+  const auto hot = line["moe_busiest_ep_rank"].get<size_t>();
+  std::string text = "      moe load: hot ep rank " + std::to_string(hot);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, " at %.2fx the mean (+%.0f%%) |", static_cast<double>(load[hot]) / mean,
+                100.0 * (static_cast<double>(load[hot]) / mean - 1.0));
+  text += buf;
+  for (size_t r = 0; r < load.size(); ++r) {
+    std::snprintf(buf, sizeof buf, " ep rank %zu %lld rows (%.2fx)", r, static_cast<long long>(load[r]),
+                  static_cast<double>(load[r]) / mean);
+    text += buf;
+  }
+  std::printf("%s\n", text.c_str());
 }
 
 // The step's mixture-of-experts metrics (docs/MODEL.md "Mixture of experts"):
@@ -261,6 +285,7 @@ void report_step(MetricsWriter& metrics, const RunMesh& mesh, TrainModel& model,
         "step %5lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU %.2f | peak mem %.1f MiB%s\n",
         static_cast<long long>(s.step), s.loss, s.lr, s.grad_norm, s.tokens_per_s, s.mfu,
         static_cast<double>(s.mem_peak_bytes) / (1 << 20), s.skipped ? " | SKIPPED" : "");
+    print_ep_load(line);
     std::fflush(stdout);
   }
   if (opts.explain && s.step == 0) {  // collective: every rank's calls of the first step, rank 0 prints

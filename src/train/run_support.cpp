@@ -41,7 +41,8 @@ namespace {
 std::string fault_grammar() {
   return "KIND:RANK:STEP[:ARG] with KIND one of throw, bad_alloc, stall, sigterm (no ARG), "
          "enospc:RANK:STEP:BYTES, "
-         "slow_io:RANK:STEP:SECONDS, slow_copy:RANK:STEP:SECONDS, kill_bytes:RANK:STEP:BYTES, "
+         "slow_io:RANK:STEP:SECONDS, slow_copy:RANK:STEP:SECONDS, slow_steps:RANK:STEP:MILLISECONDS, "
+         "kill_bytes:RANK:STEP:BYTES, "
          "kill_save:RANK:STEP:POINT (POINT one of " +
          kill_point_list() + "); RANK and STEP non-negative integers";
 }
@@ -77,7 +78,7 @@ Fault parse_fault(const std::string& text) {
              fault_grammar());
   };
   const std::string& kind = p[0];
-  const bool takes_arg = kind == "enospc" || kind == "slow_io" || kind == "slow_copy" ||
+  const bool takes_arg = kind == "enospc" || kind == "slow_io" || kind == "slow_copy" || kind == "slow_steps" ||
                          kind == "kill_bytes" || kind == "kill_save";
   if (kind != "throw" && kind != "bad_alloc" && kind != "stall" && kind != "sigterm" && !takes_arg)
     bad("unknown kind '" + kind + "'");
@@ -111,6 +112,8 @@ Fault read_fault() {
 }
 
 void inject_fault(const Fault& f, int rank, int64_t step) {
+  if (f.kind == "slow_steps" && f.rank == rank && step >= f.step)  // every step from STEP on
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(f.arg));
   if (f.kind.empty() || f.rank != rank || f.step != step) return;
   if (f.kind == "throw") MT_THROW(Error, "injected fault (MESHTRAIN_FAULT) at step ", step);
   if (f.kind == "bad_alloc") throw std::bad_alloc();

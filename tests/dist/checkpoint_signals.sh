@@ -95,6 +95,9 @@ preempt() {
   local steps=(--set train.steps=$long)
   run "${name}_full" "$np" "${steps[@]}" "$@" >/dev/null
   local ck=(--set train.checkpoint_dir="$tmp/$name.ck")
+  # Each step of the signalled run sleeps 20 ms (the numbers are unchanged):
+  # its 200 steps take at least 4 s, so the signal surely comes mid-run.
+  export MESHTRAIN_FAULT=slow_steps:0:0:20
   if [ "$how" = term_one ]; then
     "$bin" train "${tiny[@]}" "${steps[@]}" "$@" "${ck[@]}" --metrics "$tmp/${name}_cut.jsonl" 2>"$tmp/$name.err" &
   else
@@ -102,6 +105,7 @@ preempt() {
       --metrics "$tmp/${name}_cut.jsonl" 2>"$tmp/$name.err" &
   fi
   local pid=$!
+  unset MESHTRAIN_FAULT
   pids+=("$pid")
   wait_steps "$tmp/${name}_cut.jsonl" 5
   case $how in

@@ -100,8 +100,6 @@ case $case_name in
     expect_lines "meshtrain: error: parallel.ep (4) must divide parallel.dp (2) x parallel.cp (1) = 2" 1
     run_job 20 -np 2 "$bin" "${train[@]}" --dp 2 --set parallel.ep=2
     expect_lines "meshtrain: error: parallel.ep (2) needs a mixture of experts, but model.n_experts is 0 (a dense model)" 1
-    run_job 20 -np 2 "$bin" "${train[@]}" "${moe[@]}" --dp 2 --set parallel.ep=2 --zero 1
-    expect_lines "meshtrain: error: parallel.ep (2) with parallel.zero (1): ZeRO sharding of the experts over their replica group is not built yet (ZeRO 0 only)" 1
     run_job 20 -np 2 "$bin" "${train[@]}" "${moe[@]}" --dp 2 --set parallel.ep=2 --set model.capacity_factor=1.5
     expect_lines "meshtrain: error: parallel.ep (2) with model.capacity_factor (1.5): expert parallelism is dropless only so far" 1
     run_job 20 -np 2 "$bin" "${train[@]}" "${moe[@]}" --dp 2 --set parallel.ep=0

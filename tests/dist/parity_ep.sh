@@ -11,7 +11,8 @@
 # started from a saved model (--init-from), 3 steps; ep 2 with held-out
 # evaluation (val_loss within 1e-5); training checkpoints saved under one
 # layout and resumed under another (ep 2 → one process, one → ep 4, ep 2 over
-# dp 4 → ep 2 over dp 2). Then the
+# dp 4 → ep 2 over dp 2, ep 2 over dp 4 with ZeRO 3 → one process). ZeRO 1
+# and 3 with ep 2 over dp 4 (the experts sharded over their 2 replicas). Then the
 # comm ledger of one ep 4 step: the rows each rank's all-to-all-v moves equal
 # the counts implied by the routing (moe_tokens_per_expert), and
 # moe_max_load_over_mean is the busiest rank's share of them; the experts'
@@ -28,7 +29,8 @@ tiny+=(--set model.n_experts=4 --set model.expert_ffn_hidden=24 --set model.rout
 
 run ref 1
 for spec in "ep2 2 --dp 2 --set parallel.ep=2" "ep4 4 --dp 4 --set parallel.ep=4" \
-  "ep2_dp4 4 --dp 4 --set parallel.ep=2" "ep2_recompute 2 --dp 2 --set parallel.ep=2 --set train.recompute=true"; do
+  "ep2_dp4 4 --dp 4 --set parallel.ep=2" "ep2_recompute 2 --dp 2 --set parallel.ep=2 --set train.recompute=true" \
+  "ep2_dp4_zero1 4 --dp 4 --set parallel.ep=2 --zero 1" "ep2_dp4_zero3 4 --dp 4 --set parallel.ep=2 --zero 3"; do
   read -r name np flags <<<"$spec"
   # shellcheck disable=SC2086
   run "$name" "$np" $flags
@@ -75,6 +77,9 @@ reshard() {
 reshard ck_ep2_to_one "2 --dp 2 --set parallel.ep=2" "1"
 reshard ck_one_to_ep4 "1" "4 --dp 4 --set parallel.ep=4"
 reshard ck_ep2dp4_to_ep2 "4 --dp 4 --set parallel.ep=2" "2 --dp 2 --set parallel.ep=2"
+# ZeRO 3 with ep 2 over dp 4: each expert (and its moments) sharded over its
+# 2 replicas, each rank writing its own rows; read back whole by one process.
+reshard ck_ep2dp4z3_to_one "4 --dp 4 --set parallel.ep=2 --zero 3" "1"
 
 every=(--set model.moe_every=2 --set model.top_k=1)
 run ref_every2 1 "${every[@]}"
@@ -131,6 +136,25 @@ if [ "$replicas" -eq 9216 ] && [ "$over_dp" -eq 0 ] && [ "$norm" -eq 1 ]; then
 else
   echo "FAIL ledger: expert gradients: $replicas elements over ep_replicas (want 9216), $over_dp over dp, $norm norm sums"
   grep '^rank 1 ' "$tmp/explain_dp4.txt" | grep -v moe
+  failures=$((failures + 1))
+fi
+# ZeRO 3 with ep 2 over dp 4: the experts' gradients reduce-scattered and
+# their parameters gathered over ep_replicas (2 ranks), the rest over dp. Per
+# rank and MoE layer its 2 experts hold 3 matrices of 24 × 32: 4608 elements
+# reduce-scattered (the ledger counts the input), each rank's half, 2304,
+# contributed to every gather.
+"${mpi[@]}" -np 4 "$bin" train "${tiny[@]}" --dp 4 --set parallel.ep=2 --zero 3 --set train.steps=1 --explain \
+  >"$tmp/explain_z3.txt"
+rs=$(grep -E '^rank 1 \| ep_replicas \| reduce_scatter .*layer [0-9]+ grads experts$' "$tmp/explain_z3.txt" |
+  awk -F'|' '{gsub(/[^0-9]/, "", $5); s += $5} END {print s + 0}')
+ag=$(grep -E '^rank 1 \| ep_replicas \| all_gather .*layer [0-9]+ params experts$' "$tmp/explain_z3.txt" |
+  awk -F'|' '{gsub(/[^0-9]/, "", $5); print $5}' | sort -u | tr '\n' ' ')
+dp_experts=$(grep -cE '^rank [0-9]+ \| dp \| .*experts$' "$tmp/explain_z3.txt" || true)
+if [ "$rs" -eq 9216 ] && [ "$ag" = "2304 " ] && [ "$dp_experts" -eq 0 ]; then
+  echo "ok   ledger: zero 3 experts sharded over ep_replicas ($rs gradient elements, gathers of 2304 on rank 1)"
+else
+  echo "FAIL ledger: zero 3 experts: $rs reduce-scattered over ep_replicas (want 9216), gathers of '$ag' (want 2304), $dp_experts over dp"
+  grep '^rank 1 ' "$tmp/explain_z3.txt" | grep -E 'reduce_scatter|all_gather' | head -20
   failures=$((failures + 1))
 fi
 finish "expert-parallel"

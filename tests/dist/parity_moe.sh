@@ -58,11 +58,55 @@ check_router pp2_every2 ref_every2
 eps=(--set train.adam_eps=1e-5 --set train.microbatch_size=2)
 run ref_eps5 1 "${eps[@]}"
 for spec in "tp2_sp 2 --tp 2 --set parallel.sp=true" "dp2_tp2_ep2 4 --dp 2 --tp 2 --set parallel.ep=2" \
-  "dp2_tp2_sp_ep2 4 --dp 2 --tp 2 --set parallel.sp=true --set parallel.ep=2"; do
+  "dp2_tp2_sp_ep2 4 --dp 2 --tp 2 --set parallel.sp=true --set parallel.ep=2" \
+  "dp2_tp2_sp_ep2_zero3 4 --dp 2 --tp 2 --set parallel.sp=true --set parallel.ep=2 --zero 3"; do
   read -r name np flags <<<"$spec"
   # shellcheck disable=SC2086
   run "$name" "$np" $flags "${eps[@]}"
   check "$name" ref_eps5
   check_router "$name" ref_eps5
 done
+# Aux-loss-free balancing (model.router_bias_rate): the bias moves by the
+# step's global per-expert counts (summed over dp), so dp 2 and ep 2 take the
+# one-process steps; the bias does change the routing (else the check could
+# not fail). A training checkpoint saves the bias: one process stopped at
+# step 5 and resumed is bitwise the uninterrupted run, and ep 2 stopped at
+# step 5 resumes in one process within 1e-5.
+bias=(--set model.router_bias_rate=0.01 --set train.microbatch_size=2)
+run ref_bias 1 "${bias[@]}"
+for spec in "dp2_bias 2 --dp 2" "ep2_bias 2 --dp 2 --set parallel.ep=2"; do
+  read -r name np flags <<<"$spec"
+  # shellcheck disable=SC2086
+  run "$name" "$np" $flags "${bias[@]}"
+  check "$name" ref_bias
+  check_router "$name" ref_bias
+done
+if /usr/bin/python3 - "$tmp/ref_bias.jsonl" "$tmp/ref.jsonl" <<'PY'; then
+import json, sys
+a, b = ([j["moe_tokens_per_expert"] for j in map(json.loads, open(p)) if "moe_tokens_per_expert" in j] for p in sys.argv[1:])
+assert a[0] == b[0] and a != b, "the bias changed no routing"
+PY
+  echo "ok   ref_bias: the bias changes the routing after step 0"
+else
+  echo "FAIL ref_bias: the bias changed no routing"
+  failures=$((failures + 1))
+fi
+resume_bias() {
+  local name=$1 ck=$tmp/$1.ck
+  local -a from=($2) to=($3)
+  MESHTRAIN_FAULT=throw:0:5 "${mpi[@]}" -np "${from[0]}" "$bin" train "${tiny[@]}" "${bias[@]}" "${from[@]:1}" \
+    --set train.checkpoint_dir="$ck" --set train.checkpoint_every=5 >/dev/null 2>&1 || true
+  run "$name" "${to[0]}" "${to[@]:1}" "${bias[@]}" --set train.checkpoint_dir="$ck" --resume "$ck/step-00000005"
+}
+resume_bias ck_bias_one "1" "1"
+check_bitwise ck_bias_one ref_bias "bias resumed from a checkpoint"
+resume_bias ck_bias_ep2_to_one "2 --dp 2 --set parallel.ep=2" "1"
+check ck_bias_ep2_to_one ref_bias
+# ZeRO 1 over the expert replicas with tp and ep: a checkpoint of dp2 x tp2 x
+# ep2 at step 5 resumes in one process (the expert shards' slices found by
+# their global boxes).
+MESHTRAIN_FAULT=throw:0:5 "${mpi[@]}" -np 4 "$bin" train "${tiny[@]}" "${eps[@]}" --dp 2 --tp 2 --zero 1 \
+  --set parallel.ep=2 --set train.checkpoint_dir="$tmp/eptp.ck" --set train.checkpoint_every=5 >/dev/null 2>&1 || true
+run eptp_to_one 1 "${eps[@]}" --set train.checkpoint_dir="$tmp/eptp.ck" --resume "$tmp/eptp.ck/step-00000005"
+check eptp_to_one ref_eps5
 finish "mixture-of-experts"

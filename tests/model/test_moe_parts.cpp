@@ -209,7 +209,7 @@ TEST(MoeConfig, BadInputIsRefusedWithTheNumbers) {
   c.train.batch_size = 4;
   EXPECT_NO_THROW(c.validate());  // data parallelism: every rank holds every expert
   c.model.router_bias_rate = 0.01;
-  expect_refused(c, "model.router_bias_rate (0.01) with parallel.dp (2)");
+  EXPECT_NO_THROW(c.validate());  // the bias moves by the global counts (tests/dist/parity_moe.sh)
   c = valid_moe_config();
   c.parallel.tp = 2;
   EXPECT_NO_THROW(c.validate());  // tensor parallelism: experts not split over tp
@@ -219,7 +219,7 @@ TEST(MoeConfig, BadInputIsRefusedWithTheNumbers) {
   c = valid_moe_config();
   c.model.router_bias_rate = 0.001;
   c.train.checkpoint_dir = "ck";
-  expect_refused(c, "model.router_bias_rate (0.001) with train.checkpoint_dir ('ck')");
+  EXPECT_NO_THROW(c.validate());  // checkpoints save the bias (tests/dist/parity_moe.sh)
 }
 
 TEST(MoeConfig, ExpertKeysWithoutExpertsAreNamed) {

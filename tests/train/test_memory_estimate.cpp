@@ -76,6 +76,28 @@ TEST(MemoryEstimate, ExpertParallelHoldsItsShareOfTheExperts) {
             9216 * 4);
 }
 
+TEST(MemoryEstimate, ZeroShardsTheExpertsOverTheirReplicas) {
+  Config c;
+  c.model = tiny();  // d_model 32, 2 layers
+  c.model.n_experts = 4;
+  c.model.top_k = 2;
+  c.model.expert_ffn_hidden = 24;
+  c.parallel.dp = 4;
+  c.parallel.ep = 2;
+  c.parallel.zero = 3;
+  // Each rank holds 2 x 2 experts of 3 x 32 x 24 = 9216 weights, sharded over
+  // the 2 ranks holding the same experts (4608 each); the dense rest over dp 4.
+  const int64_t dense = checked_param_count(c.model) - 2 * 4 * 3 * 32 * 24;
+  const MemoryEstimate e = estimate_training_memory(c);
+  EXPECT_EQ(e.parts[0].second, (dense / 4 + 4608) * 4);  // parameters
+  EXPECT_EQ(e.parts[1].second, (dense / 4 + 4608) * 4);  // gradients
+  EXPECT_EQ(e.parts[2].second, (dense / 4 + 4608) * 8);  // AdamW m and v
+  c.parallel.zero = 1;
+  const MemoryEstimate z1 = estimate_training_memory(c);
+  EXPECT_EQ(z1.parts[0].second, (dense + 9216) * 4);  // parameters whole
+  EXPECT_EQ(z1.parts[2].second, (dense / 4 + 4608) * 8);
+}
+
 TEST(MemoryEstimate, RefusalNamesEstimateAvailableAndLargestPart) {
   Config c;
   c.model = tiny();

@@ -1,0 +1,159 @@
+// DataParallelStore's layout of the local state (parallel/data_parallel.h):
+// the parts of each unit's shard, where a parameter lies in it, and the
+// whole-model access (gather, scatter, initialisation) used by checkpoints.
+#include <cstring>
+#include <string>
+
+#include "core/error.h"
+#include "parallel/data_parallel.h"
+#include "parallel/local_store.h"
+
+namespace mt {
+
+std::vector<DataParallelStore::Part> DataParallelStore::make_parts(const UnitSpec& unit) {
+  std::vector<Part> parts;
+  if (opts_.ep == nullptr || opts_.zero == 0) {
+    parts.push_back({UnitShards(unit, P_), &dp_, 0, ""});
+    return parts;
+  }
+  int64_t at = 0;
+  for (const bool expert : {false, true}) {
+    Group* g = expert ? opts_.expert_replicas : &dp_;
+    UnitShards sh(unit, g->size(), [expert](const ParamSlot& p) { return p.expert == expert; });
+    if (sh.pieces().empty()) continue;
+    const int64_t n = sh.shard_numel();
+    parts.push_back({std::move(sh), g, at, expert ? " experts" : ""});
+    at += n;
+  }
+  return parts;
+}
+
+void DataParallelStore::extract(size_t unit, const float* full, float* shard) const {
+  for (const Part& part : parts_[unit])
+    part.shards.extract(full, part.group->rank(), shard + part.in_shard);
+}
+
+// Where the parameter `name` lies in a local buffer (full for ZeRO 0, this
+// rank's shards otherwise), its element count there, and its unit (−1 for ZeRO 0).
+int64_t DataParallelStore::local_offset_of(const std::string& name, int64_t* n, int* unit) const {
+  *unit = -1;
+  if (opts_.zero == 0) {
+    const ParamSlot& p = find_slot(units_, name);
+    *n = p.numel();
+    return p.offset;
+  }
+  for (size_t u = 0; u < units_.size(); ++u) {
+    for (const Part& part : parts_[u]) {
+      for (const auto& piece : part.shards.pieces()) {
+        if (piece.param->name != name) continue;
+        *n = piece.shard_rows * piece.param->row_size;  // padding rows are zero on every rank
+        *unit = static_cast<int>(u);
+        return shard_offset_[u] + part.in_shard + piece.in_shard;
+      }
+    }
+  }
+  MT_THROW(Error, "no parameter named '", name, "' in this store");
+}
+
+float* DataParallelStore::local_grad_of(const std::string& name, int64_t* n) {
+  int unit = 0;
+  const int64_t off = local_offset_of(name, n, &unit);
+  return (opts_.zero == 0 ? full_grads_.data() : local_grads_.data()) + off;
+}
+
+float* DataParallelStore::local_param_of(const std::string& name, int64_t* n) {
+  int unit = 0;
+  const int64_t off = local_offset_of(name, n, &unit);
+  if (opts_.zero == 0) return full_params_.data() + off;
+  if (opts_.zero <= 2) {  // the shard of the unit, copied out of the full parameters (as local_params does)
+    const auto u = static_cast<size_t>(unit);
+    extract(u, full_params_.data() + units_[u].begin, local_params_.data() + shard_offset_[u]);
+  }
+  return local_params_.data() + off;
+}
+
+float* DataParallelStore::local_params() {
+  if (opts_.zero == 0) return full_params_.data();
+  if (opts_.zero <= 2) {  // the update works on this rank's shard, copied out of the full parameters
+    for (size_t u = 0; u < units_.size(); ++u)
+      extract(u, full_params_.data() + units_[u].begin, local_params_.data() + shard_offset_[u]);
+  }
+  return local_params_.data();
+}
+
+float* DataParallelStore::local_grads() {
+  return opts_.zero == 0 ? full_grads_.data() : local_grads_.data();
+}
+
+std::vector<DecayRange> DataParallelStore::local_decay_ranges() const {
+  if (opts_.zero == 0) return full_decay_ranges(units_);
+  std::vector<DecayRange> r;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    for_each_piece(u, [&](const Part& part, const UnitShards::Piece& p) {
+      const int64_t off = shard_offset_[u] + part.in_shard + p.in_shard, n = p.shard_rows * p.param->row_size;
+      if (!r.empty() && r.back().decay == p.param->decay)
+        r.back().numel += n;
+      else
+        r.push_back({off, n, p.param->decay});
+    });
+  }
+  return r;
+}
+
+void DataParallelStore::gather_unit(size_t u, float* full, const std::string& what) {
+  for (const Part& part : parts_[u]) {
+    const int64_t n = part.shards.shard_numel();
+    Tensor packed({part.group->size() * n}, MemKind::comm);
+    part.group->all_gather(local_params_.data() + shard_offset_[u] + part.in_shard, packed.data(), n,
+                           ElemType::f32, units_[u].name + what + part.suffix);
+    part.shards.unpack(packed.data(), full);
+  }
+}
+
+void DataParallelStore::after_update() {
+  if (opts_.zero == 0 || opts_.zero == 3) return;
+  // One all-gather per unit, straight from this rank's updated shard: the
+  // communication buffer never exceeds one unit (gathered, unpacked, freed).
+  for (size_t u = 0; u < units_.size(); ++u)
+    gather_unit(u, full_params_.data() + units_[u].begin, " updated params");
+}
+
+void DataParallelStore::gather_full_params(float* out) {
+  if (opts_.zero < 3) {
+    std::memcpy(out, full_params_.data(), static_cast<size_t>(full_params_.nbytes()));
+    return;
+  }
+  for (size_t u = 0; u < units_.size(); ++u)
+    gather_unit(u, out + units_[u].begin, " params (gather for save)");
+}
+
+void DataParallelStore::scatter_full_params(const float* full) {
+  if (opts_.zero < 3) {
+    std::memcpy(full_params_.data(), full, static_cast<size_t>(full_params_.nbytes()));
+    return;
+  }
+  for (size_t u = 0; u < units_.size(); ++u)
+    extract(u, full + units_[u].begin, local_params_.data() + shard_offset_[u]);
+}
+
+void DataParallelStore::init_params(const ParamFill& fill) {
+  if (opts_.zero < 3) {
+    for (const auto& u : units_) {
+      for (const auto& p : u.params)
+        fill(p, 0, p.numel(), full_params_.data() + p.offset);
+    }
+    return;
+  }
+  local_params_.zero();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    for_each_piece(u, [&](const Part& part, const UnitShards::Piece& p) {  // only the rows this rank owns
+      const int64_t K = p.param->row_size;
+      const auto [b, e] = part.shards.rows_of(p, part.group->rank());
+      if (e > b)
+        fill(*p.param, b * K, (e - b) * K,
+             local_params_.data() + shard_offset_[u] + part.in_shard + p.in_shard);
+    });
+  }
+}
+
+}  // namespace mt
