@@ -19,7 +19,7 @@ trials=${LONGCTX_TRIALS:-10}
 mkdir -p "$out"
 
 if [ ! -s "$out/data/val.bin" ]; then
-  "$py" "$here/passkey.py" corpus --out "$out/corpus.txt" --share 0.25 --seed 1
+  "$py" "$here/passkey.py" corpus --out "$out/corpus.txt" --share 0.5 --seed 1
   "$bin" prepare --text "$out/corpus.txt" --out "$out/data" --vocab-size 2048
 fi
 if [ ! -s "$out/model/config.json" ]; then

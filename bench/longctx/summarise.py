@@ -71,7 +71,7 @@ def report(out):
     for i, (a, b, n, _) in enumerate(first):
         print(f"| {a}-{b} | {n} | " + " | ".join(f"{table[s][1][i][3]:.3f}" for s in SCALINGS) + " |")
     print("| all | | " + " | ".join(f"{table[s][0]:.3f}" for s in SCALINGS) + " |")
-    print(f"\n(the same windows cut at 128 tokens, no scaling: {loss128:.3f})\n")
+    print(f"\n(the same tokens in 128-token windows, the training length, no scaling: {loss128:.3f})\n")
     print("```\n" + ascii_plot(series) + "\n```\n")
     cells = [line.split("\t") for line in open(os.path.join(out, "probe.tsv")) if line.strip()]
     print("Pass-key retrieval (greedy), correct / trials by depth of the key:\n")
