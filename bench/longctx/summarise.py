@@ -4,7 +4,8 @@
   summarise.py probe-cell SCALING LEN TRIALS KEYS GEN.jsonl GEN.err
       One line per depth cell (TRIALS consecutive prompts, one generate batch):
       scaling, length, depth, correct, trials, mean prompt tokens (the batch's
-      prefill tokens / trials, from generate's stderr).
+      prefill tokens / trials, from generate's stderr), digits right (of the
+      5 · TRIALS key digits, place by place: about 10% by chance).
   summarise.py report DIR
       Markdown tables (loss by position, pass-key accuracy) and an ASCII plot.
 """
@@ -27,11 +28,12 @@ def probe_cell(scaling, length, trials, keys_path, gen_path, err_path):
         sys.exit(f"summarise.py: {gen_path}: {len(gens)} continuations, {len(keys)} keys, "
                  f"{len(prefill)} batches of {trials}")
     for c, depth in enumerate(DEPTHS):
-        ok = 0
+        ok = digits = 0
         for i in range(c * trials, (c + 1) * trials):
             m = re.search(r"\d+", gens[i]["text"])
             ok += m is not None and m.group(0) == keys[i]
-        print(f"{scaling}\t{length}\t{depth}\t{ok}\t{trials}\t{prefill[c] / trials:.0f}")
+            digits += sum(a == b for a, b in zip(m.group(0) if m else "", keys[i]))
+        print(f"{scaling}\t{length}\t{depth}\t{ok}\t{trials}\t{prefill[c] / trials:.0f}\t{digits}")
 
 
 def read_buckets(path):
@@ -75,8 +77,8 @@ def report(out):
     print("```\n" + ascii_plot(series) + "\n```\n")
     cells = [line.split("\t") for line in open(os.path.join(out, "probe.tsv")) if line.strip()]
     print("Pass-key retrieval (greedy), correct / trials by depth of the key:\n")
-    print("| scaling | length (prompt tokens) | " + " | ".join(DEPTHS) + " | all |")
-    print("|---|---|" + "---|" * (len(DEPTHS) + 1))
+    print("| scaling | length (prompt tokens) | " + " | ".join(DEPTHS) + " | all | digits right |")
+    print("|---|---|" + "---|" * (len(DEPTHS) + 2))
     for s in SCALINGS:
         for length in ["128", "256", "512", "1024"]:
             row = [c for c in cells if c[0] == s and c[1] == length]
@@ -84,8 +86,9 @@ def report(out):
                 continue
             tokens = sum(float(c[5]) for c in row) / len(row)
             ok, n = sum(int(c[3]) for c in row), sum(int(c[4]) for c in row)
+            digits = sum(int(c[6]) for c in row)
             print(f"| {s} | {length} ({tokens:.0f}) | " + " | ".join(f"{c[3]}/{c[4]}" for c in row) +
-                  f" | {ok}/{n} |")
+                  f" | {ok}/{n} | {100 * digits / (5 * n):.0f}% |")
 
 
 def main():
