@@ -30,6 +30,7 @@ struct EvalArgs {
   std::string model, data;
   int64_t seq_len = 0, max_windows = 0, threads = 0;
   int64_t dp = 1, tp = 1, pp = 1, cp = 1;  // the layout under mpirun (eval_command.cpp)
+  int64_t position_buckets = 0;            // > 0: also the mean loss per position bucket (one process)
 };
 int run_eval_command(const EvalArgs& args);
 

@@ -1,9 +1,13 @@
 // meshtrain eval: the mean next-token loss of a model directory over a token
 // file, in one process (the reference) or under mpirun on any layout (the
-// training run's evaluation, train_step.h validation_loss).
+// training run's evaluation, train_step.h validation_loss); with
+// --position-buckets, also the mean loss by position in the window (one process:
+// the long-context study of docs/BENCHMARKS.md reads how the loss grows past the
+// training length).
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <vector>
 
 #include "cli/commands.h"
 #include "comm/runtime.h"
@@ -11,6 +15,7 @@
 #include "core/threads.h"
 #include "data/token_file.h"
 #include "mesh/mesh.h"
+#include "ops/cross_entropy.h"
 #include "train/evaluate.h"
 #include "train/memory_estimate.h"
 #include "train/model_io.h"
@@ -25,6 +30,49 @@ namespace {
 void check_loss(double loss, const EvalArgs& a) {
   MT_REQUIRE(std::isfinite(loss), Error, "the loss of ", a.model, " on ", a.data, " is ", loss,
              ", not finite: the model's weights or outputs overflow");
+}
+
+// Loss sums and token counts per position bucket: bucket b holds the window
+// positions [b·T/N, (b+1)·T/N), position t being the prediction of target t
+// (the token at offset t + 1 of the window).
+class PositionBuckets {
+ public:
+  PositionBuckets(int64_t seq_len, int64_t n) : width_(seq_len / n), sum_(n, 0.0), count_(n, 0) {}
+
+  // Adds the per-token losses of a forward's logits [B, T, V] (targets [B, T]).
+  void add(const float* logits, const int32_t* targets, int64_t B, int64_t T, int64_t V) {
+    losses_.resize(static_cast<size_t>(B * T));
+    lse_.resize(losses_.size());
+    cross_entropy_forward(losses_.data(), lse_.data(), logits, targets, B * T, V, kIgnoreIndex);
+    for (int64_t i = 0; i < B * T; ++i) {
+      if (targets[i] == kIgnoreIndex) continue;
+      const auto b = static_cast<size_t>((i % T) / width_);
+      sum_[b] += losses_[static_cast<size_t>(i)];
+      count_[b] += 1;
+    }
+  }
+
+  void print() const {
+    for (size_t b = 0; b < sum_.size(); ++b) {
+      const auto first = static_cast<long long>(b) * width_;
+      std::printf("bucket %lld %lld %lld %.6f\n", first, first + width_ - 1,
+                  static_cast<long long>(count_[b]),
+                  count_[b] > 0 ? sum_[b] / static_cast<double>(count_[b]) : 0.0);
+    }
+  }
+
+ private:
+  int64_t width_;
+  std::vector<double> sum_;
+  std::vector<int64_t> count_;
+  std::vector<float> losses_, lse_;
+};
+
+void check_position_buckets(const EvalArgs& a, int64_t T) {
+  MT_REQUIRE(a.position_buckets >= 0, ConfigError, "--position-buckets (", a.position_buckets,
+             ") must be >= 0 (0: no buckets)");
+  MT_REQUIRE(a.position_buckets == 0 || (a.position_buckets <= T && T % a.position_buckets == 0), ConfigError,
+             "--position-buckets (", a.position_buckets, ") must divide the window length (", T, ")");
 }
 
 // The run's configuration: the model's, the layout flags, and the windows
@@ -43,6 +91,8 @@ Config eval_config(const EvalArgs& a, int64_t microbatch, int world_size) {
   cfg.train.batch_size = microbatch * a.dp * a.pp;  // unused by eval; pp microbatches satisfy every schedule
   cfg.validate();
   validate_mesh(mesh_sizes(cfg.parallel), world_size);
+  MT_REQUIRE(a.position_buckets == 0, ConfigError, "--position-buckets (", a.position_buckets,
+             ") runs in one process only: drop it or the layout flags and mpirun");
   return cfg;
 }
 
@@ -90,6 +140,7 @@ int run_eval_command(const EvalArgs& a) {
   const int64_t T = a.seq_len > 0 ? a.seq_len : cfg.max_seq_len;
   MT_REQUIRE(T <= cfg.max_seq_len, ConfigError, "--seq-len (", T,
              ") must not exceed the model's max_seq_len (", cfg.max_seq_len, ")");
+  check_position_buckets(a, T);
   const TokenFile file = TokenFile::open(a.data);
   MT_REQUIRE(file.vocab_size() <= cfg.vocab_size, ConfigError, a.data, " was written for a ",
              file.vocab_size(), "-token vocabulary but the model has ", cfg.vocab_size);
@@ -99,8 +150,16 @@ int run_eval_command(const EvalArgs& a) {
   require_fits(estimate_eval_memory(cfg, mo.max_batch, T), 1, available_memory_bytes());
   Llama model(cfg, mo);
   load_model_dir(a.model, model);
-  const double loss = evaluate_loss(model, file, T, a.max_windows, mo.max_batch);
+  std::optional<PositionBuckets> buckets;
+  if (a.position_buckets > 0) buckets.emplace(T, a.position_buckets);
+  const LossForward forward = [&](const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T_) {
+    const double sum = model.forward(inputs, targets, B, T_);
+    if (buckets) buckets->add(model.logits(), targets, B, T_, cfg.vocab_size);
+    return sum;
+  };
+  const double loss = evaluate_loss(forward, file, T, a.max_windows, mo.max_batch);
   std::printf("loss %.6f\n", loss);
+  if (buckets) buckets->print();
   check_loss(loss, a);
   return 0;
 }

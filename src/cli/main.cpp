@@ -71,9 +71,14 @@ CLI::App* add_eval(CLI::App& app, mt::EvalArgs& ev) {
   e->add_option("--tp", ev.tp, "Tensor-parallel ranks under mpirun");
   e->add_option("--pp", ev.pp, "Pipeline stages under mpirun");
   e->add_option("--cp", ev.cp, "Context-parallel ranks under mpirun (seq-len divisible by 2 x cp)");
+  e->add_option(
+      "--position-buckets", ev.position_buckets,
+      "Also print the mean loss in N equal buckets of window positions (one process; N divides seq-len)");
   e->footer(
       "Under mpirun the ranks must multiply to dp x tp x pp x cp; the model is loaded into that layout as\n"
-      "--init-from does and evaluated as a training run's validation, windows 4 at a time.\n");
+      "--init-from does and evaluated as a training run's validation, windows 4 at a time.\n"
+      "--position-buckets N prints, after the loss, one line per bucket of seq-len / N positions:\n"
+      "'bucket FIRST LAST TOKENS MEAN_LOSS' (positions counted from 0 at each window's start).\n");
   return e;
 }
 
