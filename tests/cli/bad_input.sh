@@ -103,6 +103,12 @@ expect_error "vocab too small for data" "written for a 300-token vocabulary but 
 expect_error "dropout range" "model.attention_dropout (1) must be in [0, 1)" train --set model.attention_dropout=1
 expect_error "hidden dropout with experts" "model.hidden_dropout (0.1) with model.n_experts (2)" train \
   --set model.hidden_dropout=0.1 --set model.n_experts=2 --set model.top_k=1 --set model.expert_ffn_hidden=8
+# A saved mixture of experts loaded into a run with another expert count (the Hugging Face directory's
+# num_local_experts against model.n_experts).
+moe=(--set model.top_k=1 --set model.expert_ffn_hidden=8)
+train "${moe[@]}" --set model.n_experts=4 --save "$tmp/moe4" >/dev/null 2>&1 || echo "FAIL: the MoE model did not train"
+expect_error "init-from expert count" "model.n_experts is 4 in $tmp/moe4/config.json but 2 in this run's" \
+  train "${moe[@]}" --set model.n_experts=2 --init-from "$tmp/moe4"
 expect_error "unknown optimizer" "train.optimizer 'adam' must be adamw, sgd or lamb" train --set train.optimizer=adam
 expect_error "momentum range" "train.momentum (1) must be in [0, 1)" train --set train.optimizer=sgd --set train.momentum=1
 expect_error "nesterov without momentum" "train.nesterov needs train.optimizer = sgd and train.momentum > 0" \

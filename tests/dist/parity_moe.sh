@@ -37,8 +37,9 @@ check_router dp2_zero3_every2 ref_every2
 # With tp, pp and cp (docs/PARALLELISM.md "Expert parallelism"): pp 2 with an
 # MoE layer on each stage (the load-balancing loss pools both layers' counts:
 # they travel between the stages) and with moe_every 2, top 1 (the first stage
-# has none); cp 2, alone and with ep 2 carved out of it.
-for spec in "pp2 2 --pp 2" "cp2 2 --cp 2" "cp2_ep2 2 --cp 2 --set parallel.ep=2"; do
+# has none); cp 2, alone and with ep 2 carved out of it; ep 2 over dp 2 with pp 2.
+for spec in "pp2 2 --pp 2" "cp2 2 --cp 2" "cp2_ep2 2 --cp 2 --set parallel.ep=2" \
+  "dp2_pp2_ep2 4 --dp 2 --pp 2 --set parallel.ep=2"; do
   read -r name np flags <<<"$spec"
   # shellcheck disable=SC2086
   run "$name" "$np" $flags --set train.microbatch_size=2

@@ -92,6 +92,7 @@ class Checkpoint {
                           {"crc32c", {crc_of(p), crc_of(m), crc_of(v)}}}}}});
     }
     nlohmann::json doc = {{"format_version", kCheckpointFormatVersion},
+                          {"states", {"", ".exp_avg", ".exp_avg_sq"}},
                           {"tensors", {{"t", {{"shape", {5, 4, 3}}, {"dtype", "F32"}}}}},
                           {"files", files}};
     doc["metadata_crc32c"] = metadata_checksum(doc);  // sealed as a save seals it

@@ -62,6 +62,7 @@ class Root {
     auto crc = [](const std::vector<float>& x) { return crc_hex(crc32c(x.data(), 4 * x.size())); };
     nlohmann::json meta = {
         {"format_version", kCheckpointFormatVersion},
+        {"states", {"", ".exp_avg", ".exp_avg_sq"}},
         {"step", step},
         {"tensors", {{t, {{"shape", {2}}, {"dtype", "F32"}}}}},
         {"files",
