@@ -56,6 +56,7 @@ int run_train_command(const TrainArgs& a) {
   world.context().timeout_s = cfg.parallel.timeout_s;
   for (const std::string& n : init_notices)
     if (world.rank() == 0) std::fprintf(stderr, "meshtrain: notice: %s\n", n.c_str());
+  run.mesh_printed = a.print_mesh;
   if (a.print_mesh && world.rank() == 0) {
     std::printf("%s", DeviceMesh::table(mesh_sizes(cfg.parallel)).c_str());
   }

@@ -23,9 +23,9 @@ namespace mt {
 
 namespace {
 
-std::string describe(const RunMesh& mesh, const Config& cfg, const TrainModel& model) {
+std::string describe(const RunMesh& mesh, const Config& cfg, const TrainModel& model, bool mesh_printed) {
   std::ostringstream os;
-  if (mesh.mesh()) {
+  if (mesh.mesh() && !mesh_printed) {
     const std::string table = mesh.mesh()->table();
     os << table.substr(0, table.find('\n') + 1);  // the one-line summary; --print-mesh prints the whole map
   }
@@ -148,7 +148,7 @@ double job_sgemm_gflops(const RunMesh& mesh) {
 void report_start(const RunMesh& mesh, const Config& cfg, const TrainModel& model, double sgemm_gflops,
                   const RunOptions& opts) {
   if (opts.quiet || mesh.rank != 0) return;
-  if (mesh.world_size > 1) std::printf("%s", describe(mesh, cfg, model).c_str());
+  if (mesh.world_size > 1) std::printf("%s", describe(mesh, cfg, model, opts.mesh_printed).c_str());
   int64_t num_params = 0;  // the whole model's
   for (const auto& s : make_param_table(cfg.model).specs)
     num_params += s.numel;

@@ -21,11 +21,13 @@ struct RunOptions {
   std::string init_from;     // model directory to start from instead of the seed's initialisation
   std::string resume;        // "auto", a checkpoint directory, or empty (train/checkpoint.h)
   std::string resume_dir;    // set by validate_run: the checkpoint `resume` resolved to ("": start fresh)
-  bool quiet = false;        // no log lines on stdout
-  bool profile = false;      // per-kernel time shares (slightly slower)
-  int local_ranks = 1;       // ranks on this machine: threads default to cores / local_ranks
-  std::string trace_path;    // pipeline: Chrome-trace JSON of the last step's spans, every rank merged
-  bool explain = false;      // rank 0 prints every rank's collectives of the first step (explain.h)
+  bool mesh_printed =
+      false;               // --print-mesh printed the whole map: the start-up report leaves its summary out
+  bool quiet = false;      // no log lines on stdout
+  bool profile = false;    // per-kernel time shares (slightly slower)
+  int local_ranks = 1;     // ranks on this machine: threads default to cores / local_ranks
+  std::string trace_path;  // pipeline: Chrome-trace JSON of the last step's spans, every rank merged
+  bool explain = false;    // rank 0 prints every rank's collectives of the first step (explain.h)
 };
 
 struct StepStats {

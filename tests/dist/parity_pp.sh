@@ -41,6 +41,18 @@ done
 # 3-D: dp 2 x tp 2 x pp 2 on 8 ranks, ZeRO-1 (the mesh table of docs/PARALLELISM.md "The device mesh").
 run dp2_tp2_pp2_zero1 8 --dp 2 --tp 2 --pp 2 --zero 1 --set train.microbatch_size=2 --print-mesh
 check dp2_tp2_pp2_zero1 ref
+# --print-mesh prints the map once: its summary line is not repeated by the start-up report (a run
+# without --quiet).
+loud=()
+for f in "${tiny[@]}"; do [ "$f" = --quiet ] || loud+=("$f"); done
+"${mpi[@]}" -np 2 "$bin" train "${loud[@]}" --pp 2 --set train.microbatch_size=2 \
+  --set train.steps=1 --print-mesh >"$tmp/print_mesh.txt"
+if [ "$(grep -c '^mesh: ' "$tmp/print_mesh.txt")" -eq 1 ]; then
+  echo "ok   --print-mesh: the mesh summary printed once"
+else
+  echo "FAIL --print-mesh: the mesh summary printed $(grep -c '^mesh: ' "$tmp/print_mesh.txt") times"
+  failures=$((failures + 1))
+fi
 # An explicit uneven split.
 run pp4_split_3122 4 --pp 4 --set parallel.stage_layers=3,1,2,2 --set train.microbatch_size=2
 check pp4_split_3122 ref
