@@ -7,7 +7,8 @@
 # 2 · layers · positions · kv heads per rank · head_dim · 4 · batch, computed
 # here from the layout (positions: ceil(capacity / cp)); cp2 prefills in chunks
 # of 3 against its position-sharded cache; one prompt's streamed text under
-# tp2 x pp2 is the one-process line, printed once. Bad input (world size,
+# tp2 x pp2 is the one-process line, printed once; a tied-embedding model gives the
+# one-process tokens under pp2 and tp2 x pp2. Bad input (world size,
 # heads not divisible by tp, a mixture of experts) is refused at start-up,
 # once, non-zero.
 # Usage: generate_layouts.sh path/to/meshtrain
@@ -94,6 +95,24 @@ else
   echo "FAIL streamed text: '$(cat "$tmp/text4.txt")' against '$(cat "$tmp/text1.txt")'; $(head -c 400 "$tmp/text4.err")"
   failures=$((failures + 1))
 fi
+
+# Tied embeddings: the LM head is the embedding, held by the first and the last stage; greedy tokens under
+# pp2 and tp2 x pp2 equal the one-process ones.
+"$bin" train "${tiny[@]}" --set model.tie_embeddings=true --save "$tmp/tied" >/dev/null
+tied=("$bin" generate --model "$tmp/tied" --tokenizer "$tmp/data/tokenizer.model" "${prompts[@]}"
+  --max-new-tokens 8 --output jsonl --threads 1)
+"${tied[@]}" >"$tmp/tied1.jsonl" 2>/dev/null
+for spec in "pp2 2 --pp 2" "tp2_pp2 4 --tp 2 --pp 2"; do
+  read -r name np flags <<<"$spec"
+  # shellcheck disable=SC2086
+  if timeout 120 "${mpi[@]}" -np "$np" "${tied[@]}" $flags >"$tmp/tied_$name.jsonl" 2>/dev/null &&
+    [ -s "$tmp/tied1.jsonl" ] && cmp -s "$tmp/tied1.jsonl" "$tmp/tied_$name.jsonl"; then
+    echo "ok   tied $name: the one-process continuations"
+  else
+    echo "FAIL tied $name: $(head -c 300 "$tmp/tied_$name.jsonl") against $(head -c 300 "$tmp/tied1.jsonl")"
+    failures=$((failures + 1))
+  fi
+done
 
 # refused NAME PATTERN RANKS FLAGS...: PATTERN said once, non-zero exit.
 refused() {
