@@ -81,10 +81,20 @@ void Decoder::stage_step(std::span<const DecodeRows> entries, const float* hidde
     MT_CHECK(hidden != nullptr, "a stage without the embedding reads the previous stage's hidden state");
     std::memcpy(sized(x_, M_ * C), hidden, static_cast<size_t>(M_ * C) * sizeof(float));
   }
+  const int R = cp_ != nullptr ? cp_->size() : 1, me = cp_ != nullptr ? cp_->rank() : 0;
+  mp_ = (M_ + R - 1) / R;
+  m0_ = std::min<int64_t>(M_, me * mp_);
+  mb_ = std::min<int64_t>(M_, m0_ + mp_) - m0_;
+  if (m0_ > 0 && mb_ > 0)  // this rank's block to the front of the residual stream
+    std::memmove(x_.data(), x_.data() + m0_ * C, static_cast<size_t>(mb_ * C) * sizeof(float));
   for (int64_t l = 0; l < static_cast<int64_t>(model_.param_table().layers.size()); ++l)
     layer(l, entries);
   for (const DecodeRows& e : entries)
     cache_.advance(e.seq, e.n);
+  if (cp_ != nullptr) {  // every row's hidden state on every cp rank, for the head or the next stage
+    std::vector<float> block(x_.begin(), x_.begin() + mb_ * C);
+    gather_blocks(block.data(), C, x_, "generate cp hidden");
+  }
   if (model_.has_head()) {
     head(entries, out, all_logits);
   } else {
@@ -129,15 +139,17 @@ void Decoder::layer(int64_t l, std::span<const DecodeRows> entries) {
   const LayerParamOffsets& o = model_.param_table().layers[static_cast<size_t>(l)];
   const int64_t gl = model_.param_table().stage.first_layer + l;  // the layer's index in the model
   const float* P = model_.params();
-  const int64_t M = M_, C = cfg_.d_model, F = td_.ffn, D = cfg_.head_dim();
+  const int64_t M = M_, Mb = mb_, C = cfg_.d_model, F = td_.ffn, D = cfg_.head_dim();
   const int64_t Q = td_.heads * D, QKV = Q + 2 * td_.kv_heads * D;
   const float eps = static_cast<float>(cfg_.norm_eps);
   auto tp_layer = [&](const std::string& site) {
     return tp::TpLayer{model_.tp_group(), site, tp::SequenceParallel::off};
   };
-  rmsnorm_forward(sized(ln_, M * C), sized(rstd_, M), x_.data(), P + o.ln1, M, C, eps);
-  tp::column_parallel_forward(sized(qkv_, M * QKV), nullptr, ln_.data(), P + o.qkv, M, C, QKV,
+  rmsnorm_forward(sized(ln_, Mb * C), sized(rstd_, Mb), x_.data(), P + o.ln1, Mb, C, eps);
+  float* qkv_block = cp_ != nullptr ? sized(mid_, std::max<int64_t>(Mb, 1) * QKV) : sized(qkv_, M * QKV);
+  tp::column_parallel_forward(qkv_block, nullptr, ln_.data(), P + o.qkv, Mb, C, QKV,
                               tp_layer(tp::layer_site(gl, "self_attn.q_proj.weight")));
+  if (cp_ != nullptr) gather_blocks(qkv_block, QKV, qkv_, "generate cp qkv");  // every row's q|k|v
   sized(att_, M * Q);
   sized(lse_, td_.heads * M);
   int64_t r0 = 0;
@@ -146,15 +158,25 @@ void Decoder::layer(int64_t l, std::span<const DecodeRows> entries) {
     r0 += e.n;
   }
   if (cp_ != nullptr) merge_over_cp(entries);
-  float* mid = sized(mid_, M * C);  // mid = x + o_proj(att)
-  tp::row_parallel_forward(mid, sized(part_, M * C), att_.data(), P + o.o, M, Q, C,
+  float* mid = sized(mid_, M * C);  // mid = x + o_proj(att), this rank's block
+  tp::row_parallel_forward(mid, sized(part_, M * C), att_.data() + m0_ * Q, P + o.o, Mb, Q, C,
                            tp_layer(tp::layer_site(gl, "self_attn.o_proj.weight")), x_.data());
-  rmsnorm_forward(ln_.data(), rstd_.data(), mid, P + o.ln2, M, C, eps);
-  tp::column_parallel_forward(sized(gu_, M * 2 * F), nullptr, ln_.data(), P + o.gate_up, M, C, 2 * F,
+  rmsnorm_forward(ln_.data(), rstd_.data(), mid, P + o.ln2, Mb, C, eps);
+  tp::column_parallel_forward(sized(gu_, M * 2 * F), nullptr, ln_.data(), P + o.gate_up, Mb, C, 2 * F,
                               tp_layer(tp::layer_site(gl, "mlp.gate_proj.weight")));
-  swiglu_forward(sized(h_, M * F), gu_.data(), M, F);
-  tp::row_parallel_forward(x_.data(), part_.data(), h_.data(), P + o.down, M, F, C,
+  swiglu_forward(sized(h_, M * F), gu_.data(), Mb, F);
+  tp::row_parallel_forward(x_.data(), part_.data(), h_.data(), P + o.down, Mb, F, C,
                            tp_layer(tp::layer_site(gl, "mlp.down_proj.weight")), mid);  // x = mid + down(h)
+}
+
+void Decoder::gather_blocks(const float* src, int64_t width, std::vector<float>& dst, const char* label) {
+  const int64_t R = cp_->size(), per = mp_ * width;
+  std::vector<float> mine(static_cast<size_t>(per), 0.0f);  // the block, padded to mp_ rows
+  std::copy(src, src + mb_ * width, mine.begin());
+  std::vector<float> all(static_cast<size_t>(per * R));
+  cp_->all_gather(mine.data(), all.data(), per, ElemType::f32, label);
+  // Rank r's rows are [r·mp_, …): the gathered rows [0, M_) are the step's rows in order.
+  std::copy(all.begin(), all.begin() + M_ * width, sized(dst, M_ * width));
 }
 
 // Entry e's rows [r0, r0 + n) of qkv: rotate, cache, attend to the positions

@@ -15,8 +15,10 @@
 // layers: the first stage reads token ids, the others the previous stage's
 // hidden state. Under context parallelism (a cp group) the cache is sharded by
 // position (kv_cache.h); each cp rank attends to its positions and the partial
-// results are merged by their log-sum-exp (ops/attention.h attention_merge),
-// the rest of the step being the same on every cp rank (docs/MODEL.md,
+// results are merged by their log-sum-exp (ops/attention.h attention_merge);
+// the rest of the step is split over cp by rows: each cp rank runs the norms,
+// GEMMs and SwiGLU of its block of the step's rows, all-gathering the q|k|v rows
+// before attention and the hidden state at the end of the stage (docs/MODEL.md,
 // "Generation").
 //
 // RoPE: keys are cached after rotation, except under dynamic scaling, whose
@@ -83,6 +85,12 @@ class Decoder {
   RopeTable rope_;                    // frequencies independent of the length (all but dynamic)
   RopeTable rope_len_;                // dynamic: those of the current entry's length
   int64_t M_ = 0;                     // rows of the current step
+  // Under cp this rank's block of them, rows [m0_, m0_ + mb_) (mp_ = ceil(M / cp)
+  // rows per rank): the norms, GEMMs and SwiGLU run on the block, the residual
+  // stream x_ holds it between layers; without cp the block is all M rows.
+  int64_t m0_ = 0, mb_ = 0, mp_ = 0;
+  // All-gathers each cp rank's block of `src` [mb_, width] into dst [M_, width].
+  void gather_blocks(const float* src, int64_t width, std::vector<float>& dst, const char* label);
   std::vector<float> x_, ln_, rstd_, qkv_, att_, mid_, gu_, h_, lse_, kbuf_, vbuf_, krot_, part_, gathered_;
   std::vector<int32_t> ids_, pos_, kpos_;
 };

@@ -2,7 +2,7 @@
 # meshtrain generate under mpirun on any layout (src/cli/generate_command.cpp,
 # src/infer): the continuations of one saved model equal the one-process ones
 # under tp2, tp4 (kv heads replicated: n_kv_heads = 2), pp2, dp2, cp2 and
-# tp2 x pp2 — greedy and sampled (same seed) token for token, the log-probs
+# tp2 x pp2 and tp2 x cp2 — greedy and sampled (same seed) token for token, the log-probs
 # within 1e-5 — and each rank's KV cache bytes on stderr equal
 # 2 · layers · positions · kv heads per rank · head_dim · 4 · batch, computed
 # here from the layout (positions: ceil(capacity / cp)); cp2 prefills in chunks
@@ -83,6 +83,7 @@ layout pp2 2 1 1 2 1
 layout dp2 2 2 1 1 1
 layout cp2 2 1 1 1 2 --prefill-chunk 3  # chunks against the position-sharded cache
 layout tp2_pp2 4 1 2 2 1
+layout tp2_cp2 4 1 2 1 2  # the cp row blocks with tp inside each
 
 # One prompt, text output: streamed by rank 0 alone, the one-process text.
 one=("$bin" generate --model "$tmp/model" --tokenizer "$tmp/data/tokenizer.model" --prompt "fortune 7: the"
@@ -93,6 +94,14 @@ if timeout 120 "${mpi[@]}" -np 4 "${one[@]}" --tp 2 --pp 2 >"$tmp/text4.txt" 2>"
   echo "ok   streamed text: tp2 x pp2 prints the one-process line once"
 else
   echo "FAIL streamed text: '$(cat "$tmp/text4.txt")' against '$(cat "$tmp/text1.txt")'; $(head -c 400 "$tmp/text4.err")"
+  failures=$((failures + 1))
+fi
+# The same prompt under cp2: a decode step's one row leaves cp rank 1 an empty block of rows.
+if timeout 120 "${mpi[@]}" -np 2 "${one[@]}" --cp 2 >"$tmp/text_cp.txt" 2>"$tmp/text_cp.err" &&
+  cmp -s "$tmp/text1.txt" "$tmp/text_cp.txt"; then
+  echo "ok   streamed text: cp2 prints the one-process line"
+else
+  echo "FAIL streamed text cp2: '$(cat "$tmp/text_cp.txt")' against '$(cat "$tmp/text1.txt")'; $(head -c 400 "$tmp/text_cp.err")"
   failures=$((failures + 1))
 fi
 
