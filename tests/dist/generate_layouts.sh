@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # meshtrain generate under mpirun on any layout (src/cli/generate_command.cpp,
 # src/infer): the continuations of one saved model equal the one-process ones
-# under tp2, tp4 (kv heads replicated: n_kv_heads = 2), pp2, dp2, cp2 and
+# under tp2, tp4 (kv heads replicated: n_kv_heads = 2), pp2, dp2, cp2,
 # tp2 x pp2 and tp2 x cp2 — greedy and sampled (same seed) token for token, the log-probs
 # within 1e-5 — and each rank's KV cache bytes on stderr equal
 # 2 · layers · positions · kv heads per rank · head_dim · 4 · batch, computed
