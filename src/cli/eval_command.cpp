@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/layout_command.h"
 #include "comm/runtime.h"
 #include "core/error.h"
 #include "core/threads.h"
@@ -78,19 +79,11 @@ void check_position_buckets(const EvalArgs& a, int64_t T) {
 // The run's configuration: the model's, the layout flags, and the windows
 // evaluated `microbatch` at a time on every replica (every dp replica
 // evaluates every window, as a training run's evaluation does).
-Config eval_config(const EvalArgs& a, int64_t microbatch, int world_size) {
-  Config cfg;
-  cfg.model = read_model_config(a.model);
-  cfg.parallel.dp = a.dp;
-  cfg.parallel.tp = a.tp;
-  cfg.parallel.pp = a.pp;
-  cfg.parallel.cp = a.cp;
-  cfg.train.seq_len = a.seq_len > 0 ? a.seq_len : cfg.model.max_seq_len;
+Config eval_config(const EvalArgs& a, int world_size) {
+  const ModelConfig model = read_model_config(a.model);
+  Config cfg = layout_config(model, {a.dp, a.tp, a.pp, a.cp}, a.seq_len > 0 ? a.seq_len : model.max_seq_len,
+                             /*microbatch=*/4, world_size);
   cfg.train.eval_windows = a.max_windows;
-  cfg.train.microbatch_size = microbatch;
-  cfg.train.batch_size = microbatch * a.dp * a.pp;  // unused by eval; pp microbatches satisfy every schedule
-  cfg.validate();
-  validate_mesh(mesh_sizes(cfg.parallel), world_size);
   MT_REQUIRE(a.position_buckets == 0, ConfigError, "--position-buckets (", a.position_buckets,
              ") runs in one process only: drop it or the layout flags and mpirun");
   return cfg;
@@ -98,36 +91,19 @@ Config eval_config(const EvalArgs& a, int64_t microbatch, int world_size) {
 
 int eval_on_layout(const EvalArgs& a, CommRuntime& runtime) {
   Group world = runtime.world();
-  std::optional<std::string> error;
   Config cfg;
-  try {
-    cfg = eval_config(a, 4, world.size());
-  } catch (...) {
-    int status = 1;
-    error = describe_current_exception(&status);
-  }
-  agree_on_startup_errors(world, error);  // one message, every rank exits 1
-  try {
-    set_num_threads(a.threads > 0 ? static_cast<int>(a.threads)
-                                  : std::max(1, hardware_threads() / std::max(1, runtime.local_ranks())));
-    const TokenFile file = TokenFile::open(a.data);
-    MT_REQUIRE(file.vocab_size() <= cfg.model.vocab_size, ConfigError, a.data, " was written for a ",
-               file.vocab_size(), "-token vocabulary but the model has ", cfg.model.vocab_size);
-    RunOptions opts;
-    opts.init_from = a.model;
-    opts.quiet = true;
-    opts.local_ranks = runtime.local_ranks();
-    const RunMesh mesh = make_run_mesh(cfg, &world);
-    TrainModel model = make_train_model(cfg, opts, mesh);
-    const double loss = validation_loss(model, mesh, cfg.train, file);
-    check_loss(loss, a);
-    if (world.rank() == 0) std::printf("loss %.6f\n", loss);
-  } catch (...) {  // ends every rank, non-zero, with its message
-    int status = 1;
-    const std::string message = describe_current_exception(&status);
-    abort_job(world, message, status);
-  }
-  return 0;
+  return run_on_every_rank(
+      world, [&] { cfg = eval_config(a, world.size()); },
+      [&] {
+        const TokenFile file = TokenFile::open(a.data);
+        MT_REQUIRE(file.vocab_size() <= cfg.model.vocab_size, ConfigError, a.data, " was written for a ",
+                   file.vocab_size(), "-token vocabulary but the model has ", cfg.model.vocab_size);
+        const RunMesh mesh = make_run_mesh(cfg, &world);
+        TrainModel model = load_on_layout(cfg, a.model, a.threads, runtime.local_ranks(), mesh);
+        const double loss = validation_loss(model, mesh, cfg.train, file);
+        check_loss(loss, a);
+        if (world.rank() == 0) std::printf("loss %.6f\n", loss);
+      });
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/layout_command.h"
 #include "comm/runtime.h"
 #include "core/error.h"
 #include "core/threads.h"
@@ -203,21 +204,6 @@ int generate_in_one_process(const GenerateArgs& a) {
 // The run's configuration: the model's and the layout flags. The training
 // model's own activation buffers (one microbatch of 2·cp tokens) stay
 // minimal: the decoder reads its weights and keeps its own buffers.
-Config layout_config(const GenerateArgs& a, int world_size) {
-  Config cfg;
-  cfg.model = read_model_config(a.model);
-  cfg.parallel.dp = a.dp;
-  cfg.parallel.tp = a.tp;
-  cfg.parallel.pp = a.pp;
-  cfg.parallel.cp = a.cp;
-  cfg.train.seq_len = std::min<int64_t>(2 * a.cp, cfg.model.max_seq_len);
-  cfg.train.microbatch_size = 1;
-  cfg.train.batch_size = a.dp * a.pp;  // unused by generate; pp microbatches satisfy every schedule
-  cfg.validate();
-  validate_mesh(mesh_sizes(cfg.parallel), world_size);
-  return cfg;
-}
-
 // Generations as doubles: count, then per prompt its stop, token count, tokens, log-probs.
 std::vector<double> pack(const std::vector<Generation>& gens) {
   std::vector<double> out{static_cast<double>(gens.size())};
@@ -262,14 +248,8 @@ std::vector<Generation> gather_replicas(Group& world, const std::vector<Generati
 
 void generate_layout_body(const GenerateArgs& a, const Config& cfg, const Job& j, CommRuntime& runtime) {
   Group world = runtime.world();
-  set_num_threads(a.threads > 0 ? static_cast<int>(a.threads)
-                                : std::max(1, hardware_threads() / std::max(1, runtime.local_ranks())));
-  RunOptions opts;
-  opts.init_from = a.model;
-  opts.quiet = true;
-  opts.local_ranks = runtime.local_ranks();
   const RunMesh mesh = make_run_mesh(cfg, &world);
-  TrainModel model = make_train_model(cfg, opts, mesh);
+  TrainModel model = load_on_layout(cfg, a.model, a.threads, runtime.local_ranks(), mesh);
   const size_t P = j.ids.size(), d = static_cast<size_t>(mesh.dp_rank), dp = static_cast<size_t>(mesh.dp);
   const std::string who = "rank " + std::to_string(mesh.rank) + " (dp " + std::to_string(mesh.dp_rank) +
                           ", tp " + std::to_string(mesh.tp_rank) + ", pp " + std::to_string(mesh.pp_rank) +
@@ -294,25 +274,18 @@ void generate_layout_body(const GenerateArgs& a, const Config& cfg, const Job& j
 // 1), then the model in the layout, each dp replica its block of prompts.
 int generate_on_layout(const GenerateArgs& a, CommRuntime& runtime) {
   Group world = runtime.world();
-  std::optional<std::string> error;
   Config cfg;
   std::optional<Job> job;
-  try {
-    cfg = layout_config(a, world.size());
-    job.emplace(prepare_job(a));
-  } catch (...) {
-    int status = 1;
-    error = describe_current_exception(&status);
-  }
-  agree_on_startup_errors(world, error);
-  try {
-    generate_layout_body(a, cfg, *job, runtime);
-  } catch (...) {  // ends every rank, non-zero, with its message
-    int status = 1;
-    const std::string message = describe_current_exception(&status);
-    abort_job(world, message, status);
-  }
-  return 0;
+  return run_on_every_rank(
+      world,
+      [&] {
+        const ModelConfig model = read_model_config(a.model);
+        // seq_len: any valid one (generation sizes its own buffers), 2 tokens per cp rank.
+        cfg = layout_config(model, {a.dp, a.tp, a.pp, a.cp}, std::min<int64_t>(2 * a.cp, model.max_seq_len),
+                            /*microbatch=*/1, world.size());
+        job.emplace(prepare_job(a));
+      },
+      [&] { generate_layout_body(a, cfg, *job, runtime); });
 }
 
 }  // namespace
