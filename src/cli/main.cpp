@@ -39,6 +39,10 @@ CLI::App* add_train(CLI::App& app, mt::TrainArgs& train) {
   tr->add_flag("--explain", train.run.explain,
                "Print every collective of the first step, rank by rank: axis, op, tensor shape, elements, "
                "call site (docs/PARALLELISM.md, \"--explain\")");
+  tr->add_flag("--explain-memory", train.run.explain_memory,
+               "At the end, print every rank's memory model (bytes per kind, and its bound) beside the "
+               "peaks measured in the last step, \"ok\" or \"OUTSIDE\" per row (docs/PARALLELISM.md, "
+               "\"Memory per rank\")");
   tr->add_option(
       "--trace", train.run.trace_path,
       "Pipeline runs: write the last step's forward, backward, send, receive and idle spans of every "

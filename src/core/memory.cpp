@@ -4,8 +4,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <new>
+#include <string>
 
 namespace mt {
 
@@ -58,6 +60,16 @@ void MemoryTracker::reset_peaks() {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_stats.peak = g_stats.current;
   g_stats.total_peak = g_stats.total_current;
+}
+
+int64_t resident_bytes(bool peak) {
+  std::ifstream in("/proc/self/status");
+  const std::string key = peak ? "VmHWM:" : "VmRSS:";
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.compare(0, key.size(), key) == 0) return std::stoll(line.substr(key.size())) * 1024;  // kB
+  }
+  return -1;
 }
 
 void* tracked_alloc(int64_t bytes, MemKind kind) {

@@ -42,6 +42,12 @@ class MemoryTracker {
   static void reset_peaks();
 };
 
+// This process's resident memory from /proc/self/status: VmRSS (now) or, with
+// `peak`, VmHWM (its high-water mark); -1 where it cannot be read. It counts
+// what the tracker does not (code, MPI's buffers, the C++ heap), so it is the
+// figure to hold against the machine's memory.
+int64_t resident_bytes(bool peak);
+
 // 64-byte aligned, tracked, zero-initialised buffer of `bytes` bytes.
 void* tracked_alloc(int64_t bytes, MemKind kind);
 void tracked_free(void* ptr, int64_t bytes, MemKind kind);

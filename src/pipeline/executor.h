@@ -61,6 +61,11 @@ class Executor {
   double busy_s() const { return busy_s_; }  // forward + backward time of the last run
   double wall_s() const { return wall_s_; }  // the last run's actions, start to end
 
+  // Receives are posted ahead, up to kRecvAhead at a time, into pooled
+  // buffers, so that a message can land while this rank computes; the recv
+  // action then waits for it and copies it where the stage reads it.
+  static constexpr size_t kRecvAhead = 2;
+
  private:
   struct SendBuffer {
     Tensor data;
@@ -68,10 +73,6 @@ class Executor {
   };
   // A buffer no pending send uses (Open MPI is fastest through reused ones).
   SendBuffer& send_buffer(int64_t n);
-  // Receives are posted ahead, up to kRecvAhead at a time, into pooled
-  // buffers, so that a message can land while this rank computes; the recv
-  // action then waits for it and copies it where the stage reads it.
-  static constexpr size_t kRecvAhead = 2;
   struct PostedRecv {
     size_t action = 0;  // index in this rank's action list
     Tensor buf;

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "train/memory_model.h"
 
 namespace mt {
 
@@ -52,6 +53,8 @@ int64_t checked_param_count(const ModelConfig& m) {
 
 namespace {
 constexpr int64_t kFloat = 4;
+// Above 64 TiB a rank the coarse model's refusal stands (see coarse_training_memory).
+constexpr int64_t kExactModelLimit = int64_t{1} << 46;
 
 // The experts' weights (not their routers): a rank holds n_experts / ep of
 // them under expert parallelism (docs/PARALLELISM.md, "Expert parallelism").
@@ -87,9 +90,12 @@ int64_t rope_table_bytes(const ModelConfig& m) {
   return checked_mul(checked_mul(m.max_seq_len, hd, "the RoPE tables (max_seq_len x head_dim)"), kFloat,
                      "the RoPE tables");
 }
-}  // namespace
 
-MemoryEstimate estimate_training_memory(const Config& cfg) {
+// The first, coarse model (no padding, no ZeRO buffers, every layer's
+// activations counted as the largest): kept as the overflow-checked screen for
+// sizes no machine could hold, where the exact model would build parameter
+// tables of absurd lengths.
+MemoryEstimate coarse_training_memory(const Config& cfg) {
   const ModelConfig& m = cfg.model;
   const ParallelConfig& p = cfg.parallel;
   const int64_t ep = std::max<int64_t>(1, p.ep), tp_pp = std::max<int64_t>(1, p.tp * p.pp);
@@ -128,6 +134,38 @@ MemoryEstimate estimate_training_memory(const Config& cfg) {
   e.parts.emplace_back("RoPE tables", rope_table_bytes(m));
   for (const auto& [name, bytes] : e.parts)
     e.total = checked_add(e.total, bytes, "the memory estimate");
+  return e;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_training_memory(const Config& cfg) {
+  MemoryEstimate coarse = coarse_training_memory(cfg);
+  if (coarse.total > kExactModelLimit || cfg.model.n_layers > 100000) return coarse;
+  // The rank with the most: ranks differ by pp stage, tp shard (the padded
+  // vocabulary) and experts, never by dp or cp alone.
+  const ParallelConfig& p = cfg.parallel;
+  RankMemory worst;
+  for (int64_t pp = 0; pp < p.pp; ++pp) {
+    for (int64_t tp = 0; tp < p.tp; ++tp) {
+      for (int64_t e = 0; e < std::max<int64_t>(1, p.ep); ++e) {
+        const int64_t rank = ((e / p.cp * p.pp + pp) * p.cp + e % p.cp) * p.tp + tp;
+        const RankMemory r = estimate_rank_memory(cfg, rank);
+        if (r.total() > worst.total()) worst = r;
+      }
+    }
+  }
+  const char* optim = cfg.train.optimizer == "sgd"    ? "SGD momentum"
+                      : cfg.train.optimizer == "lamb" ? "LAMB state"
+                                                      : "AdamW state";
+  const char* names[kNumMemKinds] = {"parameters",  "gradients", optim,
+                                     "activations", "scratch",   "communication buffers"};
+  MemoryEstimate e;
+  e.rank = worst.rank;
+  e.by_kind = worst.upper;
+  for (int k = 0; k < kNumMemKinds; ++k)
+    e.parts.emplace_back(names[k], worst.upper[static_cast<size_t>(k)]);
+  e.total = worst.total();
   return e;
 }
 

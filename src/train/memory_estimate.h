@@ -1,4 +1,4 @@
-// A first memory model: each rank's bytes, estimated from the configuration and
+// The memory estimate: each rank's bytes, estimated from the configuration and
 // the layout before anything is allocated, so that a run that cannot fit is
 // refused at start-up with the numbers instead of dying in the allocator (or
 // taking the machine down). The categories are those of the allocator's
@@ -6,12 +6,14 @@
 // measured peaks.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "config/config.h"
+#include "core/memory.h"
 #include "model/config.h"
 
 namespace mt {
@@ -19,6 +21,12 @@ namespace mt {
 struct MemoryEstimate {
   std::vector<std::pair<std::string, int64_t>> parts;  // (category, bytes), one rank
   int64_t total = 0;
+  // Training (train/memory_model.h): the rank with the most bytes, and its
+  // bytes per allocator kind (the upper bounds; parts names them in that order).
+  // rank −1 and by_kind all zero when the coarse model answered (sizes beyond
+  // 64 TiB a rank) or for evaluation.
+  int64_t rank = -1;
+  std::array<int64_t, kNumMemKinds> by_kind{};
   const std::pair<std::string, int64_t>& largest() const;
 };
 
@@ -30,9 +38,12 @@ int64_t checked_add(int64_t a, int64_t b, const char* what);
 // Elements of the whole model's parameters, overflow-checked.
 int64_t checked_param_count(const ModelConfig& m);
 
-// One training rank of `cfg`'s layout: parameters, gradients and AdamW state
-// (sharded as tp, pp and the ZeRO stage shard them), activations of the
-// microbatches in flight and the logits.
+// The training rank of `cfg`'s layout that needs the most: the memory model
+// (train/memory_model.h, exact per allocator kind; docs/PARALLELISM.md "Memory
+// per rank") over the ranks that can differ (pp stage, tp shard, experts). For
+// sizes beyond 64 TiB a rank (or over 100,000 layers) the coarse model
+// answers: parameters, gradients and optimizer state sharded as tp, pp and the
+// ZeRO stage shard them, activations, logits, RoPE tables.
 MemoryEstimate estimate_training_memory(const Config& cfg);
 // One process evaluating (or sampling from) model `m`: parameters, and the
 // activations of `batch` windows of `seq` tokens.

@@ -16,6 +16,7 @@
 #include "core/threads.h"
 #include "parallel/data_parallel.h"
 #include "train/explain.h"
+#include "train/explain_memory.h"
 #include "train/flops.h"
 #include "train/run_support.h"
 
@@ -72,13 +73,17 @@ std::vector<double> pp_idle(const RunMesh& mesh, const TrainModel& model) {
   return idle;
 }
 
-// Peak bytes per category on every rank, as a table (collective over the world).
+// Peak bytes per category on every rank, as a table (collective over the
+// world), with the process's resident memory now and at its peak beside the
+// tracked total (core/memory.h resident_bytes).
 std::string memory_report(const RunMesh& mesh, const MemStats& mine) {
-  const int K = kNumMemKinds + 1;
+  const int K = kNumMemKinds + 3;
   std::vector<int64_t> row(static_cast<size_t>(K)), all(static_cast<size_t>(K * mesh.world_size));
   for (int k = 0; k < kNumMemKinds; ++k)
     row[static_cast<size_t>(k)] = mine.peak[static_cast<size_t>(k)];
   row[static_cast<size_t>(kNumMemKinds)] = mine.total_peak;
+  row[static_cast<size_t>(kNumMemKinds + 1)] = resident_bytes(false);
+  row[static_cast<size_t>(kNumMemKinds + 2)] = resident_bytes(true);
   if (mesh.world() && mesh.world_size > 1)
     mesh.world()->all_gather(row.data(), all.data(), K, ElemType::i64, "memory report");
   else
@@ -90,7 +95,7 @@ std::string memory_report(const RunMesh& mesh, const MemStats& mine) {
     std::snprintf(buf, sizeof buf, " %11s", std::string(mem_kind_name(static_cast<MemKind>(k))).c_str());
     os << buf;
   }
-  os << "       total\n";
+  os << "       total         rss    rss_peak\n";
   for (int r = 0; r < mesh.world_size; ++r) {
     std::snprintf(buf, sizeof buf, "  %4d", r);
     os << buf;
@@ -277,6 +282,8 @@ void report_step(MetricsWriter& metrics, const RunMesh& mesh, TrainModel& model,
                          {"tokens_per_s", s.tokens_per_s},
                          {"mfu", s.mfu},
                          {"mem_peak_bytes", s.mem_peak_bytes},
+                         {"rss_bytes", resident_bytes(false)},
+                         {"rss_peak_bytes", resident_bytes(true)},
                          {"skipped", s.skipped}};
   add_moe_metrics(line, model, mesh);
   metrics.write(line);
@@ -344,8 +351,12 @@ void report_end(const RunMesh& mesh, const Config& cfg, TrainModel& model, const
   }
   result.memory = MemoryTracker::stats();
   result.overlap_hidden = overlap_hidden(model);
-  if (opts.quiet) return;
   const bool lead = mesh.rank == 0;
+  if (opts.explain_memory) {  // also under --quiet: it is what was asked for
+    const std::string table = explain_memory(mesh, cfg, result.memory);  // collective
+    if (lead) std::printf("%s", table.c_str());
+  }
+  if (opts.quiet) return;
   const std::string report = memory_report(mesh, result.memory);  // collective
   if (lead) std::printf("%s", report.c_str());
   if (lead && mesh.world_size > 1) std::printf("%s", mesh.world()->context().ledger.summary().c_str());

@@ -28,6 +28,7 @@ struct RunOptions {
   int local_ranks = 1;     // ranks on this machine: threads default to cores / local_ranks
   std::string trace_path;  // pipeline: Chrome-trace JSON of the last step's spans, every rank merged
   bool explain = false;    // rank 0 prints every rank's collectives of the first step (explain.h)
+  bool explain_memory = false;  // rank 0 prints the memory model beside every rank's measured peaks
 };
 
 struct StepStats {

@@ -1,0 +1,206 @@
+#include "train/memory_model.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "model/params.h"
+#include "parallel/shard.h"
+#include "pipeline/executor.h"
+#include "train/memory_model_parts.h"
+#include "train/train_model.h"
+
+namespace mt {
+
+RankCoords mesh_coords(const ParallelConfig& p, int64_t rank) {
+  RankCoords c;
+  c.tp = rank % p.tp;
+  c.cp = rank / p.tp % p.cp;
+  c.pp = rank / (p.tp * p.cp) % p.pp;
+  c.dp = rank / (p.tp * p.cp * p.pp);
+  c.ep = (c.dp * p.cp + c.cp) % std::max<int64_t>(1, p.ep);  // run_mesh.cpp: the flattened (dp, cp) index
+  return c;
+}
+
+int64_t RankMemory::total() const {
+  int64_t t = 0;
+  for (const int64_t b : upper)
+    t += b;
+  return t;
+}
+
+namespace {
+
+constexpr int64_t kFloat = 4;
+
+// Floats per kind, the model's peak (lo) and the largest it allows (hi).
+struct Floats {
+  std::array<int64_t, kNumMemKinds> lo{}, hi{};
+  void add(MemKind k, int64_t f) { add(k, f, f); }
+  void add(MemKind k, int64_t l, int64_t h) {
+    lo[static_cast<size_t>(k)] += l;
+    hi[static_cast<size_t>(k)] += h;
+  }
+};
+
+// One unit's shards under a DataParallelStore (parallel/data_parallel_state.cpp
+// make_parts): one part over the whole dp×cp group, or with ep and ZeRO the
+// dense parameters over it and the experts over their replicas.
+struct UnitShape {
+  int64_t numel = 0;     // the full unit
+  int64_t shard = 0;     // this rank's shard of it
+  int64_t gathered = 0;  // Σ over parts of group size × shard: one all-gather's (or reduce-scatter's) buffers
+  int64_t max_part = 0;  // the largest of one part's
+};
+
+UnitShape unit_shape(const UnitSpec& u, const ParallelConfig& p) {
+  UnitShape s;
+  s.numel = u.numel();
+  const int P = static_cast<int>(p.dp * p.cp);
+  auto add = [&](const UnitShards& sh, int size) {
+    s.shard += sh.shard_numel();
+    s.gathered += size * sh.shard_numel();
+    s.max_part = std::max(s.max_part, size * sh.shard_numel());
+  };
+  if (p.ep <= 1 || p.zero == 0) {
+    add(UnitShards(u, P), P);
+    return s;
+  }
+  for (const bool expert : {false, true}) {
+    const int size = expert ? P / static_cast<int>(p.ep) : P;
+    const UnitShards sh(u, size, [expert](const ParamSlot& q) { return q.expert == expert; });
+    if (!sh.pieces().empty()) add(sh, size);
+  }
+  return s;
+}
+
+// A chunk's parameters, gradients, optimizer state and ZeRO buffers
+// (parallel/local_store.cpp, parallel/data_parallel.cpp).
+void add_store(const Config& cfg, const std::vector<UnitSpec>& units, Floats& f) {
+  const ParallelConfig& p = cfg.parallel;
+  const TrainConfig& tc = cfg.train;
+  const int64_t states = tc.optimizer != "sgd" ? 2 : tc.momentum != 0 ? 1 : 0;
+  const int64_t total = units_total(units);
+  const int z = static_cast<int>(p.zero);
+  if (p.dp * p.cp == 1 && z == 0) {  // the model's own LocalStore
+    f.add(MemKind::param, total);
+    f.add(MemKind::grad, total);
+    f.add(MemKind::optim, states * total);
+    return;
+  }
+  int64_t local = 0, max_unit = 0, max_part = 0, max_gather = 0, max_scatter = 0, all_scatters = 0;
+  for (const UnitSpec& u : units) {
+    const UnitShape s = unit_shape(u, p);
+    local += s.shard;
+    max_unit = std::max(max_unit, s.numel);
+    max_part = std::max(max_part, s.max_part);
+    max_gather = std::max(max_gather, s.gathered);
+    max_scatter = std::max(max_scatter, s.gathered + s.shard);  // send buffers and the received shard
+    all_scatters += s.gathered + s.shard;
+  }
+  f.add(MemKind::param, z <= 2 ? total : local);
+  // ZeRO 1 keeps both: the all-reduced full gradient, then its shard copied out for the update.
+  f.add(MemKind::grad, (z <= 1 ? total : 0) + (z >= 1 ? local : 0));
+  if (z == 1 || z == 2) f.add(MemKind::scratch, local);  // the updated shard before its all-gather
+  f.add(MemKind::optim, states * (z == 0 ? total : local));
+  if (z >= 1) f.add(MemKind::grad, z >= 2 ? max_unit : 0);    // ZeRO 2/3: one unit's full gradient at a time
+  if (z == 3) f.add(MemKind::param, max_unit, 2 * max_unit);  // the gathered unit (and the next, prefetched)
+  if (z == 1) f.add(MemKind::comm, max_part);                 // after_update: one part's all-gather
+  if (z == 2) f.add(MemKind::comm, max_scatter + max_part, all_scatters + max_part);
+  if (z == 3) f.add(MemKind::comm, max_gather, 2 * max_gather + all_scatters);
+}
+
+// The pipeline's transfer buffers (pipeline/executor.cpp): kRecvAhead posted
+// receives, and a send buffer per gradient send still on the wire.
+void add_pipeline(const Config& cfg, int64_t pp_rank, int64_t residual, Floats& f) {
+  const ParallelConfig& p = cfg.parallel;
+  const int v = static_cast<int>(p.virtual_stages);
+  if (p.pp * v <= 1) return;
+  const int microbatches = static_cast<int>(cfg.train.batch_size / (p.dp * cfg.train.microbatch_size));
+  const pp::Schedule s =
+      pp::make_schedule(pp::parse_schedule_kind(p.schedule), static_cast<int>(p.pp), v, microbatches);
+  int64_t recvs = 0, grad_sends = 0;
+  for (const pp::Action& a : s.ranks[static_cast<size_t>(pp_rank)]) {
+    recvs += a.op == pp::Op::recv_act || a.op == pp::Op::recv_grad;
+    grad_sends += a.op == pp::Op::send_grad;
+  }
+  const int64_t posted = std::min<int64_t>(static_cast<int64_t>(pp::Executor::kRecvAhead), recvs);
+  f.add(MemKind::comm, (posted + std::min<int64_t>(1, grad_sends)) * residual,
+        (posted + grad_sends) * residual);
+}
+
+}  // namespace
+
+RankMemory estimate_rank_memory(const Config& cfg, int64_t rank) {
+  const ModelConfig& m = cfg.model;
+  const ParallelConfig& p = cfg.parallel;
+  const RankCoords c = mesh_coords(p, rank);
+  const int v = static_cast<int>(p.virtual_stages);
+  const std::vector<StageRange> stages =
+      p.pp * v > 1 ? split_stages(m.n_layers, static_cast<int>(p.pp), v, p.stage_layers)
+                   : std::vector<StageRange>{StageRange{}};
+  const TpDims td = tp_dims(m, {static_cast<int>(p.tp), static_cast<int>(c.tp)});
+  const EpRank ep =
+      p.ep > 1 ? EpRank{static_cast<int>(p.ep), static_cast<int>(c.ep), static_cast<int>(p.cp)} : EpRank{};
+  const std::vector<int64_t> slots = memory_model::slots_per_chunk(cfg, c.pp);
+  Floats f;
+  int64_t residual = 0;
+  for (int k = 0; k < v; ++k) {
+    const StageRange& stage = stages[static_cast<size_t>(k * p.pp + c.pp)];
+    const ParamTable table = make_param_table(m, {static_cast<int>(p.tp), static_cast<int>(c.tp)}, stage, ep);
+    add_store(cfg, make_units(table, m), f);
+    int64_t scratch = 0;
+    f.add(MemKind::activation, memory_model::chunk_activation_floats(
+                                   cfg, td, table.stage, slots[static_cast<size_t>(k)], &scratch));
+    f.add(MemKind::scratch, scratch);
+    const int64_t N = cfg.train.microbatch_size * cfg.train.seq_len / p.cp;
+    const bool sp = p.sp && p.tp > 1;
+    const bool one_stage = table.stage.embed && table.stage.head;
+    const int64_t X = m.moe() && !one_stage ? m.top_k * m.n_experts + 2 * m.n_experts + 3 : 0;
+    residual = std::max(residual, (sp ? N / p.tp : N) * m.d_model + X);
+  }
+  add_pipeline(cfg, c.pp, residual, f);
+  int64_t cp_scratch = 0;
+  f.add(MemKind::comm, memory_model::cp_comm_floats(cfg, td, &cp_scratch));
+  f.add(MemKind::scratch, cp_scratch);
+  RankMemory r;
+  r.rank = rank;
+  for (size_t k = 0; k < r.lower.size(); ++k) {
+    r.lower[k] = f.lo[k] * kFloat;
+    r.upper[k] = f.hi[k] * kFloat;
+  }
+  return r;
+}
+
+std::vector<RankMemory> estimate_all_ranks(const Config& cfg) {
+  const ParallelConfig& p = cfg.parallel;
+  std::vector<RankMemory> out;
+  for (int64_t r = 0; r < p.dp * p.pp * p.cp * p.tp; ++r)
+    out.push_back(estimate_rank_memory(cfg, r));
+  return out;
+}
+
+std::string memory_model_table(const std::vector<RankMemory>& model,
+                               const std::vector<std::array<int64_t, kNumMemKinds>>& measured,
+                               bool* all_within) {
+  std::ostringstream os;
+  os << "memory model per rank (bytes; the model's peak, the bound, the measured peak of the last step):\n";
+  char buf[160];
+  *all_within = true;
+  for (size_t r = 0; r < model.size() && r < measured.size(); ++r) {
+    for (int k = 0; k < kNumMemKinds; ++k) {
+      const size_t i = static_cast<size_t>(k);
+      const int64_t lo = model[r].lower[i], hi = model[r].upper[i], got = measured[r][i];
+      const bool ok = got >= lo && got <= hi;
+      *all_within = *all_within && ok;
+      const std::string bound = lo == hi ? "exact" : "<= " + std::to_string(hi);
+      std::snprintf(buf, sizeof buf, "  rank %3zu %-10s model %12lld %-16s measured %12lld %s\n", r,
+                    std::string(mem_kind_name(static_cast<MemKind>(k))).c_str(), static_cast<long long>(lo),
+                    bound.c_str(), static_cast<long long>(got), ok ? "ok" : "OUTSIDE");
+      os << buf;
+    }
+  }
+  return os.str();
+}
+
+}  // namespace mt

@@ -1,0 +1,31 @@
+// The pieces of the memory model (train/memory_model.h) that follow one model
+// chunk's buffers (model/llama.cpp, model/llama_internal.h) and the pipeline's
+// activation slots (pipeline/executor.cpp), in floats. Private to the model.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "config/config.h"
+#include "model/params.h"
+
+namespace mt::memory_model {
+
+// The floats one chunk of stage `stage` allocates as activations: the
+// backward's shared buffers plus `slots` microbatch slots; *scratch gets the
+// chunk's scratch floats (tp's kv-head and SP norm gradients, SP's MoE partials).
+int64_t chunk_activation_floats(const Config& cfg, const TpDims& td, const StageRange& stage, int64_t slots,
+                                int64_t* scratch);
+
+// Activation slots each of this pp rank's chunks holds at most: the schedule
+// replayed the way the executor hands slots out (taken at a forward or an
+// activation receive, returned after the backward).
+std::vector<int64_t> slots_per_chunk(const Config& cfg, int64_t pp_rank);
+
+// Floats of the context-parallel attention's buffers at their peak (one call
+// at a time: ring = k/v blocks in flight and the travelling dk/dv; allgather =
+// every rank's k/v and their gradients), and of the ring's partial outputs
+// (scratch) in *scratch.
+int64_t cp_comm_floats(const Config& cfg, const TpDims& td, int64_t* scratch);
+
+}  // namespace mt::memory_model

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The memory model (train/memory_model.h) against the tracked allocator: for
+# each layout, two steps with --explain-memory, which prints every rank's
+# modelled bytes per kind beside the peaks measured in the last step and "ok"
+# or "OUTSIDE" per row. Parameters, gradients, optimizer state, activations and
+# scratch must match exactly; communication buffers (and ZeRO-3's gathered
+# units) within the bound the model states (docs/PARALLELISM.md, "Memory per
+# rank"). Layouts: ZeRO 0-3 at dp 4, tp 2 and tp 4 with and without SP, pp 2
+# under gpipe, 1f1b and interleaved, cp 2 (ring) and cp 4 (all-gather),
+# recomputation, dp2 x tp2 x pp2, dp2 x cp2 x tp2 and an ep 2 mixture of experts.
+set -euo pipefail
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "$0")/common.sh"
+make_data
+# Four layers, so that pp 2 can interleave two chunks a rank; two steps.
+tiny+=(--set model.n_layers=4 --set train.steps=2)
+
+layouts=(
+  "dp4_zero0 4 --dp 4 --zero 0 --set train.microbatch_size=2"
+  "dp4_zero1 4 --dp 4 --zero 1 --set train.microbatch_size=2"
+  "dp4_zero2 4 --dp 4 --zero 2 --set train.microbatch_size=2"
+  "dp4_zero3 4 --dp 4 --zero 3 --set train.microbatch_size=2"
+  "tp2 2 --tp 2"
+  "tp2_sp 2 --tp 2 --set parallel.sp=true"
+  "tp4 4 --tp 4"
+  "tp4_sp 4 --tp 4 --set parallel.sp=true"
+  "pp2_gpipe 2 --pp 2 --set parallel.schedule=gpipe --set train.microbatch_size=2"
+  "pp2_1f1b 2 --pp 2 --set parallel.schedule=1f1b --set train.microbatch_size=2"
+  "pp2_interleaved 2 --pp 2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set train.microbatch_size=2"
+  "cp2_ring 2 --cp 2"
+  "cp4_allgather 4 --cp 4 --set parallel.cp_impl=allgather"
+  "recompute_tp2_sp 2 --tp 2 --set parallel.sp=true --set train.recompute=true"
+  "dp2_tp2_pp2 8 --dp 2 --tp 2 --pp 2 --zero 1 --set train.microbatch_size=2"
+  "dp2_cp2_tp2 8 --dp 2 --cp 2 --tp 2 --set parallel.sp=true --zero 2 --set train.microbatch_size=4"
+  "ep2_moe 2 --dp 2 --set parallel.ep=2 --zero 1 --set model.n_experts=4 --set model.expert_ffn_hidden=24 --set train.microbatch_size=2"
+)
+for spec in "${layouts[@]}"; do
+  read -r -a words <<<"$spec"
+  name=${words[0]} np=${words[1]}
+  [[ -z ${MEMORY_MODEL_ONLY:-} || $name =~ $MEMORY_MODEL_ONLY ]] || continue  # a subset while iterating
+  out=$("${mpi[@]}" -np "$np" "$bin" train "${tiny[@]}" "${words[@]:2}" --explain-memory 2>&1) || {
+    echo "FAIL $name: the run failed"
+    echo "$out" | tail -20
+    failures=$((failures + 1))
+    continue
+  }
+  verdict=$(grep '^memory model: ' <<<"$out" || true)
+  if [[ $verdict == "memory model: all "*" rows within their bounds" ]]; then
+    echo "ok   $name: $verdict"
+  else
+    echo "FAIL $name: ${verdict:-no memory model table}"
+    grep -E 'OUTSIDE' <<<"$out" || true
+    failures=$((failures + 1))
+  fi
+done
+[ "$failures" -eq 0 ] || {
+  echo "$failures layout(s) failed"
+  exit 1
+}
