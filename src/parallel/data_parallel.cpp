@@ -1,6 +1,7 @@
 #include "parallel/data_parallel.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -107,7 +108,17 @@ Tensor DataParallelStore::take_comm(int64_t n) {
       best = i;
     }
   }
-  if (best == comm_pool_.size()) return Tensor({n}, MemKind::comm);
+  if (best == comm_pool_.size()) {
+    // Every pooled buffer is too small: the largest of them goes before the
+    // new one is made, so the pool never holds more buffers than were ever in
+    // use at once (the embedding's gather buffer, a few floats short of the
+    // final unit's, would otherwise stay beside it for the rest of the run).
+    const auto largest =
+        std::max_element(comm_pool_.begin(), comm_pool_.end(),
+                         [](const Tensor& a, const Tensor& b) { return a.numel() < b.numel(); });
+    if (largest != comm_pool_.end()) comm_pool_.erase(largest);
+    return Tensor({n}, MemKind::comm);
+  }
   Tensor t = std::move(comm_pool_[best]);
   comm_pool_.erase(comm_pool_.begin() + static_cast<std::ptrdiff_t>(best));
   return t;
@@ -182,6 +193,11 @@ void DataParallelStore::release_grads(int unit) {
   // full-size buffer is freed as soon as it is packed.
   auto it = unit_grads_.find(unit);
   MT_CHECK(it != unit_grads_.end(), "release of gradients not acquired");
+  // One reduce-scatter in flight: it overlaps the next unit's backward, and
+  // its buffers go back to the pool before this one takes any, so the pool
+  // holds one unit's reduce-scatter and the gathers, not every unit's
+  // (docs/PARALLELISM.md "Memory per rank").
+  retire_scatters(kScattersInFlight - 1);
   auto s = std::make_unique<Scattering>();
   s->unit = unit;
   s->recv = take_comm(shard_numel_[static_cast<size_t>(unit)]);
@@ -223,14 +239,14 @@ void DataParallelStore::progress() {
         w.test();
     }
   }
-  retire_scatters(false);
+  retire_scatters(SIZE_MAX);  // only those already done
 }
 
-void DataParallelStore::retire_scatters(bool wait) {
+void DataParallelStore::retire_scatters(size_t keep) {
   // In launch order, so that the sums are added in the same order every run.
   while (!scattering_.empty()) {
     Scattering& s = *scattering_.front();
-    if (wait) {
+    if (scattering_.size() > keep) {
       for (Work& w : s.works)
         w.wait();
     } else if (!s.test()) {
@@ -270,7 +286,7 @@ void DataParallelStore::finish_grads() {
       w.wait();  // nothing to wait for when done
     b->done = true;
   }
-  retire_scatters(true);
+  retire_scatters(0);
   const double t1 = now_s();
   overlap_.exposed_s = t1 - t0;
   overlap_.comm_window_s = first_launch_ >= 0 ? t1 - first_launch_ : 0.0;

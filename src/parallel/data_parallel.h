@@ -114,7 +114,10 @@ class DataParallelStore : public ParamStore {
   // All-gathers unit u's shard from local_params_ into full (the unit's elements).
   void gather_unit(size_t u, float* full, const std::string& what);
   void progress();  // test in-flight operations (MPI progresses only inside MPI calls)
-  void retire_scatters(bool wait);
+  // Retires finished reduce-scatters in launch order, waiting for the oldest
+  // while more than `keep` are in flight.
+  void retire_scatters(size_t keep);
+  static constexpr size_t kScattersInFlight = 1;
   void unit_ready_for_buckets(int unit);
   void prefetch(int unit, Pass pass);
   // Communication buffers are reused: Open MPI moves data several times faster

@@ -103,10 +103,11 @@ std::vector<DecayRange> DataParallelStore::local_decay_ranges() const {
 void DataParallelStore::gather_unit(size_t u, float* full, const std::string& what) {
   for (const Part& part : parts_[u]) {
     const int64_t n = part.shards.shard_numel();
-    Tensor packed({part.group->size() * n}, MemKind::comm);
+    Tensor packed = take_comm(part.group->size() * n);  // the backward's buffers, reused
     part.group->all_gather(local_params_.data() + shard_offset_[u] + part.in_shard, packed.data(), n,
                            ElemType::f32, units_[u].name + what + part.suffix);
     part.shards.unpack(packed.data(), full);
+    give_comm(std::move(packed));
   }
 }
 

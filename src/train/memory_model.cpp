@@ -88,7 +88,7 @@ void add_store(const Config& cfg, const std::vector<UnitSpec>& units, Floats& f)
     f.add(MemKind::optim, states * total);
     return;
   }
-  int64_t local = 0, max_unit = 0, max_part = 0, max_gather = 0, max_scatter = 0, all_scatters = 0;
+  int64_t local = 0, max_unit = 0, max_part = 0, max_gather = 0, max_scatter = 0;
   for (const UnitSpec& u : units) {
     const UnitShape s = unit_shape(u, p);
     local += s.shard;
@@ -96,7 +96,6 @@ void add_store(const Config& cfg, const std::vector<UnitSpec>& units, Floats& f)
     max_part = std::max(max_part, s.max_part);
     max_gather = std::max(max_gather, s.gathered);
     max_scatter = std::max(max_scatter, s.gathered + s.shard);  // send buffers and the received shard
-    all_scatters += s.gathered + s.shard;
   }
   f.add(MemKind::param, z <= 2 ? total : local);
   // ZeRO 1 keeps both: the all-reduced full gradient, then its shard copied out for the update.
@@ -105,9 +104,16 @@ void add_store(const Config& cfg, const std::vector<UnitSpec>& units, Floats& f)
   f.add(MemKind::optim, states * (z == 0 ? total : local));
   if (z >= 1) f.add(MemKind::grad, z >= 2 ? max_unit : 0);    // ZeRO 2/3: one unit's full gradient at a time
   if (z == 3) f.add(MemKind::param, max_unit, 2 * max_unit);  // the gathered unit (and the next, prefetched)
-  if (z == 1) f.add(MemKind::comm, max_part);                 // after_update: one part's all-gather
-  if (z == 2) f.add(MemKind::comm, max_scatter + max_part, all_scatters + max_part);
-  if (z == 3) f.add(MemKind::comm, max_gather, 2 * max_gather + all_scatters);
+  // The pool of communication buffers (parallel/data_parallel.cpp take_comm):
+  // ZeRO 1 all-gathers the updated shards one part at a time; ZeRO 2 keeps one
+  // unit's reduce-scatter in flight (its send buffer then serves the
+  // all-gathers); ZeRO 3 also prefetches one unit's gather while the previous
+  // unit's reduce-scatter runs. Which unit's buffers meet depends on the order
+  // the units' sizes come in, hence the bound.
+  if (z == 1) f.add(MemKind::comm, max_part);
+  if (z == 2) f.add(MemKind::comm, max_scatter, max_scatter + max_part);
+  if (z == 3)
+    f.add(MemKind::comm, max_scatter + (units.size() > 1 ? max_gather : 0), 2 * max_gather + max_scatter);
 }
 
 // The pipeline's transfer buffers (pipeline/executor.cpp): kRecvAhead posted
