@@ -122,7 +122,7 @@ void add_pipeline(const Config& cfg, int64_t pp_rank, int64_t residual, Floats& 
   const ParallelConfig& p = cfg.parallel;
   const int v = static_cast<int>(p.virtual_stages);
   if (p.pp * v <= 1) return;
-  const int microbatches = static_cast<int>(cfg.train.batch_size / (p.dp * cfg.train.microbatch_size));
+  const int microbatches = memory_model::microbatches_of(cfg);
   const pp::Schedule s =
       pp::make_schedule(pp::parse_schedule_kind(p.schedule), static_cast<int>(p.pp), v, microbatches);
   int64_t recvs = 0, grad_sends = 0;

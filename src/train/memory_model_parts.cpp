@@ -103,10 +103,15 @@ int64_t chunk_activation_floats(const Config& cfg, const TpDims& td, const Stage
   return f + slots * slot;
 }
 
+int microbatches_of(const Config& cfg) {
+  const int64_t per_step = std::max<int64_t>(1, cfg.parallel.dp * cfg.train.microbatch_size);
+  return static_cast<int>(std::max<int64_t>(1, cfg.train.batch_size / per_step));
+}
+
 std::vector<int64_t> slots_per_chunk(const Config& cfg, int64_t pp_rank) {
   const ParallelConfig& p = cfg.parallel;
   const int v = static_cast<int>(p.virtual_stages);
-  const int microbatches = static_cast<int>(cfg.train.batch_size / (p.dp * cfg.train.microbatch_size));
+  const int microbatches = microbatches_of(cfg);
   const pp::Schedule s = p.pp * v > 1 ? pp::make_schedule(pp::parse_schedule_kind(p.schedule),
                                                           static_cast<int>(p.pp), v, microbatches)
                                       : pp::one_stage_schedule(microbatches);

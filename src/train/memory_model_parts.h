@@ -17,6 +17,11 @@ namespace mt::memory_model {
 int64_t chunk_activation_floats(const Config& cfg, const TpDims& td, const StageRange& stage, int64_t slots,
                                 int64_t* scratch);
 
+// Microbatches a step runs on each rank: batch_size / (dp · microbatch_size),
+// at least 1 (so that an estimate of a configuration not yet validated, e.g.
+// by the planner, still answers).
+int microbatches_of(const Config& cfg);
+
 // Activation slots each of this pp rank's chunks holds at most: the schedule
 // replayed the way the executor hands slots out (taken at a forward or an
 // activation receive, returned after the backward).

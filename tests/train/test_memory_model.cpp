@@ -1,0 +1,78 @@
+// The memory model's pieces against hand counts: a rank's mesh coordinates,
+// the pipeline's activation slots per schedule, and one process's bytes per
+// kind for a tiny model, every buffer counted from docs/PARALLELISM.md
+// ("Memory per rank"). The measured side is tests/dist/memory_model.sh.
+#include <gtest/gtest.h>
+
+#include "config/config.h"
+#include "train/memory_model.h"
+#include "train/memory_model_parts.h"
+
+namespace mt {
+namespace {
+
+Config tiny() {
+  Config c;
+  c.model.vocab_size = 300;
+  c.model.d_model = 32;
+  c.model.n_layers = 2;
+  c.model.n_heads = 4;
+  c.model.n_kv_heads = 2;
+  c.model.ffn_hidden = 48;
+  c.model.max_seq_len = 4;
+  c.train.seq_len = 4;
+  c.train.batch_size = 1;
+  c.train.microbatch_size = 1;
+  return c;
+}
+
+TEST(MemoryModel, RankCoordinatesPutTpInnermostAndDpOutermost) {
+  ParallelConfig p;
+  p.dp = 2;
+  p.pp = 2;
+  p.cp = 1;
+  p.tp = 2;
+  const RankCoords c = mesh_coords(p, 5);  // 5 = ((1·2 + 0)·1 + 0)·2 + 1
+  EXPECT_EQ(c.dp, 1);
+  EXPECT_EQ(c.pp, 0);
+  EXPECT_EQ(c.cp, 0);
+  EXPECT_EQ(c.tp, 1);
+}
+
+TEST(MemoryModel, PipelineSlotsFollowTheSchedule) {
+  Config c = tiny();
+  c.model.n_layers = 4;
+  c.parallel.pp = 2;
+  c.train.batch_size = 4;         // 4 microbatches of 1
+  c.parallel.schedule = "gpipe";  // every forward before any backward: all 4 in flight on both stages
+  EXPECT_EQ(memory_model::slots_per_chunk(c, 0), std::vector<int64_t>{4});
+  EXPECT_EQ(memory_model::slots_per_chunk(c, 1), std::vector<int64_t>{4});
+  c.parallel.schedule = "1f1b";  // stage s warms up pp − s microbatches
+  EXPECT_EQ(memory_model::slots_per_chunk(c, 0), std::vector<int64_t>{2});
+  EXPECT_EQ(memory_model::slots_per_chunk(c, 1), std::vector<int64_t>{1});
+}
+
+TEST(MemoryModel, OneProcessByHand) {
+  // N = 4 tokens, C = 32, head_dim 8, q 32, q|k|v 64, ffn 48, vocab 300.
+  // Backward buffers: dres, dtmp 2·4·32 + dmid 4·48 + dqkv 4·64 + dgu 4·96 = 1088.
+  // A layer: ln1 128, rstd1 4, qkv 256, att 128, lse 16, mid 128, ln2 128,
+  // rstd2 4, gate|up 384, h 192 = 1368. The slot: 3 residuals of 128, two
+  // layers, final norm 128 + 4, logits 1200, losses and lse 8: 4460.
+  const RankMemory r = estimate_rank_memory(tiny(), 0);
+  const auto at = [&](MemKind k) { return r.lower[static_cast<size_t>(k)]; };
+  EXPECT_EQ(at(MemKind::activation), (1088 + 4460) * 4);
+  // Parameters: 2 layers of 7744, embedding and head 2 × 9600, final norm 32.
+  EXPECT_EQ(at(MemKind::param), (15488 + 19200 + 32) * 4);
+  EXPECT_EQ(at(MemKind::grad), at(MemKind::param));
+  EXPECT_EQ(at(MemKind::optim), 2 * at(MemKind::param));  // AdamW m and v
+  EXPECT_EQ(at(MemKind::scratch), 0);
+  EXPECT_EQ(at(MemKind::comm), 0);
+  EXPECT_EQ(r.lower, r.upper);  // one process: nothing in flight
+  Config sgd = tiny();
+  sgd.train.optimizer = "sgd";
+  sgd.train.momentum = 0;
+  EXPECT_EQ(estimate_rank_memory(sgd, 0).lower[static_cast<size_t>(MemKind::optim)], 0);
+}
+
+}  // namespace
+}  // namespace mt
