@@ -110,10 +110,15 @@ void add_store(const Config& cfg, const std::vector<UnitSpec>& units, Floats& f)
   // all-gathers); ZeRO 3 also prefetches one unit's gather while the previous
   // unit's reduce-scatter runs. Which unit's buffers meet depends on the order
   // the units' sizes come in, hence the bound.
+  // With the experts as a second part (ep), the two parts' buffer sizes
+  // interleave in the pool and one more part's buffer can be left over.
+  const int64_t stranded = p.ep > 1 ? max_part : 0;
   if (z == 1) f.add(MemKind::comm, max_part);
-  if (z == 2) f.add(MemKind::comm, max_scatter, max_scatter + max_part);
-  if (z == 3)
-    f.add(MemKind::comm, max_scatter + (units.size() > 1 ? max_gather : 0), 2 * max_gather + max_scatter);
+  if (z == 2) f.add(MemKind::comm, max_scatter, max_scatter + max_part + stranded);
+  if (z == 3) {
+    f.add(MemKind::comm, max_scatter + (units.size() > 1 ? max_gather : 0),
+          2 * max_gather + max_scatter + stranded);
+  }
 }
 
 // The pipeline's transfer buffers (pipeline/executor.cpp): kRecvAhead posted
