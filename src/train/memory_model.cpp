@@ -74,9 +74,23 @@ UnitShape unit_shape(const UnitSpec& u, const ParallelConfig& p) {
   return s;
 }
 
+// ZeRO 2/3 acquire one unit's full gradient at a time, freed once packed for
+// its reduce-scatter; a head tied to the embedding of the same stage adds into
+// the embedding unit's gradient from the head's backward to the embedding's,
+// so that one is held beside every other unit's.
+int64_t held_grads(const ParamTable& table, const std::vector<UnitSpec>& units) {
+  int64_t largest = 0, others = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    largest = std::max(largest, units[u].numel());
+    if (static_cast<int>(u) != table.embed_unit) others = std::max(others, units[u].numel());
+  }
+  const bool tied_here = table.embed_unit >= 0 && table.lm_head >= 0 && table.lm_head == table.embed;
+  return tied_here ? units[static_cast<size_t>(table.embed_unit)].numel() + others : largest;
+}
+
 // A chunk's parameters, gradients, optimizer state and ZeRO buffers
 // (parallel/local_store.cpp, parallel/data_parallel.cpp).
-void add_store(const Config& cfg, const std::vector<UnitSpec>& units, Floats& f) {
+void add_store(const Config& cfg, const ParamTable& table, const std::vector<UnitSpec>& units, Floats& f) {
   const ParallelConfig& p = cfg.parallel;
   const TrainConfig& tc = cfg.train;
   const int64_t states = tc.optimizer != "sgd" ? 2 : tc.momentum != 0 ? 1 : 0;
@@ -102,7 +116,7 @@ void add_store(const Config& cfg, const std::vector<UnitSpec>& units, Floats& f)
   f.add(MemKind::grad, (z <= 1 ? total : 0) + (z >= 1 ? local : 0));
   if (z == 1 || z == 2) f.add(MemKind::scratch, local);  // the updated shard before its all-gather
   f.add(MemKind::optim, states * (z == 0 ? total : local));
-  if (z >= 1) f.add(MemKind::grad, z >= 2 ? max_unit : 0);    // ZeRO 2/3: one unit's full gradient at a time
+  if (z >= 2) f.add(MemKind::grad, held_grads(table, units));
   if (z == 3) f.add(MemKind::param, max_unit, 2 * max_unit);  // the gathered unit (and the next, prefetched)
   // The pool of communication buffers (parallel/data_parallel.cpp take_comm):
   // ZeRO 1 all-gathers the updated shards one part at a time; ZeRO 2 keeps one
@@ -110,11 +124,12 @@ void add_store(const Config& cfg, const std::vector<UnitSpec>& units, Floats& f)
   // all-gathers); ZeRO 3 also prefetches one unit's gather while the previous
   // unit's reduce-scatter runs. Which unit's buffers meet depends on the order
   // the units' sizes come in, hence the bound.
-  // With the experts as a second part (ep), the two parts' buffer sizes
-  // interleave in the pool and one more part's buffer can be left over.
-  const int64_t stranded = p.ep > 1 ? max_part : 0;
+  // Units (and, with ep, the dense and expert parts) differ in size, and the
+  // pool's best fit can leave one more part's buffer beside those in use
+  // (measured: a tied embedding's unit, ep's two parts).
+  const int64_t stranded = max_part;
   if (z == 1) f.add(MemKind::comm, max_part);
-  if (z == 2) f.add(MemKind::comm, max_scatter, max_scatter + max_part + stranded);
+  if (z == 2) f.add(MemKind::comm, max_scatter, max_scatter + stranded);
   if (z == 3) {
     f.add(MemKind::comm, max_scatter + (units.size() > 1 ? max_gather : 0),
           2 * max_gather + max_scatter + stranded);
@@ -159,7 +174,7 @@ RankMemory estimate_rank_memory(const Config& cfg, int64_t rank) {
   for (int k = 0; k < v; ++k) {
     const StageRange& stage = stages[static_cast<size_t>(k * p.pp + c.pp)];
     const ParamTable table = make_param_table(m, {static_cast<int>(p.tp), static_cast<int>(c.tp)}, stage, ep);
-    add_store(cfg, make_units(table, m), f);
+    add_store(cfg, table, make_units(table, m), f);
     int64_t scratch = 0;
     f.add(MemKind::activation, memory_model::chunk_activation_floats(
                                    cfg, td, table.stage, slots[static_cast<size_t>(k)], &scratch));

@@ -8,7 +8,8 @@
 # rank"). Layouts: ZeRO 0-3 at dp 4, tp 2 and tp 4 with and without SP, pp 2
 # under gpipe, 1f1b and interleaved, cp 2 (ring) and cp 4 (all-gather),
 # recomputation, dp2 x tp2 x pp2, dp2 x cp2 x tp2, an ep 2 mixture of experts
-# (and under ZeRO-3 at dp 4), LAMB under ZeRO-1 at dp 2, tied embeddings over pp 2 with SGD momentum, and
+# (and under ZeRO-3 at dp 4), LAMB under ZeRO-1 at dp 2, tied embeddings under ZeRO-3 (the
+# embedding's gradient held through the backward) and over pp 2 with SGD momentum, and
 # a vocabulary tp does not divide under ZeRO-3 (padded, uneven shards).
 set -euo pipefail
 bin=$1
@@ -39,6 +40,7 @@ layouts=(
   "ep2_moe 2 --dp 2 --set parallel.ep=2 --zero 1 --set model.n_experts=4 --set model.expert_ffn_hidden=24 --set train.microbatch_size=2"
   "ep2_dp4_zero3 4 --dp 4 --set parallel.ep=2 --zero 3 --set model.n_experts=4 --set model.expert_ffn_hidden=24 --set train.microbatch_size=1"
   "dp2_zero1_lamb 2 --dp 2 --zero 1 --set train.optimizer=lamb --set train.microbatch_size=2"
+  "dp2_zero3_tied 2 --dp 2 --zero 3 --set model.tie_embeddings=true --set train.microbatch_size=2"
   "pp2_tied_sgd 2 --pp 2 --set model.tie_embeddings=true --set train.optimizer=sgd --set train.momentum=0.9 --set train.microbatch_size=2"
   "dp2_tp2_zero3_vocab301 4 --dp 2 --tp 2 --zero 3 --set model.vocab_size=301 --set train.microbatch_size=2"
 )
