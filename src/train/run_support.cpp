@@ -78,8 +78,8 @@ Fault parse_fault(const std::string& text) {
              fault_grammar());
   };
   const std::string& kind = p[0];
-  const bool takes_arg = kind == "enospc" || kind == "slow_io" || kind == "slow_copy" ||
-                         kind == "slow_steps" || kind == "kill_bytes" || kind == "kill_save";
+  const bool takes_arg = kind == "enospc" || kind == "slow_io" || kind == "slow_copy" || kind == "slow_steps" ||
+                         kind == "kill_bytes" || kind == "kill_save";
   if (kind != "throw" && kind != "bad_alloc" && kind != "stall" && kind != "sigterm" && !takes_arg)
     bad("unknown kind '" + kind + "'");
   const size_t want = takes_arg ? 4 : 3;
