@@ -78,6 +78,11 @@ int run_plan_command(const PlanArgs& a) {
     if (!a.json_out.empty()) write_file(a.json_out, plan::prediction_json(in, p, m));
     return 0;
   }
+  const plan::PlanLayout& f = spec.layout;  // unset fields hold 1
+  const int64_t fixed = f.tp * f.pp * f.cp * (spec.has_dp ? f.dp : 1);
+  MT_REQUIRE(in.devices % fixed == 0, ConfigError, spec.has_dp ? "dp (" + std::to_string(f.dp) + ") x " : "",
+             "tp (", f.tp, ") x pp (", f.pp, ") x cp (", f.cp, ") of --layout = ", fixed,
+             " does not divide --devices (", in.devices, ")");
   const plan::PlanResult r = plan::search(in, m, spec);
   MT_REQUIRE(!r.ranked.empty() || !r.too_big.empty(), ConfigError, "no layout of ", in.devices,
              " devices passes the trainer's rules for this model and batch (", r.invalid,

@@ -76,8 +76,9 @@ std::vector<GemmRate> gemm_shapes(const CalibrateOptions& o) {
   return s;
 }
 
-// One collective's (bytes, seconds) over `g`, the slowest rank's time.
-double time_collective(Group& g, const std::string& op, int64_t bytes, double seconds) {
+// Seconds of one collective of `bytes` over `g`: the best of a fixed number
+// of calls, the slowest rank's.
+double time_collective(Group& g, const std::string& op, int64_t bytes) {
   const int64_t n = std::max<int64_t>(1, bytes / 4), P = g.size();
   std::vector<float> send(static_cast<size_t>(n)), recv(static_cast<size_t>(n));
   const int64_t part = std::max<int64_t>(1, n / P);
@@ -94,8 +95,19 @@ double time_collective(Group& g, const std::string& op, int64_t bytes, double se
       if (g.rank() == 0) g.recv(recv.data(), n, ElemType::f32, 1, 8, "calibrate");
     }
   };
+  // The same number of calls on every rank (a time budget would differ
+  // between ranks and mismatch the collectives): more for small messages.
+  const int reps =
+      static_cast<int>(std::clamp<int64_t>((int64_t{16} << 20) / std::max<int64_t>(1, bytes), 3, 40));
   g.barrier("calibrate");
-  double t = best_time(run, seconds) / (op == "send_recv" ? 2.0 : 1.0);
+  run();  // warm-up
+  double t = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    Timer timer;
+    run();
+    t = std::min(t, timer.seconds());
+  }
+  t /= op == "send_recv" ? 2.0 : 1.0;
   g.all_reduce(&t, 1, "calibrate", ReduceOp::max);
   return t;
 }
@@ -109,7 +121,7 @@ void measure_collectives(Group& world, const CalibrateOptions& o, Machine& m) {
       if (ranks > 2 && std::string(op) == "send_recv") continue;
       std::vector<double> x, y;
       for (int64_t b : o.message_bytes) {
-        if (member) y.push_back(time_collective(g, op, b, o.seconds_per_shape / 2));
+        if (member) y.push_back(time_collective(g, op, b));
         x.push_back(double(b));
       }
       if (member) m.collectives.push_back({op, ranks, fit_alpha_beta(x, y)});
