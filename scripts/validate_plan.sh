@@ -18,11 +18,12 @@ build=build
 docs=1
 only=""
 gates=memory,time
+steps=6
 while [ $# -gt 0 ]; do
   case $1 in
     --no-docs) docs=0 ;;
     --only) only=$2; shift ;;
-    --memory-only) gates=memory ;;
+    --memory-only) gates=memory steps=2 ;;
     *) build=$1 ;;
   esac
   shift
@@ -62,7 +63,7 @@ for spec in "${layouts[@]}"; do
   read -r name np config layout flags <<<"$spec"
   if [ -n "$only" ] && ! grep -qw "$name" <<<"${only//,/ }"; then continue; fi
   # shellcheck disable=SC2086
-  "${mpi[@]}" -np "$np" "$bin" train --config "$config" --set data.dir="$tmp/data" $flags \
+  "${mpi[@]}" -np "$np" "$bin" train --config "$config" --set data.dir="$tmp/data" --set train.steps="$steps" $flags \
     --metrics "$tmp/$name.jsonl" >"$tmp/$name.out"
   # shellcheck disable=SC2086
   "$bin" plan --config "$config" --machine "$tmp/machine.json" --devices "$np" --global-batch 8 \
