@@ -58,8 +58,8 @@ double gemm_s(const Ctx& c, double rows, double n, double k) {
 // Forward of one microbatch through this rank's layers and, on the last
 // stage, the head: each GEMM at its shape's rate; causal attention's
 // QKᵀ and PV (halved by the mask with flash-style attention, computed whole
-// when the scores are materialised); element-wise traffic after Korthikanti
-// et al. 2022's activation count (docs/PLANNER.md, "Time model").
+// when the scores are materialised); element-wise traffic from the count of
+// saved activation elements per token and layer (docs/PLANNER.md, "Time model").
 StageWork stage_work(const Ctx& c) {
   const ModelConfig& md = c.in.model;
   const double t = double(c.l.tp), d = double(md.d_model), tok = c.tokens;
@@ -182,7 +182,7 @@ Prediction predict(const PlanInput& in, const PlanLayout& l, const Machine& m) {
   Prediction p;
   p.layout = l;
   p.memory = plan_memory(in, l, m);
-  p.fits = double(p.memory.total) <= m.memory_bytes / (m.shared_compute ? ranks_on_node : 1);
+  p.fits = double(p.memory.total) <= m.rank_memory_bytes(in.devices);
   p.microbatches = in.global_batch / (l.dp * l.mbs);
   const double mb = double(p.microbatches);
   const StageWork w = stage_work(c);

@@ -43,9 +43,9 @@ struct Prediction {
 // ConfigError (check_layout) when the layout cannot run the input.
 Prediction predict(const PlanInput& in, const PlanLayout& l, const Machine& m);
 
-// Narayanan et al. 2021's FLOPs of a training step with full recomputation,
-// 96·B·s·l·h²·(1 + s/6h + V/16lh) (docs/PLANNER.md, "Validation against
-// published runs"): how that paper counts its per-GPU throughput.
+// FLOPs of a training step with full recomputation as the published runs of
+// docs/PLANNER.md ("Validation against published runs") count them,
+// 96·B·s·l·h²·(1 + s/6h + V/16lh): how their per-GPU throughput is stated.
 double narayanan_flops(const ModelConfig& m, int64_t global_batch, int64_t seq_len);
 
 // Time of one collective of `bytes` (as CollectiveFit counts them) over

@@ -26,6 +26,11 @@ double Machine::gemm_rate(int64_t m, int64_t n, int64_t k, int ranks_on_node) co
   return shared_compute ? rate / std::max(1, ranks_on_node) : rate;
 }
 
+double Machine::rank_memory_bytes(int64_t devices) const {
+  if (!shared_compute) return memory_bytes;
+  return memory_bytes / double(std::max<int64_t>(1, std::min<int64_t>(devices, devices_per_node)));
+}
+
 const CollectiveFit* Machine::fit(const std::string& op, int ranks) const {
   for (const CollectiveFit& c : collectives)
     if (c.op == op && c.ranks == ranks) return &c;

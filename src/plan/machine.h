@@ -59,6 +59,9 @@ struct Machine {
   // measured shape nearest in log-space; else the roofline of peak ×
   // efficiency and the memory rate).
   double gemm_rate(int64_t m, int64_t n, int64_t k, int ranks_on_node) const;
+  // Memory one of `devices` ranks may use: the device's, or the node's share
+  // when the ranks share one (shared_compute).
+  double rank_memory_bytes(int64_t devices) const;
   // The fitted collective for (op, ranks), or null.
   const CollectiveFit* fit(const std::string& op, int ranks) const;
 };

@@ -37,7 +37,8 @@ std::string format_prediction(const PlanInput& in, const Prediction& p, const Ma
     os << "    " << name << std::string(name.size() < 16 ? 16 - name.size() : 1, ' ')
        << fmt("%9.3f GiB\n", double(bytes) / kGiB);
   os << "    total" << std::string(11, ' ') << fmt("%9.3f GiB", double(p.memory.total) / kGiB)
-     << (p.fits ? "  fits in " : "  DOES NOT FIT in ") << fmt("%.1f GiB\n", m.memory_bytes / kGiB);
+     << (p.fits ? "  fits in " : "  DOES NOT FIT in ")
+     << fmt("%.1f GiB\n", m.rank_memory_bytes(in.devices) / kGiB);
   if (!p.comm.empty()) os << "  communication per step (total / hidden / exposed):\n";
   for (const AxisComm& a : p.comm)
     os << "    " << a.axis << fmt("  %8.4g s / %8.4g s / %8.4g s  ", a.total_s, a.hidden_s, a.exposed_s())

@@ -112,8 +112,7 @@ std::string why_slower(const Prediction& loser, const Prediction& best) {
 
 std::string why_too_big(const Prediction& p, const Machine& m, int64_t devices) {
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  const double limit =
-      m.memory_bytes / (m.shared_compute ? std::min<int64_t>(devices, m.devices_per_node) : 1);
+  const double limit = m.rank_memory_bytes(devices);
   char buf[200];
   std::snprintf(buf, sizeof buf, "does not fit: %.1f GiB > %.1f GiB (largest: %s %.1f GiB)",
                 double(p.memory.total) / gib, limit / gib, p.memory.largest().first.c_str(),
