@@ -53,7 +53,7 @@ def main():
         table.append(f"| `{layout}` | {np_} | {mem_m:.2f} | {mem_p:.2f} | {mem_err:+.1%} | {t_m:.4f} | {t_p:.4f} "
                      f"| {t_err:+.1%} | memory{', time' if gate_time else ''} |")
     load = os.getloadavg()[0]
-    note = (f"Machine file: {machine['description']}; SGEMM 1024³ {machine['peak_flops'] / 1e9:.1f} GFLOP/s, "
+    note = (f"Machine file: {machine['description']}; best SGEMM rate {machine['peak_flops'] / 1e9:.1f} GFLOP/s, "
             f"memory {machine['memory_bytes_per_s'] / 1e9:.1f} GB/s; load average at the end {load:.1f} "
             f"on {os.cpu_count()} cores.")
     text = "\n".join(table) + "\n\n" + note + "\n"

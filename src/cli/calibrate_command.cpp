@@ -27,6 +27,8 @@ int run_calibrate_command(const CalibrateArgs& a) {
       o.has_model = true;
       o.model = cfg.model;
       o.tokens = cfg.train.microbatch_size * cfg.train.seq_len;
+      o.microbatch = cfg.train.microbatch_size;
+      o.seq_len = cfg.train.seq_len;
     }
     o.seconds_per_shape = a.seconds;
     set_num_threads(std::max(1, hardware_threads() / std::max(1, runtime.local_ranks())));

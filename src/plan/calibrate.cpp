@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "ops/gemm.h"
+#include "plan/kernels.h"
 #include "train/memory_estimate.h"
 
 namespace mt::plan {
@@ -152,9 +153,20 @@ Machine calibrate(Group& world, const CalibrateOptions& o) {
     g.flops_per_s = gemm_flops_per_s(g.m, g.n, g.k, o.seconds_per_shape);
     world.all_reduce(&g.flops_per_s, 1, "calibrate");
   }
-  m.peak_flops = m.gemm[2].flops_per_s;  // the 1024³ rate: the trainer's MFU ceiling
+  // The peak is the best measured rate (small shapes that stay in cache can
+  // beat 1024³), so that a predicted MFU stays at most 1.
+  m.peak_flops = 0;
+  for (const GemmRate& g : m.gemm)
+    m.peak_flops = std::max(m.peak_flops, g.flops_per_s);
   m.memory_bytes_per_s = memory_bytes_per_s(o.seconds_per_shape);
   world.all_reduce(&m.memory_bytes_per_s, 1, "calibrate");
+  if (o.has_model) {  // every rank at once; the node's time is 1 / Σ 1/t (rates add)
+    m.kernels = measure_layer_kernels(o.model, o.microbatch, o.seq_len);
+    double rates[2] = {1 / m.kernels.attention_s, 1 / m.kernels.elementwise_s};
+    world.all_reduce(rates, 2, "calibrate");
+    m.kernels.attention_s = 1 / rates[0];
+    m.kernels.elementwise_s = 1 / rates[1];
+  }
   m.memory_bytes = double(std::max<int64_t>(0, available_memory_bytes()));
   m.intra = m.inter = {1e-6, m.memory_bytes_per_s / 2};  // replaced by the fits below when ranks > 1
   measure_collectives(world, o, m);

@@ -17,7 +17,8 @@ struct CalibrateOptions {
   // `tokens` rows, and with the column dims halved as tp 2 runs them).
   bool has_model = false;
   ModelConfig model;
-  int64_t tokens = 512;
+  int64_t tokens = 512;  // microbatch × seq_len
+  int64_t microbatch = 1, seq_len = 512;
   double seconds_per_shape = 0.2;
   std::vector<int64_t> message_bytes{4096, 65536, 1 << 20, 8 << 20};
 };

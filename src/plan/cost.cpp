@@ -55,6 +55,25 @@ double gemm_s(const Ctx& c, double rows, double n, double k) {
   return 2 * rows * n * k / c.m.gemm_rate(i(rows), i(n), i(k), c.ranks_on_node);
 }
 
+// A calibrated machine's measured layer kernels (plan/kernels.h), scaled to
+// this layout's microbatch: attention by sequences × T² × d / (tp · cp),
+// norms, RoPE and SwiGLU by tokens × (d + ffn) with tp's share; a rank has
+// 1 / ranks of the node the measurement had. False when not measured.
+bool measured_kernels(const Ctx& c, double* attention_forward, double* elementwise) {
+  const LayerKernels& k = c.m.kernels;
+  if (k.attention_s <= 0 || k.batch <= 0) return false;
+  const ModelConfig& md = c.in.model;
+  const double t = double(c.l.tp), T = double(c.in.seq_len), Tk = double(k.seq_len), share = c.ranks_on_node;
+  const double attn = double(c.l.mbs) * T * T * double(md.d_model) / (t * double(c.l.cp)) /
+                      (double(k.batch) * Tk * Tk * double(k.d_model));
+  const double norms = c.l.sp ? double(md.d_model) / t : double(md.d_model);
+  const double work = c.tokens * (norms + double(md.ffn_hidden) / t) /
+                      (double(k.batch) * Tk * double(k.d_model + k.ffn_hidden));
+  *attention_forward = k.attention_s * attn * share / 3;  // forward : backward as 1 : 2
+  *elementwise = k.elementwise_s * work * share;          // forward + backward
+  return true;
+}
+
 // Forward of one microbatch through this rank's layers and, on the last
 // stage, the head: each GEMM at its shape's rate; causal attention's
 // QKᵀ and PV (halved by the mask with flash-style attention, computed whole
@@ -71,7 +90,8 @@ StageWork stage_work(const Ctx& c) {
   const double attn_flops = double(c.l.mbs) * double(md.n_heads) / t * hd * T * T *
                             (c.in.flash_attention ? 2.0 : 4.0) / double(c.l.cp);
   const int64_t Ti = std::max<int64_t>(1, c.in.seq_len / c.l.cp), hdi = md.head_dim();
-  const double attn = attn_flops / c.m.gemm_rate(Ti, Ti, hdi, c.ranks_on_node);
+  double attn = attn_flops / c.m.gemm_rate(Ti, Ti, hdi, c.ranks_on_node), measured_elementwise = 0;
+  const bool measured = measured_kernels(c, &attn, &measured_elementwise);
   const double layers = std::ceil(double(md.n_layers) / double(c.l.pp));
   const double head = gemm_s(c, tok, double(md.vocab_size) / t, d);
   StageWork w;
@@ -85,6 +105,7 @@ StageWork stage_work(const Ctx& c) {
   // written forward, read backward, its gradient written and read; again when recomputed
   const double passes = c.l.recompute == Recompute::full ? 5 : 4;
   w.elementwise = layers * tok * per_token * c.sizes.activation * passes / c.m.memory_bytes_per_s;
+  if (measured) w.elementwise = layers * measured_elementwise * (passes / 4);
   return w;
 }
 

@@ -134,6 +134,13 @@ Machine machine_from_json(const std::string& text, const std::string& source) {
                         g.at("flops_per_s").get<double>()});
     for (const auto& c : j.value("collectives", nlohmann::json::array()))
       m.collectives.push_back({c.at("op").get<std::string>(), c.at("ranks").get<int>(), alpha_beta(c)});
+    if (j.contains("kernels")) {
+      const auto& k = j.at("kernels");
+      m.kernels = {k.at("batch").get<int64_t>(),       k.at("seq_len").get<int64_t>(),
+                   k.at("d_model").get<int64_t>(),     k.at("ffn_hidden").get<int64_t>(),
+                   k.at("heads").get<int64_t>(),       k.at("attention_s").get<double>(),
+                   k.at("elementwise_s").get<double>()};
+    }
   } catch (const nlohmann::json::exception& e) {
     MT_THROW(ConfigError, "machine file ", source, ": ", e.what());
   }
@@ -165,6 +172,16 @@ std::string machine_to_json(const Machine& m) {
   for (const CollectiveFit& c : m.collectives)
     j["collectives"].push_back(
         {{"op", c.op}, {"ranks", c.ranks}, {"alpha_s", c.fit.alpha_s}, {"bytes_per_s", c.fit.bytes_per_s}});
+  if (m.kernels.attention_s > 0) {
+    const LayerKernels& k = m.kernels;
+    j["kernels"] = {{"batch", k.batch},
+                    {"seq_len", k.seq_len},
+                    {"d_model", k.d_model},
+                    {"ffn_hidden", k.ffn_hidden},
+                    {"heads", k.heads},
+                    {"attention_s", k.attention_s},
+                    {"elementwise_s", k.elementwise_s}};
+  }
   return j.dump(2) + "\n";
 }
 

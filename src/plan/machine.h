@@ -34,6 +34,14 @@ struct GemmRate {
   double flops_per_s = 0;
 };
 
+// One decoder layer's non-GEMM kernels, forward + backward, measured by
+// calibrate at the shape of its --config (batch sequences of seq_len tokens),
+// with all of a node's cores; 0 when not measured.
+struct LayerKernels {
+  int64_t batch = 0, seq_len = 0, d_model = 0, ffn_hidden = 0, heads = 0;
+  double attention_s = 0, elementwise_s = 0;
+};
+
 struct Machine {
   std::string name, description;
   int devices_per_node = 1;
@@ -54,6 +62,7 @@ struct Machine {
   std::string precision = "bf16";  // bf16: mixed precision sizes; fp32: as meshtrain trains here
   std::vector<GemmRate> gemm;
   std::vector<CollectiveFit> collectives;
+  LayerKernels kernels;
 
   // Rate of a GEMM of this shape for one of `ranks_on_node` ranks (the
   // measured shape nearest in log-space; else the roofline of peak ×
