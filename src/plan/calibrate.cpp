@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -13,12 +14,15 @@
 namespace mt::plan {
 
 AlphaBeta fit_alpha_beta(const std::vector<double>& x, const std::vector<double>& y) {
-  const double n = double(x.size());
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (size_t i = 0; i < x.size(); ++i)
-    sx += x[i], sy += y[i], sxx += x[i] * x[i], sxy += x[i] * y[i];
-  const double slope = (n * sxy - sx * sy) / (n * sxx - sx * sx);
-  const double alpha = (sy - slope * sx) / n;
+  // Weighted by 1/y², i.e. least squares of the relative error, so that the
+  // small messages (where α dominates) count as much as the large ones.
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double w = 1.0 / (y[i] * y[i]);
+    sw += w, sx += w * x[i], sy += w * y[i], sxx += w * x[i] * x[i], sxy += w * x[i] * y[i];
+  }
+  const double slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
+  const double alpha = (sy - slope * sx) / sw;
   // A negative intercept (noise at small sizes) or slope is clamped: latency
   // is never negative, bandwidth never infinite.
   return {std::max(0.0, alpha), 1.0 / std::max(slope, 1e-15)};
@@ -26,39 +30,54 @@ AlphaBeta fit_alpha_beta(const std::vector<double>& x, const std::vector<double>
 
 namespace {
 
-// Best seconds of `fn` over at least 3 runs within `seconds`.
-template <typename Fn>
-double best_time(Fn&& fn, double seconds) {
+// Seconds per call of `fn` for the node: every rank calls it `calls` times
+// in the same window (after a barrier), the window lasts as long as its
+// slowest rank, and the median of 5 windows over the ranks' calls is kept —
+// a rate the node sustains with all ranks busy, not one rank's best moment.
+double node_seconds_per_call(Group& world, const std::function<void()>& fn, int calls) {
   fn();  // warm-up
-  double best = 1e30;
-  Timer total;
-  for (int reps = 0; reps < 3 || (total.seconds() < seconds && reps < 200); ++reps) {
+  std::vector<double> windows;
+  for (int w = 0; w < 5; ++w) {
+    world.barrier("calibrate");
     Timer t;
-    fn();
-    best = std::min(best, t.seconds());
+    for (int c = 0; c < calls; ++c)
+      fn();
+    double s = t.seconds();
+    world.all_reduce(&s, 1, "calibrate", ReduceOp::max);
+    windows.push_back(s / double(calls * world.size()));
   }
-  return best;
+  std::sort(windows.begin(), windows.end());
+  return windows[windows.size() / 2];
 }
 
-double gemm_flops_per_s(int64_t M, int64_t N, int64_t K, double seconds) {
+// Calls per window for work of `flops`: 2·10⁹ × `seconds` FLOPs (a window of
+// about seconds / 5 at 10 GFLOP/s per rank), 1 to 64 calls.
+int calls_for(double flops, double seconds) {
+  return static_cast<int>(std::clamp(2e9 * seconds / flops, 1.0, 64.0));
+}
+
+double gemm_flops_per_s(Group& world, int64_t M, int64_t N, int64_t K, double seconds) {
   std::vector<float> a(static_cast<size_t>(M * K), 0.5f), b(static_cast<size_t>(K * N), 0.25f),
       c(static_cast<size_t>(M * N));
-  const double t = best_time(
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+  const double t = node_seconds_per_call(
+      world,
       [&] { sgemm(Trans::no, Trans::no, M, N, K, a.data(), K, b.data(), N, c.data(), N, Out::assign); },
-      seconds);
-  return 2.0 * double(M) * double(N) * double(K) / t;
+      calls_for(flops, seconds));
+  return flops / t;
 }
 
 // Bytes per second of a = b + s·c over arrays beyond the caches (read two, write one).
-double memory_bytes_per_s(double seconds) {
+double memory_bytes_per_s(Group& world) {
   const size_t n = size_t(8) << 20;
   std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
-  const double t = best_time(
+  const double t = node_seconds_per_call(
+      world,
       [&] {
         for (size_t i = 0; i < n; ++i)
           a[i] = b[i] + 0.5f * c[i];
       },
-      seconds);
+      4);
   return 3.0 * double(n) * sizeof(float) / t;
 }
 
@@ -148,24 +167,18 @@ Machine calibrate(Group& world, const CalibrateOptions& o) {
   m.overlap = 0.0;  // MPI progresses a non-blocking collective only inside its calls here
   m.precision = "fp32";
   m.gemm = gemm_shapes(o);
-  world.barrier("calibrate");
-  for (GemmRate& g : m.gemm) {  // every rank at once, each with its share of the cores; summed
-    g.flops_per_s = gemm_flops_per_s(g.m, g.n, g.k, o.seconds_per_shape);
-    world.all_reduce(&g.flops_per_s, 1, "calibrate");
-  }
+  for (GemmRate& g : m.gemm)  // the node's rate: every rank at once with its share of the cores
+    g.flops_per_s = gemm_flops_per_s(world, g.m, g.n, g.k, o.seconds_per_shape);
   // The peak is the best measured rate (small shapes that stay in cache can
   // beat 1024³), so that a predicted MFU stays at most 1.
   m.peak_flops = 0;
   for (const GemmRate& g : m.gemm)
     m.peak_flops = std::max(m.peak_flops, g.flops_per_s);
-  m.memory_bytes_per_s = memory_bytes_per_s(o.seconds_per_shape);
-  world.all_reduce(&m.memory_bytes_per_s, 1, "calibrate");
-  if (o.has_model) {  // every rank at once; the node's time is 1 / Σ 1/t (rates add)
-    m.kernels = measure_layer_kernels(o.model, o.microbatch, o.seq_len);
-    double rates[2] = {1 / m.kernels.attention_s, 1 / m.kernels.elementwise_s};
-    world.all_reduce(rates, 2, "calibrate");
-    m.kernels.attention_s = 1 / rates[0];
-    m.kernels.elementwise_s = 1 / rates[1];
+  m.memory_bytes_per_s = memory_bytes_per_s(world);
+  if (o.has_model) {  // the node's seconds per layer, every rank at once
+    m.kernels = measure_layer_kernels(o.model, o.microbatch, o.seq_len, [&](const std::function<void()>& fn) {
+      return node_seconds_per_call(world, fn, 4);
+    });
   }
   m.memory_bytes = double(std::max<int64_t>(0, available_memory_bytes()));
   m.intra = m.inter = {1e-6, m.memory_bytes_per_s / 2};  // replaced by the fits below when ranks > 1

@@ -19,17 +19,19 @@ struct CalibrateOptions {
   ModelConfig model;
   int64_t tokens = 512;  // microbatch × seq_len
   int64_t microbatch = 1, seq_len = 512;
-  double seconds_per_shape = 0.2;
+  double seconds_per_shape = 0.2;  // sets the GEMM windows' length
   std::vector<int64_t> message_bytes{4096, 65536, 1 << 20, 8 << 20};
 };
 
 // Collective over `world`: every rank measures at the same moment with its
-// share of the cores and the rates are summed (the node's rate); the
+// share of the cores, in windows that last as long as the slowest rank, and
+// the median window gives the node's rate; the
 // collectives are fitted for groups of 2 and 4 ranks as far as the world
 // allows. The result is complete on rank 0.
 Machine calibrate(Group& world, const CalibrateOptions& o);
 
-// Least-squares fit of time = α + bytes / β over (bytes, seconds) pairs.
+// Fit of time = α + bytes / β over (bytes, seconds) pairs, least squares of
+// the relative error.
 AlphaBeta fit_alpha_beta(const std::vector<double>& bytes, const std::vector<double>& seconds);
 
 }  // namespace mt::plan

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <vector>
 
-#include "core/timer.h"
 #include "ops/attention.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
@@ -11,21 +10,9 @@
 
 namespace mt::plan {
 
-namespace {
-template <typename Fn>
-double best_of(Fn&& fn) {
-  fn();  // warm-up
-  double best = 1e30;
-  for (int r = 0; r < 5; ++r) {
-    Timer t;
-    fn();
-    best = std::min(best, t.seconds());
-  }
-  return best;
-}
-}  // namespace
-
-LayerKernels measure_layer_kernels(const ModelConfig& m, int64_t batch, int64_t seq_len) {
+LayerKernels measure_layer_kernels(
+    const ModelConfig& m, int64_t batch, int64_t seq_len,
+    const std::function<double(const std::function<void()>&)>& seconds_per_call) {
   const int64_t N = batch * seq_len, C = m.d_model, F = m.ffn_hidden, qkv = m.qkv_dim();
   const auto buf = [](int64_t n, float v) { return std::vector<float>(static_cast<size_t>(n), v); };
   std::vector<float> x = buf(N * C, 0.5f), y = buf(N * C, 0), dy = buf(N * C, 0.1f), w = buf(C, 1),
@@ -41,7 +28,7 @@ LayerKernels measure_layer_kernels(const ModelConfig& m, int64_t batch, int64_t 
   const RopeTable table = m.rope_table(seq_len);
   LayerKernels k;
   k.batch = batch, k.seq_len = seq_len, k.d_model = C, k.ffn_hidden = F, k.heads = m.n_heads;
-  k.elementwise_s = best_of([&] {
+  k.elementwise_s = seconds_per_call([&] {
     for (int rep = 0; rep < 2; ++rep) {  // the two norms of a layer
       rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
       rmsnorm_backward(x.data(), dw.data(), dy.data(), y.data(), w.data(), rstd.data(), N, C);
@@ -56,7 +43,7 @@ LayerKernels measure_layer_kernels(const ModelConfig& m, int64_t batch, int64_t 
   d.head_dim = m.head_dim(), d.q_stride = d.kv_stride = qkv, d.out_stride = m.q_dim();
   const float* kp = q.data() + m.q_dim();
   const float* vp = kp + m.kv_dim();
-  k.attention_s = best_of([&] {
+  k.attention_s = seconds_per_call([&] {
     attention_forward(out.data(), lse.data(), q.data(), kp, vp, pos.data(), pos.data(), d);
     attention_backward(dq.data(), dq.data() + m.q_dim(), dq.data() + m.q_dim() + m.kv_dim(), dout.data(),
                        out.data(), lse.data(), q.data(), kp, vp, pos.data(), pos.data(), d);
