@@ -59,4 +59,19 @@ struct ExportArgs {
 // Writes the checkpoint's model as a Hugging Face directory (train/checkpoint.h export_checkpoint).
 int run_export_command(const ExportArgs& args);
 
+struct PlanArgs {
+  std::string config, machine, layout, json_out, attention = "flash", grad_overlap = "backward";
+  int64_t devices = 0, global_batch = 0, seq_len = 0, top = 3;
+  std::vector<int64_t> scaling;
+};
+// plan_command.cpp: ranks the layouts of a model on a machine (docs/PLANNER.md).
+int run_plan_command(const PlanArgs& args);
+
+struct CalibrateArgs {
+  std::string out, config;
+  double seconds = 0.2;
+};
+// calibrate_command.cpp: measures this machine and writes its description.
+int run_calibrate_command(const CalibrateArgs& args);
+
 }  // namespace mt

@@ -173,6 +173,47 @@ CLI::App* add_schedule(CLI::App& app, mt::ScheduleArgs& sch) {
   return sc;
 }
 
+CLI::App* add_plan(CLI::App& app, mt::PlanArgs& pl) {
+  CLI::App* p = app.add_subcommand(
+      "plan", "Rank the layouts of a model on a machine by predicted step time (docs/PLANNER.md)");
+  p->add_option("--config", pl.config, "TOML config: its [model] (and train.seq_len)")->required();
+  p->add_option(
+       "--machine", pl.machine,
+       "Built-in profile (a100-8x-ib, h100-8x-ib, h200-8x-ib, ascend910b-8x) or a file from calibrate")
+      ->required();
+  p->add_option("--devices", pl.devices, "Devices (ranks) in the job")->required();
+  p->add_option("--global-batch", pl.global_batch, "Sequences per step")->required();
+  p->add_option("--seq-len", pl.seq_len, "Tokens per sequence (default: the config's train.seq_len)");
+  p->add_option(
+      "--layout", pl.layout,
+      "Fix fields: 'dp2,tp1,pp1,cp1,ep1,zero1,mbs4,v1,sp,recompute=none,shard2'; with dp, tp, pp, cp, "
+      "zero and mbs all given, predict that one layout");
+  p->add_option("--top", pl.top, "Layouts to print in detail")->capture_default_str();
+  p->add_option("--scaling", pl.scaling, "Device counts of a strong and weak scaling table: 8,16,32")
+      ->delimiter(',');
+  p->add_option("--attention", pl.attention,
+                "flash (scores never stored) | materialized (as Megatron-LM in 2021)")
+      ->capture_default_str();
+  p->add_option("--grad-overlap", pl.grad_overlap,
+                "backward (the gradient reduction runs behind the backward) | none (after it, as Megatron-LM "
+                "in 2021)")
+      ->capture_default_str();
+  p->add_option("--json", pl.json_out, "Also write the result as JSON (docs/FORMATS.md, \"Plan output\")");
+  return p;
+}
+
+CLI::App* add_calibrate(CLI::App& app, mt::CalibrateArgs& ca) {
+  CLI::App* c = app.add_subcommand(
+      "calibrate",
+      "Measure this machine (GEMM rates, memory rate, collectives under mpirun) for plan --machine");
+  c->add_option("--out", ca.out, "Machine description to write (JSON, docs/FORMATS.md)")->required();
+  c->add_option("--config", ca.config, "Also measure this config's GEMM shapes (tp 1 and 2)");
+  c->add_option("--seconds", ca.seconds, "Seconds per measured shape or size")->capture_default_str();
+  c->footer(
+      "Run under mpirun -np 2 (or 4) to fit each collective's latency and bandwidth for 2 (and 4) ranks.");
+  return c;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -186,6 +227,8 @@ int main(int argc, char** argv) {
   mt::CompareOptions cmp;
   mt::ScheduleArgs sch;
   mt::ExportArgs ex;
+  mt::PlanArgs pl;
+  mt::CalibrateArgs ca;
   const CLI::App* tr = add_train(app, train);
   const CLI::App* pr = add_prepare(app, prep);
   const CLI::App* e = add_eval(app, ev);
@@ -193,6 +236,8 @@ int main(int argc, char** argv) {
   const CLI::App* c = add_compare(app, cmp);
   const CLI::App* sc = add_schedule(app, sch);
   const CLI::App* x = add_export(app, ex);
+  const CLI::App* pla = add_plan(app, pl);
+  const CLI::App* cal = add_calibrate(app, ca);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {
@@ -205,6 +250,8 @@ int main(int argc, char** argv) {
     if (*g) return mt::run_generate_command(ga);
     if (*sc) return mt::run_schedule_command(sch);
     if (*x) return mt::run_export_command(ex);
+    if (*pla) return mt::run_plan_command(pl);
+    if (*cal) return mt::run_calibrate_command(ca);
     if (*c) {
       const mt::CompareResult r = mt::compare_runs(cmp);
       std::fputs(r.report.c_str(), stdout);

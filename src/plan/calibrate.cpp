@@ -1,0 +1,189 @@
+#include "plan/calibrate.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "ops/gemm.h"
+#include "plan/kernels.h"
+#include "train/memory_estimate.h"
+
+namespace mt::plan {
+
+AlphaBeta fit_alpha_beta(const std::vector<double>& x, const std::vector<double>& y) {
+  // Weighted by 1/y², i.e. least squares of the relative error, so that the
+  // small messages (where α dominates) count as much as the large ones.
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double w = 1.0 / (y[i] * y[i]);
+    sw += w, sx += w * x[i], sy += w * y[i], sxx += w * x[i] * x[i], sxy += w * x[i] * y[i];
+  }
+  const double slope = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
+  const double alpha = (sy - slope * sx) / sw;
+  // A negative intercept (noise at small sizes) or slope is clamped: latency
+  // is never negative, bandwidth never infinite.
+  return {std::max(0.0, alpha), 1.0 / std::max(slope, 1e-15)};
+}
+
+namespace {
+
+// Seconds per call of `fn` for the node: every rank calls it `calls` times
+// in the same window (after a barrier), the window lasts as long as its
+// slowest rank, and the median of 5 windows over the ranks' calls is kept —
+// a rate the node sustains with all ranks busy, not one rank's best moment.
+double node_seconds_per_call(Group& world, const std::function<void()>& fn, int calls) {
+  fn();  // warm-up
+  std::vector<double> windows;
+  for (int w = 0; w < 5; ++w) {
+    world.barrier("calibrate");
+    Timer t;
+    for (int c = 0; c < calls; ++c)
+      fn();
+    double s = t.seconds();
+    world.all_reduce(&s, 1, "calibrate", ReduceOp::max);
+    windows.push_back(s / double(calls * world.size()));
+  }
+  std::sort(windows.begin(), windows.end());
+  return windows[windows.size() / 2];
+}
+
+// Calls per window for work of `flops`: 2·10⁹ × `seconds` FLOPs (a window of
+// about seconds / 5 at 10 GFLOP/s per rank), 1 to 64 calls.
+int calls_for(double flops, double seconds) {
+  return static_cast<int>(std::clamp(2e9 * seconds / flops, 1.0, 64.0));
+}
+
+double gemm_flops_per_s(Group& world, int64_t M, int64_t N, int64_t K, double seconds) {
+  std::vector<float> a(static_cast<size_t>(M * K), 0.5f), b(static_cast<size_t>(K * N), 0.25f),
+      c(static_cast<size_t>(M * N));
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+  const double t = node_seconds_per_call(
+      world,
+      [&] { sgemm(Trans::no, Trans::no, M, N, K, a.data(), K, b.data(), N, c.data(), N, Out::assign); },
+      calls_for(flops, seconds));
+  return flops / t;
+}
+
+// Bytes per second of a = b + s·c over arrays beyond the caches (read two, write one).
+double memory_bytes_per_s(Group& world) {
+  const size_t n = size_t(8) << 20;
+  std::vector<float> a(n), b(n, 1.0f), c(n, 2.0f);
+  const double t = node_seconds_per_call(
+      world,
+      [&] {
+        for (size_t i = 0; i < n; ++i)
+          a[i] = b[i] + 0.5f * c[i];
+      },
+      4);
+  return 3.0 * double(n) * sizeof(float) / t;
+}
+
+std::vector<GemmRate> gemm_shapes(const CalibrateOptions& o) {
+  std::vector<GemmRate> s{{256, 256, 256, 0}, {512, 512, 512, 0}, {1024, 1024, 1024, 0}};
+  if (o.has_model) {
+    const ModelConfig& m = o.model;
+    for (int64_t t : {1, 2}) {  // tp 1 and tp 2 column splits
+      s.push_back({o.tokens, m.qkv_dim() / t, m.d_model, 0});
+      s.push_back({o.tokens, m.d_model, m.q_dim() / t, 0});
+      s.push_back({o.tokens, m.ffn_hidden / t, m.d_model, 0});
+      s.push_back({o.tokens, m.d_model, m.ffn_hidden / t, 0});
+      s.push_back({o.tokens, m.vocab_size / t, m.d_model, 0});
+    }
+  }
+  return s;
+}
+
+// Seconds of one collective of `bytes` over `g`: the best of a fixed number
+// of calls, the slowest rank's.
+double time_collective(Group& g, const std::string& op, int64_t bytes) {
+  const int64_t n = std::max<int64_t>(1, bytes / 4), P = g.size();
+  std::vector<float> send(static_cast<size_t>(n)), recv(static_cast<size_t>(n));
+  const int64_t part = std::max<int64_t>(1, n / P);
+  const auto run = [&] {
+    if (op == "all_reduce") g.all_reduce(send.data(), n, "calibrate");
+    if (op == "all_gather") g.all_gather(send.data(), recv.data(), part, ElemType::f32, "calibrate");
+    if (op == "reduce_scatter")
+      g.reduce_scatter(send.data(), recv.data(), part, ElemType::f32, ReduceOp::sum, "calibrate");
+    if (op == "all_to_all") g.all_to_all(send.data(), recv.data(), part, ElemType::f32, "calibrate");
+    if (op == "send_recv") {  // ping-pong between ranks 0 and 1: half a round trip
+      if (g.rank() == 0) g.send(send.data(), n, ElemType::f32, 1, 7, "calibrate");
+      if (g.rank() == 1) g.recv(recv.data(), n, ElemType::f32, 0, 7, "calibrate");
+      if (g.rank() == 1) g.send(send.data(), n, ElemType::f32, 0, 8, "calibrate");
+      if (g.rank() == 0) g.recv(recv.data(), n, ElemType::f32, 1, 8, "calibrate");
+    }
+  };
+  // The same number of calls on every rank (a time budget would differ
+  // between ranks and mismatch the collectives): more for small messages.
+  const int reps =
+      static_cast<int>(std::clamp<int64_t>((int64_t{16} << 20) / std::max<int64_t>(1, bytes), 3, 40));
+  g.barrier("calibrate");
+  run();  // warm-up
+  double t = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    Timer timer;
+    run();
+    t = std::min(t, timer.seconds());
+  }
+  t /= op == "send_recv" ? 2.0 : 1.0;
+  g.all_reduce(&t, 1, "calibrate", ReduceOp::max);
+  return t;
+}
+
+void measure_collectives(Group& world, const CalibrateOptions& o, Machine& m) {
+  for (int ranks : {2, 4}) {
+    if (ranks > world.size()) break;
+    const bool member = world.rank() < ranks;
+    Group g = world.split(member ? 0 : 1, world.rank(), "calibrate");
+    for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"}) {
+      if (ranks > 2 && std::string(op) == "send_recv") continue;
+      std::vector<double> x, y;
+      for (int64_t b : o.message_bytes) {
+        if (member) y.push_back(time_collective(g, op, b));
+        x.push_back(double(b));
+      }
+      if (member) m.collectives.push_back({op, ranks, fit_alpha_beta(x, y)});
+    }
+    world.barrier("calibrate");
+  }
+  if (const CollectiveFit* f = m.fit("all_reduce", 2)) {  // a 2-rank ring all-reduce: 2 α + bytes / β
+    m.intra = {f->fit.alpha_s / 2, f->fit.bytes_per_s};
+    m.inter = m.intra;  // one machine: no link between nodes measured
+  }
+}
+
+}  // namespace
+
+Machine calibrate(Group& world, const CalibrateOptions& o) {
+  Machine m;
+  char host[256] = "localhost";
+  gethostname(host, sizeof host - 1);
+  m.name = std::string("calibrated:") + host;
+  m.description = "measured by meshtrain calibrate over " + std::to_string(world.size()) + " rank(s)";
+  m.devices_per_node = 1 << 20;  // every rank runs on this one machine
+  m.shared_compute = true;
+  m.overlap = 0.0;  // MPI progresses a non-blocking collective only inside its calls here
+  m.precision = "fp32";
+  m.gemm = gemm_shapes(o);
+  for (GemmRate& g : m.gemm)  // the node's rate: every rank at once with its share of the cores
+    g.flops_per_s = gemm_flops_per_s(world, g.m, g.n, g.k, o.seconds_per_shape);
+  // The peak is the best measured rate (small shapes that stay in cache can
+  // beat 1024³), so that a predicted MFU stays at most 1.
+  m.peak_flops = 0;
+  for (const GemmRate& g : m.gemm)
+    m.peak_flops = std::max(m.peak_flops, g.flops_per_s);
+  m.memory_bytes_per_s = memory_bytes_per_s(world);
+  if (o.has_model) {  // the node's seconds per layer, every rank at once
+    m.kernels = measure_layer_kernels(o.model, o.microbatch, o.seq_len, [&](const std::function<void()>& fn) {
+      return node_seconds_per_call(world, fn, 4);
+    });
+  }
+  m.memory_bytes = double(std::max<int64_t>(0, available_memory_bytes()));
+  m.intra = m.inter = {1e-6, m.memory_bytes_per_s / 2};  // replaced by the fits below when ranks > 1
+  measure_collectives(world, o, m);
+  return m;
+}
+
+}  // namespace mt::plan

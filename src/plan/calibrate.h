@@ -1,0 +1,37 @@
+// `meshtrain calibrate`: this machine's description, measured — GEMM rates by
+// shape, the memory rate, and each collective's α + bytes/β by group size
+// (docs/PLANNER.md, "Calibration"; the file format is in docs/FORMATS.md).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/group.h"
+#include "model/config.h"
+#include "plan/machine.h"
+
+namespace mt::plan {
+
+struct CalibrateOptions {
+  // The model whose GEMM shapes are measured besides the square ones (at
+  // `tokens` rows, and with the column dims halved as tp 2 runs them).
+  bool has_model = false;
+  ModelConfig model;
+  int64_t tokens = 512;  // microbatch × seq_len
+  int64_t microbatch = 1, seq_len = 512;
+  double seconds_per_shape = 0.2;  // sets the GEMM windows' length
+  std::vector<int64_t> message_bytes{4096, 65536, 1 << 20, 8 << 20};
+};
+
+// Collective over `world`: every rank measures at the same moment with its
+// share of the cores, in windows that last as long as the slowest rank, and
+// the median window gives the node's rate; the
+// collectives are fitted for groups of 2 and 4 ranks as far as the world
+// allows. The result is complete on rank 0.
+Machine calibrate(Group& world, const CalibrateOptions& o);
+
+// Fit of time = α + bytes / β over (bytes, seconds) pairs, least squares of
+// the relative error.
+AlphaBeta fit_alpha_beta(const std::vector<double>& bytes, const std::vector<double>& seconds);
+
+}  // namespace mt::plan

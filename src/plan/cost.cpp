@@ -1,0 +1,247 @@
+#include "plan/cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "plan/memory.h"
+#include "train/flops.h"
+
+namespace mt::plan {
+
+double Prediction::exposed_comm_s() const {
+  double s = 0;
+  for (const AxisComm& c : comm)
+    s += c.exposed_s();
+  return s;
+}
+
+double narayanan_flops(const ModelConfig& m, int64_t global_batch, int64_t seq_len) {
+  const double B = double(global_batch), s = double(seq_len), l = double(m.n_layers), h = double(m.d_model);
+  const double V = double(m.vocab_size);
+  return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
+}
+
+double collective_time(const Machine& m, const std::string& op, int64_t ranks, double bytes, bool inter) {
+  if (ranks <= 1) return 0;
+  if (!inter)
+    if (const CollectiveFit* f = m.fit(op, static_cast<int>(ranks))) return f->fit.time(bytes);
+  const AlphaBeta& link = inter ? m.inter : m.intra;
+  const double n = double(ranks), share = (n - 1) / n;
+  if (op == "all_reduce") return 2 * (n - 1) * link.alpha_s + 2 * share * bytes / link.bytes_per_s;
+  if (op == "send_recv") return link.time(bytes);
+  return (n - 1) * link.alpha_s + share * bytes / link.bytes_per_s;  // all-gather, reduce-scatter, all-to-all
+}
+
+namespace {
+
+// One stage's work for one microbatch (all its chunks), in seconds.
+struct StageWork {
+  double forward = 0, backward = 0, recompute = 0, attention = 0, elementwise = 0;
+};
+
+struct Ctx {
+  const PlanInput& in;
+  const PlanLayout& l;
+  const Machine& m;
+  int ranks_on_node;
+  PrecisionSizes sizes;
+  double tokens;  // rows of a microbatch on this rank: mbs · seq / cp
+  bool crosses(int64_t span) const { return span > m.devices_per_node; }
+};
+
+double gemm_s(const Ctx& c, double rows, double n, double k) {
+  const auto i = [](double x) { return std::max<int64_t>(1, static_cast<int64_t>(x)); };
+  return 2 * rows * n * k / c.m.gemm_rate(i(rows), i(n), i(k), c.ranks_on_node);
+}
+
+// A calibrated machine's measured layer kernels (plan/kernels.h), scaled to
+// this layout's microbatch: attention by sequences × T² × d / (tp · cp),
+// norms, RoPE and SwiGLU by tokens × (d + ffn) with tp's share; a rank has
+// 1 / ranks of the node the measurement had. False when not measured.
+bool measured_kernels(const Ctx& c, double* attention_forward, double* elementwise) {
+  const LayerKernels& k = c.m.kernels;
+  if (k.attention_s <= 0 || k.batch <= 0) return false;
+  const ModelConfig& md = c.in.model;
+  const double t = double(c.l.tp), T = double(c.in.seq_len), Tk = double(k.seq_len), share = c.ranks_on_node;
+  const double attn = double(c.l.mbs) * T * T * double(md.d_model) / (t * double(c.l.cp)) /
+                      (double(k.batch) * Tk * Tk * double(k.d_model));
+  const double norms = c.l.sp ? double(md.d_model) / t : double(md.d_model);
+  const double work = c.tokens * (norms + double(md.ffn_hidden) / t) /
+                      (double(k.batch) * Tk * double(k.d_model + k.ffn_hidden));
+  *attention_forward = k.attention_s * attn * share / 3;  // forward : backward as 1 : 2
+  *elementwise = k.elementwise_s * work * share;          // forward + backward
+  return true;
+}
+
+// Forward of one microbatch through this rank's layers and, on the last
+// stage, the head: each GEMM at its shape's rate; causal attention's
+// QKᵀ and PV (halved by the mask with flash-style attention, computed whole
+// when the scores are materialised); element-wise traffic from the count of
+// saved activation elements per token and layer (docs/PLANNER.md, "Time model").
+StageWork stage_work(const Ctx& c) {
+  const ModelConfig& md = c.in.model;
+  const double t = double(c.l.tp), d = double(md.d_model), tok = c.tokens;
+  const double ffn = md.moe() ? double(md.top_k * md.expert_hidden()) : double(md.ffn_hidden);
+  const double layer = gemm_s(c, tok, double(md.qkv_dim()) / t, d) +
+                       gemm_s(c, tok, d, double(md.q_dim()) / t) + 2 * gemm_s(c, tok, ffn / t, d) +
+                       gemm_s(c, tok, d, ffn / t);
+  const double T = double(c.in.seq_len), hd = double(md.head_dim());
+  const double attn_flops = double(c.l.mbs) * double(md.n_heads) / t * hd * T * T *
+                            (c.in.flash_attention ? 2.0 : 4.0) / double(c.l.cp);
+  const int64_t Ti = std::max<int64_t>(1, c.in.seq_len / c.l.cp), hdi = md.head_dim();
+  double attn = attn_flops / c.m.gemm_rate(Ti, Ti, hdi, c.ranks_on_node), measured_elementwise = 0;
+  const bool measured = measured_kernels(c, &attn, &measured_elementwise);
+  const double layers = std::ceil(double(md.n_layers) / double(c.l.pp));
+  const double head = gemm_s(c, tok, double(md.vocab_size) / t, d);
+  StageWork w;
+  w.attention = layers * attn;
+  w.forward = layers * (layer + attn) + head;
+  w.backward = 2 * w.forward;
+  if (c.l.recompute == Recompute::full) w.recompute = layers * (layer + attn);
+  if (c.l.recompute == Recompute::selective) w.recompute = layers * 2 * gemm_s(c, tok, ffn / t, d);
+  const double a = double(md.n_heads), scores = c.in.flash_attention ? 0 : 2.5 * a * T / t;
+  const double per_token = c.l.sp ? 17 * d / t + scores : (5 + 12 / t) * d + scores;
+  // written forward, read backward, its gradient written and read; again when recomputed
+  const double passes = c.l.recompute == Recompute::full ? 5 : 4;
+  w.elementwise = layers * tok * per_token * c.sizes.activation * passes / c.m.memory_bytes_per_s;
+  if (measured) w.elementwise = layers * measured_elementwise * (passes / 4);
+  return w;
+}
+
+std::string describe(const char* op, double bytes, int64_t ranks, bool inter) {
+  std::ostringstream os;
+  os.precision(3);
+  os << op << " " << bytes / (1 << 20) << " MiB over " << ranks
+     << (inter ? " ranks (crosses nodes)" : " ranks");
+  return os.str();
+}
+
+// Gradient reduction and ZeRO's parameter gathers over dp × cp; HSDP
+// reduce-scatters in the shard group and all-reduces the shard over the
+// replicas. `hide` is the compute the reduction can run behind.
+AxisComm dp_comm(const Ctx& c, double params, int64_t microbatches, double backward_last, double compute) {
+  const PlanLayout& l = c.l;
+  AxisComm a{"dp", "", 0, 0, 0, false};
+  const int64_t group = l.dp * l.cp, shard = l.shard_size() * l.cp;
+  if (group <= 1) return a;
+  const double grads = params * c.sizes.gradient, weights = params * c.sizes.parameter;
+  const bool inter = c.crosses(l.devices()), shard_inter = c.crosses(l.tp * l.cp * l.pp * l.shard_size());
+  a.crosses_nodes = inter;
+  double reduce = 0, gathers = 0;
+  if (l.zero <= 1 && shard == group) {
+    reduce = collective_time(c.m, "all_reduce", group, grads, inter);
+    a.what = describe("grad all-reduce", grads, group, inter);
+  } else {
+    reduce = collective_time(c.m, "reduce_scatter", shard, grads, shard_inter) +
+             collective_time(c.m, "all_reduce", group / shard, grads / double(shard), inter);
+    a.what = describe("grad reduce-scatter", grads, shard, shard_inter);
+  }
+  a.bytes = grads;
+  if (l.zero >= 1) {  // the updated shards gathered again: once per step, or before each use under ZeRO-3
+    const double times = l.zero == 3 ? 2.0 * double(microbatches) : 1.0;
+    gathers = times * collective_time(c.m, "all_gather", shard, weights, shard_inter);
+    a.bytes += times * weights;
+    a.what += l.zero == 3 ? "; param all-gather before each forward and backward" : "; param all-gather";
+  }
+  a.total_s = reduce + gathers;
+  // The reduction runs behind the last microbatch's backward; ZeRO-3's gathers
+  // are prefetched behind the compute they precede; ZeRO 1/2's gather follows
+  // the update and is exposed.
+  a.hidden_s = c.in.grad_overlap ? std::min(reduce, c.m.overlap * backward_last) : 0.0;
+  if (l.zero == 3) a.hidden_s += std::min(gathers, c.m.overlap * std::max(0.0, compute - backward_last));
+  return a;
+}
+
+// Per microbatch (all chunks of this rank): tp's two all-reduces (or SP's
+// all-gather + reduce-scatter pairs, the same ring volume) per layer and
+// direction, again in a full recomputation; cp's ring passes of k and v
+// (and of their gradients in the backward), behind the attention; ep's
+// dispatch and combine all-to-alls per MoE layer and direction.
+std::vector<AxisComm> microbatch_comm(const Ctx& c, const StageWork& w) {
+  const ModelConfig& md = c.in.model;
+  const PlanLayout& l = c.l;
+  const double layers = std::ceil(double(md.n_layers) / double(l.pp));
+  const double act = c.tokens * double(md.d_model) * c.sizes.activation;
+  std::vector<AxisComm> out;
+  if (l.tp > 1) {
+    const bool inter = c.crosses(l.tp);
+    const double calls = layers * (l.recompute == Recompute::full ? 6 : 4);
+    AxisComm a{"tp",
+               describe(l.sp ? "all-gather + reduce-scatter pairs of" : "all-reduces of", act, l.tp, inter),
+               calls * act,
+               calls * collective_time(c.m, "all_reduce", l.tp, act, inter),
+               0,
+               inter};
+    out.push_back(a);
+  }
+  if (l.cp > 1) {
+    const bool inter = c.crosses(l.tp * l.cp);
+    const double kv = 2 * c.tokens * double(md.kv_dim()) / double(l.tp) * c.sizes.activation;
+    const double steps = layers * 3 * double(l.cp - 1);  // k, v forward; k, v and their gradients backward
+    AxisComm a{"cp", describe("ring passes of k, v", kv, l.cp, inter), steps * kv, 0, 0, inter};
+    a.total_s = steps * collective_time(c.m, "send_recv", 2, kv, inter);
+    a.hidden_s = std::min(a.total_s, c.m.overlap * 3 * w.attention);
+    out.push_back(a);
+  }
+  if (l.ep > 1 && md.moe()) {
+    const bool inter = c.crosses(l.ep <= l.cp ? l.tp * l.ep : l.devices() / l.dp * (l.ep / l.cp));
+    const double rows = c.tokens * double(md.top_k) * double(md.d_model) * c.sizes.activation / double(l.tp);
+    const double calls = 4 * double(md.n_moe_layers()) / double(l.pp);
+    out.push_back({"ep", describe("token all-to-alls of", rows, l.ep, inter), calls * rows,
+                   calls * collective_time(c.m, "all_to_all", l.ep, rows, inter), 0, inter});
+  }
+  return out;
+}
+
+}  // namespace
+
+Prediction predict(const PlanInput& in, const PlanLayout& l, const Machine& m) {
+  check_layout(in, l);
+  const int ranks_on_node = static_cast<int>(std::min<int64_t>(in.devices, m.devices_per_node));
+  const Ctx c{in, l, m, ranks_on_node, precision_sizes(m.precision), double(l.mbs * in.seq_len / l.cp)};
+  Prediction p;
+  p.layout = l;
+  p.memory = plan_memory(in, l, m);
+  p.fits = double(p.memory.total) <= m.rank_memory_bytes(in.devices);
+  p.microbatches = in.global_batch / (l.dp * l.mbs);
+  const double mb = double(p.microbatches);
+  const StageWork w = stage_work(c);
+  double per_mb = w.forward + w.backward + w.recompute + w.elementwise;
+  std::vector<AxisComm> axes = microbatch_comm(c, w);
+  for (AxisComm& a : axes) {  // per microbatch → per step
+    per_mb += a.exposed_s();
+    a.bytes *= mb, a.total_s *= mb, a.hidden_s *= mb;
+  }
+  p.compute_s = mb * (w.forward + w.backward + w.recompute);
+  p.recompute_s = mb * w.recompute;
+  p.elementwise_s = mb * w.elementwise;
+  p.bubble_s = double(l.pp - 1) * per_mb / double(l.v);
+  p.bubble_fraction = p.bubble_s / (mb * per_mb + p.bubble_s);
+  if (l.pp > 1) {  // each chunk boundary: activations forward, their gradients backward, on the critical path
+    const bool inter = c.crosses(l.tp * l.cp * l.pp);
+    const double act = c.tokens * double(in.model.d_model) * c.sizes.activation / double(l.sp ? l.tp : 1);
+    const double msgs = 2 * mb * double(l.v);
+    axes.push_back({"pp", describe("sends of", act, 2, inter), msgs * act,
+                    msgs * collective_time(m, "send_recv", 2, act, inter), 0, inter});
+  }
+  const ModelConfig& md = in.model;
+  const double params = double(checked_param_count(md)) / double(l.tp * l.pp);
+  axes.push_back(dp_comm(c, params, p.microbatches, w.backward + w.recompute, p.compute_s));
+  if (axes.back().total_s == 0) axes.pop_back();
+  // AdamW's pass over this rank's share of the state: read parameter,
+  // gradient and two moments, write three, in fp32 (28 B per element).
+  const double owned = l.zero >= 1 ? params / double(l.shard_size() * l.cp) : params;
+  p.optimizer_s = owned * 28 / m.memory_bytes_per_s;
+  p.comm = axes;
+  p.step_s = mb * per_mb + p.bubble_s + p.optimizer_s;
+  for (const AxisComm& a : p.comm)
+    if (a.axis == "pp" || a.axis == "dp") p.step_s += a.exposed_s();
+  p.model_flops = train_flops_per_token(md, in.seq_len) * double(in.global_batch * in.seq_len);
+  const double nodes = std::ceil(double(in.devices) / double(m.devices_per_node));
+  const double peak = m.shared_compute ? nodes * m.peak_flops : double(in.devices) * m.peak_flops;
+  p.mfu = p.model_flops / (p.step_s * peak);
+  return p;
+}
+
+}  // namespace mt::plan

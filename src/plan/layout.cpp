@@ -1,0 +1,101 @@
+#include "plan/layout.h"
+
+#include <cctype>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace mt::plan {
+
+const char* recompute_name(Recompute r) {
+  return r == Recompute::full ? "full" : r == Recompute::selective ? "selective" : "none";
+}
+
+std::string to_string(const PlanLayout& l) {
+  std::ostringstream os;
+  os << "dp" << l.dp << ",tp" << l.tp << ",pp" << l.pp << ",cp" << l.cp << ",ep" << l.ep << ",zero" << l.zero
+     << ",mbs" << l.mbs << ",v" << l.v << (l.sp ? ",sp" : "") << ",recompute=" << recompute_name(l.recompute);
+  if (l.shard > 0 && l.shard != l.dp) os << ",shard" << l.shard;
+  return os.str();
+}
+
+namespace {
+// "tp8" → 8 when the field starts with `key` followed by digits only.
+bool number_field(const std::string& f, const std::string& key, int64_t* out) {
+  if (f.size() <= key.size() || f.compare(0, key.size(), key) != 0) return false;
+  for (size_t i = key.size(); i < f.size(); ++i)
+    if (!std::isdigit(static_cast<unsigned char>(f[i]))) return false;
+  *out = std::stoll(f.substr(key.size()));
+  return true;
+}
+}  // namespace
+
+LayoutSpec parse_layout(const std::string& text) {
+  LayoutSpec s;
+  PlanLayout& l = s.layout;
+  std::stringstream ss(text);
+  std::string f;
+  while (std::getline(ss, f, ',')) {
+    if (f.empty()) continue;
+    const struct {
+      const char* key;
+      int64_t* value;
+      bool* has;
+    } fields[] = {
+        {"zero", &l.zero, &s.has_zero}, {"shard", &l.shard, &s.has_shard}, {"mbs", &l.mbs, &s.has_mbs},
+        {"dp", &l.dp, &s.has_dp},       {"tp", &l.tp, &s.has_tp},          {"pp", &l.pp, &s.has_pp},
+        {"cp", &l.cp, &s.has_cp},       {"ep", &l.ep, &s.has_ep},          {"v", &l.v, &s.has_v}};
+    bool done = false;
+    for (const auto& fd : fields)
+      if (!done && number_field(f, fd.key, fd.value)) done = *fd.has = true;
+    if (done) continue;
+    if (f == "sp" || f == "nosp") {
+      l.sp = f == "sp";
+      s.has_sp = true;
+    } else if (f.rfind("recompute=", 0) == 0) {
+      const std::string r = f.substr(10);
+      MT_REQUIRE(r == "none" || r == "selective" || r == "full", ConfigError, "--layout field '", f,
+                 "': recompute must be none, selective or full");
+      l.recompute = r == "full" ? Recompute::full : r == "selective" ? Recompute::selective : Recompute::none;
+      s.has_recompute = true;
+    } else {
+      MT_THROW(ConfigError, "--layout field '", f,
+               "' is not one of dpN, tpN, ppN, cpN, epN, zeroN, mbsN, vN, shardN, sp, nosp, "
+               "recompute=none|selective|full");
+    }
+  }
+  for (int64_t v : {l.dp, l.tp, l.pp, l.cp, l.ep, l.mbs, l.v})
+    MT_REQUIRE(v >= 1, ConfigError, "--layout '", text, "': every size must be at least 1");
+  return s;
+}
+
+Config to_config(const PlanInput& in, const PlanLayout& l) {
+  Config c;
+  c.model = in.model;
+  c.train.batch_size = in.global_batch;
+  c.train.microbatch_size = l.mbs;
+  c.train.seq_len = in.seq_len;
+  c.train.recompute = l.recompute == Recompute::full;
+  c.parallel.dp = l.dp;
+  c.parallel.tp = l.tp;
+  c.parallel.pp = l.pp;
+  c.parallel.cp = l.cp;
+  c.parallel.ep = l.ep;
+  c.parallel.zero = l.zero;
+  c.parallel.sp = l.sp;
+  c.parallel.virtual_stages = l.v;
+  c.parallel.schedule = l.v > 1 ? "interleaved" : "1f1b";
+  return c;
+}
+
+void check_layout(const PlanInput& in, const PlanLayout& l) {
+  MT_REQUIRE(l.devices() == in.devices, ConfigError, "dp (", l.dp, ") x tp (", l.tp, ") x pp (", l.pp,
+             ") x cp (", l.cp, ") = ", l.devices(), " but --devices is ", in.devices);
+  MT_REQUIRE(l.shard == 0 || (l.shard >= 1 && l.dp % l.shard == 0), ConfigError, "shard (", l.shard,
+             ") must divide dp (", l.dp, ")");
+  MT_REQUIRE(l.shard == 0 || l.shard == l.dp || l.zero > 0, ConfigError, "shard (", l.shard,
+             ") needs a ZeRO stage above 0: HSDP shards the ZeRO state");
+  to_config(in, l).validate();
+}
+
+}  // namespace mt::plan

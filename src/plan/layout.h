@@ -1,0 +1,67 @@
+// One candidate layout of the planner: the mesh axes, the ZeRO stage, the
+// microbatch, virtual stages, recomputation and HSDP's shard group, written
+// and read as "dp8,tp8,pp4,cp1,ep1,zero1,mbs1,v2,sp,recompute=full,shard8"
+// (docs/PLANNER.md, "Layouts").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "config/config.h"
+
+namespace mt::plan {
+
+enum class Recompute { none, selective, full };
+
+struct PlanLayout {
+  int64_t dp = 1, tp = 1, pp = 1, cp = 1, ep = 1;
+  int64_t zero = 0;
+  int64_t mbs = 1;  // sequences per microbatch
+  int64_t v = 1;    // model chunks per pipeline rank (interleaved schedule when > 1)
+  bool sp = false;  // sequence parallelism over tp
+  Recompute recompute = Recompute::none;
+  // HSDP: ZeRO shards state over groups of `shard` dp ranks and replicates
+  // it over dp / shard of them (0: shard = dp, plain ZeRO).
+  int64_t shard = 0;
+
+  int64_t devices() const { return dp * tp * pp * cp; }
+  int64_t shard_size() const { return shard > 0 ? shard : dp; }
+  int64_t replicas() const { return dp / shard_size(); }
+};
+
+const char* recompute_name(Recompute r);
+std::string to_string(const PlanLayout& l);
+
+// Which fields a spec set; parse_layout fills only those.
+struct LayoutSpec {
+  PlanLayout layout;
+  bool has_dp = false, has_tp = false, has_pp = false, has_cp = false, has_ep = false, has_zero = false,
+       has_mbs = false, has_v = false, has_sp = false, has_recompute = false, has_shard = false;
+  bool complete() const { return has_dp && has_tp && has_pp && has_cp; }
+};
+// "dp2,tp1,..." (fields in any order; a ConfigError names a bad field).
+LayoutSpec parse_layout(const std::string& text);
+
+// What the planner is asked: the model and the step's shape.
+struct PlanInput {
+  ModelConfig model;
+  int64_t devices = 1;
+  int64_t global_batch = 1;  // sequences per step
+  int64_t seq_len = 1;
+  bool flash_attention = true;  // false: the attention scores are materialised (Megatron-LM in 2021)
+  // false: the gradient reduction starts after the backward pass (Megatron-LM's
+  // local DDP in 2021) instead of overlapping it.
+  bool grad_overlap = true;
+};
+
+// The trainer's Config of this layout (what `meshtrain train` would run);
+// HSDP and selective recomputation, which the trainer does not have, map to
+// ZeRO over the shard group and to no recomputation.
+Config to_config(const PlanInput& in, const PlanLayout& l);
+
+// ConfigError naming the rule when `l` cannot run `in`: the trainer's own
+// start-up rules (Config::validate) and the planner's (devices, the shard
+// group).
+void check_layout(const PlanInput& in, const PlanLayout& l);
+
+}  // namespace mt::plan

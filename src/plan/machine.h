@@ -1,0 +1,86 @@
+// A machine description: what the planner needs to know of a cluster to
+// predict a layout's step time (docs/PLANNER.md, "Machine descriptions").
+// Either measured here by `meshtrain calibrate` or one of the built-in
+// profiles of clusters we cannot run on, each number with its source in
+// docs/PLANNER.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mt::plan {
+
+// A link or a collective as latency + bytes / bandwidth.
+struct AlphaBeta {
+  double alpha_s = 0;      // seconds per message (per step of a ring)
+  double bytes_per_s = 1;  // bandwidth per device, one direction
+  double time(double bytes) const { return alpha_s + bytes / bytes_per_s; }
+};
+
+// A fitted collective of `ranks` ranks within a node: time = α + bytes / β,
+// bytes = the buffer as the op's contract counts it (all-reduce: the buffer;
+// all-gather: the gathered output; reduce-scatter: the input; all-to-all: the
+// send buffer; send: the message).
+struct CollectiveFit {
+  std::string op;  // all_reduce | all_gather | reduce_scatter | all_to_all | send_recv
+  int ranks = 2;
+  AlphaBeta fit;
+};
+
+// GEMM rate of one shape, measured with all of a node's threads.
+struct GemmRate {
+  int64_t m = 0, n = 0, k = 0;
+  double flops_per_s = 0;
+};
+
+// One decoder layer's non-GEMM kernels, forward + backward, measured by
+// calibrate at the shape of its --config (batch sequences of seq_len tokens),
+// with all of a node's cores; 0 when not measured.
+struct LayerKernels {
+  int64_t batch = 0, seq_len = 0, d_model = 0, ffn_hidden = 0, heads = 0;
+  double attention_s = 0, elementwise_s = 0;
+};
+
+struct Machine {
+  std::string name, description;
+  int devices_per_node = 1;
+  // Dense peak per device (bf16 for accelerators, fp32 SGEMM for a CPU node
+  // measured here) and the fraction of it large GEMMs achieve (an assumption
+  // for the built-in profiles, 1 for measured rates).
+  double peak_flops = 1e12;
+  double gemm_efficiency = 1.0;
+  // true: the devices of a node share one compute pool (a CPU: ranks split
+  // the cores, so a rank's rate is the node's rate / ranks on the node).
+  bool shared_compute = false;
+  double memory_bytes = 80e9;        // per device (the CPU node's, for shared_compute)
+  double memory_bytes_per_s = 2e12;  // per device: what element-wise work moves at
+  AlphaBeta intra, inter;            // a device's link within and between nodes
+  // Share of a collective that can run behind independent compute (1: fully
+  // asynchronous engines; 0: MPI on CPUs progresses only inside its calls).
+  double overlap = 1.0;
+  std::string precision = "bf16";  // bf16: mixed precision sizes; fp32: as meshtrain trains here
+  std::vector<GemmRate> gemm;
+  std::vector<CollectiveFit> collectives;
+  LayerKernels kernels;
+
+  // Rate of a GEMM of this shape for one of `ranks_on_node` ranks (the
+  // measured shape nearest in log-space; else the roofline of peak ×
+  // efficiency and the memory rate).
+  double gemm_rate(int64_t m, int64_t n, int64_t k, int ranks_on_node) const;
+  // Memory one of `devices` ranks may use: the device's, or the node's share
+  // when the ranks share one (shared_compute).
+  double rank_memory_bytes(int64_t devices) const;
+  // The fitted collective for (op, ranks), or null.
+  const CollectiveFit* fit(const std::string& op, int ranks) const;
+};
+
+// Names of the built-in profiles ("a100-8x-ib", ...).
+std::vector<std::string> builtin_machine_names();
+// A built-in profile by name, or a machine description file (JSON); a
+// ConfigError names the value and the known profiles otherwise.
+Machine load_machine(const std::string& name_or_file);
+Machine machine_from_json(const std::string& text, const std::string& source);
+std::string machine_to_json(const Machine& m);
+
+}  // namespace mt::plan

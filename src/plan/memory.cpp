@@ -1,0 +1,60 @@
+#include "plan/memory.h"
+
+#include <cmath>
+
+namespace mt::plan {
+
+PrecisionSizes precision_sizes(const std::string& precision) {
+  if (precision == "bf16") return {2, 4, 12, 2};
+  return {4, 4, 8, 4};
+}
+
+std::string precision_note(const std::string& precision) {
+  if (precision == "bf16")
+    return "memory assumes bf16 mixed precision: 2 B per parameter (bf16), 4 B per gradient (fp32), 12 B of "
+           "optimizer state (fp32 master weight + two Adam moments), 2 B per activation element";
+  return "memory assumes fp32 training as meshtrain runs here: 4 B per parameter, 4 B per gradient, 8 B of "
+         "Adam "
+         "state, 4 B per activation element";
+}
+
+namespace {
+// Share of a dense layer's saved activations that the MLP's gate, up and
+// product take (3·ffn of 5·d + q/k/v + 3·ffn floats per token,
+// train/memory_estimate.cpp's count): what selective recomputation, which
+// recomputes the MLP's up-projections in the backward, does not keep.
+double mlp_activation_share(const ModelConfig& m) {
+  const double mlp = 3.0 * double(m.ffn_hidden);
+  return mlp / (5.0 * double(m.d_model) + double(m.qkv_dim()) + mlp);
+}
+
+double scale_for(const std::string& category, const PrecisionSizes& s) {
+  const auto has = [&](const char* w) { return category.find(w) != std::string::npos; };
+  if (has("param")) return s.parameter / 4;
+  if (has("grad")) return s.gradient / 4;
+  if (has("state") || has("momentum") || has("optim")) return s.optimizer / 8;
+  if (has("activ")) return s.activation / 4;
+  return 1;  // logits, tables and buffers: kept in fp32
+}
+}  // namespace
+
+MemoryEstimate plan_memory(const PlanInput& in, const PlanLayout& l, const Machine& m) {
+  Config c = to_config(in, l);
+  if (l.shard_size() != l.dp) {  // HSDP: the ZeRO state is that of dp = shard
+    c.parallel.dp = l.shard_size();
+    c.train.batch_size = in.global_batch / l.dp * l.shard_size();
+  }
+  const MemoryEstimate fp32 = estimate_training_memory(c);
+  const PrecisionSizes sizes = precision_sizes(m.precision);
+  MemoryEstimate e;
+  for (const auto& [name, bytes] : fp32.parts) {
+    double b = double(bytes) * scale_for(name, sizes);
+    if (l.recompute == Recompute::selective && name.find("activ") != std::string::npos)
+      b *= 1.0 - mlp_activation_share(in.model);
+    e.parts.emplace_back(name, static_cast<int64_t>(std::llround(b)));
+    e.total += e.parts.back().second;
+  }
+  return e;
+}
+
+}  // namespace mt::plan

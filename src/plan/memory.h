@@ -1,0 +1,27 @@
+// Per-rank memory of a planned layout: the trainer's analytic model
+// (train/memory_estimate.h) for the layout's Config, then sized for the
+// machine's precision (docs/PLANNER.md, "Memory").
+#pragma once
+
+#include "plan/layout.h"
+#include "plan/machine.h"
+#include "train/memory_estimate.h"
+
+namespace mt::plan {
+
+// Bytes per element the planner assumes under bf16 mixed precision:
+// bf16 parameters, fp32 gradients, fp32 master weights + two fp32 Adam
+// moments (18 bytes per parameter before sharding), bf16 activations.
+struct PrecisionSizes {
+  double parameter = 4, gradient = 4, optimizer = 8, activation = 4;
+};
+PrecisionSizes precision_sizes(const std::string& precision);
+// One line stating the assumption, printed with the plan.
+std::string precision_note(const std::string& precision);
+
+// The memory of one rank of `l` (the largest: the first pipeline stage, as
+// train/memory_estimate.h counts it). HSDP shards the ZeRO state over the
+// shard group; selective recomputation drops the MLP's saved activations.
+MemoryEstimate plan_memory(const PlanInput& in, const PlanLayout& l, const Machine& m);
+
+}  // namespace mt::plan

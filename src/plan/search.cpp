@@ -1,0 +1,123 @@
+#include "plan/search.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <map>
+
+#include "core/error.h"
+
+namespace mt::plan {
+
+namespace {
+
+std::vector<int64_t> divisors(int64_t n, int64_t at_most) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i <= n && i <= at_most; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+// The values of one field: the fixed one, or the candidates.
+std::vector<int64_t> choices(bool fixed, int64_t value, std::vector<int64_t> candidates) {
+  return fixed ? std::vector<int64_t>{value} : candidates;
+}
+
+// Calls `visit` for every combination of the fields --layout left open.
+void enumerate(const PlanInput& in, const Machine& m, const LayoutSpec& f,
+               const std::function<void(const PlanLayout&)>& visit) {
+  const PlanLayout& x = f.layout;
+  const int64_t n = in.devices, dpn = m.devices_per_node;
+  for (int64_t tp : choices(f.has_tp, x.tp, divisors(n, 2 * dpn)))
+    for (int64_t pp : choices(f.has_pp, x.pp, divisors(n / std::max<int64_t>(1, tp), in.model.n_layers)))
+      for (int64_t cp : choices(f.has_cp, x.cp, divisors(n / std::max<int64_t>(1, tp * pp), 16))) {
+        if (tp * pp * cp == 0 || n % (tp * pp * cp) != 0) continue;
+        const int64_t dp = n / (tp * pp * cp);
+        if (f.has_dp && x.dp != dp) continue;
+        const std::vector<int64_t> eps =
+            in.model.moe() ? divisors(dp * cp, in.model.n_experts) : std::vector<int64_t>{1};
+        for (int64_t ep : choices(f.has_ep, x.ep, eps))
+          for (int64_t zero : choices(f.has_zero, x.zero, {0, 1, 2, 3}))
+            for (int64_t mbs : choices(f.has_mbs, x.mbs, {1, 2, 4, 8}))
+              for (int64_t v :
+                   choices(f.has_v, x.v, pp > 1 ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{1}))
+                for (int64_t rc : choices(f.has_recompute, int64_t(x.recompute), {0, 1, 2}))
+                  for (int64_t sp : choices(f.has_sp, x.sp,
+                                            tp > 1 ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{0})) {
+                    // HSDP: the shard group one node's worth of dp ranks, when dp spans nodes.
+                    std::vector<int64_t> shards{0};
+                    const int64_t per_node = dpn / std::max<int64_t>(1, tp * pp * cp);
+                    if (zero > 0 && per_node > 1 && dp > per_node && dp % per_node == 0)
+                      shards.push_back(per_node);
+                    for (int64_t shard : choices(f.has_shard, x.shard, shards)) {
+                      PlanLayout l{dp, tp, pp, cp, ep, zero, mbs, v, sp != 0, Recompute(rc), shard};
+                      visit(l);
+                    }
+                  }
+      }
+}
+
+}  // namespace
+
+PlanResult search(const PlanInput& in, const Machine& m, const LayoutSpec& fixed) {
+  PlanResult r;
+  enumerate(in, m, fixed, [&](const PlanLayout& l) {
+    try {
+      Prediction p = predict(in, l, m);
+      (p.fits ? r.ranked : r.too_big).push_back(std::move(p));
+    } catch (const ConfigError& e) {
+      if (r.invalid++ == 0) r.first_invalid_reason = to_string(l) + ": " + e.what();
+    }
+  });
+  const auto faster = [](const Prediction& a, const Prediction& b) { return a.step_s < b.step_s; };
+  std::stable_sort(r.ranked.begin(), r.ranked.end(), faster);
+  std::stable_sort(r.too_big.begin(), r.too_big.end(), faster);
+  return r;
+}
+
+namespace {
+// Seconds by cause: compute, element-wise, bubble, optimizer, each axis's
+// exposed communication.
+std::map<std::string, double> causes(const Prediction& p) {
+  std::map<std::string, double> c{{"compute", p.compute_s - p.recompute_s},
+                                  {"recomputation", p.recompute_s},
+                                  {"element-wise", p.elementwise_s},
+                                  {"bubble", p.bubble_s},
+                                  {"optimizer", p.optimizer_s}};
+  for (const AxisComm& a : p.comm)
+    c[a.axis + " exposed" + (a.crosses_nodes ? " (crosses nodes)" : "")] += a.exposed_s();
+  return c;
+}
+}  // namespace
+
+std::string why_slower(const Prediction& loser, const Prediction& best) {
+  std::map<std::string, double> diff = causes(loser);
+  for (const auto& [k, v] : causes(best))
+    diff[k] -= v;
+  std::vector<std::pair<double, std::string>> up;
+  for (const auto& [k, v] : diff)
+    if (v > 1e-4 * best.step_s) up.emplace_back(v, k);
+  std::sort(up.rbegin(), up.rend());
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "+%.1f ms (%+.1f%%):", 1e3 * (loser.step_s - best.step_s),
+                100 * (loser.step_s / best.step_s - 1));
+  std::string s = buf;
+  for (size_t i = 0; i < up.size() && i < 3; ++i) {
+    std::snprintf(buf, sizeof buf, "%s +%.1f ms %s", i ? ";" : "", 1e3 * up[i].first, up[i].second.c_str());
+    s += buf;
+  }
+  if (up.empty()) s += " equal within rounding";
+  return s;
+}
+
+std::string why_too_big(const Prediction& p, const Machine& m, int64_t devices) {
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const double limit = m.rank_memory_bytes(devices);
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "does not fit: %.1f GiB > %.1f GiB (largest: %s %.1f GiB)",
+                double(p.memory.total) / gib, limit / gib, p.memory.largest().first.c_str(),
+                double(p.memory.largest().second) / gib);
+  return buf;
+}
+
+}  // namespace mt::plan
