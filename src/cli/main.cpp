@@ -39,10 +39,12 @@ CLI::App* add_train(CLI::App& app, mt::TrainArgs& train) {
   tr->add_flag("--explain", train.run.explain,
                "Print every collective of the first step, rank by rank: axis, op, tensor shape, elements, "
                "call site (docs/PARALLELISM.md, \"--explain\")");
-  tr->add_option(
-      "--trace", train.run.trace_path,
-      "Pipeline runs: write the last step's forward, backward, send, receive and idle spans of every "
-      "rank as one Chrome-trace JSON file (open in Perfetto)");
+  tr->add_option("--trace", train.run.trace_path,
+                 "Write the traced steps of every rank as one Chrome-trace JSON file (open in Perfetto): "
+                 "per layer forward/backward, each collective and transfer (axis, op, bytes; in flight and "
+                 "waited), pipeline idle, optimizer, checkpoint writes, memory by kind (docs/FORMATS.md)");
+  tr->add_option("--trace-steps", train.run.trace_steps,
+                 "The steps --trace records: 3, 2-4, 2,5 (counted from 0; default: the last step)");
   tr->add_flag("--profile", train.run.profile, "Print the share of time per kernel at the end");
   tr->add_flag("--quiet", train.run.quiet, "No per-step log lines");
   tr->footer(

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/trace_spans.h"
 #include "model/llama_internal.h"
 #include "ops/attention.h"
 #include "ops/cross_entropy.h"
@@ -247,6 +248,7 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
   }
   for (int64_t i = 0; i < n_stage_layers_; ++i) {
     const int unit = layer_unit(i);
+    const TraceScope span("layer", "forward L", table_.stage.first_layer + i);  // --trace
     const float* P = store_->acquire_params(unit, Pass::forward);
     layer_forward(i, P, acts_for(i), sl.resid[static_cast<size_t>(i)].data(),
                   sl.resid[static_cast<size_t>(i + 1)].data());
@@ -357,12 +359,14 @@ void Llama::backward_slot(int s, float dloss) {
   for (int64_t i = n_stage_layers_ - 1; i >= 0; --i) {
     const int unit = layer_unit(i);
     const float* x_in = sl.resid[static_cast<size_t>(i)].data();
+    const TraceScope span("layer", "backward L", table_.stage.first_layer + i);  // --trace
     const float* P = store_->acquire_params(unit, Pass::backward);
     float* G = store_->acquire_grads(unit);
     LayerActs& a = acts_for(i);
     if (opts_.recompute) {
       // Same kernels on the same input: the recomputed activations are bitwise
       // the ones the forward produced.
+      const TraceScope recompute("layer", "recompute L", table_.stage.first_layer + i);
       layer_forward(i, P, a, x_in, nullptr);
     }
     layer_backward(i, P, G, a, x_in, b.dres.data());
