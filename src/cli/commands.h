@@ -59,4 +59,12 @@ struct ExportArgs {
 // Writes the checkpoint's model as a Hugging Face directory (train/checkpoint.h export_checkpoint).
 int run_export_command(const ExportArgs& args);
 
+struct ReportArgs {
+  std::vector<std::string> runs;  // metrics files (train --metrics)
+  std::string out = "report.html";
+  std::string vega = "/usr/share/javascript/vega";  // Debian's libjs-vega modules, or a one-file bundle
+};
+// Writes one self-contained HTML page of charts of the runs (cli/report.h).
+int run_report_command(const ReportArgs& args);
+
 }  // namespace mt

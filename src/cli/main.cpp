@@ -171,6 +171,23 @@ CLI::App* add_schedule(CLI::App& app, mt::ScheduleArgs& sch) {
   return sc;
 }
 
+CLI::App* add_report(CLI::App& app, mt::ReportArgs& rep) {
+  CLI::App* r = app.add_subcommand(
+      "report", "Draw metrics files as one self-contained HTML page of charts (opens offline)");
+  r->add_option("runs", rep.runs, "Metrics files (train --metrics), overlaid for comparison")->required();
+  r->add_option("--out", rep.out, "The HTML page to write")->capture_default_str();
+  r->add_option("--vega", rep.vega,
+                "Vega, inlined into the page: the folder of Debian's libjs-vega modules, or a one-file "
+                "vega.min.js")
+      ->capture_default_str();
+  r->footer(
+      "Charts: training and validation loss, the step time split per rank (compute, exposed communication\n"
+      "by axis, pipeline bubble, optimizer), step time, bytes per axis per step, memory by kind per rank\n"
+      "against the analytic model, and when the runs have them the pipeline bubble against theory and the\n"
+      "expert load (docs/FORMATS.md \"Metrics file\").");
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -184,6 +201,7 @@ int main(int argc, char** argv) {
   mt::CompareOptions cmp;
   mt::ScheduleArgs sch;
   mt::ExportArgs ex;
+  mt::ReportArgs rep;
   const CLI::App* tr = add_train(app, train);
   const CLI::App* pr = add_prepare(app, prep);
   const CLI::App* e = add_eval(app, ev);
@@ -191,6 +209,7 @@ int main(int argc, char** argv) {
   const CLI::App* c = add_compare(app, cmp);
   const CLI::App* sc = add_schedule(app, sch);
   const CLI::App* x = add_export(app, ex);
+  const CLI::App* rp = add_report(app, rep);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {
@@ -203,6 +222,7 @@ int main(int argc, char** argv) {
     if (*g) return mt::run_generate_command(ga);
     if (*sc) return mt::run_schedule_command(sch);
     if (*x) return mt::run_export_command(ex);
+    if (*rp) return mt::run_report_command(rep);
     if (*c) {
       const mt::CompareResult r = mt::compare_runs(cmp);
       std::fputs(r.report.c_str(), stdout);
