@@ -6,8 +6,8 @@ check_trace.py TRACE RANKS STEPS...
 - every span has a non-negative duration, and per (rank, thread) the spans nest
   properly: a span that starts inside another ends inside it;
 - every communication span (cat comm, and the wait spans) carries axis, op
-  and bytes, and at least one collective or transfer was recorded per rank
-  unless RANKS is 1;
+  and bytes, its time waited for (wait_us) within its time in flight, and at
+  least one collective or transfer was recorded per rank unless RANKS is 1;
 - memory counters (ph C, one series per kind) are present on every rank;
 - each traced step in STEPS has a window (thread "steps") on every rank, and
   the union of the main thread's top-level spans that start inside the window
@@ -77,6 +77,8 @@ def main():
             fail(f"negative time in {e}")
         if e["cat"] in ("comm", "wait") and not all(k in e["args"] for k in ("axis", "op", "bytes")):
             fail(f"communication span without axis/op/bytes: {e}")
+        if e["cat"] == "comm" and not 0 <= e["args"]["wait_us"] <= e["dur"] + EPS_US:
+            fail(f"a call waited for longer than it was in flight: {e}")
     by_thread = {}
     for e in spans:
         by_thread.setdefault((e["pid"], e["tid"]), []).append(e)

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# --trace on every kind of layout (dp2, tp2, pp2, and one process): the merged
-# Chrome-trace file passes check_trace.py, and --trace-steps chooses the steps.
+# --trace on every kind of layout (dp2, tp2, pp2, zero3 with checkpoints, one
+# process): the merged Chrome-trace file passes check_trace.py, --trace-steps
+# chooses the steps, and the metrics' header and rank lines pass
+# check_metrics.py (their exposed communication equal to the trace's waits).
 # Usage: trace_layouts.sh path/to/meshtrain
 set -uo pipefail
 bin=$(realpath "$1")
@@ -19,7 +21,8 @@ traced() {  # traced NAME RANKS STEPS FLAGS...: runs the layout with --trace and
     return
   fi
   # shellcheck disable=SC2086
-  if ! /usr/bin/python3 "$here/check_trace.py" "$tmp/$name.trace.json" "$np" $steps; then
+  if ! /usr/bin/python3 "$here/check_trace.py" "$tmp/$name.trace.json" "$np" $steps ||
+    ! /usr/bin/python3 "$here/check_metrics.py" "$tmp/$name.jsonl" "$np" "$tmp/$name.trace.json"; then
     failures=$((failures + 1))
   fi
 }
@@ -27,8 +30,9 @@ traced dp2 2 "1 2" --dp 2 --set train.microbatch_size=2 --trace-steps 1-2
 traced tp2 2 "3" --tp 2 --set parallel.sp=true
 traced pp2 2 "0 3" --pp 2 --set train.microbatch_size=2 --trace-steps 0,3
 traced zero3 2 "3" --dp 2 --zero 3 --set train.microbatch_size=2 --set train.checkpoint_dir="$tmp/ck" --set train.checkpoint_every=2
-if "$bin" train "${tiny[@]}" "${small[@]}" --trace "$tmp/one.trace.json" --trace-steps 2 &&
-  /usr/bin/python3 "$here/check_trace.py" "$tmp/one.trace.json" 1 2; then :; else
+if "$bin" train "${tiny[@]}" "${small[@]}" --trace "$tmp/one.trace.json" --trace-steps 2 --metrics "$tmp/one.jsonl" &&
+  /usr/bin/python3 "$here/check_trace.py" "$tmp/one.trace.json" 1 2 &&
+  /usr/bin/python3 "$here/check_metrics.py" "$tmp/one.jsonl" 1 "$tmp/one.trace.json"; then :; else
   failures=$((failures + 1))
 fi
 # The traced ranks compute what untraced ones do: the same losses, bitwise.
