@@ -248,7 +248,6 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
   }
   for (int64_t i = 0; i < n_stage_layers_; ++i) {
     const int unit = layer_unit(i);
-    const TraceScope span("layer", "forward L", table_.stage.first_layer + i);  // --trace
     const float* P = store_->acquire_params(unit, Pass::forward);
     layer_forward(i, P, acts_for(i), sl.resid[static_cast<size_t>(i)].data(),
                   sl.resid[static_cast<size_t>(i + 1)].data());
@@ -366,7 +365,6 @@ void Llama::backward_slot(int s, float dloss) {
     if (opts_.recompute) {
       // Same kernels on the same input: the recomputed activations are bitwise
       // the ones the forward produced.
-      const TraceScope recompute("layer", "recompute L", table_.stage.first_layer + i);
       layer_forward(i, P, a, x_in, nullptr);
     }
     layer_backward(i, P, G, a, x_in, b.dres.data());
