@@ -16,6 +16,8 @@ packages=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   clang-format
   python3-torch python3-numpy     # reference implementation in tests and benchmarks (never at run time)
+  libjs-vega                      # meshtrain report: the charts' library, inlined into the page
+  chromium                        # the report test renders the page headless (skipped without it)
 )
 
 missing=()

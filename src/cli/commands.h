@@ -74,4 +74,12 @@ struct CalibrateArgs {
 // calibrate_command.cpp: measures this machine and writes its description.
 int run_calibrate_command(const CalibrateArgs& args);
 
+struct ReportArgs {
+  std::vector<std::string> runs;  // metrics files (train --metrics)
+  std::string out = "report.html";
+  std::string vega = "/usr/share/javascript/vega";  // Debian's libjs-vega modules, or a one-file bundle
+};
+// Writes one self-contained HTML page of charts of the runs (cli/report.h).
+int run_report_command(const ReportArgs& args);
+
 }  // namespace mt

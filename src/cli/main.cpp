@@ -43,10 +43,12 @@ CLI::App* add_train(CLI::App& app, mt::TrainArgs& train) {
                "At the end, print every rank's memory model (bytes per kind, and its bound) beside the "
                "peaks measured in the last step, \"ok\" or \"OUTSIDE\" per row (docs/PARALLELISM.md, "
                "\"Memory per rank\")");
-  tr->add_option(
-      "--trace", train.run.trace_path,
-      "Pipeline runs: write the last step's forward, backward, send, receive and idle spans of every "
-      "rank as one Chrome-trace JSON file (open in Perfetto)");
+  tr->add_option("--trace", train.run.trace_path,
+                 "Write the traced steps of every rank as one Chrome-trace JSON file (open in Perfetto): "
+                 "per layer forward/backward, each collective and transfer (axis, op, bytes; in flight and "
+                 "waited), pipeline idle, optimizer, checkpoint writes, memory by kind (docs/FORMATS.md)");
+  tr->add_option("--trace-steps", train.run.trace_steps,
+                 "The steps --trace records: 3, 2-4, 2,5 (counted from 0; default: the last step)");
   tr->add_flag("--profile", train.run.profile, "Print the share of time per kernel at the end");
   tr->add_flag("--quiet", train.run.quiet, "No per-step log lines");
   tr->footer(
@@ -214,6 +216,23 @@ CLI::App* add_calibrate(CLI::App& app, mt::CalibrateArgs& ca) {
   return c;
 }
 
+CLI::App* add_report(CLI::App& app, mt::ReportArgs& rep) {
+  CLI::App* r = app.add_subcommand(
+      "report", "Draw metrics files as one self-contained HTML page of charts (opens offline)");
+  r->add_option("runs", rep.runs, "Metrics files (train --metrics), overlaid for comparison")->required();
+  r->add_option("--out", rep.out, "The HTML page to write")->capture_default_str();
+  r->add_option("--vega", rep.vega,
+                "Vega, inlined into the page: the folder of Debian's libjs-vega modules, or a one-file "
+                "vega.min.js")
+      ->capture_default_str();
+  r->footer(
+      "Charts: training and validation loss, the step time split per rank (compute, exposed communication\n"
+      "by axis, pipeline bubble, optimizer), step time, bytes per axis per step, memory by kind per rank\n"
+      "against the analytic model, and when the runs have them the pipeline bubble against theory and the\n"
+      "expert load (docs/FORMATS.md \"Metrics file\").");
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -229,6 +248,7 @@ int main(int argc, char** argv) {
   mt::ExportArgs ex;
   mt::PlanArgs pl;
   mt::CalibrateArgs ca;
+  mt::ReportArgs rep;
   const CLI::App* tr = add_train(app, train);
   const CLI::App* pr = add_prepare(app, prep);
   const CLI::App* e = add_eval(app, ev);
@@ -238,6 +258,7 @@ int main(int argc, char** argv) {
   const CLI::App* x = add_export(app, ex);
   const CLI::App* pla = add_plan(app, pl);
   const CLI::App* cal = add_calibrate(app, ca);
+  const CLI::App* rp = add_report(app, rep);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {
@@ -252,6 +273,7 @@ int main(int argc, char** argv) {
     if (*x) return mt::run_export_command(ex);
     if (*pla) return mt::run_plan_command(pl);
     if (*cal) return mt::run_calibrate_command(ca);
+    if (*rp) return mt::run_report_command(rep);
     if (*c) {
       const mt::CompareResult r = mt::compare_runs(cmp);
       std::fputs(r.report.c_str(), stdout);

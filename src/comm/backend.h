@@ -36,6 +36,8 @@ struct PendingOp {
   int64_t bytes = 0;
   int64_t step = -1;
   std::chrono::steady_clock::time_point start;
+  std::chrono::steady_clock::time_point wait_start;  // set when a wait() begins
+  bool waited = false;
   std::shared_ptr<CommContext> ctx;  // ledger and watchdog timeout
   std::shared_ptr<Backend> backend;  // keeps the communicator alive; ends the job on a stall
   bool recorded = false;             // the ledger has this op

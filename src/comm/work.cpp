@@ -9,6 +9,7 @@
 #include "comm/backend.h"
 #include "comm/context.h"
 #include "comm/group.h"
+#include "core/trace_spans.h"
 
 namespace mt {
 
@@ -16,17 +17,42 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double seconds_of(Clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
+// With --trace on this step: the call's flight from start to completion (a
+// "comm" span) and, when this rank blocked on it, its wait (a "wait" span).
+void trace(const PendingOp& op, const LedgerEntry& e) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, R"("op":"%s","axis":"%s","bytes":%lld,"elements":%lld,"wait_us":%.3f,)",
+                op.op.c_str(), op.axis.c_str(), static_cast<long long>(e.bytes),
+                static_cast<long long>(e.elements), e.wait_seconds * 1e6);
+  std::string label;
+  for (char c : op.label)  // JSON-safe: call sites are plain text
+    if (c != '"' && c != '\\' && static_cast<unsigned char>(c) >= 0x20) label += c;
+  const std::string args = buf + std::string(R"("label":")") + label + "\"";
+  SpanRecorder::add({op.op + " " + op.axis, "comm", seconds_of(op.start), e.end_s, true, args});
+  if (e.wait_seconds > 0)
+    SpanRecorder::add(
+        {"wait " + op.op + " " + op.axis, "wait", e.end_s - e.wait_seconds, e.end_s, true, args});
+}
+
 void record(PendingOp& op) {
   if (op.recorded) return;
   op.recorded = true;
+  const Clock::time_point end = Clock::now();
   LedgerEntry e;
   e.op = op.op;
   e.axis = op.axis;
   e.label = op.label;
   e.elements = op.elements;
   e.bytes = op.bytes;
-  e.seconds = std::chrono::duration<double>(Clock::now() - op.start).count();
+  e.seconds = std::chrono::duration<double>(end - op.start).count();
+  e.wait_seconds = op.waited ? std::chrono::duration<double>(end - op.wait_start).count() : 0.0;
+  e.end_s = seconds_of(end);
   e.step = op.step;
+  if (SpanRecorder::active()) trace(op, e);
   op.ctx->ledger.record(std::move(e));
 }
 
@@ -53,6 +79,8 @@ void record(PendingOp& op) {
 void wait_for(PendingOp& op) {
   const double timeout_s = op.ctx->timeout_s;
   const auto begin = Clock::now();
+  if (!op.waited) op.wait_start = begin;  // a blocking call: its whole time
+  op.waited = true;
   for (int i = 0; !op.poll(); ++i) {
     if ((i & 63) != 63) {
       std::this_thread::yield();

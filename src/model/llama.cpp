@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/trace_spans.h"
 #include "model/llama_internal.h"
 #include "ops/attention.h"
 #include "ops/cross_entropy.h"
@@ -357,6 +358,7 @@ void Llama::backward_slot(int s, float dloss) {
   for (int64_t i = n_stage_layers_ - 1; i >= 0; --i) {
     const int unit = layer_unit(i);
     const float* x_in = sl.resid[static_cast<size_t>(i)].data();
+    const TraceScope span("layer", "backward L", table_.stage.first_layer + i);  // --trace
     const float* P = store_->acquire_params(unit, Pass::backward);
     float* G = store_->acquire_grads(unit);
     LayerActs& a = acts_for(i);

@@ -3,6 +3,7 @@
 // attention and MLP halves) and its context-parallel attention.
 #include <cstring>
 
+#include "core/trace_spans.h"
 #include "model/llama_internal.h"
 #include "ops/attention.h"
 #include "ops/rmsnorm.h"
@@ -16,7 +17,8 @@ namespace mt {
 
 void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* x_in, float* x_out) {
   const LayerParamOffsets& o = rel_[static_cast<size_t>(l)];
-  const int64_t gl = table_.stage.first_layer + l;  // the layer's index in the model
+  const int64_t gl = table_.stage.first_layer + l;                          // the layer's index in the model
+  const TraceScope span("layer", x_out ? "forward L" : "recompute L", gl);  // --trace (recompute: no output)
   const int64_t B = B_, T = T_, N = N_, Nl = Nl_, C = cfg_.d_model, F = td_.ffn, D = cfg_.head_dim();
   const int64_t H = td_.heads, KV = td_.kv_heads, Q = H * D, QKV = Q + 2 * KV * D;
   const int32_t* pos = cur_->pos.data();

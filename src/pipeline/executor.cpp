@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "core/trace_spans.h"
 
 namespace mt::pp {
 
@@ -13,6 +14,18 @@ Schedule one_stage_schedule(int microbatches) {
 }
 
 namespace {
+// --trace: the action as a span on the steady clock (compute for forwards and
+// backwards, pipeline for transfers), after an idle span for any gap since the
+// previous action's end. Returns the action's end.
+double trace_action(const Span& s, bool compute, double prev_end, double start) {
+  const double end = trace_now();
+  const std::string args = "\"virtual_stage\":" + std::to_string(s.vstage);
+  if (start > prev_end) SpanRecorder::add({"idle", "idle", prev_end, start, true, args});
+  SpanRecorder::add({s.name, compute ? "compute" : "pipeline", start, end, true, args});
+  SpanRecorder::sample_memory(end);
+  return end;
+}
+
 const char* span_name(Op op) {
   switch (op) {
     case Op::recv_act:
@@ -94,12 +107,15 @@ double Executor::run_actions(const int32_t* inputs, const int32_t* targets, floa
   const std::vector<Action>& actions = schedule_.ranks[static_cast<size_t>(pp_rank_)];
   next_recv_ = 0;
   post_receives(actions);
+  const bool tracing = SpanRecorder::active();
+  double traced_end = tracing ? trace_now() : 0.0;  // the previous action's end, for the idle gaps
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
     const int c = schedule_.chunk_of(a.vstage), m = a.microbatch;
     Stage& model = *chunks_[static_cast<size_t>(c)];
     const int64_t n = model.residual_numel(mb_, T_);
     const double t_start = clock.seconds();
+    const double traced_start = tracing ? trace_now() : 0.0;
     switch (a.op) {
       case Op::recv_act: {
         take_receive(i, model.stage_input(take_slot(c, m)), n);
@@ -139,12 +155,16 @@ double Executor::run_actions(const int32_t* inputs, const int32_t* targets, floa
     if (compute) busy_s_ += t_end - t_start;
     spans_.push_back(
         {std::string(span_name(a.op)) + (compute ? std::to_string(m) : ""), a.vstage, t_start, t_end});
+    if (tracing) traced_end = trace_action(spans_.back(), compute, traced_end, traced_start);
   }
-  for (Work& w : act_sends_)
-    w.wait();
-  act_sends_.clear();
-  for (SendBuffer& b : send_buffers_)
-    b.work.wait();
+  {
+    const TraceScope drain("pipeline", "drain sends");
+    for (Work& w : act_sends_)
+      w.wait();
+    act_sends_.clear();
+    for (SendBuffer& b : send_buffers_)
+      b.work.wait();
+  }
   wall_s_ = clock.seconds();
   return loss;
 }
@@ -165,11 +185,15 @@ Group& Executor::pp() const {
 }
 
 double Executor::run(const int32_t* inputs, const int32_t* targets, int64_t valid_tokens) {
-  for (Stage* c : chunks_)
-    c->begin_step(schedule_.microbatches);
+  {
+    const TraceScope span("phase", "begin step");
+    for (Stage* c : chunks_)
+      c->begin_step(schedule_.microbatches);
+  }
   double loss = 0.0;
   if (valid_tokens > 0)
     loss = run_actions(inputs, targets, static_cast<float>(1.0 / static_cast<double>(valid_tokens)));
+  const TraceScope span("phase", "finish grads");  // the last gradient reductions
   for (Stage* c : chunks_)
     c->finish_grads();
   return loss;

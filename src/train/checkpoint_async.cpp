@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "core/timer.h"
+#include "core/trace_spans.h"
 
 namespace mt {
 
@@ -45,6 +46,7 @@ void CheckpointSaver::save(int64_t step, const TrainModel& model, MetricsWriter&
     copied_ = snap_->copies.empty();
   }
   auto write = [this] {
+    const TraceScope span("checkpoint", "checkpoint write");  // --trace: on the writer's own track
     Timer t;
     if (!snap_->copies.empty()) {
       const double delay = g_copy_delay_s.load(std::memory_order_relaxed);

@@ -109,37 +109,6 @@ std::string memory_report(const RunMesh& mesh, const MemStats& mine) {
   return os.str();
 }
 
-// Chrome-trace JSON: one process per rank with its spans of the last step.
-// Collective over `world`; rank 0 returns the merged file's text.
-std::string trace_json(Group& world, int rank, const std::vector<pp::Span>& spans) {
-  std::string mine;
-  auto event = [&](const std::string& name, int vstage, double start, double end) {
-    char buf[256];
-    std::snprintf(
-        buf, sizeof buf,
-        "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":0,\"ts\":%.1f,\"dur\":%.1f,"
-        "\"args\":{\"virtual_stage\":%d}},\n",
-        name.c_str(), name.empty() ? "" : (name[0] == 'F' || name[0] == 'B' ? "compute" : "transfer"), rank,
-        start * 1e6, (end - start) * 1e6, vstage);
-    mine += buf;
-  };
-  double last = 0;
-  for (const pp::Span& s : spans) {
-    if (s.start_s > last) event("idle", s.vstage, last, s.start_s);
-    event(s.name, s.vstage, s.start_s, s.end_s);
-    last = s.end_s;
-  }
-  char meta[128];
-  std::snprintf(meta, sizeof meta,
-                "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}},\n",
-                rank, rank);
-  mine += meta;
-  std::string all = gather_to_rank0(world, mine, "trace");
-  if (world.rank() != 0) return "";
-  if (all.size() >= 2) all.resize(all.size() - 2);  // the last ",\n"
-  return "{\"traceEvents\":[\n" + all + "\n]}\n";
-}
-
 }  // namespace
 
 double job_sgemm_gflops(const RunMesh& mesh) {
@@ -310,18 +279,6 @@ void report_validation(MetricsWriter& metrics, const RunMesh& mesh, int64_t step
   metrics.write({{"step", step}, {"val_loss", loss}});
   if (!opts.quiet && mesh.rank == 0)
     std::printf("step %5lld | val loss %.4f\n", static_cast<long long>(step), loss);
-}
-
-void write_trace(const RunMesh& mesh, const TrainModel& model, const RunOptions& opts, double io_timeout_s) {
-  if (opts.trace_path.empty() || !mesh.world()) return;
-  const std::string json = trace_json(*mesh.world(), mesh.rank, model.executor->spans());  // collective
-  if (mesh.rank == 0) {
-    AtomicFile f(opts.trace_path);
-    f.write(json.data(), json.size());
-    f.commit();
-    if (!opts.quiet) std::printf("trace of the last step written to %s\n", opts.trace_path.c_str());
-  }
-  wait_for_local_work(mesh.world(), io_timeout_s, "the trace's write");
 }
 
 namespace {

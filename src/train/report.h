@@ -1,6 +1,6 @@
 // What a training run reports: the start-up lines (mesh, model, SGEMM
 // ceiling), one metrics line and one log line per step, --explain after the
-// first step, validation losses, the --trace file, and at the end the memory
+// first step, validation losses, and at the end the memory
 // table, the communication summary and the gradient-overlap share. Every
 // function is called on every rank (several are collective); rank 0 prints.
 #pragma once
@@ -31,11 +31,6 @@ void report_step(MetricsWriter& metrics, const RunMesh& mesh, TrainModel& model,
 
 void report_validation(MetricsWriter& metrics, const RunMesh& mesh, int64_t step, double loss,
                        const RunOptions& opts);
-
-// --trace: every rank's spans of the last step as one Chrome-trace file
-// (Perfetto), written by rank 0 while the others wait under io_timeout_s
-// (parallel.io_timeout_s, wait_for_local_work). Collective.
-void write_trace(const RunMesh& mesh, const TrainModel& model, const RunOptions& opts, double io_timeout_s);
 
 // The end of the run: fills result.memory, result.overlap_hidden and
 // result.kernel_seconds, and prints the memory table, the communication

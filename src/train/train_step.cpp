@@ -3,10 +3,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/timer.h"
+#include "core/trace_spans.h"
 #include "data/sampler.h"
 #include "optim/clip.h"
 #include "parallel/context_parallel.h"
@@ -110,6 +112,9 @@ StepStats train_step(TrainModel& model, const RunMesh& mesh, const Config& cfg, 
                      int64_t step, double lr, StepVotes* votes) {
   const TrainConfig& tc = cfg.train;
   Timer timer;
+  const double start_s = trace_now();
+  std::optional<TraceScope> phase;  // --trace: the step's phases around the executor's actions
+  phase.emplace("phase", "batch");
   MemoryTracker::reset_peaks();
   Batch global{tc.batch_size, tc.seq_len, {}, {}};
   global.inputs.resize(static_cast<size_t>(global.rows * global.T));
@@ -130,7 +135,9 @@ StepStats train_step(TrainModel& model, const RunMesh& mesh, const Config& cfg, 
   valid = counts[0];
   for (auto& c : model.chunks)  // dropout's masks are keyed by (seed, step); evaluation runs without
     c->set_dropout(tc.seed, step);
+  phase.reset();
   double loss_sum = model.executor->run(mine.inputs.data(), mine.targets.data(), valid);
+  phase.emplace("phase", "reduce");
   for (auto& c : model.chunks)
     c->clear_dropout();
   sum_tied_embedding(mesh, model.tied_store);
@@ -153,7 +160,14 @@ StepStats train_step(TrainModel& model, const RunMesh& mesh, const Config& cfg, 
   s.lr = lr;
   s.grad_norm = std::sqrt(sum_sq);
   s.tokens = valid;
-  update(model, mesh, tc, s);
+  phase.reset();
+  s.start_s = start_s;
+  s.optimizer_start_s = trace_now();
+  {
+    const TraceScope span("optimizer", "optimizer");
+    update(model, mesh, tc, s);
+  }
+  s.optimizer_s = trace_now() - s.optimizer_start_s;
   s.step_time_s = timer.seconds();
   s.tokens_per_s = static_cast<double>(tc.batch_size * tc.seq_len) / s.step_time_s;
   s.mem_peak_bytes = MemoryTracker::stats().total_peak;

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/threads.h"
 #include "core/timer.h"
+#include "core/trace_spans.h"
 #include "data/token_file.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
@@ -18,11 +19,13 @@
 #include "train/checkpoint_read.h"
 #include "train/flops.h"
 #include "train/memory_estimate.h"
+#include "train/metrics_lines.h"
 #include "train/model_io.h"
 #include "train/preempt.h"
 #include "train/report.h"
 #include "train/run_mesh.h"
 #include "train/run_support.h"
+#include "train/trace.h"
 #include "train/train_model.h"
 #include "train/train_step.h"
 
@@ -45,8 +48,10 @@ std::vector<std::string> validate_run(const Config& cfg, RunOptions& opts, int w
   require_fits(estimate_training_memory(cfg), opts.local_ranks, available_memory_bytes());
   read_fault();                                                                // a malformed MESHTRAIN_FAULT
   if (!opts.save_dir.empty() && rank == 0) check_dir_writable(opts.save_dir);  // the one writer
-  MT_REQUIRE(opts.trace_path.empty() || cfg.parallel.pp > 1, ConfigError,
-             "--trace records the pipeline's stages: it needs parallel.pp > 1 (it is ", cfg.parallel.pp, ")");
+  MT_REQUIRE(opts.trace_steps.empty() || !opts.trace_path.empty(), ConfigError, "--trace-steps '",
+             opts.trace_steps, "' chooses the steps of a trace: it needs --trace FILE");
+  if (!opts.trace_path.empty())
+    parse_trace_steps(opts.trace_steps, cfg.train.steps);  // its grammar and range
   if (!cfg.train.checkpoint_dir.empty()) check_checkpoint_dir(cfg.train.checkpoint_dir);  // every rank writes
   const ResumeChoice resume = resolve_resume(opts.resume, cfg.train.checkpoint_dir);      // once per process
   for (const std::string& w : resume.warnings)
@@ -73,7 +78,7 @@ int64_t resume_run(const Config& cfg, const RunOptions& opts, const RunMesh& mes
   const ResumeState r = load_checkpoint(*reader, model, mesh);
   const double seconds = timer.seconds();
   for (const std::string& line : r.metrics_lines)
-    metrics.write_line(line);
+    if (!is_header_line(line)) metrics.write_line(line);  // this run wrote its own header
   // Each rank's figure, on rank 0: a rank reads the saved slices its layout
   // intersects (whole, for their checksums), not the checkpoint.
   std::vector<int64_t> read(static_cast<size_t>(mesh.world_size), r.bytes_checked);
@@ -141,6 +146,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   result.sgemm_gflops = job_sgemm_gflops(mesh);
   report_start(mesh, cfg, model, result.sgemm_gflops, opts);
   MetricsWriter metrics(lead ? opts.metrics_path : std::string());
+  if (lead) metrics.write(metrics_header(cfg, mesh.world_size));
   const int64_t first_step = resume_run(cfg, opts, mesh, model, metrics);
   const Fault fault = read_fault();
   auto evaluate = [&](int64_t step) {
@@ -149,10 +155,12 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     report_validation(metrics, mesh, step, v, opts);
   };
   CheckpointSaver saver(cfg, mesh);
+  TraceSession trace(opts, tc.steps);
   model.before_update = [&saver] { saver.wait_for_copy(); };  // an async save copying the state
   for (int64_t step = first_step; step < tc.steps && result.stop_signal == 0; ++step) {
     if (mesh.world()) mesh.world()->context().step = step;  // the comm ledger's step
     inject_fault(fault, mesh.rank, step);
+    trace.begin_step(step);
     StepVotes votes{saver.writer_done(), got_sigterm() ? 1 : 0, got_sigusr1() ? 1 : 0};
     StepStats s;
     try {
@@ -165,8 +173,14 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     s.mfu = s.tokens_per_s * flops_per_token / (result.sgemm_gflops * 1e9);
     result.steps.push_back(s);
     report_step(metrics, mesh, model, s, tc, opts);
+    write_rank_lines(metrics, mesh, model, s,
+                     !opts.metrics_path.empty());  // collective; after --explain's step 0
     if (do_eval && (step + 1) % tc.eval_every == 0) evaluate(step);
-    if (checkpoints) result.stop_signal = checkpoint_boundary(saver, votes, step, tc, model, mesh, metrics);
+    if (checkpoints) {
+      const TraceScope span("checkpoint", "checkpoint save");
+      result.stop_signal = checkpoint_boundary(saver, votes, step, tc, model, mesh, metrics);
+    }
+    trace.end_step(s);
   }
   saver.finish(metrics);
   for (const SaveTiming& t : saver.timings()) {
@@ -178,7 +192,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     return result;
   }
   if (do_eval && tc.steps % tc.eval_every != 0) evaluate(tc.steps - 1);
-  write_trace(mesh, model, opts, cfg.parallel.io_timeout_s);
+  trace.write(mesh, cfg.parallel.io_timeout_s, opts.quiet);
   require_finite_result(model.chunk_ptrs(), result.val_losses, mesh.world(),
                         lead);  // collective; before any save
   if (!opts.save_dir.empty()) {

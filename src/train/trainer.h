@@ -22,12 +22,13 @@ struct RunOptions {
   std::string resume;        // "auto", a checkpoint directory, or empty (train/checkpoint.h)
   std::string resume_dir;    // set by validate_run: the checkpoint `resume` resolved to ("": start fresh)
   bool mesh_printed =
-      false;               // --print-mesh printed the whole map: the start-up report leaves its summary out
-  bool quiet = false;      // no log lines on stdout
-  bool profile = false;    // per-kernel time shares (slightly slower)
-  int local_ranks = 1;     // ranks on this machine: threads default to cores / local_ranks
-  std::string trace_path;  // pipeline: Chrome-trace JSON of the last step's spans, every rank merged
-  bool explain = false;    // rank 0 prints every rank's collectives of the first step (explain.h)
+      false;                // --print-mesh printed the whole map: the start-up report leaves its summary out
+  bool quiet = false;       // no log lines on stdout
+  bool profile = false;     // per-kernel time shares (slightly slower)
+  int local_ranks = 1;      // ranks on this machine: threads default to cores / local_ranks
+  std::string trace_path;   // Chrome-trace JSON of the chosen steps' spans, every rank merged (train/trace.h)
+  std::string trace_steps;  // --trace-steps: "3", "2-4", "2,5" (empty: the last step)
+  bool explain = false;     // rank 0 prints every rank's collectives of the first step (explain.h)
   bool explain_memory = false;  // rank 0 prints the memory model beside every rank's measured peaks
 };
 
@@ -38,6 +39,10 @@ struct StepStats {
   double step_time_s = 0, tokens_per_s = 0, mfu = 0;
   int64_t mem_peak_bytes = 0;
   bool skipped = false;  // NaN/Inf loss or gradient norm: no update
+  // Where the step's time went on this rank (train/metrics_lines.h): its start
+  // on the steady clock (core/trace_spans.h trace_now) and the optimizer's
+  // window (clipping, the update, the state's all-gathers).
+  double start_s = 0, optimizer_start_s = 0, optimizer_s = 0;
 };
 
 struct RunResult {
@@ -63,7 +68,7 @@ void check_training_data(const Config& cfg);
 // world of `world_size` ranks, the training data against the model, the
 // estimated memory of the opts.local_ranks ranks on this machine against what
 // it has free, MESHTRAIN_FAULT's grammar, --save writable (on rank 0, the one
-// writer), --trace only with pp > 1, --init-from's config.json against the
+// writer), --trace-steps' grammar and range, --init-from's config.json against the
 // model (train.init_allow), train.checkpoint_dir writable, and the checkpoint
 // --resume names against the run (train/checkpoint.h check_resume). Resolves
 // --resume once (train/checkpoint.h resolve_resume) into opts.resume_dir, rank

@@ -136,8 +136,13 @@ expect_error_mpi 2 "stage_layers sum" "parallel.stage_layers ('2,1') sums to 3 l
 # Context parallelism: zigzag needs 2 x cp chunks per sequence.
 expect_error_mpi 2 "seq_len % 2cp on 2 ranks" "train.seq_len (6) must be divisible by 2 x parallel.cp (2) = 4" \
   --cp 2 --set train.seq_len=6
-expect_error_mpi 2 "--trace without pp" "--trace records the pipeline's stages: it needs parallel.pp > 1 (it is 1)" \
-  --dp 2 --set train.microbatch_size=1 --trace "$tmp/trace.json"
+# --trace works on every layout (tests/dist/trace_layouts.sh); --trace-steps is checked at start-up.
+expect_error_mpi 2 "--trace-steps out of range" "--trace-steps '0,3': step 3 is not one of the run's steps 0-0 (train.steps = 1)" \
+  --dp 2 --set train.microbatch_size=1 --trace "$tmp/trace.json" --trace-steps 0,3
+expect_error_mpi 2 "--trace-steps grammar" "--trace-steps '0-x': 'x' is not a step number (give steps and ranges such as 3, 2-4 or 2,5)" \
+  --dp 2 --set train.microbatch_size=1 --trace "$tmp/trace.json" --trace-steps 0-x
+expect_error_mpi 2 "--trace-steps without --trace" "--trace-steps '0' chooses the steps of a trace: it needs --trace FILE" \
+  --dp 2 --set train.microbatch_size=1 --trace-steps 0
 expect_error_mpi 2 "sp without tp" "parallel.sp = true needs tensor parallelism: parallel.tp (1) must be greater than 1" \
   --dp 2 --set train.microbatch_size=1 --set parallel.sp=true
 

@@ -21,7 +21,7 @@ test -s "$tmp/model/config.json" && test -s "$tmp/model/model.safetensors"
 out=$("$bin" eval --model "$tmp/model" --data "$tmp/data/val.bin" --seq-len 32)
 echo "$out"
 loss=$(tail -n1 <<<"$out" | awk '$1 == "loss" {print $2}')
-first=$(head -n1 "$tmp/m.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
+first=$(grep -m1 '"loss"' "$tmp/m.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
 echo "first training loss $first, final eval loss $loss"
 awk -v a="$loss" -v b="$first" 'BEGIN { exit !(a < 0.7 * b) }'
 "$bin" generate --model "$tmp/model" --tokenizer "$tmp/data/tokenizer.model" --prompt "the cat" --max-new-tokens 8
@@ -45,7 +45,7 @@ grep -q "^losses: 30 steps, worst relative difference 0" <<<"$out"
 grep -q "^grad_norm: 30 steps, worst relative difference .* at step 7 (1.235000e+02 vs .*EXCEEDS rtol" <<<"$out"
 grep -q "DIFFERENT beyond rtol" <<<"$out"
 "$bin" train "${args[@]}" --set train.seed=99 --set train.steps=3 --metrics "$tmp/m3.jsonl"
-head -n 3 "$tmp/m.jsonl" | grep '"loss"' >"$tmp/m1-3.jsonl"
+grep '"loss"' "$tmp/m.jsonl" | head -n 3 >"$tmp/m1-3.jsonl"  # the first 3 step lines (after the header)
 set +e
 out=$("$bin" compare "$tmp/m3.jsonl" "$tmp/m1-3.jsonl")
 rc=$?

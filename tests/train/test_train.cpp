@@ -118,12 +118,17 @@ TEST(Training, MetricsFileHasOneObjectPerStepAndValidation) {
   std::vector<std::string> lines;
   for (std::string l; std::getline(f, l);)
     lines.push_back(l);
-  ASSERT_EQ(lines.size(), 6u);  // 4 steps + 2 validations
+  // The header, then per step its line and the one rank's line, a validation every 2 steps
+  // (docs/FORMATS.md "Metrics file").
+  ASSERT_EQ(lines.size(), 11u);
+  EXPECT_EQ(lines[0].rfind("{\"header\":", 0), 0u);
   for (const char* key : {"\"step\":", "\"loss\":", "\"lr\":", "\"grad_norm\":", "\"tokens\":",
                           "\"step_time_s\":", "\"tokens_per_s\":", "\"mfu\":", "\"mem_peak_bytes\":"}) {
-    EXPECT_NE(lines[0].find(key), std::string::npos) << key;
+    EXPECT_NE(lines[1].find(key), std::string::npos) << key;
   }
-  EXPECT_NE(lines[2].find("\"val_loss\":"), std::string::npos);
+  EXPECT_NE(lines[2].find("\"rank\":0"), std::string::npos);
+  EXPECT_NE(lines[2].find("\"time_s\":"), std::string::npos);
+  EXPECT_NE(lines[5].find("\"val_loss\":"), std::string::npos);
 }
 
 TEST(Training, InitFromContinuesFromASavedModel) {

@@ -1,0 +1,91 @@
+// The report's memory, pipeline and expert charts (report.h).
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "cli/report.h"
+
+namespace mt::report {
+
+namespace {
+using json = nlohmann::json;
+
+const json& config_of(const Run& r, const char* section) {
+  static const json empty = json::object();
+  if (!r.header.is_object() || !r.header.contains("config") || !r.header["config"].contains(section))
+    return empty;
+  return r.header["config"][section];
+}
+}  // namespace
+
+Chart memory_chart(const std::vector<Run>& runs) {
+  json rows = json::array();
+  for (const Run& r : runs) {
+    std::map<int64_t, std::map<std::string, double>> peak;  // rank → kind → MiB
+    if (r.ranks.empty())                                    // older files: rank 0's step lines
+      for (const json& s : r.steps)
+        for (const auto& [kind, b] : field(s, "mem_peak_by_kind").items())
+          peak[0][kind] = std::max(peak[0][kind], b.get<double>() / (1 << 20));
+    for (const json& l : r.ranks)
+      for (const auto& [kind, b] : field(l, "mem_peak_by_kind").items()) {
+        double& p = peak[l.value("rank", int64_t{0})][kind];
+        p = std::max(p, b.get<double>() / (1 << 20));
+      }
+    for (const auto& [rank, kinds] : peak)
+      for (const auto& [kind, mib] : kinds)
+        rows.push_back({{"c", r.name + " rank " + std::to_string(rank)}, {"p", kind}, {"v", mib}});
+    if (r.header.is_object() && r.header.contains("memory_model"))
+      for (const auto& [kind, b] : field(r.header["memory_model"], "per_rank").items())
+        rows.push_back(
+            {{"c", r.name + " model"}, {"p", "model: " + kind}, {"v", b.get<double>() / (1 << 20)}});
+  }
+  return {"Memory per rank by kind, against the analytic model",
+          "Each rank's peak tracked bytes by kind over the run (the sum of per-kind peaks bounds the total "
+          "peak), beside the start-up memory model of one rank (train/memory_estimate.h).",
+          stacked_spec(rows, "MiB")};
+}
+
+Chart bubble_chart(const std::vector<Run>& runs) {
+  json rows = json::array();
+  for (const Run& r : runs) {
+    const json& p = config_of(r, "parallel");
+    const json& t = config_of(r, "train");
+    const double pp = p.value("pp", 1.0);
+    if (pp <= 1) continue;
+    const double dp = p.value("dp", 1.0), v = p.value("virtual_stages", 1.0);
+    const double m = t.value("batch_size", 1.0) / (dp * t.value("microbatch_size", 1.0));
+    const double theory =
+        (pp - 1) / ((p.value("schedule", std::string()) == "interleaved" ? v : 1.0) * m + pp - 1);
+    for (const json& s : r.steps) {
+      const std::vector<double> idle = s.value("pp_idle", std::vector<double>{});
+      if (idle.empty()) continue;
+      double mean = 0;
+      for (double x : idle)
+        mean += x / static_cast<double>(idle.size());
+      rows.push_back({{"x", s["step"]}, {"y", 100 * mean}, {"s", r.name + " measured (mean over stages)"}});
+      rows.push_back({{"x", s["step"]}, {"y", 100 * theory}, {"s", r.name + " theory (pp-1)/(v*m+pp-1)"}});
+    }
+  }
+  return {"Pipeline bubble against theory",
+          "Each stage's share of the executor's time outside forward and backward, averaged over the stages, "
+          "beside the schedule's ideal bubble with free communication (docs/PARALLELISM.md).",
+          line_spec(rows, "step", "% of the step")};
+}
+
+Chart expert_chart(const std::vector<Run>& runs) {
+  json rows = json::array();
+  for (const Run& r : runs) {
+    const json& last = r.steps.back();
+    if (!last.contains("moe_tokens_per_expert")) continue;
+    for (const auto& [layer, counts] : last["moe_tokens_per_expert"].items()) {
+      int e = 0;
+      for (const json& c : counts)
+        rows.push_back({{"c", r.name + " layer " + layer}, {"p", "expert " + std::to_string(e++)}, {"v", c}});
+    }
+  }
+  return {"Expert load (last step)",
+          "Tokens routed to each expert in each MoE layer, over every rank's tokens (docs/MODEL.md).",
+          stacked_spec(rows, "tokens")};
+}
+
+}  // namespace mt::report
