@@ -34,14 +34,31 @@ Chart memory_chart(const std::vector<Run>& runs) {
     for (const auto& [rank, kinds] : peak)
       for (const auto& [kind, mib] : kinds)
         rows.push_back({{"c", r.name + " rank " + std::to_string(rank)}, {"p", kind}, {"v", mib}});
-    if (r.header.is_object() && r.header.contains("memory_model"))
-      for (const auto& [kind, b] : field(r.header["memory_model"], "per_rank").items())
+    const json& model =
+        r.header.is_object() && r.header.contains("memory_model") ? r.header["memory_model"] : json::object();
+    if (model.contains("ranks"))  // every rank's model (its upper figure), beside that rank's peaks
+      for (const json& m : model["ranks"])
+        for (const auto& [kind, b] : field(m, "upper").items())
+          rows.push_back({{"c", r.name + " rank " + std::to_string(m.value("rank", int64_t{0})) + " model"},
+                          {"p", kind},
+                          {"v", b.get<double>() / (1 << 20)}});
+    else if (model.contains("per_rank"))
+      for (const auto& [kind, b] : field(model, "per_rank").items())
         rows.push_back(
             {{"c", r.name + " model"}, {"p", "model: " + kind}, {"v", b.get<double>() / (1 << 20)}});
+    std::map<int64_t, double> rss;  // rank → resident peak, MiB: what the allocator does not track shows
+    for (const json& l : r.ranks)
+      if (l.contains("rss_peak_bytes"))
+        rss[l.value("rank", int64_t{0})] =
+            std::max(rss[l.value("rank", int64_t{0})], l["rss_peak_bytes"].get<double>() / (1 << 20));
+    for (const auto& [rank, mib] : rss)
+      rows.push_back(
+          {{"c", r.name + " rank " + std::to_string(rank) + " resident"}, {"p", "resident"}, {"v", mib}});
   }
   return {"Memory per rank by kind, against the analytic model",
           "Each rank's peak tracked bytes by kind over the run (the sum of per-kind peaks bounds the total "
-          "peak), beside the start-up memory model of one rank (train/memory_estimate.h).",
+          "peak), beside the memory model's figure for that rank (train/memory_model.h; its upper bound per "
+          "kind) and the process's resident peak (VmHWM, which includes what the allocator does not track).",
           stacked_spec(rows, "MiB")};
 }
 

@@ -8,6 +8,7 @@
 #include "core/memory.h"
 #include "train/explain.h"
 #include "train/memory_estimate.h"
+#include "train/memory_model.h"
 
 namespace mt {
 
@@ -38,11 +39,21 @@ nlohmann::json metrics_header(const Config& cfg, int world_size) {
   nlohmann::json parts = nlohmann::json::object();
   for (const auto& [kind, bytes] : est.parts)
     parts[kind] = parts.value(kind, int64_t{0}) + bytes;
+  nlohmann::json ranks = nlohmann::json::array();  // every rank's model, by the allocator's kinds
+  for (const RankMemory& r : estimate_all_ranks(cfg)) {
+    nlohmann::json lower = nlohmann::json::object(), upper = nlohmann::json::object();
+    for (int k = 0; k < kNumMemKinds; ++k) {
+      const std::string kind(mem_kind_name(static_cast<MemKind>(k)));
+      lower[kind] = r.lower[static_cast<size_t>(k)];
+      upper[kind] = r.upper[static_cast<size_t>(k)];
+    }
+    ranks.push_back({{"rank", r.rank}, {"lower", lower}, {"upper", upper}});
+  }
   return {{"header",
            {{"format", 1},
             {"world_size", world_size},
             {"config", config},
-            {"memory_model", {{"per_rank", parts}, {"total", est.total}}}}}};
+            {"memory_model", {{"per_rank", parts}, {"total", est.total}, {"ranks", ranks}}}}}};
 }
 
 bool is_header_line(const std::string& line) {
@@ -85,7 +96,8 @@ nlohmann::json rank_line(const RunMesh& mesh, const TrainModel& model, const Ste
         {"optimizer", optimizer}}},
       {"comm_bytes_by_axis", bytes},
       {"mem_peak_by_kind", by_kind},
-      {"mem_peak_total", mem.total_peak}};
+      {"mem_peak_total", mem.total_peak},
+      {"rss_peak_bytes", resident_bytes(true)}};
 }
 
 void write_rank_lines(MetricsWriter& metrics, const RunMesh& mesh, const TrainModel& model,
