@@ -20,6 +20,7 @@
 #include "train/memory_estimate.h"
 #include "train/model_io.h"
 #include "train/preempt.h"
+#include "train/progress.h"
 #include "train/report.h"
 #include "train/run_mesh.h"
 #include "train/run_support.h"
@@ -138,7 +139,8 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   const double flops_per_token = train_flops_per_token(cfg.model, tc.seq_len);
 
   RunResult result;
-  result.sgemm_gflops = job_sgemm_gflops(mesh);
+  MfuCeiling ceiling;
+  ceiling.measured(result.sgemm_gflops = job_sgemm_gflops(mesh));
   report_start(mesh, cfg, model, result.sgemm_gflops, opts);
   MetricsWriter metrics(lead ? opts.metrics_path : std::string());
   const int64_t first_step = resume_run(cfg, opts, mesh, model, metrics);
@@ -150,6 +152,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   };
   CheckpointSaver saver(cfg, mesh);
   model.before_update = [&saver] { saver.wait_for_copy(); };  // an async save copying the state
+  const Progress progress(first_step, tc.steps);
   for (int64_t step = first_step; step < tc.steps && result.stop_signal == 0; ++step) {
     if (mesh.world()) mesh.world()->context().step = step;  // the comm ledger's step
     inject_fault(fault, mesh.rank, step);
@@ -162,9 +165,14 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
       if (model.bad_steps >= tc.max_bad_steps) saver.finish(metrics);
       throw;
     }
-    s.mfu = s.tokens_per_s * flops_per_token / (result.sgemm_gflops * 1e9);
+    s.mfu = ceiling.mfu(s.tokens_per_s * flops_per_token / 1e9);
+    s.mfu_ceiling_gflops = ceiling.gflops();
+    s.mfu_ceiling = ceiling.source();
+    s.eta_s = progress.eta_s(step);
+    s.first_estimate = step == first_step + 1;
     result.steps.push_back(s);
     report_step(metrics, mesh, model, s, tc, opts);
+    remeasure_ceiling(mesh, tc, step, ceiling);
     if (do_eval && (step + 1) % tc.eval_every == 0) evaluate(step);
     if (checkpoints) result.stop_signal = checkpoint_boundary(saver, votes, step, tc, model, mesh, metrics);
   }
