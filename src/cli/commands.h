@@ -42,6 +42,7 @@ struct GenerateArgs {
   std::string output = "text", kv_cache = "f32";
   bool logprobs = false;
   int64_t dp = 1, tp = 1, pp = 1, cp = 1;  // the layout under mpirun (generate_command.cpp)
+  std::string cp_impl = "ring";            // parallel.cp_impl: the prefill's attention under cp
 };
 // generate_command.cpp
 int run_generate_command(const GenerateArgs& args);

@@ -29,6 +29,7 @@ void check_args(const GenerateArgs& a) {
   MT_REQUIRE(a.output == "text" || a.output == "jsonl", ConfigError, "--output '", a.output,
              "' must be text or jsonl");
   MT_REQUIRE(a.batch_size >= 1, ConfigError, "--batch-size (", a.batch_size, ") must be at least 1");
+  cp::parse_cp_impl(a.cp_impl);  // ConfigError naming the value
 }
 
 std::vector<std::string> read_prompts(const GenerateArgs& a) {
@@ -118,6 +119,10 @@ void print_stats(const std::string& who, size_t first, size_t end, const Generat
                st.prefill_s > 0 ? static_cast<double>(st.prefill_tokens) / st.prefill_s : 0.0,
                static_cast<long long>(st.decode_tokens), st.decode_s,
                st.decode_s > 0 ? static_cast<double>(st.decode_tokens) / st.decode_s : 0.0);
+  if (st.cp > 1)
+    std::fprintf(stderr, "generate: %sprefill over cp %lld: %lld sends, %lld all-gathers\n", who.c_str(),
+                 static_cast<long long>(st.cp), static_cast<long long>(st.prefill_cp_sends),
+                 static_cast<long long>(st.prefill_cp_gathers));
 }
 
 // Prints what each new token adds to the decoded text of prompt 0 (one prompt, text output).
@@ -257,7 +262,8 @@ void generate_layout_body(const GenerateArgs& a, const Config& cfg, const Job& j
   std::optional<Streamer> stream;
   if (world.rank() == 0 && a.output == "text" && P == 1) stream.emplace(j);
   const std::vector<Generation> mine =
-      run_prompts(j, model.first(), P * d / dp, P * (d + 1) / dp, a, {mesh.pp_group(), mesh.cp_group()}, who,
+      run_prompts(j, model.first(), P * d / dp, P * (d + 1) / dp, a,
+                  {mesh.pp_group(), mesh.cp_group(), cp::parse_cp_impl(cfg.parallel.cp_impl)}, who,
                   stream ? &*stream : nullptr);
   const bool lead = mesh.tp_rank == 0 && mesh.pp_rank == 0 && mesh.cp_rank == 0;
   const std::vector<Generation> all = gather_replicas(world, mine, lead);
@@ -281,7 +287,8 @@ int generate_on_layout(const GenerateArgs& a, CommRuntime& runtime) {
       [&] {
         const ModelConfig model = read_model_config(a.model);
         // seq_len: any valid one (generation sizes its own buffers), 2 tokens per cp rank.
-        cfg = layout_config(model, {a.dp, a.tp, a.pp, a.cp}, std::min<int64_t>(2 * a.cp, model.max_seq_len),
+        cfg = layout_config(model, {a.dp, a.tp, a.pp, a.cp, a.cp_impl},
+                            std::min<int64_t>(2 * a.cp, model.max_seq_len),
                             /*microbatch=*/1, world.size());
         job.emplace(prepare_job(a));
       },

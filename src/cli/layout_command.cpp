@@ -19,6 +19,7 @@ Config layout_config(const ModelConfig& model, const LayoutFlags& f, int64_t seq
   cfg.parallel.tp = f.tp;
   cfg.parallel.pp = f.pp;
   cfg.parallel.cp = f.cp;
+  cfg.parallel.cp_impl = f.cp_impl;
   cfg.train.seq_len = seq_len;
   cfg.train.microbatch_size = microbatch;
   cfg.train.batch_size = microbatch * f.dp * f.pp;

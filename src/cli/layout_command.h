@@ -17,6 +17,7 @@ namespace mt {
 
 struct LayoutFlags {
   int64_t dp = 1, tp = 1, pp = 1, cp = 1;
+  std::string cp_impl = "ring";  // parallel.cp_impl
 };
 
 // `model` on the layout, with the training keys a valid run of `microbatch`

@@ -120,12 +120,17 @@ CLI::App* add_generate(CLI::App& app, mt::GenerateArgs& g) {
   s->add_option("--tp", g.tp, "Tensor-parallel ranks under mpirun (each caches its kv heads)");
   s->add_option("--pp", g.pp, "Pipeline stages under mpirun");
   s->add_option("--cp", g.cp, "Context-parallel ranks under mpirun (the KV cache sharded by position)");
+  s->add_option("--cp-impl", g.cp_impl,
+                "The prefill's attention under cp (parallel.cp_impl): ring (k|v passed rank to rank) | "
+                "allgather (q|k|v all-gathered)")
+      ->capture_default_str();
   s->footer(
       "stdout carries only the continuations; timings and the KV cache size go to stderr.\n"
       "Under mpirun the ranks must multiply to dp x tp x pp x cp; the model is loaded into that layout as\n"
       "--init-from does, and every layout continues each prompt as one process does (the vocab-parallel\n"
       "head samples without gathering the logits). Each rank reports its KV cache bytes on stderr. Pipeline\n"
-      "stages run one prompt batch at a time; cp shards the cache by position, not the prefill's GEMMs.");
+      "stages run prompt groups in flight together; cp shards the cache by position and each step's rows\n"
+      "in blocks (the prefill's attention by a ring of k|v, or by all-gathering q|k|v: --cp-impl).");
   return s;
 }
 

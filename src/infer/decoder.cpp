@@ -15,18 +15,12 @@
 #include "parallel/tp_plan.h"
 
 namespace mt {
-namespace {
-template <typename T>
-T* sized(std::vector<T>& v, int64_t n) {
-  if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
-}  // namespace
 
-Decoder::Decoder(const Llama& model, KvCache& cache, Group* cp)
+Decoder::Decoder(const Llama& model, KvCache& cache, Group* cp, cp::CpImpl cp_impl)
     : model_(model),
       cache_(cache),
       cp_(cp != nullptr && cp->size() > 1 ? cp : nullptr),
+      cp_impl_(cp_impl),
       cfg_(model.config()),
       td_(tp_dims(cfg_, model.tp_rank())),
       vocab_(tp::vocab_shard(cfg_.vocab_size, model.tp_rank().size, model.tp_rank().rank)),
@@ -61,7 +55,11 @@ void Decoder::stage_step(std::span<const DecodeRows> entries, const float* hidde
   const int64_t C = cfg_.d_model;
   M_ = 0;
   ids_.clear();
+  e0_.clear();
+  bool chunk = false;
   for (const DecodeRows& e : entries) {
+    e0_.push_back(M_);
+    chunk = chunk || e.n > 1;
     MT_REQUIRE(e.n >= 1 && e.seq >= 0 && e.seq < cache_.batch(), ConfigError, "decode step: sequence ", e.seq,
                " with ", e.n, " tokens is not in the batch of ", cache_.batch());
     MT_REQUIRE(cache_.length(e.seq) + e.n <= cache_.capacity(), ConfigError, "sequence ", e.seq,
@@ -81,6 +79,7 @@ void Decoder::stage_step(std::span<const DecodeRows> entries, const float* hidde
     MT_CHECK(hidden != nullptr, "a stage without the embedding reads the previous stage's hidden state");
     std::memcpy(sized(x_, M_ * C), hidden, static_cast<size_t>(M_ * C) * sizeof(float));
   }
+  ring_ = cp_ != nullptr && cp_impl_ == cp::CpImpl::ring && chunk;
   const int R = cp_ != nullptr ? cp_->size() : 1, me = cp_ != nullptr ? cp_->rank() : 0;
   mp_ = (M_ + R - 1) / R;
   m0_ = std::min<int64_t>(M_, me * mp_);
@@ -149,15 +148,19 @@ void Decoder::layer(int64_t l, std::span<const DecodeRows> entries) {
   float* qkv_block = cp_ != nullptr ? sized(mid_, std::max<int64_t>(Mb, 1) * QKV) : sized(qkv_, M * QKV);
   tp::column_parallel_forward(qkv_block, nullptr, ln_.data(), P + o.qkv, Mb, C, QKV,
                               tp_layer(tp::layer_site(gl, "self_attn.q_proj.weight")));
-  if (cp_ != nullptr) gather_blocks(qkv_block, QKV, qkv_, "generate cp qkv");  // every row's q|k|v
   sized(att_, M * Q);
   sized(lse_, td_.heads * M);
-  int64_t r0 = 0;
-  for (const DecodeRows& e : entries) {
-    attend(l, e, r0);
-    r0 += e.n;
+  if (ring_) {
+    ring_attention(l, entries, qkv_block);
+  } else {
+    if (cp_ != nullptr) gather_blocks(qkv_block, QKV, qkv_, "generate cp qkv");  // every row's q|k|v
+    int64_t r0 = 0;
+    for (const DecodeRows& e : entries) {
+      attend(l, e, r0);
+      r0 += e.n;
+    }
+    if (cp_ != nullptr) merge_over_cp(entries);
   }
-  if (cp_ != nullptr) merge_over_cp(entries);
   float* mid = sized(mid_, M * C);  // mid = x + o_proj(att), this rank's block
   tp::row_parallel_forward(mid, sized(part_, M * C), att_.data() + m0_ * Q, P + o.o, Mb, Q, C,
                            tp_layer(tp::layer_site(gl, "self_attn.o_proj.weight")), x_.data());

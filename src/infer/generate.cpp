@@ -4,6 +4,7 @@
 #include <deque>
 #include <memory>
 
+#include "comm/context.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "infer/decoder.h"
@@ -37,6 +38,16 @@ bool on(Group* g) {
   return g != nullptr && g->size() > 1;
 }
 
+// Adds the sends and all-gathers on cp's axis that the ledger recorded after its first `from` entries.
+void count_cp_calls(const Group& cp, size_t from, GenerateStats& st) {
+  const std::vector<LedgerEntry>& all = cp.context().ledger.entries();
+  for (size_t i = from; i < all.size(); ++i) {
+    if (all[i].axis != cp.axis()) continue;
+    st.prefill_cp_sends += all[i].op == "send";
+    st.prefill_cp_gathers += all[i].op == "all_gather";
+  }
+}
+
 // One step of a prompt group through the pipeline, seen from this rank's
 // stage: the hidden state in from the previous stage and out to the next
 // (tag: the group); on the last stage the tokens of the rows in `wanted`
@@ -50,7 +61,7 @@ class PipelineStep {
                int64_t first_index)
       : model_(model),
         cache_(cache),
-        dec_(model, cache, layout.cp),
+        dec_(model, cache, layout.cp, layout.cp_impl),
         pp_(on(layout.pp) ? layout.pp : nullptr),
         opts_(opts),
         first_index_(first_index) {}
@@ -236,6 +247,7 @@ std::vector<Generation> generate(const Llama& model, const std::vector<std::vect
   const int64_t layers = static_cast<int64_t>(model.param_table().layers.size());
   KvCache cache(layers, B, cap, td.kv_heads, cfg.head_dim(), opts.kv_dtype, cp, cp_rank);
   st = {cache.bytes(), cap, layers, cache.slots(), td.kv_heads, B};
+  st.cp = cp;
   PipelineStep step(model, cache, layout, opts, first_index);
   Sequences seqs(prompts, first_index, opts, on_token, out);
   // Prompt groups: sequences b ≡ g (mod G), one group per pipeline stage (at
@@ -264,7 +276,9 @@ std::vector<Generation> generate(const Llama& model, const std::vector<std::vect
         continue;
       }
       Timer timer;
+      const size_t ledger_at = cp > 1 ? layout.cp->context().ledger.entries().size() : 0;
       step.run(g, rows, wanted, picked);
+      if (cp > 1 && prefill) count_cp_calls(*layout.cp, ledger_at, st);
       if (step.last_stage()) {
         seqs.apply(rows, wanted, picked);
       } else {

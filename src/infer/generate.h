@@ -38,6 +38,9 @@ struct GenerateStats {
   int64_t layers = 0, slots = 0, kv_heads = 0, batch = 0;
   int64_t prefill_tokens = 0, decode_tokens = 0;
   double prefill_s = 0, decode_s = 0;
+  // Under cp: the prefill steps' calls on the cp axis, from the comm ledger
+  // (the ring's point-to-point sends, and all-gathers).
+  int64_t cp = 1, prefill_cp_sends = 0, prefill_cp_gathers = 0;
 };
 
 // The KV cache positions a batch needs: the longest prompt plus
@@ -52,10 +55,12 @@ int64_t generation_capacity(const ModelConfig& cfg, const std::vector<std::vecto
 // this rank's stage; each step's hidden state goes stage to stage and the
 // chosen tokens come back from the last stage by broadcast, one prompt batch
 // at a time (no batches in flight together). cp: the ranks sharing the KV cache
-// by position (decoder.h).
+// by position (decoder.h), and cp_impl the prefill's attention over them
+// (decoder.h: ring, or all-gather).
 struct GenerateLayout {
   Group* pp = nullptr;
   Group* cp = nullptr;
+  cp::CpImpl cp_impl = cp::CpImpl::ring;
 };
 
 // ConfigError when a prompt is empty or a prompt plus max_new_tokens − 1

@@ -74,6 +74,19 @@ void KvCache::write(int64_t l, int64_t s, int64_t at, int64_t n, const float* k,
   }
 }
 
+namespace {
+// int8: one scale per (token, kv head), symmetric, round to nearest.
+float quantise_head(int8_t* dst, const float* src, int64_t dim) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < dim; ++i)
+    amax = std::max(amax, std::fabs(src[i]));
+  const float scale = amax > 0 ? amax / 127.0f : 1.0f;
+  for (int64_t i = 0; i < dim; ++i)
+    dst[i] = static_cast<int8_t>(std::lrint(std::clamp(src[i] / scale, -127.0f, 127.0f)));
+  return scale;
+}
+}  // namespace
+
 void KvCache::store(int w, int64_t l, int64_t s, int64_t slot, const float* x) {
   const int64_t R = row();
   if (dtype_ == KvDtype::f32) {
@@ -81,17 +94,23 @@ void KvCache::store(int w, int64_t l, int64_t s, int64_t slot, const float* x) {
                 static_cast<size_t>(R) * sizeof(float));
     return;
   }
-  // int8: one scale per (token, kv head), symmetric, round to nearest.
   for (int64_t h = 0; h < kv_; ++h) {
-    const float* src = x + h * dim_;
-    float amax = 0.0f;
-    for (int64_t i = 0; i < dim_; ++i)
-      amax = std::max(amax, std::fabs(src[i]));
-    const float scale = amax > 0 ? amax / 127.0f : 1.0f;
-    scale_[w][static_cast<size_t>(((l * batch_ + s) * slots_ + slot) * kv_ + h)] = scale;
     int8_t* dst = q8_[w].data() + base(l, s) + static_cast<size_t>(slot * R + h * dim_);
-    for (int64_t i = 0; i < dim_; ++i)
-      dst[i] = static_cast<int8_t>(std::lrint(std::clamp(src[i] / scale, -127.0f, 127.0f)));
+    scale_[w][static_cast<size_t>(((l * batch_ + s) * slots_ + slot) * kv_ + h)] =
+        quantise_head(dst, x + h * dim_, dim_);
+  }
+}
+
+void KvCache::round_trip(float* x, int64_t n, int64_t stride) const {
+  if (dtype_ == KvDtype::f32) return;
+  std::vector<int8_t> q(static_cast<size_t>(dim_));
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t h = 0; h < kv_; ++h) {
+      float* row = x + t * stride + h * dim_;
+      const float scale = quantise_head(q.data(), row, dim_);
+      for (int64_t i = 0; i < dim_; ++i)  // as load() dequantises
+        row[i] = scale * static_cast<float>(q[static_cast<size_t>(i)]);
+    }
   }
 }
 

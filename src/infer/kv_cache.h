@@ -34,7 +34,9 @@ class KvCache {
   int64_t slots() const { return slots_; }   // positions kept here
   int shards() const { return shards_; }
   // How many of the positions [0, n) this shard keeps, and the position of its slot j.
-  int64_t local_count(int64_t n) const { return n > shard_ ? (n - shard_ + shards_ - 1) / shards_ : 0; }
+  int64_t local_count(int64_t n) const { return count_in_shard(n, shard_); }
+  // How many of the positions [0, n) shard s keeps (any shard: the ring prefill, decoder.h).
+  int64_t count_in_shard(int64_t n, int s) const { return n > s ? (n - s + shards_ - 1) / shards_ : 0; }
   int64_t position_of(int64_t j) const { return j * shards_ + shard_; }
   int64_t batch() const { return batch_; }
   int64_t layers() const { return layers_; }
@@ -56,6 +58,9 @@ class KvCache {
   // `scratch` (int8).
   const float* keys(int64_t l, int64_t s, int64_t n, std::vector<float>& scratch) const;
   const float* values(int64_t l, int64_t s, int64_t n, std::vector<float>& scratch) const;
+  // n rows of keys or values (`stride` floats apart) as keys()/values() would
+  // return them once stored: unchanged (f32), quantised and dequantised (int8).
+  void round_trip(float* x, int64_t n, int64_t stride) const;
 
  private:
   size_t base(int64_t l, int64_t s) const { return static_cast<size_t>(((l * batch_ + s) * slots_) * row()); }

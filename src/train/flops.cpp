@@ -24,13 +24,13 @@ double train_flops_per_token(const ModelConfig& c, int64_t seq_len) {
          6.0 * static_cast<double>(c.n_layers * c.n_heads * c.head_dim() * seq_len);
 }
 
-double measure_sgemm_gflops(int64_t n, double seconds) {
+double measure_sgemm_gflops(int64_t n, double seconds, int min_reps) {
   std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(a.size(), 0.25f), c(a.size());
   sgemm(Trans::no, Trans::no, n, n, n, a.data(), n, b.data(), n, c.data(), n, Out::assign);  // warm-up
   double best = 1e30;
   Timer total;
   int reps = 0;
-  while (reps < 3 || (total.seconds() < seconds && reps < 100)) {
+  while (reps < min_reps || (total.seconds() < seconds && reps < 100)) {
     Timer t;
     sgemm(Trans::no, Trans::no, n, n, n, a.data(), n, b.data(), n, c.data(), n, Out::assign);
     best = std::min(best, t.seconds());

@@ -2,6 +2,7 @@
 // ceiling MFU is measured against).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "model/config.h"
@@ -21,7 +22,30 @@ int64_t matmul_params(const ModelConfig& cfg);
 double train_flops_per_token(const ModelConfig& cfg, int64_t seq_len);
 
 // GFLOP/s of cblas_sgemm on n×n matrices with the current thread count,
-// best of the repetitions run within about `seconds`.
-double measure_sgemm_gflops(int64_t n = 1024, double seconds = 0.5);
+// best of the repetitions run within about `seconds` (at least min_reps).
+double measure_sgemm_gflops(int64_t n = 1024, double seconds = 0.5, int min_reps = 3);
+
+// The ceiling MFU is measured against (docs/BENCHMARKS.md, "Definitions"):
+// the best SGEMM rate measured (start-up windows, and re-measures during a
+// long run), raised to the best model-FLOP rate any step achieved. Other work
+// on the machine can hold the cores during every SGEMM window, and the
+// achieved rate is then above the measured one; with the achieved rate in
+// the ceiling, MFU = achieved / ceiling ≤ 1 by construction.
+class MfuCeiling {
+ public:
+  void measured(double gflops) { sgemm_ = std::max(sgemm_, gflops); }
+  // The MFU of a step that achieved `gflops`, against the ceiling including it.
+  double mfu(double gflops) {
+    achieved_ = std::max(achieved_, gflops);
+    return this->gflops() > 0 ? gflops / this->gflops() : 0.0;
+  }
+  double gflops() const { return std::max(sgemm_, achieved_); }
+  double sgemm() const { return sgemm_; }
+  // Which bound the ceiling is: "sgemm" (a measurement) or "achieved" (a step's rate).
+  const char* source() const { return achieved_ > sgemm_ ? "achieved" : "sgemm"; }
+
+ private:
+  double sgemm_ = 0, achieved_ = 0;
+};
 
 }  // namespace mt

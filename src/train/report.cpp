@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/context.h"
@@ -18,6 +19,7 @@
 #include "train/explain.h"
 #include "train/explain_memory.h"
 #include "train/flops.h"
+#include "train/progress.h"
 #include "train/run_support.h"
 
 namespace mt {
@@ -110,14 +112,6 @@ std::string memory_report(const RunMesh& mesh, const MemStats& mine) {
 }
 
 }  // namespace
-
-double job_sgemm_gflops(const RunMesh& mesh) {
-  Group* world = mesh.world_size > 1 ? mesh.world() : nullptr;
-  if (world) world->barrier("sgemm ceiling");
-  double rate = measure_sgemm_gflops(1024, 0.3);
-  if (world) world->all_reduce(&rate, 1, "sgemm ceiling");
-  return rate;
-}
 
 void report_start(const RunMesh& mesh, const Config& cfg, const TrainModel& model, double sgemm_gflops,
                   const RunOptions& opts) {
@@ -250,17 +244,25 @@ void report_step(MetricsWriter& metrics, const RunMesh& mesh, TrainModel& model,
                          {"step_time_s", s.step_time_s},
                          {"tokens_per_s", s.tokens_per_s},
                          {"mfu", s.mfu},
+                         {"mfu_ceiling_gflops", s.mfu_ceiling_gflops},
+                         {"mfu_ceiling", s.mfu_ceiling},
                          {"mem_peak_bytes", s.mem_peak_bytes},
                          {"rss_bytes", resident_bytes(false)},
                          {"rss_peak_bytes", resident_bytes(true)},
                          {"skipped", s.skipped}};
   add_moe_metrics(line, model, mesh);
   metrics.write(line);
+  if (!opts.quiet && lead && s.first_estimate && s.step + 1 < tc.steps) {
+    std::printf("time estimate: %s more for the remaining %lld steps (at the mean time of the first two)\n",
+                format_duration(s.eta_s).c_str(), static_cast<long long>(tc.steps - s.step - 1));
+  }
   if (!opts.quiet && lead && (s.step % tc.log_every == 0 || s.step + 1 == tc.steps)) {
     std::printf(
-        "step %5lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU %.2f | peak mem %.1f MiB%s\n",
+        "step %5lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | MFU %.2f of %.1f GFLOP/s (%s) | "
+        "peak mem %.1f MiB | eta %s%s\n",
         static_cast<long long>(s.step), s.loss, s.lr, s.grad_norm, s.tokens_per_s, s.mfu,
-        static_cast<double>(s.mem_peak_bytes) / (1 << 20), s.skipped ? " | SKIPPED" : "");
+        s.mfu_ceiling_gflops, s.mfu_ceiling, static_cast<double>(s.mem_peak_bytes) / (1 << 20),
+        format_duration(s.eta_s).c_str(), s.skipped ? " | SKIPPED" : "");
     print_ep_load(line);
     std::fflush(stdout);
   }
@@ -320,6 +322,15 @@ void report_end(const RunMesh& mesh, const Config& cfg, TrainModel& model, const
   if (lead && mesh.dp > 1 && cfg.parallel.zero <= 1) {
     std::printf("gradient all-reduce: %.0f%% of its time hidden behind the backward (last step)\n",
                 100 * result.overlap_hidden);
+    // Why the share is low when every core computes (docs/PARALLELISM.md, "Overlap of the gradient
+    // all-reduce"). The machine's cores: a rank bound to a core sees only that one (hardware_threads).
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    if (cores > 0 && opts.local_ranks * num_threads() >= cores && result.overlap_hidden < 0.5)
+      std::printf(
+          "  (%d ranks x %d threads on %d cores: every core runs the backward, and the reduction's copies "
+          "run on those same cores, inside MPI calls between the kernels, so little of it can hide; other "
+          "work on the machine takes cores too)\n",
+          opts.local_ranks, num_threads(), cores);
   }
   if (lead && !result.save_blocked_s.empty()) report_saves(result, cfg.train.async_checkpoint);
 }

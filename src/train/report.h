@@ -15,10 +15,6 @@
 
 namespace mt {
 
-// This machine's SGEMM ceiling for the whole job: every rank measures at the
-// same moment (after a barrier) with its own threads, and the rates are summed.
-double job_sgemm_gflops(const RunMesh& mesh);
-
 // The mesh, data, context, tensor and pipeline lines, then the model line.
 void report_start(const RunMesh& mesh, const Config& cfg, const TrainModel& model, double sgemm_gflops,
                   const RunOptions& opts);

@@ -22,6 +22,7 @@
 #include "train/metrics_lines.h"
 #include "train/model_io.h"
 #include "train/preempt.h"
+#include "train/progress.h"
 #include "train/report.h"
 #include "train/run_mesh.h"
 #include "train/run_support.h"
@@ -143,7 +144,8 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   const double flops_per_token = train_flops_per_token(cfg.model, tc.seq_len);
 
   RunResult result;
-  result.sgemm_gflops = job_sgemm_gflops(mesh);
+  MfuCeiling ceiling;
+  ceiling.measured(result.sgemm_gflops = job_sgemm_gflops(mesh));
   report_start(mesh, cfg, model, result.sgemm_gflops, opts);
   MetricsWriter metrics(lead ? opts.metrics_path : std::string());
   if (lead) metrics.write(metrics_header(cfg, mesh.world_size));
@@ -157,6 +159,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   CheckpointSaver saver(cfg, mesh);
   TraceSession trace(opts, tc.steps);
   model.before_update = [&saver] { saver.wait_for_copy(); };  // an async save copying the state
+  const Progress progress(first_step, tc.steps);
   for (int64_t step = first_step; step < tc.steps && result.stop_signal == 0; ++step) {
     if (mesh.world()) mesh.world()->context().step = step;  // the comm ledger's step
     inject_fault(fault, mesh.rank, step);
@@ -170,11 +173,16 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
       if (model.bad_steps >= tc.max_bad_steps) saver.finish(metrics);
       throw;
     }
-    s.mfu = s.tokens_per_s * flops_per_token / (result.sgemm_gflops * 1e9);
+    s.mfu = ceiling.mfu(s.tokens_per_s * flops_per_token / 1e9);
+    s.mfu_ceiling_gflops = ceiling.gflops();
+    s.mfu_ceiling = ceiling.source();
+    s.eta_s = progress.eta_s(step);
+    s.first_estimate = step == first_step + 1;
     result.steps.push_back(s);
     report_step(metrics, mesh, model, s, tc, opts);
     write_rank_lines(metrics, mesh, model, s,
                      !opts.metrics_path.empty());  // collective; after --explain's step 0
+    remeasure_ceiling(mesh, tc, step, ceiling);
     if (do_eval && (step + 1) % tc.eval_every == 0) evaluate(step);
     if (checkpoints) {
       const TraceScope span("checkpoint", "checkpoint save");

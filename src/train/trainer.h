@@ -36,7 +36,11 @@ struct StepStats {
   int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0;
   int64_t tokens = 0;  // valid target tokens in the global batch
-  double step_time_s = 0, tokens_per_s = 0, mfu = 0;
+  double step_time_s = 0, tokens_per_s = 0;
+  double mfu = 0, mfu_ceiling_gflops = 0;  // mfu = achieved / ceiling ≤ 1 (flops.h MfuCeiling)
+  const char* mfu_ceiling = "sgemm";       // what the ceiling was: "sgemm" (measured) or "achieved"
+  double eta_s = -1;                       // expected time left in the run (< 0: unknown)
+  bool first_estimate = false;             // the step after which the run's time is first estimated
   int64_t mem_peak_bytes = 0;
   bool skipped = false;  // NaN/Inf loss or gradient norm: no update
   // Where the step's time went on this rank (train/metrics_lines.h): its start
@@ -47,8 +51,8 @@ struct StepStats {
 
 struct RunResult {
   std::vector<StepStats> steps;
-  std::vector<std::pair<int64_t, double>> val_losses;          // (step, loss)
-  double sgemm_gflops = 0;                                     // the MFU ceiling measured at start-up
+  std::vector<std::pair<int64_t, double>> val_losses;  // (step, loss)
+  double sgemm_gflops = 0;  // the SGEMM rate measured at start-up (the MFU ceiling's first bound)
   std::vector<std::pair<std::string, double>> kernel_seconds;  // with RunOptions::profile
   MemStats memory;                                             // this rank's allocator counters at the end
   double overlap_hidden =

@@ -6,7 +6,12 @@
 # within 1e-5 — and each rank's KV cache bytes on stderr equal
 # 2 · layers · positions · kv heads per rank · head_dim · 4 · batch, computed
 # here from the layout (positions: ceil(capacity / cp)); cp2 prefills in chunks
-# of 3 against its position-sharded cache; one prompt's streamed text under
+# of 3 against its position-sharded cache, by the ring (the default) and by
+# all-gathering q|k|v (--cp-impl allgather), and each cp rank's count of the
+# prefill's calls on the cp axis says which ran (ring: layers x (cp - 1) sends
+# and one all-gather, of the hidden state, per step; all-gather: no send, and
+# 2 x layers + 1 all-gathers); cp3 with chunks of 2 leaves cp rank 2 an empty
+# block of rows in each prefill step; one prompt's streamed text under
 # tp2 x pp2 is the one-process line, printed once; a tied-embedding model gives the
 # one-process tokens under pp2 and tp2 x pp2. Bad input (world size,
 # heads not divisible by tp, a mixture of experts) is refused at start-up,
@@ -42,10 +47,11 @@ layout() {
       failures=$((failures + 1))
       continue
     fi
-    if out=$(/usr/bin/python3 - "$tmp" "$name" "$mode" "$np" "$dp" "$tp" "$pp" "$cp" 2>&1 <<'PY'
+    if out=$(/usr/bin/python3 - "$tmp" "$name" "$mode" "$np" "$dp" "$tp" "$pp" "$cp" "$*" 2>&1 <<'PY'
 import json, math, re, sys
 tmp, name, mode = sys.argv[1:4]
-np_, dp, tp, pp, cp = map(int, sys.argv[4:])
+np_, dp, tp, pp, cp = map(int, sys.argv[4:9])
+flags = sys.argv[9]
 ref = [json.loads(l) for l in open(f"{tmp}/ref_{mode}.jsonl")]
 got = [json.loads(l) for l in open(f"{tmp}/{name}.{mode}.jsonl")]
 assert [x["index"] for x in got] == [0, 1, 2], got
@@ -67,6 +73,19 @@ for rank, d, t, p, c, a, b, n in (map(int, l) for l in lines):
     want = 2 * (layers // pp) * math.ceil(capacity / cp) * max(1, kv_heads // tp) * head_dim * 4 * batch
     assert n == want, (f"rank {rank}: {n} bytes, analytic {want}")
 assert len(ranks) == np_, ("ranks reporting a KV cache", ranks)
+calls = re.findall(r"prefill over cp (\d+): (\d+) sends, (\d+) all-gathers", open(f"{tmp}/{name}.{mode}.err").read())
+assert len(calls) == (np_ if cp > 1 else 0), calls
+L = layers // pp
+for c, sends, gathers in (map(int, x) for x in calls):
+    if "allgather" in flags:  # every prefill step: q|k|v and the partial outputs per layer, the hidden state
+        assert sends == 0 and gathers > 0 and gathers % (2 * L + 1) == 0, (sends, gathers)
+        continue
+    ring_steps = sends // (L * (cp - 1))  # a chunk of one token per sequence all-gathers instead
+    assert sends > 0 and sends % (L * (cp - 1)) == 0 and (gathers - ring_steps) % (2 * L + 1) == 0, (sends, gathers)
+    if "--prefill-chunk" not in flags:
+        assert gathers == ring_steps, ("an all-gather of q|k|v in a whole-prompt ring prefill", sends, gathers)
+if calls:
+    print(f"cp calls {calls[0][1]} sends, {calls[0][2]} all-gathers on cp rank 0;", end=" ")
 print(f"{len(lines)} kv cache lines = analytic")
 PY
     ); then
@@ -81,7 +100,8 @@ layout tp2 2 1 2 1 1
 layout tp4 4 1 4 1 1
 layout pp2 2 1 1 2 1
 layout dp2 2 2 1 1 1
-layout cp2 2 1 1 1 2 --prefill-chunk 3  # chunks against the position-sharded cache
+layout cp2 2 1 1 1 2 --prefill-chunk 3  # chunks against the position-sharded cache, by the ring
+layout cp2_allgather 2 1 1 1 2 --prefill-chunk 3 --cp-impl allgather
 layout tp2_pp2 4 1 2 2 1
 layout tp2_cp2 4 1 2 1 2  # the cp row blocks with tp inside each
 
@@ -102,6 +122,14 @@ if timeout 120 "${mpi[@]}" -np 2 "${one[@]}" --cp 2 >"$tmp/text_cp.txt" 2>"$tmp/
   echo "ok   streamed text: cp2 prints the one-process line"
 else
   echo "FAIL streamed text cp2: '$(cat "$tmp/text_cp.txt")' against '$(cat "$tmp/text1.txt")'; $(head -c 400 "$tmp/text_cp.err")"
+  failures=$((failures + 1))
+fi
+# cp3, prefill chunks of 2 rows: blocks of one row, cp rank 2's empty, each chunk's ring over 3 ranks.
+if timeout 120 "${mpi[@]}" -np 3 "${one[@]}" --cp 3 --prefill-chunk 2 >"$tmp/text_cp3.txt" 2>"$tmp/text_cp3.err" &&
+  cmp -s "$tmp/text1.txt" "$tmp/text_cp3.txt" && grep "cp 2): prefill over cp 3: [1-9][0-9]* sends" "$tmp/text_cp3.err" >/dev/null; then
+  echo "ok   streamed text: cp3 ring prefill in chunks of 2 prints the one-process line"
+else
+  echo "FAIL streamed text cp3: '$(cat "$tmp/text_cp3.txt")' against '$(cat "$tmp/text1.txt")'; $(head -c 600 "$tmp/text_cp3.err")"
   failures=$((failures + 1))
 fi
 
@@ -139,6 +167,7 @@ refused() {
 }
 refused world "= 1 but the world has 2 ranks" 2 "${g[@]}"
 refused heads "model.n_heads (4) must be divisible by parallel.tp (3)" 3 "${g[@]}" --tp 3
+refused cp_impl "parallel.cp_impl ('ulysses') must be ring or allgather" 2 "${g[@]}" --cp 2 --cp-impl ulysses
 "$bin" train "${tiny[@]}" --set model.n_experts=2 --set model.top_k=1 --set model.expert_ffn_hidden=16 \
   --set train.steps=1 --save "$tmp/moe" >/dev/null
 refused moe "is a mixture of experts (2 experts): the cached decoder" 2 "$bin" generate --model "$tmp/moe" \

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "data/token_file.h"
 #include "model/llama.h"
+#include "train/flops.h"
 #include "train/model_io.h"
 #include "train/trainer.h"
 
@@ -123,12 +124,32 @@ TEST(Training, MetricsFileHasOneObjectPerStepAndValidation) {
   ASSERT_EQ(lines.size(), 11u);
   EXPECT_EQ(lines[0].rfind("{\"header\":", 0), 0u);
   for (const char* key : {"\"step\":", "\"loss\":", "\"lr\":", "\"grad_norm\":", "\"tokens\":",
-                          "\"step_time_s\":", "\"tokens_per_s\":", "\"mfu\":", "\"mem_peak_bytes\":"}) {
+                          "\"step_time_s\":", "\"tokens_per_s\":", "\"mfu\":", "\"mfu_ceiling_gflops\":",
+                          "\"mfu_ceiling\":", "\"mem_peak_bytes\":"}) {
     EXPECT_NE(lines[1].find(key), std::string::npos) << key;
   }
   EXPECT_NE(lines[2].find("\"rank\":0"), std::string::npos);
   EXPECT_NE(lines[2].find("\"time_s\":"), std::string::npos);
   EXPECT_NE(lines[5].find("\"val_loss\":"), std::string::npos);
+}
+
+// The ceiling is the best SGEMM measurement raised to the best rate a step
+// achieved: a step faster than every measurement has MFU 1, not more.
+TEST(Training, MfuCeilingBoundsEveryStep) {
+  MfuCeiling c;
+  c.measured(10);
+  EXPECT_DOUBLE_EQ(c.mfu(5), 0.5);
+  EXPECT_STREQ(c.source(), "sgemm");
+  EXPECT_DOUBLE_EQ(c.mfu(25), 1.0);  // measured while other work held the cores
+  EXPECT_STREQ(c.source(), "achieved");
+  EXPECT_DOUBLE_EQ(c.gflops(), 25);
+  EXPECT_DOUBLE_EQ(c.mfu(5), 0.2);  // against the best seen so far
+  c.measured(8);                    // a worse window changes nothing
+  EXPECT_DOUBLE_EQ(c.gflops(), 25);
+  c.measured(50);
+  EXPECT_DOUBLE_EQ(c.mfu(25), 0.5);
+  EXPECT_STREQ(c.source(), "sgemm");
+  EXPECT_DOUBLE_EQ(MfuCeiling().mfu(0), 0.0);
 }
 
 TEST(Training, InitFromContinuesFromASavedModel) {
