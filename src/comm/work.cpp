@@ -26,6 +26,7 @@ void record(PendingOp& op) {
   e.elements = op.elements;
   e.bytes = op.bytes;
   e.seconds = std::chrono::duration<double>(Clock::now() - op.start).count();
+  e.wait_seconds = op.waited;
   e.step = op.step;
   op.ctx->ledger.record(std::move(e));
 }
@@ -62,6 +63,7 @@ void wait_for(PendingOp& op) {
     if (timeout_s > 0 && waited > timeout_s) watchdog_fire(op, timeout_s);
     if (waited > 1.0) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+  op.waited += std::chrono::duration<double>(Clock::now() - begin).count();
   record(op);
 }
 

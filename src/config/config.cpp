@@ -150,6 +150,10 @@ std::vector<Entry> parallel_entries() {
       MT_KEY(parallel, sp, "bool",
              "sequence parallelism (Megatron SP): activations outside the tp regions (norms, residual) are "
              "sharded by token over tp; needs tp > 1 and seq_len divisible by tp"),
+      MT_KEY(parallel, tp_overlap, "bool",
+             "hide TP communication behind compute: the row-parallel GEMMs (and under sp the gathered "
+             "column-parallel ones) run in token chunks, each chunk's collective in flight while the next "
+             "chunk multiplies; results bitwise equal to false; needs tp > 1"),
       MT_KEY(parallel, schedule, "string", "pipeline schedule: gpipe | 1f1b | interleaved"),
       MT_KEY(parallel, virtual_stages, "int",
              "virtual stages (model chunks) per rank; > 1 needs schedule = interleaved"),

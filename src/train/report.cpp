@@ -332,6 +332,27 @@ void report_saves(const RunResult& r, bool async) {
       "writes %.3f s on average\n",
       r.save_blocked_s.size(), async ? "async" : "sync", blocked / n, most, written / n);
 }
+// The share of this rank's tp communication time that ran behind compute:
+// 1 − Σ wait / Σ (start → completion) over the run's tp calls (ledger entries
+// of axis "tp"). Blocking calls count as all waited; parallel.tp_overlap's
+// chunked calls overlap their GEMMs (docs/PARALLELISM.md).
+std::string tp_hidden_line(const RunMesh& mesh) {
+  double total = 0, waited = 0;
+  int64_t calls = 0;
+  for (const LedgerEntry& e : mesh.world()->context().ledger.entries()) {
+    if (e.axis != "tp") continue;
+    total += e.seconds;
+    waited += std::min(e.wait_seconds, e.seconds);
+    ++calls;
+  }
+  char line[200];
+  std::snprintf(
+      line, sizeof line,
+      "tp communication (rank 0): %lld calls, %.3f s, %.3f s waited: %.0f%% hidden behind compute\n",
+      static_cast<long long>(calls), total, waited, total > 0 ? 100 * (1 - waited / total) : 0.0);
+  return line;
+}
+
 }  // namespace
 
 void report_end(const RunMesh& mesh, const Config& cfg, TrainModel& model, const RunOptions& opts,
@@ -353,6 +374,7 @@ void report_end(const RunMesh& mesh, const Config& cfg, TrainModel& model, const
     std::printf("gradient all-reduce: %.0f%% of its time hidden behind the backward (last step)\n",
                 100 * result.overlap_hidden);
   }
+  if (lead && mesh.tp > 1) std::printf("%s", tp_hidden_line(mesh).c_str());
   if (lead && !result.save_blocked_s.empty()) report_saves(result, cfg.train.async_checkpoint);
 }
 

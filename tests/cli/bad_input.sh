@@ -140,6 +140,8 @@ expect_error_mpi 2 "--trace without pp" "--trace records the pipeline's stages: 
   --dp 2 --set train.microbatch_size=1 --trace "$tmp/trace.json"
 expect_error_mpi 2 "sp without tp" "parallel.sp = true needs tensor parallelism: parallel.tp (1) must be greater than 1" \
   --dp 2 --set train.microbatch_size=1 --set parallel.sp=true
+expect_error_mpi 2 "tp_overlap without tp" "parallel.tp_overlap = true needs tensor parallelism: parallel.tp (1) must be greater than 1" \
+  --dp 2 --set train.microbatch_size=1 --set parallel.tp_overlap=true
 
 printf 'steps = [1, 2\n' >"$tmp/broken.toml"
 expect_error "TOML syntax" "broken.toml:1:" "$bin" train --config "$tmp/broken.toml"
