@@ -28,11 +28,11 @@ struct LedgerEntry {
   int64_t elements = 0;
   int64_t bytes = 0;   // elements · element size (see above)
   double seconds = 0;  // wall time from the start of the call to observed completion
+  int64_t step = -1;   // CommContext::step when the call started
   // Of `seconds`, the time this rank spent blocked in Work::wait() (a blocking
   // call: nearly all of it); the rest ran behind whatever the rank computed
   // between starting the call and waiting for it.
   double wait_seconds = 0;
-  int64_t step = -1;  // CommContext::step when the call started
 };
 
 // Every collective and point-to-point call this process made.

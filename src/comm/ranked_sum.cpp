@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "comm/buffer_pool.h"
 #include "core/error.h"
 
 namespace mt {
@@ -51,21 +52,28 @@ struct RankedAllReduce final : PendingOp {
   int64_t esize = 4;
   int P = 1, me = 0, tag = 0;
   std::vector<int64_t> begin, size;
-  std::vector<char> parts, mine;  // [P, my block] received; my block summed
+  // [P, my block] received; my block summed (pooled: comm/buffer_pool.h)
+  std::unique_ptr<std::vector<char>> parts, mine;
   std::unique_ptr<PendingOp> scatter;
   std::vector<std::unique_ptr<PendingOp>> gather;  // sends of my block, receives of the others'
   int phase = 0;                                   // 1: scatter in flight, 2: gather in flight, 3: done
 
   void start_gather() {
     const int64_t n = size[static_cast<size_t>(me)];
-    sum_in_rank_order(mine.data(), parts.data(), P, n, type);
-    std::memcpy(buf + begin[static_cast<size_t>(me)] * esize, mine.data(), static_cast<size_t>(n * esize));
+    sum_in_rank_order(mine->data(), parts->data(), P, n, type);
+    std::memcpy(buf + begin[static_cast<size_t>(me)] * esize, mine->data(), static_cast<size_t>(n * esize));
     for (int j = 0; j < P; ++j) {
       if (j == me) continue;
       const auto J = static_cast<size_t>(j);
       if (size[J] > 0) gather.push_back(b->recv(buf + begin[J] * esize, size[J], type, j, tag));
-      if (n > 0) gather.push_back(b->send(mine.data(), n, type, j, tag));
+      if (n > 0) gather.push_back(b->send(mine->data(), n, type, j, tag));
     }
+  }
+
+  ~RankedAllReduce() override {
+    if (phase != 3) return;  // only a finished call hands its buffers back (an error ends the job)
+    comm_buffer_pool().give(std::move(parts));
+    comm_buffer_pool().give(std::move(mine));
   }
 
   bool poll() override {
@@ -107,10 +115,10 @@ std::unique_ptr<PendingOp> ranked_all_reduce(Backend& b, void* buf, int64_t coun
   std::vector<int64_t> counts(P, n), displs(P);
   for (size_t j = 0; j < P; ++j)
     displs[j] = static_cast<int64_t>(j) * n;
-  op->parts.resize(static_cast<size_t>(static_cast<int64_t>(P) * n * op->esize));
-  op->mine.resize(static_cast<size_t>(n * op->esize));
+  op->parts = comm_buffer_pool().take(static_cast<size_t>(static_cast<int64_t>(P) * n * op->esize));
+  op->mine = comm_buffer_pool().take(static_cast<size_t>(n * op->esize));
   // MPI reads the count arrays until completion: the backend's op keeps its copies.
-  op->scatter = b.all_to_allv(buf, op->size, op->begin, op->parts.data(), counts, displs, type);
+  op->scatter = b.all_to_allv(buf, op->size, op->begin, op->parts->data(), counts, displs, type);
   op->phase = 1;
   return op;
 }
@@ -122,15 +130,16 @@ struct RankedReduceScatter final : PendingOp {
   ElemType type = ElemType::f32;
   int P = 1;
   int64_t n = 0;
-  std::vector<char> parts;  // [P, n]: rank i's block for this rank
+  std::unique_ptr<std::vector<char>> parts;  // [P, n]: rank i's block for this rank (pooled)
   std::unique_ptr<PendingOp> cur;
   bool done = false;
 
   bool poll() override {
     if (done) return true;
     if (!cur->poll()) return false;
-    sum_in_rank_order(recv, parts.data(), P, n, type);
+    sum_in_rank_order(recv, parts->data(), P, n, type);
     done = true;
+    comm_buffer_pool().give(std::move(parts));
     return true;
   }
 };
@@ -144,8 +153,8 @@ std::unique_ptr<PendingOp> ranked_reduce_scatter(Backend& b, const void* send, v
   op->type = type;
   op->P = b.size();
   op->n = count;
-  op->parts.resize(static_cast<size_t>(op->P * count * elem_size(type)));
-  op->cur = b.all_to_all(send, op->parts.data(), count, type);
+  op->parts = comm_buffer_pool().take(static_cast<size_t>(op->P * count * elem_size(type)));
+  op->cur = b.all_to_all(send, op->parts->data(), count, type);
   return op;
 }
 
