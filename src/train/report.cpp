@@ -38,7 +38,7 @@ std::string describe(const RunMesh& mesh, const Config& cfg, const TrainModel& m
        << (cfg.parallel.cp_impl == "ring" ? "ring" : "all-gather") << " attention)\n";
   if (mesh.tp > 1)
     os << "tensor parallel: tp = " << mesh.tp << ", sequence parallel " << (cfg.parallel.sp ? "on" : "off")
-       << "\n";
+       << ", communication overlap " << (cfg.parallel.tp_overlap ? "on" : "off") << "\n";
   if (model.pipelined())
     os << "pipeline: pp = " << mesh.pp << ", " << cfg.parallel.virtual_stages
        << " virtual stage(s) per rank\n"
