@@ -11,7 +11,13 @@
 #    interleaved — single, tp2, tp2+sp, single, … — so that load from other
 #    processes falls on both sides of each ratio; each run's figure is the median
 #    of its steps after the first SKIP, and the best (fastest) median of each kind
-#    is kept.
+#    is kept. tp2 and tp2+sp also run with parallel.tp_overlap = true (the "ov"
+#    runs): before and after in the same round, with the share of rank 0's tp
+#    communication time hidden behind compute (its ledger's wait times).
+# 3. The rank-ordered sum that TP reduces with (SumOrder::ranks) against the MPI
+#    library's all-reduce and reduce-scatter at one layer's activation size,
+#    whole and in overlap chunks, on 2 and 4 ranks (bench/tp/ranked_sum_bench.cpp;
+#    skipped when the build has no benchmarks: -DMESHTRAIN_BUILD_BENCH=ON).
 # 2. Activation memory: rank 0's peak activation bytes at tp = 1, 2, 2 + sp (from
 #    the runs of part 1) and, if the model allows it, tp = 4 and 4 + sp (MEM_STEPS
 #    steps each), all with train.recompute = false, against the analytic count of
@@ -71,7 +77,10 @@ train() {  # $1: name, $2: ranks (0: no mpirun), then extra arguments
 for r in $(seq 1 "$REPEATS"); do
   train "single_r$r" 0 --set train.steps="$STEPS" --set train.threads=2
   train "tp2_r$r" 2 --tp 2 --set train.steps="$STEPS" --set train.threads=1
+  train "tp2ov_r$r" 2 --tp 2 --set parallel.tp_overlap=true --set train.steps="$STEPS" --set train.threads=1
   train "tp2sp_r$r" 2 --tp 2 --set parallel.sp=true --set train.steps="$STEPS" --set train.threads=1
+  train "tp2spov_r$r" 2 --tp 2 --set parallel.sp=true --set parallel.tp_overlap=true --set train.steps="$STEPS" \
+    --set train.threads=1
 done
 
 # 2: memory at tp = 4, if the model splits 4 ways.
@@ -84,6 +93,18 @@ if [[ $MEM_STEPS -gt 0 ]]; then
       echo "== $name skipped: $why"
     fi
   done
+fi
+
+# 3: the rank-ordered sum's cost, at the activation [B_micro x T, d_model] of the config.
+RS_BENCH="$BUILD/bench/meshtrain_ranked_sum_bench"
+if [[ -x $RS_BENCH ]]; then
+  read -r TOKENS WIDTH < <("$PY" "$SUM" activation-shape "$CONFIG")
+  for np in 2 4; do
+    echo "== 3. rank-ordered sum vs the library, $np ranks, activation [$TOKENS, $WIDTH] (median ms, slowest rank)"
+    "${MPIRUN[@]}" -np "$np" "$RS_BENCH" --tokens "$TOKENS" --width "$WIDTH" | tee "$OUT/ranked_sum_np$np.txt"
+  done
+else
+  echo "== 3. skipped: $RS_BENCH not built (configure with -DMESHTRAIN_BUILD_BENCH=ON)"
 fi
 
 echo "load after:  $(uptime)"

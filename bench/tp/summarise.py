@@ -139,7 +139,21 @@ def run_line(path, skip, secs):
           f" activations {s['activation'] / MiB:.1f} MiB, peak {s['total'] / MiB:.1f} MiB | {secs} s wall")
 
 
-KINDS = ("single", "tp2", "tp2sp")  # the order of a round
+KINDS = ("single", "tp2", "tp2ov", "tp2sp", "tp2spov")  # the order of a round (ov: parallel.tp_overlap)
+LABELS = (("tp2", "tp2"), ("tp2ov", "tp2 overlap"), ("tp2sp", "tp2+sp"), ("tp2spov", "tp2+sp overlap"))
+
+
+def hidden(r, out):
+    """The run's 'tp communication ... NN% hidden' line (src/train/report.cpp), as 'NN% of X s'."""
+    try:
+        with open(os.path.join(out, r["name"] + ".log")) as f:
+            for line in f:
+                if line.startswith("tp communication (rank 0):"):
+                    total = line.split(" calls, ")[1].split(" s,")[0]
+                    return line.rsplit(": ", 1)[1].split("%")[0] + f"% of {total} s"
+    except OSError:
+        pass
+    return ""
 
 
 def runs(out, kind, skip):
@@ -165,15 +179,16 @@ def speed_table(out, cfg, skip):
         return
     print(f"== 1. Speed: tp = 2 (2 ranks x 1 thread) vs 1 process x 2 threads (global batch {B} x {T},"
           f" microbatch {mb}; median of steps {skip}.. of each run; best median of each kind)")
-    print(f"{'run':<12} {'median s':>9} {'min s':>7} {'tok/s':>7}  comm per step (MiB sent, rank 0's ledger)")
+    print(f"{'run':<12} {'median s':>9} {'min s':>7} {'tok/s':>7}  {'tp comm hidden':<16}"
+          f"  comm per step (MiB sent, rank 0's ledger)")
     for rnd in range(len(by_kind["single"])):
         for k in KINDS:
             if rnd < len(by_kind[k]):
                 r = by_kind[k][rnd]
                 print(f"{r['name']:<12} {r['median_s']:>9.3f} {r['min_s']:>7.3f} {B * T / r['median_s']:>7.0f}"
-                      f"  {comm_per_step(r) if k != 'single' else ''}")
+                      f"  {hidden(r, out):<16}  {comm_per_step(r) if k != 'single' else ''}")
     bs = best(by_kind["single"])
-    for k, label in (("tp2", "tp2"), ("tp2sp", "tp2+sp")):
+    for k, label in LABELS:
         if not by_kind[k]:
             continue
         per_round = [s["median_s"] / t["median_s"] for s, t in zip(by_kind["single"], by_kind[k])]
@@ -232,5 +247,11 @@ def tp_check(config, P, sp):
         sys.exit(1)
 
 
+def activation_shape(config):
+    """'N C': the tokens of a microbatch (microbatch_size x seq_len) and d_model, a row-parallel output."""
+    cfg = read_config(config)
+    print(cfg["train"]["microbatch_size"] * cfg["train"]["seq_len"], cfg["model"]["d_model"])
+
+
 if __name__ == "__main__":
-    main(run_line, report, {"tp-check": tp_check})
+    main(run_line, report, {"tp-check": tp_check, "activation-shape": activation_shape})

@@ -36,11 +36,10 @@ struct PendingOp {
   int64_t bytes = 0;
   int64_t step = -1;
   std::chrono::steady_clock::time_point start;
-  std::chrono::steady_clock::time_point wait_start;  // set when a wait() begins
-  bool waited = false;
   std::shared_ptr<CommContext> ctx;  // ledger and watchdog timeout
   std::shared_ptr<Backend> backend;  // keeps the communicator alive; ends the job on a stall
   bool recorded = false;             // the ledger has this op
+  double waited = 0;                 // seconds spent in Work::wait() (LedgerEntry::wait_seconds)
 };
 
 class Backend {
@@ -74,6 +73,14 @@ class Backend {
 
   // Ends every process of the job with `status` (the message is already printed).
   [[noreturn]] virtual void abort_job(int status) = 0;
+
+  // Counts the rank-ordered all-reduces started on this backend (ranked_sum.h):
+  // every rank starts them in the same order, so the count names the same call
+  // on every rank and gives its messages a tag of their own.
+  int64_t next_ranked_call() { return ranked_calls_++; }
+
+ private:
+  int64_t ranked_calls_ = 0;
 };
 
 }  // namespace mt

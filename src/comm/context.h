@@ -29,8 +29,9 @@ struct LedgerEntry {
   int64_t bytes = 0;   // elements · element size (see above)
   double seconds = 0;  // wall time from the start of the call to observed completion
   int64_t step = -1;   // CommContext::step when the call started
-  // The part of `seconds` this rank spent blocked in wait() (a blocking call:
-  // all of it; a non-blocking one completed by test(): none) — its exposed time.
+  // Of `seconds`, the time this rank spent blocked in Work::wait() (a blocking
+  // call: nearly all of it); the rest ran behind whatever the rank computed
+  // between starting the call and waiting for it.
   double wait_seconds = 0;
   double end_s = 0;  // observed completion on the steady clock (core/trace_spans.h trace_now)
 };

@@ -5,6 +5,7 @@
 
 #include "comm/backend.h"
 #include "comm/context.h"
+#include "comm/ranked_sum.h"
 #include "core/error.h"
 
 namespace mt {
@@ -114,6 +115,42 @@ Work Group::reduce_scatter_async(const void* send, void* recv, int64_t count, El
   MT_REQUIRE(!overlap, Error, "reduce_scatter on axis ", axis_, " (", label, "): recv must not overlap send");
   return start_op(backend_, ctx_, axis_, "reduce_scatter", label, count * size(), type,
                   [&](Backend& b) { return b.reduce_scatter(send, recv, count, type, op); });
+}
+
+namespace {
+
+void check_ranked(const std::string& axis, ElemType type, std::string_view label) {
+  MT_REQUIRE(type == ElemType::f32 || type == ElemType::f64, Error, "a rank-ordered sum on axis ", axis, " (",
+             label, ") needs f32 or f64, not ", elem_type_name(type));
+}
+
+}  // namespace
+
+Work Group::all_reduce_async(void* buf, int64_t count, ElemType type, SumOrder order,
+                             std::string_view label) {
+  if (order == SumOrder::library) return all_reduce_async(buf, count, type, ReduceOp::sum, label);
+  check_count("all_reduce", axis_, count);
+  check_ranked(axis_, type, label);
+  return start_op(backend_, ctx_, axis_, "all_reduce", label, count, type,
+                  [&](Backend& b) { return ranked_all_reduce(b, buf, count, type); });
+}
+
+void Group::all_reduce(void* buf, int64_t count, ElemType type, SumOrder order, std::string_view label) {
+  all_reduce_async(buf, count, type, order, label).wait();
+}
+
+Work Group::reduce_scatter_async(const void* send, void* recv, int64_t count, ElemType type, SumOrder order,
+                                 std::string_view label) {
+  if (order == SumOrder::library) return reduce_scatter_async(send, recv, count, type, ReduceOp::sum, label);
+  check_ranked(axis_, type, label);
+  check_count("reduce_scatter", axis_, count);
+  return start_op(backend_, ctx_, axis_, "reduce_scatter", label, count * size(), type,
+                  [&](Backend& b) { return ranked_reduce_scatter(b, send, recv, count, type); });
+}
+
+void Group::reduce_scatter(const void* send, void* recv, int64_t count, ElemType type, SumOrder order,
+                           std::string_view label) {
+  reduce_scatter_async(send, recv, count, type, order, label).wait();
 }
 
 Work Group::send_async(const void* buf, int64_t count, ElemType type, int peer, int tag,

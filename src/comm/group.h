@@ -29,6 +29,13 @@ namespace mt {
 
 enum class ReduceOp { sum, max };
 enum class ElemType { f32, f64, i32, i64 };
+// How a sum over ranks is grouped. library: the transport's own algorithm (its
+// grouping may change with the count: Open MPI sums 4 ranks pairwise for small
+// messages, in ring order for large ones). ranks: every element is summed as
+// ((x0 + x1) + x2) + … in rank order whatever the count, so that a tensor
+// reduced in chunks equals it reduced whole, bit for bit (comm/ranked_sum.h;
+// f32 and f64 only). With 2 ranks both give x0 + x1.
+enum class SumOrder { library, ranks };
 
 class CommContext;  // ledger, watchdog settings, current step (context.h)
 class Backend;      // one implementation per transport (backend.h)
@@ -79,6 +86,13 @@ class Group {
   void reduce_scatter(const void* send, void* recv, int64_t count, ElemType type, ReduceOp op,
                       std::string_view label);
   Work reduce_scatter_async(const void* send, void* recv, int64_t count, ElemType type, ReduceOp op,
+                            std::string_view label);
+  // Sums (ReduceOp::sum) in the given order; same contracts and ledger names.
+  void all_reduce(void* buf, int64_t count, ElemType type, SumOrder order, std::string_view label);
+  Work all_reduce_async(void* buf, int64_t count, ElemType type, SumOrder order, std::string_view label);
+  void reduce_scatter(const void* send, void* recv, int64_t count, ElemType type, SumOrder order,
+                      std::string_view label);
+  Work reduce_scatter_async(const void* send, void* recv, int64_t count, ElemType type, SumOrder order,
                             std::string_view label);
   void broadcast(void* buf, int64_t count, ElemType type, int root, std::string_view label);
   void all_to_all(const void* send, void* recv, int64_t count, ElemType type, std::string_view label);

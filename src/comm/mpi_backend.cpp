@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/buffer_pool.h"
 #include "core/error.h"
 
 namespace mt {
@@ -26,34 +27,6 @@ void mpi_check(int rc, const char* call, const char* file, int line) {
 }
 
 namespace {
-
-// Receive buffers of out-of-place all-reduces, reused across calls. Open MPI
-// 4.1 moved a 64 MiB all-reduce between two local ranks at 0.15–0.25 GB/s when
-// it ran in place or into a freshly allocated buffer, and at 0.8–4 GB/s into a
-// buffer it had seen before; so results land in a pooled buffer and are copied
-// back. (The pool only grows to the largest set of all-reduces in flight.)
-class BufferPool {
- public:
-  std::unique_ptr<std::vector<char>> take(size_t bytes) {
-    for (size_t i = 0; i < free_.size(); ++i) {
-      if (free_[i]->size() >= bytes) {
-        auto b = std::move(free_[i]);
-        free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
-        return b;
-      }
-    }
-    return std::make_unique<std::vector<char>>(bytes);
-  }
-  void give(std::unique_ptr<std::vector<char>> b) { free_.push_back(std::move(b)); }
-
- private:
-  std::vector<std::unique_ptr<std::vector<char>>> free_;
-};
-
-BufferPool& result_pool() {
-  static BufferPool pool;  // ranks call MPI from one thread (MPI_THREAD_FUNNELED)
-  return pool;
-}
 
 // A started MPI request. MPI reads the all_to_allv count arrays until the
 // operation completes, so they live here.
@@ -79,7 +52,7 @@ struct MpiOp final : PendingOp {
     done = true;
     if (copy_to != nullptr) {
       std::memcpy(copy_to, result->data(), result_bytes);
-      result_pool().give(std::move(result));
+      comm_buffer_pool().give(std::move(result));
     }
     if (expect_count >= 0) {
       int got = 0;
@@ -148,7 +121,7 @@ std::unique_ptr<PendingOp> MpiBackend::all_reduce(void* buf, int64_t count, Elem
   const int n = to_int(count, "all_reduce", "count");
   // Out of place into a pooled buffer, then copied back (see BufferPool).
   p->result_bytes = static_cast<size_t>(count * elem_size(type));
-  p->result = result_pool().take(p->result_bytes);
+  p->result = comm_buffer_pool().take(p->result_bytes);
   p->copy_to = buf;
   MT_MPI_CHECK(MPI_Iallreduce(buf, p->result->data(), n, mpi_type(type), mpi_op(op), comm_, &p->request));
   return p;

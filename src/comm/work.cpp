@@ -49,7 +49,7 @@ void record(PendingOp& op) {
   e.elements = op.elements;
   e.bytes = op.bytes;
   e.seconds = std::chrono::duration<double>(end - op.start).count();
-  e.wait_seconds = op.waited ? std::chrono::duration<double>(end - op.wait_start).count() : 0.0;
+  e.wait_seconds = op.waited;
   e.end_s = seconds_of(end);
   e.step = op.step;
   if (SpanRecorder::active()) trace(op, e);
@@ -79,8 +79,6 @@ void record(PendingOp& op) {
 void wait_for(PendingOp& op) {
   const double timeout_s = op.ctx->timeout_s;
   const auto begin = Clock::now();
-  if (!op.waited) op.wait_start = begin;  // a blocking call: its whole time
-  op.waited = true;
   for (int i = 0; !op.poll(); ++i) {
     if ((i & 63) != 63) {
       std::this_thread::yield();
@@ -90,6 +88,7 @@ void wait_for(PendingOp& op) {
     if (timeout_s > 0 && waited > timeout_s) watchdog_fire(op, timeout_s);
     if (waited > 1.0) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
+  op.waited += std::chrono::duration<double>(Clock::now() - begin).count();
   record(op);
 }
 

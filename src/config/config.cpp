@@ -150,6 +150,10 @@ std::vector<Entry> parallel_entries() {
       MT_KEY(parallel, sp, "bool",
              "sequence parallelism (Megatron SP): activations outside the tp regions (norms, residual) are "
              "sharded by token over tp; needs tp > 1 and seq_len divisible by tp"),
+      MT_KEY(parallel, tp_overlap, "bool",
+             "hide TP communication behind compute: the GEMMs beside a TP collective (row forward, column "
+             "input gradient; under sp the gathered ones, per rank block) run in token pieces, each piece's "
+             "collective in flight while the next multiplies; bitwise equal to false; needs tp > 1"),
       MT_KEY(parallel, schedule, "string", "pipeline schedule: gpipe | 1f1b | interleaved"),
       MT_KEY(parallel, virtual_stages, "int",
              "virtual stages (model chunks) per rank; > 1 needs schedule = interleaved"),

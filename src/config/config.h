@@ -56,6 +56,9 @@ struct ParallelConfig {
   // the flattened (dp, cp) index (docs/PARALLELISM.md "Expert parallelism").
   int64_t ep = 1;
   bool sp = false;
+  // Chunked TP GEMMs whose collectives overlap the next chunk's GEMM
+  // (docs/PARALLELISM.md "Overlapping TP communication"); needs tp > 1.
+  bool tp_overlap = false;
   std::string schedule = "1f1b";
   int64_t virtual_stages = 1;
   std::string stage_layers;  // "" or "3,2,2,1": layers per virtual stage

@@ -132,6 +132,9 @@ void Config::validate() const {
              ") must be positive");
   tp_dims(model, TpRank{static_cast<int>(p.tp), 0});  // Megatron's split: heads, MLP channels, kv heads
   if (p.sp) tp::check_sequence_parallel(t.seq_len, p.cp, p.tp);
+  MT_REQUIRE(!p.tp_overlap || p.tp > 1, ConfigError,
+             "parallel.tp_overlap = true needs tensor parallelism: ", "parallel.tp (", p.tp,
+             ") must be greater than 1 (there is no TP communication to hide)");
   MT_REQUIRE(t.batch_size % (p.dp * t.microbatch_size) == 0, ConfigError, "train.batch_size (", t.batch_size,
              ") must be divisible by parallel.dp (", p.dp, ") x train.microbatch_size (", t.microbatch_size,
              ")");

@@ -63,6 +63,7 @@ struct ModelOptions {
   // computes this rank's shard (params.h) and communicates over tp itself.
   Group* tp = nullptr;
   bool sp = false;
+  bool tp_overlap = false;  // chunked TP GEMMs overlapping their collectives (TpLayer::overlap)
   // The tp ranks sharing this rank's kv heads when tp > n_kv_heads, built by
   // the layout (tp::kv_replica_group in parallel/tp_plan.h); null otherwise.
   Group* tp_kv = nullptr;
@@ -255,7 +256,8 @@ class Llama : public pp::Stage {
   void moe_after_backward(const Slot& sl);  // the losses' statistics; after the last backward, the bias nudge
   // The tensor-parallel layer at `site` (no group without tp: a plain linear layer).
   tp::TpLayer tp_layer(std::string_view site) const {
-    return {tp_, site, sp_on() ? tp::SequenceParallel::on : tp::SequenceParallel::off};
+    return {tp_, site, sp_on() ? tp::SequenceParallel::on : tp::SequenceParallel::off,
+            opts_.tp_overlap ? tp::Overlap::on : tp::Overlap::off};
   }
   // Where a column layer's input gradient [Nl, C] lands: dmid without tp, the
   // tp scratch part without SP, dln with SP (part then holds the partial sum).

@@ -39,6 +39,10 @@
 namespace mt::tp {
 
 enum class SequenceParallel { off, on };
+// on: the GEMMs next to a collective run in token chunks, each chunk's
+// collective in flight while the next chunk multiplies (tp_overlap.h); the
+// result is bitwise that of off.
+enum class Overlap { off, on };
 
 // Where a TP layer runs: its group (null: no tensor parallelism), the ledger
 // site ("layer 3 mlp down") and whether the activations outside the TP region
@@ -47,9 +51,11 @@ struct TpLayer {
   Group* group = nullptr;
   std::string_view site;
   SequenceParallel sp = SequenceParallel::off;
+  Overlap overlap = Overlap::off;
 
   bool on() const { return group != nullptr && group->size() > 1; }
   bool sp_on() const { return on() && sp == SequenceParallel::on; }
+  bool overlap_on() const { return on() && overlap == Overlap::on; }
 };
 
 // Column-parallel forward. out[N, OCl] = x[N, IC] · weight[OCl, IC]ᵀ, where x is

@@ -48,11 +48,13 @@ void copy_to_tp_forward(const float* /*x*/, int64_t /*rows*/, int64_t /*cols*/, 
                         std::string_view /*site*/) {}
 
 void copy_to_tp_backward(float* dx, int64_t rows, int64_t cols, Group& tp, std::string_view site) {
-  tp.all_reduce(dx, rows * cols, comm_label(site, "copy_to_tp", "backward", {rows, cols}));
+  tp.all_reduce(dx, rows * cols, ElemType::f32, SumOrder::ranks,
+                comm_label(site, "copy_to_tp", "backward", {rows, cols}));
 }
 
 void reduce_from_tp_forward(float* x, int64_t rows, int64_t cols, Group& tp, std::string_view site) {
-  tp.all_reduce(x, rows * cols, comm_label(site, "reduce_from_tp", "forward", {rows, cols}));
+  tp.all_reduce(x, rows * cols, ElemType::f32, SumOrder::ranks,
+                comm_label(site, "reduce_from_tp", "forward", {rows, cols}));
 }
 
 void reduce_from_tp_backward(const float* /*dx*/, int64_t /*rows*/, int64_t /*cols*/, Group& /*tp*/,
@@ -67,14 +69,14 @@ void gather_from_sp_forward(float* out, const float* inp, int64_t N, int64_t C, 
 void gather_from_sp_backward(float* dinp, const float* dout, int64_t N, int64_t C, Group& tp,
                              std::string_view site) {
   const int64_t Nl = sp_local_tokens(N, tp);
-  tp.reduce_scatter(dout, dinp, Nl * C, ElemType::f32, ReduceOp::sum,
+  tp.reduce_scatter(dout, dinp, Nl * C, ElemType::f32, SumOrder::ranks,
                     comm_label(site, "gather_from_sp", "backward", {N, C}));
 }
 
 void scatter_to_sp_forward(float* out, const float* inp, int64_t N, int64_t C, Group& tp,
                            std::string_view site) {
   const int64_t Nl = sp_local_tokens(N, tp);
-  tp.reduce_scatter(inp, out, Nl * C, ElemType::f32, ReduceOp::sum,
+  tp.reduce_scatter(inp, out, Nl * C, ElemType::f32, SumOrder::ranks,
                     comm_label(site, "scatter_to_sp", "forward", {N, C}));
 }
 

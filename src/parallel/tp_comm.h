@@ -27,6 +27,11 @@
 // and a reduce-scatter, this rank's block for an all-gather. --explain prints
 // it. Identity halves record nothing. Every function is collective over
 // tp unless it is an identity.
+//
+// Every sum here (copy_to_tp and gather_from_sp backward, reduce_from_tp and
+// scatter_to_sp forward) is the rank-ordered SumOrder::ranks of comm/group.h,
+// so that parallel.tp_overlap's chunked sums (tp_overlap.h) give the same bits
+// (docs/PARALLELISM.md "Overlapping TP communication").
 #pragma once
 
 #include <cstdint>

@@ -41,7 +41,7 @@ std::string describe(const RunMesh& mesh, const Config& cfg, const TrainModel& m
        << (cfg.parallel.cp_impl == "ring" ? "ring" : "all-gather") << " attention)\n";
   if (mesh.tp > 1)
     os << "tensor parallel: tp = " << mesh.tp << ", sequence parallel " << (cfg.parallel.sp ? "on" : "off")
-       << "\n";
+       << ", communication overlap " << (cfg.parallel.tp_overlap ? "on" : "off") << "\n";
   if (model.pipelined())
     os << "pipeline: pp = " << mesh.pp << ", " << cfg.parallel.virtual_stages
        << " virtual stage(s) per rank\n"
@@ -298,6 +298,27 @@ void report_saves(const RunResult& r, bool async) {
       "writes %.3f s on average\n",
       r.save_blocked_s.size(), async ? "async" : "sync", blocked / n, most, written / n);
 }
+// The share of this rank's tp communication time that ran behind compute:
+// 1 − Σ wait / Σ (start → completion) over the run's tp calls (ledger entries
+// of axis "tp"). Blocking calls count as all waited; parallel.tp_overlap's
+// chunked calls overlap their GEMMs (docs/PARALLELISM.md).
+std::string tp_hidden_line(const RunMesh& mesh) {
+  double total = 0, waited = 0;
+  int64_t calls = 0;
+  for (const LedgerEntry& e : mesh.world()->context().ledger.entries()) {
+    if (e.axis != "tp") continue;
+    total += e.seconds;
+    waited += std::min(e.wait_seconds, e.seconds);
+    ++calls;
+  }
+  char line[200];
+  std::snprintf(
+      line, sizeof line,
+      "tp communication (rank 0): %lld calls, %.3f s, %.3f s waited: %.0f%% hidden behind compute\n",
+      static_cast<long long>(calls), total, waited, total > 0 ? 100 * (1 - waited / total) : 0.0);
+  return line;
+}
+
 }  // namespace
 
 void report_end(const RunMesh& mesh, const Config& cfg, TrainModel& model, const RunOptions& opts,
@@ -332,6 +353,7 @@ void report_end(const RunMesh& mesh, const Config& cfg, TrainModel& model, const
           "work on the machine takes cores too)\n",
           opts.local_ranks, num_threads(), cores);
   }
+  if (lead && mesh.tp > 1) std::printf("%s", tp_hidden_line(mesh).c_str());
   if (lead && !result.save_blocked_s.empty()) report_saves(result, cfg.train.async_checkpoint);
 }
 

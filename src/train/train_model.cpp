@@ -122,6 +122,7 @@ ModelOptions model_options(const Config& cfg, const RunOptions& opts, const RunM
   mo.profile = opts.profile;
   mo.tp = mesh.tp_group();
   mo.sp = cfg.parallel.sp && mesh.tp > 1;
+  mo.tp_overlap = cfg.parallel.tp_overlap && mesh.tp > 1;
   mo.moe_groups = mesh.dp;
   mo.ep = mesh.ep_group();
   mo.moe_counts = mesh.dp * mesh.cp > 1 ? mesh.dp_cp_group() : nullptr;

@@ -145,6 +145,8 @@ expect_error_mpi 2 "--trace-steps without --trace" "--trace-steps '0' chooses th
   --dp 2 --set train.microbatch_size=1 --trace-steps 0
 expect_error_mpi 2 "sp without tp" "parallel.sp = true needs tensor parallelism: parallel.tp (1) must be greater than 1" \
   --dp 2 --set train.microbatch_size=1 --set parallel.sp=true
+expect_error_mpi 2 "tp_overlap without tp" "parallel.tp_overlap = true needs tensor parallelism: parallel.tp (1) must be greater than 1" \
+  --dp 2 --set train.microbatch_size=1 --set parallel.tp_overlap=true
 
 printf 'steps = [1, 2\n' >"$tmp/broken.toml"
 expect_error "TOML syntax" "broken.toml:1:" "$bin" train --config "$tmp/broken.toml"

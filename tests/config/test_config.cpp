@@ -92,6 +92,16 @@ TEST(ConfigValidate, SequenceParallelNeedsTp) {
   EXPECT_EQ(validate_error(c), "");
 }
 
+TEST(ConfigValidate, TpOverlapNeedsTp) {
+  Config c;
+  c.parallel.tp_overlap = true;
+  EXPECT_EQ(validate_error(c),
+            "parallel.tp_overlap = true needs tensor parallelism: parallel.tp (1) must be "
+            "greater than 1 (there is no TP communication to hide)");
+  c.parallel.tp = 2;
+  EXPECT_EQ(validate_error(c), "");
+}
+
 TEST(ConfigValidate, SequenceParallelNeedsSeqLenDivisibleByTp) {
   Config c = with_tp(4);
   c.parallel.sp = true;
