@@ -150,6 +150,9 @@ std::vector<Entry> parallel_entries() {
       MT_KEY(parallel, sp, "bool",
              "sequence parallelism (Megatron SP): activations outside the tp regions (norms, residual) are "
              "sharded by token over tp; needs tp > 1 and seq_len divisible by tp"),
+      MT_KEY(parallel, tp2d, "string",
+             "2-D tensor parallelism: \"R,C\" with R x C = tp (docs/PARALLELISM.md); \"1,C\" is 1-D tp over C "
+             "ranks, grids with R > 1 are not built yet; empty: 1-D tp"),
       MT_KEY(parallel, schedule, "string", "pipeline schedule: gpipe | 1f1b | interleaved"),
       MT_KEY(parallel, virtual_stages, "int",
              "virtual stages (model chunks) per rank; > 1 needs schedule = interleaved"),

@@ -10,6 +10,7 @@
 #include "optim/optimizer.h"
 #include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
+#include "parallel/tp2d.h"
 #include "parallel/tp_comm.h"
 #include "pipeline/schedule.h"
 #include "pipeline/stages.h"
@@ -132,6 +133,9 @@ void Config::validate() const {
              ") must be positive");
   tp_dims(model, TpRank{static_cast<int>(p.tp), 0});  // Megatron's split: heads, MLP channels, kv heads
   if (p.sp) tp::check_sequence_parallel(t.seq_len, p.cp, p.tp);
+  tp2d::check(tp2d::parse(p.tp2d, p.tp),
+              {p.sp, p.cp, p.pp, model.moe(), model.attention_dropout > 0 || model.hidden_dropout > 0,
+               model.n_kv_heads, model.n_heads, model.ffn_hidden});
   MT_REQUIRE(t.batch_size % (p.dp * t.microbatch_size) == 0, ConfigError, "train.batch_size (", t.batch_size,
              ") must be divisible by parallel.dp (", p.dp, ") x train.microbatch_size (", t.microbatch_size,
              ")");
