@@ -66,6 +66,23 @@ struct Counted {
   int64_t elements;
 };
 
+// The ledger entries [from, to) of tp's context against `want`, in order; an
+// all-reduce is of doubles (the norms' row sums), the rest of floats. A
+// sub-axis of one rank (tp_c on a 2 × 1 grid) has nothing to exchange and
+// records nothing.
+void expect_ledger(const Group& tp, size_t from, size_t to, std::vector<Counted> want, int64_t C) {
+  std::erase_if(want, [&](const Counted& w) { return w.axis == "tp_c" && C == 1; });
+  const auto& all = tp.context().ledger.entries();
+  ASSERT_EQ(to - from, want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const LedgerEntry& e = all[from + i];
+    EXPECT_EQ(e.op, want[i].op) << e.label;
+    EXPECT_EQ(e.axis, want[i].axis) << e.label;
+    EXPECT_EQ(e.elements, want[i].elements) << e.label;
+    EXPECT_EQ(e.bytes, (e.op == "all_reduce" ? 8 : 4) * want[i].elements) << e.label;
+  }
+}
+
 TEST(Tp2d, MlpBlockMatchesOneProcessAndItsLedger) {
   const int P = test::world().size();
   if (P % 2 != 0) GTEST_SKIP() << "needs an even world";
@@ -146,21 +163,8 @@ TEST(Tp2d, MlpBlockMatchesOneProcessAndItsLedger) {
                                     {"all_gather", "tp_r", N * 2 * Fl},
                                     {"reduce_scatter", "tp_c", N * d / R},
                                     {"all_reduce", "tp", N}};
-  const auto& all = tp.context().ledger.entries();
-  // A sub-axis of one rank (tp_c on a 2 × 1 grid) has nothing to exchange and records nothing.
-  auto expect = [&](size_t from, size_t to, std::vector<Counted> want) {
-    std::erase_if(want, [&](const Counted& w) { return w.axis == "tp_c" && C == 1; });
-    ASSERT_EQ(to - from, want.size());
-    for (size_t i = 0; i < want.size(); ++i) {
-      const LedgerEntry& e = all[from + i];
-      EXPECT_EQ(e.op, want[i].op) << e.label;
-      EXPECT_EQ(e.axis, want[i].axis) << e.label;
-      EXPECT_EQ(e.elements, want[i].elements) << e.label;
-      EXPECT_EQ(e.bytes, (e.op == "all_reduce" ? 8 : 4) * want[i].elements) << e.label;
-    }
-  };
-  expect(mark, mid, fwd);
-  expect(mid, all.size(), bwd);
+  expect_ledger(tp, mark, mid, fwd, C);
+  expect_ledger(tp, mid, test::ledger_mark(tp), bwd, C);
 }
 
 // The attention half, x + o(attention(q|k|v(rmsnorm(x)))) without RoPE (which
@@ -214,6 +218,7 @@ TEST(Tp2d, AttentionBlockMatchesOneProcess) {
   const AttentionDims local{B, T, T, H / G, KV / G, D, QKVl, QKVl, Ql};
   std::vector<float> l(N * dl), rl(N), lf(N * d / R), q(N * QKVl), a(N * Ql), lsel(B * (H / G) * T),
       af(N * Q / C), y(N * dl);
+  const size_t mark = test::ledger_mark(tp);
   tp2d::rmsnorm2d_forward(l.data(), rl.data(), x.data(), wn.data(), N, dl, d, eps, tp, "layer 0 ln1");
   tp2d::linear2d_forward(q.data(), lf.data(), test::scratch(), l.data(), wqkv.data(), N, d / R, QKV / C, in);
   attention_forward(a.data(), lsel.data(), q.data(), q.data() + Ql, q.data() + Ql + Kl, pos.data(),
@@ -221,6 +226,7 @@ TEST(Tp2d, AttentionBlockMatchesOneProcess) {
   tp2d::linear2d_forward(y.data(), af.data(), test::scratch(), a.data(), wo.data(), N, Q / C, d / R, out);
   for (size_t i = 0; i < y.size(); ++i)
     y[i] += x[i];
+  const size_t mid = test::ledger_mark(tp);
   std::vector<float> da(N * Ql), dq(N * QKVl), dl_(N * dl), dx(N * dl), dwn(dl), dwqkv(wqkv.size()),
       dwo(wo.size());
   tp2d::linear2d_backward(da.data(), dwo.data(), test::scratch(), dy.data(), af.data(), wo.data(), N, Q / C,
@@ -242,6 +248,20 @@ TEST(Tp2d, AttentionBlockMatchesOneProcess) {
   EXPECT_LT(test::rel_err(dwn, test::to_double(cols_of(dWn, 1, d, {d}, R, r, C, c))), tol);
   EXPECT_LT(test::rel_err(dwqkv, test::to_double(block2d(dWqkv, d, {Q, K, K}, C, c, R, r))), tol);
   EXPECT_LT(test::rel_err(dwo, test::to_double(block2d(dWo, Q, {d}, R, r, C, c))), tol);
+  expect_ledger(tp, mark, mid,
+                {{"all_reduce", "tp", N},
+                 {"all_gather", "tp_c", N * dl},
+                 {"reduce_scatter", "tp_r", N * QKV / C},
+                 {"all_gather", "tp_r", N * Ql},
+                 {"reduce_scatter", "tp_c", N * d / R}},
+                C);
+  expect_ledger(tp, mid, test::ledger_mark(tp),
+                {{"all_gather", "tp_c", N * dl},
+                 {"reduce_scatter", "tp_r", N * Q / C},
+                 {"all_gather", "tp_r", N * QKVl},
+                 {"reduce_scatter", "tp_c", N * d / R},
+                 {"all_reduce", "tp", N}},
+                C);
 }
 
 }  // namespace
