@@ -37,7 +37,8 @@ struct Companions {
 // and takes its rules): ConfigError naming the key that 2-D tp is not built
 // with (parallel.sp, parallel.cp, parallel.pp, a mixture of experts, dropout),
 // the divisibility of n_heads, n_kv_heads and ffn_hidden by tp, and, last,
-// that the 2-D layer math itself is not built yet.
+// that the model does not run such a grid yet (its layer math is
+// tp2d_linear.h; docs/PARALLELISM.md says what is missing).
 void check(const Grid& grid, const Companions& with);
 
 }  // namespace mt::tp2d

@@ -1,6 +1,5 @@
 #include "parallel/tp2d_linear.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -36,27 +35,34 @@ Blocks checked(const Blocks& blocks, int64_t k, int g) {
 }
 
 // Between [N, k] (features in block order) and g rank-major slabs [N, k/g]:
-// slab j holds the j-th g-th of every block. to_slabs: pack, else unpack.
-void repack(float* slabs, float* wide, int64_t N, int64_t k, const Blocks& blocks, int g, bool to_slabs) {
+// slab j holds the j-th g-th of every block. f(slab_ptr, wide_offset, n)
+// visits each run of n features once.
+template <class F>
+void for_each_piece(int64_t N, int64_t k, const Blocks& blocks, int g, F&& f) {
   const int64_t kl = k / g;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     int64_t off = 0, loff = 0;  // the block's first feature in [N, k] and in a slab
     for (int64_t s : blocks) {
       const int64_t part = s / g;
-      for (int j = 0; j < g; ++j) {
-        float* a = slabs + (j * N + n) * kl + loff;
-        float* w = wide + n * k + off + j * part;
-        if (to_slabs) {
-          std::memcpy(a, w, static_cast<size_t>(part) * sizeof(float));
-        } else {
-          std::memcpy(w, a, static_cast<size_t>(part) * sizeof(float));
-        }
-      }
+      for (int j = 0; j < g; ++j)
+        f((j * N + n) * kl + loff, n * k + off + j * part, part);
       off += s;
       loff += part;
     }
   }
+}
+
+void pack(float* slabs, const float* wide, int64_t N, int64_t k, const Blocks& blocks, int g) {
+  for_each_piece(N, k, blocks, g, [&](int64_t a, int64_t w, int64_t n) {
+    std::memcpy(slabs + a, wide + w, static_cast<size_t>(n) * sizeof(float));
+  });
+}
+
+void unpack(float* wide, const float* slabs, int64_t N, int64_t k, const Blocks& blocks, int g) {
+  for_each_piece(N, k, blocks, g, [&](int64_t a, int64_t w, int64_t n) {
+    std::memcpy(wide + w, slabs + a, static_cast<size_t>(n) * sizeof(float));
+  });
 }
 
 void copy(float* dst, const float* src, int64_t n) {
@@ -75,7 +81,7 @@ void gather_features(float* out, float* scratch, const float* inp, int64_t N, in
   if (P == 1) return copy(out, inp, N * k);
   const Blocks b = checked(blocks, k, P);
   g.all_gather(inp, scratch, N * (k / P), ElemType::f32, label);
-  repack(scratch, out, N, k, b, P, false);
+  unpack(out, scratch, N, k, b, P);
 }
 
 void scatter_features(float* out, float* scratch, const float* inp, int64_t N, int64_t k,
@@ -83,7 +89,7 @@ void scatter_features(float* out, float* scratch, const float* inp, int64_t N, i
   const int P = g.size();
   if (P == 1) return copy(out, inp, N * k);
   const Blocks b = checked(blocks, k, P);
-  repack(scratch, const_cast<float*>(inp), N, k, b, P, true);  // reads inp only
+  pack(scratch, inp, N, k, b, P);
   g.reduce_scatter(scratch, out, N * (k / P), ElemType::f32, ReduceOp::sum, label);
 }
 
