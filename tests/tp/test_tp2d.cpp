@@ -6,7 +6,9 @@
 // against the analytic count of that section; and the attention half.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/mpi_test.h"
@@ -15,6 +17,7 @@
 #include "ops/rmsnorm.h"
 #include "ops/swiglu.h"
 #include "parallel/tp2d_linear.h"
+#include "parallel/tp_plan.h"
 #include "tp_test_util.h"
 
 namespace mt {
@@ -59,6 +62,19 @@ std::vector<float> block2d(const std::vector<float>& m, int64_t cols, const std:
   const auto r = rows_of(m, cols, row_blocks, gr, jr);
   const int64_t nrows = static_cast<int64_t>(r.size()) / cols;
   return test::block(r, cols, 0, nrows, jc * (cols / gc), cols / gc);
+}
+
+// Rank's piece of a full tensor as the parameter table cuts it (tp_plan.h tp2d_slice).
+std::vector<float> plan_piece(const float* full, tp::Role role, const std::vector<int64_t>& shape,
+                              const tp2d::Grid& grid, int rank) {
+  const tp::TpSlice s = tp::tp2d_slice(role, shape, grid, rank);
+  const std::vector<int64_t> local = s.local_shape(shape);
+  const int64_t cols = local.size() > 1 ? local[1] : 1, numel = local[0] * cols;
+  std::vector<float> out(static_cast<size_t>(numel), 0.0f);
+  tp::for_each_run(
+      s, cols, shape.size() > 1 ? shape[1] : 1, numel, 0, numel,
+      [&](int64_t li, int64_t gi, int64_t n) { std::copy(full + gi, full + gi + n, out.data() + li); });
+  return out;
 }
 
 struct Counted {
@@ -120,6 +136,13 @@ TEST(Tp2d, MlpBlockMatchesOneProcessAndItsLedger) {
   const auto wn = cols_of(Wn, 1, d, {d}, R, r, C, c);
   const auto wgu = block2d(Wgu, d, {F, F}, C, c, R, r);  // [2F/C, d/R]
   const auto wd = block2d(Wd, F, {d}, R, r, C, c);       // [d/R, F/C]
+  // The parameter table's pieces (gate and up are two parameters) are these.
+  auto gate_up = plan_piece(Wgu.data(), tp::Role::column, {F, d}, grid, tp.rank());
+  const auto up_piece = plan_piece(Wgu.data() + F * d, tp::Role::column, {F, d}, grid, tp.rank());
+  gate_up.insert(gate_up.end(), up_piece.begin(), up_piece.end());
+  EXPECT_EQ(gate_up, wgu);
+  EXPECT_EQ(plan_piece(Wd.data(), tp::Role::row, {d, F}, grid, tp.rank()), wd);
+  EXPECT_EQ(plan_piece(Wn.data(), tp::Role::replicated, {d}, grid, tp.rank()), wn);
   const tp2d::Linear2d up{ax.tp_c.get(), ax.tp_r.get(), {F / C, F / C}, "layer 3 mlp gate"};
   const tp2d::Linear2d down{ax.tp_r.get(), ax.tp_c.get(), {}, "layer 3 mlp down"};
   std::vector<float> l(N * dl), rl(N), lf(N * d / R), g(N * 2 * Fl), hl(N * Fl), hf(N * F / C), y(N * dl);
@@ -212,6 +235,14 @@ TEST(Tp2d, AttentionBlockMatchesOneProcess) {
   const auto wn = cols_of(Wn, 1, d, {d}, R, r, C, c);
   const auto wqkv = block2d(Wqkv, d, {Q, K, K}, C, c, R, r);  // [QKV/C, d/R]
   const auto wo = block2d(Wo, Q, {d}, R, r, C, c);            // [d/R, Q/C]
+  // The parameter table's pieces (q, k, v are three parameters) are these.
+  std::vector<float> q_k_v;
+  for (const auto& [row0, rows] : {std::pair{int64_t{0}, Q}, std::pair{Q, K}, std::pair{Q + K, K}}) {
+    const auto p = plan_piece(Wqkv.data() + row0 * d, tp::Role::column, {rows, d}, grid, tp.rank());
+    q_k_v.insert(q_k_v.end(), p.begin(), p.end());
+  }
+  EXPECT_EQ(q_k_v, wqkv);
+  EXPECT_EQ(plan_piece(Wo.data(), tp::Role::row, {d, Q}, grid, tp.rank()), wo);
   const tp2d::Linear2d in{ax.tp_c.get(), ax.tp_r.get(), {Q / C, K / C, K / C}, "layer 0 attn qkv"};
   const tp2d::Linear2d out{ax.tp_r.get(), ax.tp_c.get(), {}, "layer 0 attn o"};
   const int64_t Ql = Q / G, Kl = K / G, QKVl = QKV / G;
