@@ -285,6 +285,9 @@ TEST(ConfigValidate, Tp2dRefusesByName) {
   c.model.hidden_dropout = 0.1;
   refused(c, "dropout (model.attention_dropout or model.hidden_dropout > 0)");
   c = with_tp2d(4, "2,2");
+  c.train.checkpoint_dir = "ckpt";
+  refused(c, "train.checkpoint_dir set (training checkpoints)");
+  c = with_tp2d(4, "2,2");
   c.model.n_kv_heads = 2;  // 1-D tp would replicate each kv head on two ranks
   EXPECT_EQ(validate_error(c),
             "model.n_kv_heads (2) must be divisible by R x C (4) under parallel.tp2d (\"2,2\"): kv heads are "
