@@ -154,6 +154,10 @@ std::vector<Entry> parallel_entries() {
              "hide TP communication behind compute: the GEMMs beside a TP collective (row forward, column "
              "input gradient; under sp the gathered ones, per rank block) run in token pieces, each piece's "
              "collective in flight while the next multiplies; bitwise equal to false; needs tp > 1"),
+      MT_KEY(
+          parallel, tp2d, "string",
+          "2-D tensor parallelism: \"R,C\" with R x C = tp (docs/PARALLELISM.md); \"1,C\" is 1-D tp over C "
+          "ranks, grids with R > 1 are not built yet; empty: 1-D tp"),
       MT_KEY(parallel, schedule, "string", "pipeline schedule: gpipe | 1f1b | interleaved"),
       MT_KEY(parallel, virtual_stages, "int",
              "virtual stages (model chunks) per rank; > 1 needs schedule = interleaved"),

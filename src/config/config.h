@@ -59,6 +59,9 @@ struct ParallelConfig {
   // Chunked TP GEMMs whose collectives overlap the next chunk's GEMM
   // (docs/PARALLELISM.md "Overlapping TP communication"); needs tp > 1.
   bool tp_overlap = false;
+  // 2-D tensor parallelism: "R,C" arranges the tp ranks as an R x C grid
+  // (parallel/tp2d.h); "" is 1-D tp.
+  std::string tp2d;
   std::string schedule = "1f1b";
   int64_t virtual_stages = 1;
   std::string stage_layers;  // "" or "3,2,2,1": layers per virtual stage

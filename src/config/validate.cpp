@@ -10,6 +10,7 @@
 #include "optim/optimizer.h"
 #include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
+#include "parallel/tp2d.h"
 #include "parallel/tp_comm.h"
 #include "pipeline/schedule.h"
 #include "pipeline/stages.h"
@@ -135,6 +136,9 @@ void Config::validate() const {
   MT_REQUIRE(!p.tp_overlap || p.tp > 1, ConfigError,
              "parallel.tp_overlap = true needs tensor parallelism: ", "parallel.tp (", p.tp,
              ") must be greater than 1 (there is no TP communication to hide)");
+  tp2d::check(tp2d::parse(p.tp2d, p.tp),
+              {p.sp, p.cp, p.pp, model.moe(), model.attention_dropout > 0 || model.hidden_dropout > 0,
+               model.n_kv_heads, model.n_heads, model.ffn_hidden, !t.checkpoint_dir.empty(), p.tp_overlap});
   MT_REQUIRE(t.batch_size % (p.dp * t.microbatch_size) == 0, ConfigError, "train.batch_size (", t.batch_size,
              ") must be divisible by parallel.dp (", p.dp, ") x train.microbatch_size (", t.microbatch_size,
              ")");

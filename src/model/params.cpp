@@ -43,7 +43,9 @@ TpDims tp_dims(const ModelConfig& cfg, TpRank tp) {
 namespace {
 template <class F>
 void for_each_run(const ParamSpec& s, int64_t first, int64_t n, F&& f) {
-  const tp::TpSlice slice{s.map, s.first, s.count, 0, 1};
+  tp::TpSlice slice{s.map, s.first, s.count, 0, 1};
+  slice.col_first = s.col_first;
+  slice.col_count = s.col_count;
   const int64_t cols = s.shape.size() > 1 ? s.shape[1] : 1;
   const int64_t gcols = s.global_shape.size() > 1 ? s.global_shape[1] : 1;
   tp::for_each_run(slice, cols, gcols, s.numel, first, n, std::forward<F>(f));
@@ -76,6 +78,8 @@ ParamSpec make_spec(std::string name, std::vector<int64_t> full, ParamInit init,
   s.map = slice.map;
   s.first = slice.first;
   s.count = slice.count;
+  s.col_first = slice.col_first;
+  s.col_count = slice.col_count;
   s.norm_counted = tp.rank % slice.holders == 0;
   s.layout = tp.size > 1 ? tp::tp_layout(s.role, s.global_shape, slice.holders) : Layout(s.global_shape);
   s.stored_layout = s.grad_layout = s.state_layout = s.layout;  // until a store shards them

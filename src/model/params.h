@@ -78,7 +78,8 @@ struct ParamSpec {
   // state (from ZeRO 1): mesh/layout.h zero_layout over the store's group.
   Layout layout, stored_layout, grad_layout, state_layout;
   ShardMap map = ShardMap::whole;
-  int64_t first = 0, count = 0;  // see ShardMap
+  int64_t first = 0, count = 0;          // see ShardMap
+  int64_t col_first = 0, col_count = 0;  // ShardMap::block only: its columns
   // Whether this rank counts the parameter in the gradient norm: false on all
   // but one of the tp ranks holding the same copy (norms, replicated kv heads).
   bool norm_counted = true;

@@ -2,6 +2,8 @@
 
 #include <cstring>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "core/error.h"
 
@@ -59,8 +61,9 @@ std::string layer_site(int64_t layer, std::string_view suffix) {
 }
 
 std::vector<int64_t> TpSlice::local_shape(std::vector<int64_t> global) const {
-  if (map == ShardMap::rows) global[0] = extent;
+  if (map == ShardMap::rows || map == ShardMap::block) global[0] = extent;
   if (map == ShardMap::cols) global[1] = extent;
+  if (map == ShardMap::block) global[1] = col_count;
   return global;
 }
 
@@ -110,6 +113,63 @@ TpSlice tp_slice(Role role, const std::vector<int64_t>& g, int tp, int rank, int
       return s;
     }
   }
+  return s;
+}
+
+namespace {
+
+// Block `index` of `ways` even blocks of a dim: {first, count}.
+std::pair<int64_t, int64_t> even_block(int64_t dim, int64_t ways, int64_t index, const char* axis,
+                                       const char* what) {
+  MT_REQUIRE(dim % ways == 0, ConfigError, what, " (", dim, ") must be divisible by ", axis, " (", ways,
+             ") under parallel.tp2d");
+  return {index * (dim / ways), dim / ways};
+}
+
+// A block piece: rows [first, first + count) (extent rows, padding included)
+// and the columns of `cols`.
+TpSlice block_piece(int64_t first, int64_t count, int64_t extent, std::pair<int64_t, int64_t> cols) {
+  TpSlice s;
+  s.map = ShardMap::block;
+  s.first = first;
+  s.count = count;
+  s.extent = extent;
+  s.col_first = cols.first;
+  s.col_count = cols.second;
+  return s;
+}
+
+}  // namespace
+
+TpSlice tp2d_slice(Role role, const std::vector<int64_t>& g, const tp2d::Grid& grid, int rank) {
+  const int64_t R = grid.rows, C = grid.cols;
+  MT_REQUIRE(grid.two_d() && rank >= 0 && rank < R * C, ConfigError, "tp rank ", rank,
+             " is outside a 2-D tp grid of ", R, " x ", C);
+  const int64_t r = rank / C, c = rank % C;
+  switch (role) {
+    case Role::column:
+    case Role::kv_replicated: {
+      const auto [first, count] = even_block(g[0], C, c, "tp_c", "output features");
+      return block_piece(first, count, count, even_block(g[1], R, r, "tp_r", "input features"));
+    }
+    case Role::row: {
+      const auto [first, count] = even_block(g[0], R, r, "tp_r", "output features");
+      return block_piece(first, count, count, even_block(g[1], C, c, "tp_c", "input features"));
+    }
+    case Role::vocab: {
+      const auto [begin, end] = shard_range(g[0], static_cast<int>(C), static_cast<int>(c));
+      return block_piece(begin, end - begin, padded_shard_size(g[0], static_cast<int>(C)),
+                         even_block(g[1], R, r, "tp_r", "embedding features"));
+    }
+    case Role::replicated:
+      break;
+  }
+  MT_REQUIRE(g.size() == 1, ConfigError, "a replicated ", g.size(),
+             "-D parameter (the router or an expert of a mixture of experts) has no split on a 2-D tp grid");
+  TpSlice s;
+  s.map = ShardMap::rows;
+  std::tie(s.first, s.count) = even_block(g[0], R * C, rank, "tp", "norm features");
+  s.extent = s.count;
   return s;
 }
 

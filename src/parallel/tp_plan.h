@@ -13,6 +13,10 @@
 //   vocab          dim 0 split with the padded rule of mesh/layout.h
 //                  (ceil(V/tp) rows, the last ones padding)
 //   replicated     every rank holds the whole tensor
+//
+// On a 2-D grid (parallel/tp2d.h, R > 1) every matrix is split on both dims,
+// one over each sub-axis, and a norm weight by features over all of tp:
+// tp2d_slice below, the table of docs/PARALLELISM.md "2-D tensor parallelism".
 #pragma once
 
 #include <algorithm>
@@ -24,6 +28,7 @@
 
 #include "comm/group.h"
 #include "mesh/layout.h"
+#include "parallel/tp2d.h"
 
 namespace mt {
 
@@ -32,6 +37,8 @@ enum class ShardMap {
   whole,  // the full tensor (replicated)
   rows,   // local row r is global row first + r for r < count; rows ≥ count are padding (zero)
   cols,   // local column c is global column first + c; count columns
+  block,  // rows as `rows` (padding included), and local column c is global
+          // column col_first + c (col_count columns): a piece of a 2-D grid
 };
 
 namespace tp {
@@ -58,15 +65,27 @@ std::string layer_site(int64_t layer, std::string_view suffix);
 struct TpSlice {
   ShardMap map = ShardMap::whole;
   int64_t first = 0, count = 0;  // see ShardMap
-  int64_t extent = 0;            // local rows (rows) or columns (cols), padding included
+  int64_t extent = 0;            // local rows (rows, block) or columns (cols), padding included
   // Ranks holding this same piece (1 for a true shard; tp when replicated).
   int holders = 1;
+  int64_t col_first = 0, col_count = 0;  // block only: its columns
   std::vector<int64_t> local_shape(std::vector<int64_t> global) const;
 };
 // ConfigError with the numbers when tp does not split the dim evenly (column,
 // row), or neither of tp and the kv head count divides the other. head_dim:
 // rows per kv head (kv_replicated only).
 TpSlice tp_slice(Role role, const std::vector<int64_t>& global, int tp, int rank, int64_t head_dim = 1);
+
+// Tp rank `rank`'s piece, at (r, c) = (rank / C, rank % C), of a parameter on
+// an R × C grid with R > 1 (docs/PARALLELISM.md "2-D tensor parallelism"),
+// every piece held by one rank:
+//   column, kv_replicated  [out, in]: out block c of C, in block r of R (block)
+//   row                    [out, in]: out block r of R, in block c of C (block)
+//   vocab                  [V, d]: the padded vocab rows of tp_c rank c, d block r of R (block)
+//   replicated             a [d] norm weight: feature block rank of R·C (rows);
+//                          a replicated matrix (the MoE router or experts) has no 2-D split
+// ConfigError with the numbers when a sub-axis does not split its dim evenly.
+TpSlice tp2d_slice(Role role, const std::vector<int64_t>& global, const tp2d::Grid& grid, int rank);
 
 // The layout over tp of a parameter with this role: Shard(0), Shard(1) or
 // Replicate; a kv head replicated on `holders` ranks (TpSlice::holders) is
@@ -85,12 +104,14 @@ std::unique_ptr<Group> kv_replica_group(Group* tp, int64_t n_kv_heads);
 template <class F>
 void for_each_run(const TpSlice& s, int64_t cols, int64_t gcols, int64_t numel, int64_t first, int64_t n,
                   F&& f) {
-  const int64_t run = s.map == ShardMap::cols ? cols : numel;  // a row, or everything
+  const bool by_row = s.map == ShardMap::cols || s.map == ShardMap::block;
+  const int64_t run = by_row ? cols : numel;  // a row, or everything
   for (int64_t i = first; i < first + n;) {
     const int64_t end = std::min(first + n, (i / run + 1) * run);
-    if (s.map == ShardMap::rows) {
+    if (s.map == ShardMap::rows || s.map == ShardMap::block) {
       const int64_t real_end = std::min(end, s.count * cols);
-      if (i < real_end) f(i, (s.first + i / cols) * gcols + i % cols, real_end - i);
+      const int64_t col0 = s.map == ShardMap::block ? s.col_first : 0;
+      if (i < real_end) f(i, (s.first + i / cols) * gcols + col0 + i % cols, real_end - i);
     } else if (s.map == ShardMap::cols) {
       f(i, (i / cols) * gcols + s.first + i % cols, end - i);
     } else {

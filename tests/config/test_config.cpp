@@ -237,3 +237,78 @@ TEST(ConfigHelp, TpAndSpAreNoLongerMarkedUnimplemented) {
 
 }  // namespace
 }  // namespace mt
+
+namespace mt {
+namespace {
+
+Config with_tp2d(int64_t tp, const char* grid) {
+  Config c = with_tp(tp);
+  c.parallel.tp2d = grid;
+  return c;
+}
+
+// parallel.tp2d = "R,C" (parallel/tp2d.h): "1,C" is 1-D tp over C ranks.
+TEST(ConfigValidate, Tp2dOneRowIsOneDimensionalTp) {
+  EXPECT_EQ(validate_error(with_tp2d(4, "1,4")), "");
+  EXPECT_EQ(validate_error(with_tp2d(1, "1,1")), "");
+  Config c = with_tp2d(4, "1,4");
+  c.parallel.sp = true;  // 1-D tp's companions stay allowed
+  EXPECT_EQ(validate_error(c), "");
+}
+
+TEST(ConfigValidate, Tp2dMalformedGridsNameTheValue) {
+  for (const char* bad : {"2x2", "2,", ",2", "0,4", "a,b", "2,2,1", "-1,-4", "2, 2", "4"}) {
+    EXPECT_EQ(validate_error(with_tp2d(4, bad)),
+              std::string("parallel.tp2d ('") + bad +
+                  "') must be \"R,C\": two positive integers, the grid's rows and columns, with R x C = "
+                  "parallel.tp")
+        << bad;
+  }
+}
+
+TEST(ConfigValidate, Tp2dGridMustHoldTp) {
+  EXPECT_EQ(validate_error(with_tp2d(4, "3,2")),
+            "parallel.tp2d ('3,2'): R x C (3 x 2 = 6) must equal parallel.tp (4)");
+  EXPECT_EQ(validate_error(with_tp2d(1, "2,2")),
+            "parallel.tp2d ('2,2'): R x C (2 x 2 = 4) must equal parallel.tp (1)");
+}
+
+// Each companion 2-D tp is not built with is named, before the general refusal.
+TEST(ConfigValidate, Tp2dRefusesByName) {
+  auto refused = [](Config c, const std::string& what) {
+    const std::string e = validate_error(c);
+    EXPECT_NE(
+        e.find("parallel.tp2d (\"2,2\") with " + what + ": 2-D tensor parallelism is not built with it"),
+        std::string::npos)
+        << e;
+  };
+  Config c = with_tp2d(4, "2,2");
+  c.parallel.sp = true;
+  refused(c, "parallel.sp = true");
+  c = with_tp2d(4, "2,2");
+  c.parallel.cp = 2;
+  refused(c, "parallel.cp > 1");
+  c = with_tp2d(4, "2,2");
+  c.parallel.pp = 2;
+  refused(c, "parallel.pp > 1");
+  c = with_tp2d(4, "2,2");
+  c.model.hidden_dropout = 0.1;
+  refused(c, "dropout (model.attention_dropout or model.hidden_dropout > 0)");
+  c = with_tp2d(4, "2,2");
+  c.train.checkpoint_dir = "ckpt";
+  refused(c, "train.checkpoint_dir set (training checkpoints)");
+  c = with_tp2d(4, "2,2");
+  c.parallel.tp_overlap = true;
+  refused(c, "parallel.tp_overlap = true");
+  c = with_tp2d(4, "2,2");
+  c.model.n_kv_heads = 2;  // 1-D tp would replicate each kv head on two ranks
+  EXPECT_EQ(validate_error(c),
+            "model.n_kv_heads (2) must be divisible by R x C (4) under parallel.tp2d (\"2,2\"): kv heads are "
+            "split over the grid, never replicated");
+  EXPECT_EQ(validate_error(with_tp2d(4, "2,2")),
+            "parallel.tp2d (\"2,2\"): grids with more than one row are not built yet; \"1,4\" is 1-D tensor "
+            "parallelism over 4 ranks (docs/PARALLELISM.md \"2-D tensor parallelism\")");
+}
+
+}  // namespace
+}  // namespace mt

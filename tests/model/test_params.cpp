@@ -8,6 +8,7 @@
 #include "core/philox.h"
 #include "model/params.h"
 #include "parallel/shard.h"
+#include "parallel/tp_plan.h"
 
 namespace mt {
 namespace {
@@ -169,6 +170,54 @@ TEST(ParamTable, LayoutsAgreeWithTheTpSliceAndZeroShards) {
                 << s.name;
           }
       }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mt
+
+namespace mt {
+namespace {
+
+// A parameter's piece on a 2-D tp grid (tp_plan.h tp2d_slice, ShardMap::block)
+// initialised alone is its block of the full initialisation: local element
+// (i, j) is full element (first + i, col_first + j), padding rows are zero,
+// also when only part of the piece is asked for (as a ZeRO shard asks).
+TEST(ParamInit, TwoDimensionalPiecesAreBlocksOfTheFullInit) {
+  ModelConfig c;
+  c.vocab_size = 37;  // padded over tp_c = 2
+  c.d_model = 16;
+  c.n_layers = 1;
+  c.n_heads = 4;
+  c.n_kv_heads = 4;
+  c.ffn_hidden = 24;
+  const ParamTable whole = make_param_table(c);
+  std::vector<float> full(static_cast<size_t>(whole.total));
+  init_params(full.data(), whole, c, 5);
+  const tp2d::Grid grid{2, 2};
+  for (const ParamSpec& w : whole.specs) {
+    for (int t = 0; t < 4; ++t) {
+      const tp::TpSlice sl = tp::tp2d_slice(w.role, w.shape, grid, t);
+      ParamSpec s = w;
+      s.shape = sl.local_shape(w.shape);
+      s.map = sl.map;
+      s.first = sl.first;
+      s.count = sl.count;
+      s.col_first = sl.col_first;
+      s.col_count = sl.col_count;
+      const int64_t cols = s.shape.size() > 1 ? s.shape[1] : 1, gcols = w.shape.size() > 1 ? w.shape[1] : 1;
+      s.numel = s.shape[0] * cols;
+      std::vector<float> want(static_cast<size_t>(s.numel), 0.0f);
+      for (int64_t i = 0; i < s.count; ++i)
+        for (int64_t j = 0; j < cols; ++j)
+          want[static_cast<size_t>(i * cols + j)] =
+              full[static_cast<size_t>(w.offset + (s.first + i) * gcols + s.col_first + j)];
+      std::vector<float> got(want.size(), -1.0f), part(want.size() - 3, -1.0f);
+      init_param_slice(s, c, 5, 0, s.numel, got.data());
+      EXPECT_EQ(got, want) << w.name << " rank " << t;
+      init_param_slice(s, c, 5, 2, s.numel - 3, part.data());
+      EXPECT_TRUE(std::equal(part.begin(), part.end(), want.begin() + 2)) << w.name << " rank " << t;
     }
   }
 }
