@@ -44,14 +44,21 @@ MemoryEstimate plan_memory(const PlanInput& in, const PlanLayout& l, const Machi
     c.parallel.dp = l.shard_size();
     c.train.batch_size = in.global_batch / l.dp * l.shard_size();
   }
-  const MemoryEstimate fp32 = estimate_training_memory(c);
+  // A machine whose collectives cannot run behind compute (overlap 0: MPI on
+  // CPUs, as calibrated here) never has the overlapped communication buffers
+  // the model's bound allows; elsewhere the bound is the honest peak.
+  const MemoryEstimate fp32 =
+      estimate_training_memory(c, m.overlap > 0 ? MemoryFigure::bound : MemoryFigure::peak);
   const PrecisionSizes sizes = precision_sizes(m.precision);
   MemoryEstimate e;
-  for (const auto& [name, bytes] : fp32.parts) {
+  e.rank = fp32.rank;  // the largest rank of the layout, as the trainer's model finds it
+  for (size_t k = 0; k < fp32.parts.size(); ++k) {
+    const auto& [name, bytes] = fp32.parts[k];
     double b = double(bytes) * scale_for(name, sizes);
     if (l.recompute == Recompute::selective && name.find("activ") != std::string::npos)
       b *= 1.0 - mlp_activation_share(in.model);
     e.parts.emplace_back(name, static_cast<int64_t>(std::llround(b)));
+    if (fp32.rank >= 0 && k < e.by_kind.size()) e.by_kind[k] = e.parts.back().second;
     e.total += e.parts.back().second;
   }
   return e;

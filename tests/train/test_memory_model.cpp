@@ -45,11 +45,11 @@ TEST(MemoryModel, PipelineSlotsFollowTheSchedule) {
   c.parallel.pp = 2;
   c.train.batch_size = 4;         // 4 microbatches of 1
   c.parallel.schedule = "gpipe";  // every forward before any backward: all 4 in flight on both stages
-  EXPECT_EQ(memory_model::slots_per_chunk(c, 0), std::vector<int64_t>{4});
-  EXPECT_EQ(memory_model::slots_per_chunk(c, 1), std::vector<int64_t>{4});
+  EXPECT_EQ(memory_model::slots_per_chunk(c, memory_model::schedule_of(c), 0), std::vector<int64_t>{4});
+  EXPECT_EQ(memory_model::slots_per_chunk(c, memory_model::schedule_of(c), 1), std::vector<int64_t>{4});
   c.parallel.schedule = "1f1b";  // stage s warms up pp − s microbatches
-  EXPECT_EQ(memory_model::slots_per_chunk(c, 0), std::vector<int64_t>{2});
-  EXPECT_EQ(memory_model::slots_per_chunk(c, 1), std::vector<int64_t>{1});
+  EXPECT_EQ(memory_model::slots_per_chunk(c, memory_model::schedule_of(c), 0), std::vector<int64_t>{2});
+  EXPECT_EQ(memory_model::slots_per_chunk(c, memory_model::schedule_of(c), 1), std::vector<int64_t>{1});
 }
 
 TEST(MemoryModel, OneProcessByHand) {
