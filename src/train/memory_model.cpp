@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include "model/params.h"
@@ -151,8 +152,31 @@ void add_pipeline(const Config& cfg, const pp::Schedule& s, int64_t pp_rank, int
         (posted + grad_sends) * residual);
 }
 
+// A chunk's store (add_store) depends on its layers' kinds, whether it holds
+// the embedding and the head, and the tp and ep coordinates — not on which
+// layers it holds: stages of the same shape share one entry, so that a model
+// of many stages builds each parameter table once (the planner asks for
+// thousands of layouts of 96-layer models).
+using StoreCache = std::map<std::string, Floats>;
+
+const Floats& chunk_store(const Config& cfg, const StageRange& stage, TpRank tp, const EpRank& ep,
+                          StoreCache& cache) {
+  const ModelConfig& m = cfg.model;
+  std::string key = std::to_string(tp.rank) + "," + std::to_string(ep.rank) + (stage.embed ? "E" : "-") +
+                    (stage.head ? "H" : "-");
+  const int64_t end = stage.end_layer < 0 ? m.n_layers : stage.end_layer;
+  for (int64_t l = stage.first_layer; l < end; ++l)
+    key += m.is_moe_layer(l) ? 'm' : 'd';
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  const ParamTable table = make_param_table(m, tp, stage, ep);
+  Floats f;
+  add_store(cfg, table, make_units(table, m), f);
+  return cache.emplace(std::move(key), f).first->second;
+}
+
 // Rank `rank` of the layout whose schedule (memory_model::schedule_of) is `s`.
-RankMemory rank_memory(const Config& cfg, const pp::Schedule& s, int64_t rank) {
+RankMemory rank_memory(const Config& cfg, const pp::Schedule& s, int64_t rank, StoreCache& cache) {
   const ModelConfig& m = cfg.model;
   const ParallelConfig& p = cfg.parallel;
   const RankCoords c = mesh_coords(p, rank);
@@ -168,15 +192,18 @@ RankMemory rank_memory(const Config& cfg, const pp::Schedule& s, int64_t rank) {
   int64_t residual = 0;
   for (int k = 0; k < v; ++k) {
     const StageRange& stage = stages[static_cast<size_t>(k * p.pp + c.pp)];
-    const ParamTable table = make_param_table(m, {static_cast<int>(p.tp), static_cast<int>(c.tp)}, stage, ep);
-    add_store(cfg, table, make_units(table, m), f);
+    const Floats& store =
+        chunk_store(cfg, stage, {static_cast<int>(p.tp), static_cast<int>(c.tp)}, ep, cache);
+    for (int kind = 0; kind < kNumMemKinds; ++kind)
+      f.add(static_cast<MemKind>(kind), store.lo[static_cast<size_t>(kind)],
+            store.hi[static_cast<size_t>(kind)]);
     int64_t scratch = 0;
-    f.add(MemKind::activation, memory_model::chunk_activation_floats(
-                                   cfg, td, table.stage, slots[static_cast<size_t>(k)], &scratch));
+    f.add(MemKind::activation,
+          memory_model::chunk_activation_floats(cfg, td, stage, slots[static_cast<size_t>(k)], &scratch));
     f.add(MemKind::scratch, scratch);
     const int64_t N = cfg.train.microbatch_size * cfg.train.seq_len / p.cp;
     const bool sp = p.sp && p.tp > 1;
-    const bool one_stage = table.stage.embed && table.stage.head;
+    const bool one_stage = stage.embed && stage.head;
     const int64_t X = m.moe() && !one_stage ? m.top_k * m.n_experts + 2 * m.n_experts + 3 : 0;
     residual = std::max(residual, (sp ? N / p.tp : N) * m.d_model + X);
   }
@@ -196,15 +223,17 @@ RankMemory rank_memory(const Config& cfg, const pp::Schedule& s, int64_t rank) {
 }  // namespace
 
 RankMemory estimate_rank_memory(const Config& cfg, int64_t rank) {
-  return rank_memory(cfg, memory_model::schedule_of(cfg), rank);
+  StoreCache cache;
+  return rank_memory(cfg, memory_model::schedule_of(cfg), rank, cache);
 }
 
 std::vector<RankMemory> estimate_ranks(const Config& cfg, const std::vector<int64_t>& ranks) {
   const pp::Schedule s = memory_model::schedule_of(cfg);
+  StoreCache cache;
   std::vector<RankMemory> out;
   out.reserve(ranks.size());
   for (const int64_t r : ranks)
-    out.push_back(rank_memory(cfg, s, r));
+    out.push_back(rank_memory(cfg, s, r, cache));
   return out;
 }
 
