@@ -44,11 +44,12 @@ MemoryEstimate plan_memory(const PlanInput& in, const PlanLayout& l, const Machi
     c.parallel.dp = l.shard_size();
     c.train.batch_size = in.global_batch / l.dp * l.shard_size();
   }
-  // A machine whose collectives cannot run behind compute (overlap 0: MPI on
-  // CPUs, as calibrated here) never has the overlapped communication buffers
-  // the model's bound allows; elsewhere the bound is the honest peak.
-  const MemoryEstimate fp32 =
-      estimate_training_memory(c, m.overlap > 0 ? MemoryFigure::bound : MemoryFigure::peak);
+  // The model's peak, not its bound: the bound counts every pipeline gradient
+  // send of a step as still on the wire at once (a step's microbatches ×
+  // a residual: 100 GiB for the 1T row of docs/PLANNER.md), a limit for the
+  // trainer's refusal, not a prediction. The peak is what the runs here
+  // measure (docs/BENCHMARKS.md, "Planner validation").
+  const MemoryEstimate fp32 = estimate_training_memory(c, MemoryFigure::peak);
   const PrecisionSizes sizes = precision_sizes(m.precision);
   MemoryEstimate e;
   e.rank = fp32.rank;  // the largest rank of the layout, as the trainer's model finds it
