@@ -14,15 +14,18 @@ BEGIN, END = "<!-- validate_plan: begin -->", "<!-- validate_plan: end -->"
 
 
 def measured_peak_mib(out_path):
-    """The largest rank's tracked total of the run's 'peak memory per rank' table."""
+    """The largest rank's tracked total of the run's 'peak memory per rank' table:
+    the column headed 'total' (the process's resident memory, 'rss' and
+    'rss_peak', follows it and is not what the memory model predicts)."""
     lines = open(out_path).read().splitlines()
     start = next(i for i, l in enumerate(lines) if l.startswith("peak memory per rank"))
+    column = lines[start + 1].split().index("total")
     totals = []
     for line in lines[start + 2:]:
         parts = line.split()
         if not parts or not parts[0].isdigit():
             break
-        totals.append(float(parts[-1]))
+        totals.append(float(parts[column]))
     return max(totals)
 
 

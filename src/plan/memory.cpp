@@ -44,14 +44,22 @@ MemoryEstimate plan_memory(const PlanInput& in, const PlanLayout& l, const Machi
     c.parallel.dp = l.shard_size();
     c.train.batch_size = in.global_batch / l.dp * l.shard_size();
   }
-  const MemoryEstimate fp32 = estimate_training_memory(c);
+  // The model's peak, not its bound: the bound counts every pipeline gradient
+  // send of a step as still on the wire at once (a step's microbatches ×
+  // a residual: 100 GiB for the 1T row of docs/PLANNER.md), a limit for the
+  // trainer's refusal, not a prediction. The peak is what the runs here
+  // measure (docs/BENCHMARKS.md, "Planner validation").
+  const MemoryEstimate fp32 = estimate_training_memory(c, MemoryFigure::peak);
   const PrecisionSizes sizes = precision_sizes(m.precision);
   MemoryEstimate e;
-  for (const auto& [name, bytes] : fp32.parts) {
+  e.rank = fp32.rank;  // the largest rank of the layout, as the trainer's model finds it
+  for (size_t k = 0; k < fp32.parts.size(); ++k) {
+    const auto& [name, bytes] = fp32.parts[k];
     double b = double(bytes) * scale_for(name, sizes);
     if (l.recompute == Recompute::selective && name.find("activ") != std::string::npos)
       b *= 1.0 - mlp_activation_share(in.model);
     e.parts.emplace_back(name, static_cast<int64_t>(std::llround(b)));
+    if (fp32.rank >= 0 && k < e.by_kind.size()) e.by_kind[k] = e.parts.back().second;
     e.total += e.parts.back().second;
   }
   return e;

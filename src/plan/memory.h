@@ -19,9 +19,11 @@ PrecisionSizes precision_sizes(const std::string& precision);
 // One line stating the assumption, printed with the plan.
 std::string precision_note(const std::string& precision);
 
-// The memory of one rank of `l` (the largest: the first pipeline stage, as
-// train/memory_estimate.h counts it). HSDP shards the ZeRO state over the
-// shard group; selective recomputation drops the MLP's saved activations.
+// The memory of one rank of `l`: the largest rank by the trainer's per-rank
+// model (train/memory_model.h), its peak figure (MemoryFigure::peak), in the
+// machine's precision; `rank` says which rank. HSDP shards the ZeRO state
+// over the shard group; selective recomputation drops the MLP's saved
+// activations.
 MemoryEstimate plan_memory(const PlanInput& in, const PlanLayout& l, const Machine& m);
 
 }  // namespace mt::plan

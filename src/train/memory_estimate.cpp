@@ -139,22 +139,31 @@ MemoryEstimate coarse_training_memory(const Config& cfg) {
 
 }  // namespace
 
-MemoryEstimate estimate_training_memory(const Config& cfg) {
+MemoryEstimate estimate_training_memory(const Config& cfg, MemoryFigure figure) {
   MemoryEstimate coarse = coarse_training_memory(cfg);
   if (coarse.total > kExactModelLimit || cfg.model.n_layers > 100000) return coarse;
-  // The rank with the most: ranks differ by pp stage, tp shard (the padded
-  // vocabulary) and experts, never by dp or cp alone.
+  // The rank with the most: ranks differ by pp stage and experts, never by dp
+  // or cp alone, nor by tp coordinate (every tp shard allocates the same
+  // shapes: a vocabulary tp does not divide is padded to equal shards,
+  // parallel/tp_plan.cpp; tested in tests/train/test_memory_model.cpp), so
+  // tp rank 0 of each stage stands for its tp group.
   const ParallelConfig& p = cfg.parallel;
+  std::vector<int64_t> ranks;
+  for (int64_t pp = 0; pp < p.pp; ++pp)
+    for (int64_t e = 0; e < std::max<int64_t>(1, p.ep); ++e)
+      ranks.push_back(((e / p.cp * p.pp + pp) * p.cp + e % p.cp) * p.tp);
+  const auto bytes = [figure](const RankMemory& r) -> const std::array<int64_t, kNumMemKinds>& {
+    return figure == MemoryFigure::peak ? r.lower : r.upper;
+  };
+  const auto sum = [&](const RankMemory& r) {
+    int64_t t = 0;
+    for (const int64_t b : bytes(r))
+      t += b;
+    return t;
+  };
   RankMemory worst;
-  for (int64_t pp = 0; pp < p.pp; ++pp) {
-    for (int64_t tp = 0; tp < p.tp; ++tp) {
-      for (int64_t e = 0; e < std::max<int64_t>(1, p.ep); ++e) {
-        const int64_t rank = ((e / p.cp * p.pp + pp) * p.cp + e % p.cp) * p.tp + tp;
-        const RankMemory r = estimate_rank_memory(cfg, rank);
-        if (r.total() > worst.total()) worst = r;
-      }
-    }
-  }
+  for (const RankMemory& r : estimate_ranks(cfg, ranks))
+    if (sum(r) > sum(worst)) worst = r;
   const char* optim = cfg.train.optimizer == "sgd"    ? "SGD momentum"
                       : cfg.train.optimizer == "lamb" ? "LAMB state"
                                                       : "AdamW state";
@@ -162,10 +171,10 @@ MemoryEstimate estimate_training_memory(const Config& cfg) {
                                      "activations", "scratch",   "communication buffers"};
   MemoryEstimate e;
   e.rank = worst.rank;
-  e.by_kind = worst.upper;
+  e.by_kind = bytes(worst);
   for (int k = 0; k < kNumMemKinds; ++k)
-    e.parts.emplace_back(names[k], worst.upper[static_cast<size_t>(k)]);
-  e.total = worst.total();
+    e.parts.emplace_back(names[k], e.by_kind[static_cast<size_t>(k)]);
+  e.total = sum(worst);
   return e;
 }
 

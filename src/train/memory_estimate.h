@@ -22,7 +22,7 @@ struct MemoryEstimate {
   std::vector<std::pair<std::string, int64_t>> parts;  // (category, bytes), one rank
   int64_t total = 0;
   // Training (train/memory_model.h): the rank with the most bytes, and its
-  // bytes per allocator kind (the upper bounds; parts names them in that order).
+  // bytes per allocator kind (the figure asked for; parts names them in that order).
   // rank −1 and by_kind all zero when the coarse model answered (sizes beyond
   // 64 TiB a rank) or for evaluation.
   int64_t rank = -1;
@@ -44,7 +44,15 @@ int64_t checked_param_count(const ModelConfig& m);
 // sizes beyond 64 TiB a rank (or over 100,000 layers) the coarse model
 // answers: parameters, gradients and optimizer state sharded as tp, pp and the
 // ZeRO stage shard them, activations, logits, RoPE tables.
-MemoryEstimate estimate_training_memory(const Config& cfg);
+//
+// `figure` picks which of the model's two numbers per kind is summed: `bound`,
+// the most the code allows when communication overlaps (what the start-up
+// check refuses on), or `peak`, the peak with communication not overlapping
+// computation (MPI on CPUs, which progresses a collective only inside its
+// calls: what runs here). They differ only for communication buffers and
+// ZeRO-3's gathered units.
+enum class MemoryFigure { peak, bound };
+MemoryEstimate estimate_training_memory(const Config& cfg, MemoryFigure figure = MemoryFigure::bound);
 // One process evaluating (or sampling from) model `m`: parameters, and the
 // activations of `batch` windows of `seq` tokens.
 MemoryEstimate estimate_eval_memory(const ModelConfig& m, int64_t batch, int64_t seq);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include "model/params.h"
@@ -138,13 +139,9 @@ void add_store(const Config& cfg, const ParamTable& table, const std::vector<Uni
 
 // The pipeline's transfer buffers (pipeline/executor.cpp): kRecvAhead posted
 // receives, and a send buffer per gradient send still on the wire.
-void add_pipeline(const Config& cfg, int64_t pp_rank, int64_t residual, Floats& f) {
+void add_pipeline(const Config& cfg, const pp::Schedule& s, int64_t pp_rank, int64_t residual, Floats& f) {
   const ParallelConfig& p = cfg.parallel;
-  const int v = static_cast<int>(p.virtual_stages);
-  if (p.pp * v <= 1) return;
-  const int microbatches = memory_model::microbatches_of(cfg);
-  const pp::Schedule s =
-      pp::make_schedule(pp::parse_schedule_kind(p.schedule), static_cast<int>(p.pp), v, microbatches);
+  if (p.pp * p.virtual_stages <= 1) return;
   int64_t recvs = 0, grad_sends = 0;
   for (const pp::Action& a : s.ranks[static_cast<size_t>(pp_rank)]) {
     recvs += a.op == pp::Op::recv_act || a.op == pp::Op::recv_grad;
@@ -155,9 +152,31 @@ void add_pipeline(const Config& cfg, int64_t pp_rank, int64_t residual, Floats& 
         (posted + grad_sends) * residual);
 }
 
-}  // namespace
+// A chunk's store (add_store) depends on its layers' kinds, whether it holds
+// the embedding and the head, and the tp and ep coordinates — not on which
+// layers it holds: stages of the same shape share one entry, so that a model
+// of many stages builds each parameter table once (the planner asks for
+// thousands of layouts of 96-layer models).
+using StoreCache = std::map<std::string, Floats>;
 
-RankMemory estimate_rank_memory(const Config& cfg, int64_t rank) {
+const Floats& chunk_store(const Config& cfg, const StageRange& stage, TpRank tp, const EpRank& ep,
+                          StoreCache& cache) {
+  const ModelConfig& m = cfg.model;
+  std::string key = std::to_string(tp.rank) + "," + std::to_string(ep.rank) + (stage.embed ? "E" : "-") +
+                    (stage.head ? "H" : "-");
+  const int64_t end = stage.end_layer < 0 ? m.n_layers : stage.end_layer;
+  for (int64_t l = stage.first_layer; l < end; ++l)
+    key += m.is_moe_layer(l) ? 'm' : 'd';
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  const ParamTable table = make_param_table(m, tp, stage, ep);
+  Floats f;
+  add_store(cfg, table, make_units(table, m), f);
+  return cache.emplace(std::move(key), f).first->second;
+}
+
+// Rank `rank` of the layout whose schedule (memory_model::schedule_of) is `s`.
+RankMemory rank_memory(const Config& cfg, const pp::Schedule& s, int64_t rank, StoreCache& cache) {
   const ModelConfig& m = cfg.model;
   const ParallelConfig& p = cfg.parallel;
   const RankCoords c = mesh_coords(p, rank);
@@ -168,24 +187,27 @@ RankMemory estimate_rank_memory(const Config& cfg, int64_t rank) {
   const TpDims td = tp_dims(m, {static_cast<int>(p.tp), static_cast<int>(c.tp)});
   const EpRank ep =
       p.ep > 1 ? EpRank{static_cast<int>(p.ep), static_cast<int>(c.ep), static_cast<int>(p.cp)} : EpRank{};
-  const std::vector<int64_t> slots = memory_model::slots_per_chunk(cfg, c.pp);
+  const std::vector<int64_t> slots = memory_model::slots_per_chunk(cfg, s, c.pp);
   Floats f;
   int64_t residual = 0;
   for (int k = 0; k < v; ++k) {
     const StageRange& stage = stages[static_cast<size_t>(k * p.pp + c.pp)];
-    const ParamTable table = make_param_table(m, {static_cast<int>(p.tp), static_cast<int>(c.tp)}, stage, ep);
-    add_store(cfg, table, make_units(table, m), f);
+    const Floats& store =
+        chunk_store(cfg, stage, {static_cast<int>(p.tp), static_cast<int>(c.tp)}, ep, cache);
+    for (int kind = 0; kind < kNumMemKinds; ++kind)
+      f.add(static_cast<MemKind>(kind), store.lo[static_cast<size_t>(kind)],
+            store.hi[static_cast<size_t>(kind)]);
     int64_t scratch = 0;
-    f.add(MemKind::activation, memory_model::chunk_activation_floats(
-                                   cfg, td, table.stage, slots[static_cast<size_t>(k)], &scratch));
+    f.add(MemKind::activation,
+          memory_model::chunk_activation_floats(cfg, td, stage, slots[static_cast<size_t>(k)], &scratch));
     f.add(MemKind::scratch, scratch);
     const int64_t N = cfg.train.microbatch_size * cfg.train.seq_len / p.cp;
     const bool sp = p.sp && p.tp > 1;
-    const bool one_stage = table.stage.embed && table.stage.head;
+    const bool one_stage = stage.embed && stage.head;
     const int64_t X = m.moe() && !one_stage ? m.top_k * m.n_experts + 2 * m.n_experts + 3 : 0;
     residual = std::max(residual, (sp ? N / p.tp : N) * m.d_model + X);
   }
-  add_pipeline(cfg, c.pp, residual, f);
+  add_pipeline(cfg, s, c.pp, residual, f);
   int64_t cp_scratch = 0;
   f.add(MemKind::comm, memory_model::cp_comm_floats(cfg, td, &cp_scratch));
   f.add(MemKind::scratch, cp_scratch);
@@ -198,12 +220,29 @@ RankMemory estimate_rank_memory(const Config& cfg, int64_t rank) {
   return r;
 }
 
+}  // namespace
+
+RankMemory estimate_rank_memory(const Config& cfg, int64_t rank) {
+  StoreCache cache;
+  return rank_memory(cfg, memory_model::schedule_of(cfg), rank, cache);
+}
+
+std::vector<RankMemory> estimate_ranks(const Config& cfg, const std::vector<int64_t>& ranks) {
+  const pp::Schedule s = memory_model::schedule_of(cfg);
+  StoreCache cache;
+  std::vector<RankMemory> out;
+  out.reserve(ranks.size());
+  for (const int64_t r : ranks)
+    out.push_back(rank_memory(cfg, s, r, cache));
+  return out;
+}
+
 std::vector<RankMemory> estimate_all_ranks(const Config& cfg) {
   const ParallelConfig& p = cfg.parallel;
-  std::vector<RankMemory> out;
-  for (int64_t r = 0; r < p.dp * p.pp * p.cp * p.tp; ++r)
-    out.push_back(estimate_rank_memory(cfg, r));
-  return out;
+  std::vector<int64_t> ranks(static_cast<size_t>(p.dp * p.pp * p.cp * p.tp));
+  for (size_t r = 0; r < ranks.size(); ++r)
+    ranks[r] = static_cast<int64_t>(r);
+  return estimate_ranks(cfg, ranks);
 }
 
 std::string memory_model_table(const std::vector<RankMemory>& model,

@@ -42,6 +42,9 @@ struct RankMemory {
 // Rank `rank` of `cfg`'s layout during a training step (after the first: the
 // optimizer's state and the pipeline's activation slots exist by then).
 RankMemory estimate_rank_memory(const Config& cfg, int64_t rank);
+// The ranks `ranks` of the layout, the schedule built once for all of them
+// (what a caller modelling many ranks should use).
+std::vector<RankMemory> estimate_ranks(const Config& cfg, const std::vector<int64_t>& ranks);
 // Every rank of the layout, in rank order.
 std::vector<RankMemory> estimate_all_ranks(const Config& cfg);
 

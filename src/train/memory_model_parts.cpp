@@ -108,13 +108,18 @@ int microbatches_of(const Config& cfg) {
   return static_cast<int>(std::max<int64_t>(1, cfg.train.batch_size / per_step));
 }
 
-std::vector<int64_t> slots_per_chunk(const Config& cfg, int64_t pp_rank) {
+pp::Schedule schedule_of(const Config& cfg) {
   const ParallelConfig& p = cfg.parallel;
   const int v = static_cast<int>(p.virtual_stages);
   const int microbatches = microbatches_of(cfg);
-  const pp::Schedule s = p.pp * v > 1 ? pp::make_schedule(pp::parse_schedule_kind(p.schedule),
-                                                          static_cast<int>(p.pp), v, microbatches)
-                                      : pp::one_stage_schedule(microbatches);
+  return p.pp * v > 1
+             ? pp::make_schedule(pp::parse_schedule_kind(p.schedule), static_cast<int>(p.pp), v, microbatches)
+             : pp::one_stage_schedule(microbatches);
+}
+
+std::vector<int64_t> slots_per_chunk(const Config& cfg, const pp::Schedule& s, int64_t pp_rank) {
+  const int v = static_cast<int>(cfg.parallel.virtual_stages);
+  const int microbatches = microbatches_of(cfg);
   std::vector<int64_t> made(static_cast<size_t>(v), 1);  // slot 0 exists from the start
   std::vector<std::vector<int64_t>> free(static_cast<size_t>(v), std::vector<int64_t>{0});
   std::vector<std::vector<int64_t>> slot_of(static_cast<size_t>(v),

@@ -8,6 +8,7 @@
 
 #include "config/config.h"
 #include "model/params.h"
+#include "pipeline/schedule.h"
 
 namespace mt::memory_model {
 
@@ -22,10 +23,15 @@ int64_t chunk_activation_floats(const Config& cfg, const TpDims& td, const Stage
 // by the planner, still answers).
 int microbatches_of(const Config& cfg);
 
-// Activation slots each of this pp rank's chunks holds at most: the schedule
-// replayed the way the executor hands slots out (taken at a forward or an
-// activation receive, returned after the backward).
-std::vector<int64_t> slots_per_chunk(const Config& cfg, int64_t pp_rank);
+// The step's schedule as the executor runs it (one_stage_schedule without
+// pipelining). Built once per layout: it lists every pp rank's actions, so a
+// model of many ranks (the planner's) must not rebuild it per rank.
+pp::Schedule schedule_of(const Config& cfg);
+
+// Activation slots each of this pp rank's chunks holds at most: `s` (the
+// layout's schedule_of) replayed the way the executor hands slots out (taken
+// at a forward or an activation receive, returned after the backward).
+std::vector<int64_t> slots_per_chunk(const Config& cfg, const pp::Schedule& s, int64_t pp_rank);
 
 // Floats of the context-parallel attention's buffers at their peak (one call
 // at a time: ring = k/v blocks in flight and the travelling dk/dv; allgather =

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # meshtrain plan against Narayanan et al. 2021 (arXiv:2104.04473), Table 1:
-# the per-GPU throughput of three rows on their cluster (a100-8x-ib, whose
+# the per-GPU throughput of four rows on their cluster (a100-8x-ib, whose
 # numbers come from datasheets, docs/PLANNER.md), counted as the paper counts
 # it — 96·B·s·l·h²·(1 + s/6h + V/16lh) FLOPs per step (full recomputation) —
 # within ±15% of the paper's figure. The layout is the paper's t, p and dp with
@@ -14,7 +14,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 status=0
 # config devices batch t p paper-TFLOP/s
-for row in "gpt-1.7b 32 512 1 1 137" "gpt-18b 256 1024 8 1 135" "gpt-310b 1920 2160 8 16 155"; do
+for row in "gpt-1.7b 32 512 1 1 137" "gpt-18b 256 1024 8 1 135" "gpt-310b 1920 2160 8 16 155" \
+  "gpt-1t 3072 3072 8 64 163"; do
   read -r model n batch t p paper <<<"$row"
   dp=$((n / (t * p)))
   "$bin" plan --config "$src/configs/plan/$model.toml" --machine a100-8x-ib --devices "$n" --global-batch "$batch" \

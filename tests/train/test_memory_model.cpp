@@ -45,11 +45,11 @@ TEST(MemoryModel, PipelineSlotsFollowTheSchedule) {
   c.parallel.pp = 2;
   c.train.batch_size = 4;         // 4 microbatches of 1
   c.parallel.schedule = "gpipe";  // every forward before any backward: all 4 in flight on both stages
-  EXPECT_EQ(memory_model::slots_per_chunk(c, 0), std::vector<int64_t>{4});
-  EXPECT_EQ(memory_model::slots_per_chunk(c, 1), std::vector<int64_t>{4});
+  EXPECT_EQ(memory_model::slots_per_chunk(c, memory_model::schedule_of(c), 0), std::vector<int64_t>{4});
+  EXPECT_EQ(memory_model::slots_per_chunk(c, memory_model::schedule_of(c), 1), std::vector<int64_t>{4});
   c.parallel.schedule = "1f1b";  // stage s warms up pp − s microbatches
-  EXPECT_EQ(memory_model::slots_per_chunk(c, 0), std::vector<int64_t>{2});
-  EXPECT_EQ(memory_model::slots_per_chunk(c, 1), std::vector<int64_t>{1});
+  EXPECT_EQ(memory_model::slots_per_chunk(c, memory_model::schedule_of(c), 0), std::vector<int64_t>{2});
+  EXPECT_EQ(memory_model::slots_per_chunk(c, memory_model::schedule_of(c), 1), std::vector<int64_t>{1});
 }
 
 TEST(MemoryModel, OneProcessByHand) {
@@ -72,6 +72,46 @@ TEST(MemoryModel, OneProcessByHand) {
   sgd.train.optimizer = "sgd";
   sgd.train.momentum = 0;
   EXPECT_EQ(estimate_rank_memory(sgd, 0).lower[static_cast<size_t>(MemKind::optim)], 0);
+}
+
+// estimate_training_memory models tp rank 0 of each stage for its whole tp
+// group: every tp coordinate must allocate the same, even with a vocabulary
+// tp does not divide (301 rows over 4) and kv heads replicated (2 over tp 4).
+TEST(MemoryModel, EveryTpCoordinateOfAStageHasTheSameBytes) {
+  Config c = tiny();
+  c.model.vocab_size = 301;
+  c.model.n_layers = 4;
+  c.train.batch_size = 4;
+  c.parallel.tp = 4;
+  c.parallel.pp = 2;
+  c.parallel.dp = 2;
+  c.parallel.zero = 3;
+  for (int64_t stage = 0; stage < 2; ++stage) {
+    const RankMemory first = estimate_rank_memory(c, stage * 4);
+    for (int64_t t = 1; t < 4; ++t) {
+      const RankMemory r = estimate_rank_memory(c, stage * 4 + t);
+      EXPECT_EQ(r.lower, first.lower) << "stage " << stage << ", tp rank " << t;
+      EXPECT_EQ(r.upper, first.upper) << "stage " << stage << ", tp rank " << t;
+    }
+  }
+}
+
+// estimate_ranks shares one parameter table among stages of the same shape;
+// each rank alone (one chunk per rank: nothing shared) must give the same.
+TEST(MemoryModel, SharedStageTablesGiveEachRanksOwnBytes) {
+  Config c = tiny();
+  c.model.n_layers = 7;  // stages of 2, 2, 2, 1 layers: first, middle, last differ
+  c.train.batch_size = 8;
+  c.parallel.pp = 4;
+  c.parallel.dp = 2;
+  c.parallel.zero = 2;
+  const std::vector<RankMemory> all = estimate_all_ranks(c);
+  ASSERT_EQ(all.size(), 8u);
+  for (int64_t r = 0; r < 8; ++r) {
+    const RankMemory alone = estimate_rank_memory(c, r);
+    EXPECT_EQ(all[static_cast<size_t>(r)].lower, alone.lower) << "rank " << r;
+    EXPECT_EQ(all[static_cast<size_t>(r)].upper, alone.upper) << "rank " << r;
+  }
 }
 
 }  // namespace
