@@ -26,7 +26,7 @@ out=$("$bin" plan --config "$cfg" --machine a100-8x-ib --devices 8 --global-batc
 grep "does not fit: .* GiB > 74.5 GiB" <<<"$out" >/dev/null
 
 # Scaling: a strong and a weak row per device count, and in the JSON.
-out=$("$bin" plan --config "$cfg" --machine h200-8x-ib --devices 64 --global-batch 256 --top 1 --scaling 64,128 \
+out=$("$bin" plan --config "$cfg" --machine h200-8x-ib --devices 64 --global-batch 256 --top 1 --scaling 64,128 --layout cp1,zero1 \
   --json "$tmp/s.json")
 test "$(grep -cE '^(strong|weak) ' <<<"$out")" -eq 4
 /usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert [r['kind'] for r in j['scaling']]==['strong','strong','weak','weak'] and j['scaling'][3]['global_batch']==512" "$tmp/s.json"
