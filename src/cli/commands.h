@@ -76,7 +76,8 @@ struct CalibrateArgs {
 int run_calibrate_command(const CalibrateArgs& args);
 
 struct ReportArgs {
-  std::vector<std::string> runs;  // metrics files (train --metrics)
+  std::vector<std::string> runs;   // metrics files (train --metrics)
+  std::vector<std::string> plans;  // plan --scaling … --json outputs
   std::string out = "report.html";
   std::string vega = "/usr/share/javascript/vega";  // Debian's libjs-vega modules, or a one-file bundle
 };

@@ -224,7 +224,9 @@ CLI::App* add_calibrate(CLI::App& app, mt::CalibrateArgs& ca) {
 CLI::App* add_report(CLI::App& app, mt::ReportArgs& rep) {
   CLI::App* r = app.add_subcommand(
       "report", "Draw metrics files as one self-contained HTML page of charts (opens offline)");
-  r->add_option("runs", rep.runs, "Metrics files (train --metrics), overlaid for comparison")->required();
+  r->add_option("runs", rep.runs, "Metrics files (train --metrics), overlaid for comparison");
+  r->add_option("--plan", rep.plans,
+                "A plan --scaling … --json FILE: draw its strong and weak scaling (repeatable)");
   r->add_option("--out", rep.out, "The HTML page to write")->capture_default_str();
   r->add_option("--vega", rep.vega,
                 "Vega, inlined into the page: the folder of Debian's libjs-vega modules, or a one-file "
@@ -234,7 +236,7 @@ CLI::App* add_report(CLI::App& app, mt::ReportArgs& rep) {
       "Charts: training and validation loss, the step time split per rank (compute, exposed communication\n"
       "by axis, pipeline bubble, optimizer), step time, bytes per axis per step, memory by kind per rank\n"
       "against the analytic model, and when the runs have them the pipeline bubble against theory and the\n"
-      "expert load (docs/FORMATS.md \"Metrics file\").");
+      "expert load (docs/FORMATS.md \"Metrics file\"); with --plan, the planner's strong and weak scaling.");
   return r;
 }
 

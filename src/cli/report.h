@@ -17,6 +17,16 @@ struct Run {
   std::vector<nlohmann::json> steps, vals, ranks;
 };
 
+// One `meshtrain plan --scaling … --json FILE` output (docs/FORMATS.md "Plan output").
+struct Plan {
+  std::string name;  // the file's name without .json
+  nlohmann::json j;
+};
+
+// Reads a plan output: IoError when it cannot be read, DataError when it is
+// not a JSON object with a "scaling" array.
+Plan read_plan(const std::string& path);
+
 // Reads and checks one metrics file: IoError when it cannot be read,
 // DataError naming the file and line when a line is not a JSON object, or
 // when it holds no step line (then it is not a metrics file of `meshtrain train`).
@@ -32,8 +42,9 @@ struct Chart {
 
 // Every chart the runs have data for: losses, step time split per rank, step
 // time per step, bytes per axis, memory per rank against the analytic model,
-// the pipeline bubble against theory (pp > 1), expert load (MoE).
-std::vector<Chart> make_charts(const std::vector<Run>& runs);
+// the pipeline bubble against theory (pp > 1), expert load (MoE), and the
+// planner's strong and weak scaling when plans are given.
+std::vector<Chart> make_charts(const std::vector<Run>& runs, const std::vector<Plan>& plans);
 
 // The JavaScript that defines `vega` in the page: `path` is a folder of
 // Debian's libjs-vega modules (report_vega.cpp) or a one-file bundle. IoError

@@ -104,9 +104,14 @@ Chart bubble_chart(const std::vector<Run>& runs);
 // Tokens routed to each expert per MoE layer, the last step, for MoE runs.
 Chart expert_chart(const std::vector<Run>& runs);
 
-std::vector<Chart> make_charts(const std::vector<Run>& runs) {
-  std::vector<Chart> out = {losses(runs), breakdown(runs), step_times(runs)};
-  for (Chart c : {bytes(runs), memory_chart(runs), bubble_chart(runs), expert_chart(runs)})
+// The planner's scaling tables: predicted tokens/s per device against devices.
+Chart scaling_chart(const std::vector<Plan>& plans);
+
+std::vector<Chart> make_charts(const std::vector<Run>& runs, const std::vector<Plan>& plans) {
+  std::vector<Chart> out;
+  if (!runs.empty()) out = {losses(runs), breakdown(runs), step_times(runs)};
+  for (Chart c :
+       {bytes(runs), memory_chart(runs), bubble_chart(runs), expert_chart(runs), scaling_chart(plans)})
     if (!c.spec.is_null() && !c.spec["data"][0]["values"].empty()) out.push_back(std::move(c));
   return out;
 }

@@ -105,4 +105,23 @@ Chart expert_chart(const std::vector<Run>& runs) {
           stacked_spec(rows, "tokens")};
 }
 
+Chart scaling_chart(const std::vector<Plan>& plans) {
+  json rows = json::array();
+  for (const Plan& p : plans)
+    for (const json& r : p.j["scaling"]) {
+      if (!r.contains("best")) continue;  // no layout fits at this size
+      const double devices = r.value("devices", 1.0);
+      rows.push_back({{"x", devices},
+                      {"y", field(r, "best").value("tokens_per_s", 0.0) / devices},
+                      {"s", p.name + " " + r.value("kind", std::string())}});
+    }
+  if (rows.empty()) return {};
+  return {
+      "Planned strong and weak scaling",
+      "The planner's best layout at each device count (meshtrain plan --scaling, docs/PLANNER.md): predicted "
+      "tokens/s per device. Strong scaling keeps the global batch, weak scaling grows it with the devices; "
+      "a flat line is perfect scaling, a falling one is what communication and the pipeline bubble cost.",
+      line_spec(rows, "devices", "tokens/s per device")};
+}
+
 }  // namespace mt::report

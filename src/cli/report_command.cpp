@@ -86,7 +86,8 @@ std::string run_table(const std::vector<report::Run>& runs, const std::vector<st
 }  // namespace
 
 int run_report_command(const ReportArgs& args) {
-  MT_REQUIRE(!args.runs.empty(), ConfigError, "report needs at least one metrics file");
+  MT_REQUIRE(!args.runs.empty() || !args.plans.empty(), ConfigError,
+             "report needs at least one metrics file or --plan file");
   const std::string vega = report::vega_script(args.vega);
   std::vector<report::Run> runs;
   std::set<std::string> names;
@@ -97,7 +98,10 @@ int run_report_command(const ReportArgs& args) {
       name = runs.back().name + " (" + std::to_string(k) + ")";
     names.insert(name);
   }
-  const std::vector<report::Chart> charts = report::make_charts(runs);
+  std::vector<report::Plan> plans;
+  for (const std::string& path : args.plans)
+    plans.push_back(report::read_plan(path));
+  const std::vector<report::Chart> charts = report::make_charts(runs, plans);
   nlohmann::json specs = nlohmann::json::array();
   std::string body;
   for (size_t i = 0; i < charts.size(); ++i) {

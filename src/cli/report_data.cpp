@@ -39,4 +39,14 @@ Run read_run(const std::string& path) {
   return run;
 }
 
+Plan read_plan(const std::string& path) {
+  std::ifstream in(path);
+  MT_REQUIRE(in.good(), IoError, "cannot read plan file '", path, "'");
+  Plan plan{std::filesystem::path(path).stem().string(), nlohmann::json::parse(in, nullptr, false)};
+  MT_REQUIRE(
+      plan.j.is_object() && plan.j.contains("scaling") && plan.j["scaling"].is_array(), DataError, path,
+      " is not a plan with a scaling table: write one with meshtrain plan --scaling N,M,… --json FILE");
+  return plan;
+}
+
 }  // namespace mt::report

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# meshtrain report: the page of a pp2 MoE run and a tp2 run draws every chart
+# meshtrain report: the page of a pp2 MoE run, a tp2 run and a plan's scaling table draws every chart
 # in headless Chromium (no console error, an SVG with marks in each chart's
 # element), fetches nothing, and bad input is refused with the reason.
 # Exit 77 (ctest SKIP) when chromium is not installed.
@@ -36,7 +36,13 @@ refused "not JSON" "text.jsonl:1: not a JSON object" "$tmp/text.jsonl" --out "$t
 refused "missing file" "cannot read metrics file '$tmp/none.jsonl'" "$tmp/none.jsonl" --out "$tmp/x.html"
 refused "missing Vega" "Vega '$tmp/novega' is missing" "$tmp/tp2.jsonl" --vega "$tmp/novega" --out "$tmp/x.html"
 
-"$bin" report "$tmp/pp2moe.jsonl" "$tmp/tp2.jsonl" --out "$tmp/report.html" || exit 1
+src=$(realpath "$here/../..")
+"$bin" plan --config "$src/configs/plan/gpt-1.7b.toml" --machine a100-8x-ib --devices 8 --global-batch 64 --top 1 \
+  --scaling 8,16,32 --layout cp1,zero1 --json "$tmp/scaling.json" >/dev/null || exit 1
+refused "not a plan" "is not a plan with a scaling table" "$tmp/tp2.jsonl" --plan "$tmp/tp2.jsonl" --out "$tmp/x.html"
+refused "nothing to draw" "at least one metrics file or --plan file" --out "$tmp/x.html"
+
+"$bin" report "$tmp/pp2moe.jsonl" "$tmp/tp2.jsonl" --plan "$tmp/scaling.json" --out "$tmp/report.html" || exit 1
 if grep -E '<(script|link|img|iframe)[^>]* (src|href)=' "$tmp/report.html" >/dev/null; then fail "the page loads a resource"; fi
 timeout 120 chromium --headless --disable-gpu --no-sandbox --virtual-time-budget=10000 --enable-logging=stderr \
   --v=0 --dump-dom "file://$tmp/report.html" >"$tmp/dom.html" 2>"$tmp/chromium.err"
@@ -49,8 +55,8 @@ errors = re.search(r'<pre id="errors">(.*?)</pre>', dom, re.S)
 assert errors and errors.group(1).strip() == "", f"page errors: {errors.group(1) if errors else 'no #errors'}"
 parts = re.split(r'<div class="chart" id="chart-(\d+)"', dom)[1:]
 charts = dict(zip(parts[0::2], parts[1::2]))
-# loss, breakdown, step time, bytes, memory, bubble (pp2), expert load (MoE)
-assert len(charts) == 7, f"{len(charts)} charts"
+# loss, breakdown, step time, bytes, memory, bubble (pp2), expert load (MoE), planned scaling
+assert len(charts) == 8, f"{len(charts)} charts"
 for i, html in charts.items():
     html = html.split('<h2>')[0]
     assert "<svg" in html, f"chart {i}: no svg"
