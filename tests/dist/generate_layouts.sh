@@ -88,7 +88,7 @@ for c, sends, gathers in (map(int, x) for x in calls):
         assert gathers == ring_steps, ("an all-gather of q|k|v in a whole-prompt ring prefill", sends, gathers)
 if calls:
     print(f"cp calls {calls[0][1]} sends, {calls[0][2]} all-gathers on cp rank 0;", end=" ")
-print(f"{len(lines)} kv cache lines = analytic")
+print(f"{len(lines)} kv cache lines = analytic = tracked")
 PY
     ); then
       echo "ok   $name $mode: continuations = one process; $out"
