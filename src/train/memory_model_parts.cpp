@@ -154,8 +154,9 @@ int64_t optimizer_states(const TrainConfig& tc) {
   return tc.optimizer != "sgd" ? 2 : tc.momentum != 0 ? 1 : 0;
 }
 
-int64_t checkpoint_staging_floats(const Config& cfg, int64_t rank, ParamTable table) {
+int64_t checkpoint_staging_floats(const Config& cfg, int64_t rank, const ParamTable& chunk) {
   if (cfg.train.checkpoint_dir.empty()) return 0;
+  ParamTable table = chunk;  // copied only here: the planner estimates many layouts without checkpoints
   const ParallelConfig& p = cfg.parallel;
   const MeshSizes sizes = mesh_sizes(p);
   const MeshCoords coords = mesh_coords_of(static_cast<int>(rank), sizes);

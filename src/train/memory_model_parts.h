@@ -41,6 +41,6 @@ int64_t optimizer_states(const TrainConfig& tc);
 // (train/checkpoint_save.cpp plan_slices), 0 without train.checkpoint_dir:
 // every slice this rank writes (spec_slice under the store's ZeRO sharding),
 // its real elements once for the parameters and once per optimizer state.
-int64_t checkpoint_staging_floats(const Config& cfg, int64_t rank, ParamTable table);
+int64_t checkpoint_staging_floats(const Config& cfg, int64_t rank, const ParamTable& chunk);
 
 }  // namespace mt::memory_model
