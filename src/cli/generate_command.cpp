@@ -108,14 +108,15 @@ void print_results(const Job& j, const std::vector<Generation>& gens, size_t fir
 void print_stats(const std::string& who, size_t first, size_t end, const GenerateStats& st, KvDtype dtype,
                  int64_t head_dim) {
   std::fprintf(stderr,
-               "generate: %sprompts %zu..%zu: kv cache %s %lld bytes (%lld layers x %lld positions x %lld kv "
+               "generate: %sprompts %zu..%zu: kv cache %s %lld bytes, tracked %lld (%lld layers x %lld "
+               "positions x %lld kv "
                "heads x %lld head_dim x %lld sequences; capacity %lld tokens); prefill %lld tokens %.3f s "
                "(%.1f tok/s); decode %lld tokens %.3f s (%.1f tok/s)\n",
                who.c_str(), first, end - 1, kv_dtype_name(dtype), static_cast<long long>(st.kv_cache_bytes),
-               static_cast<long long>(st.layers), static_cast<long long>(st.slots),
-               static_cast<long long>(st.kv_heads), static_cast<long long>(head_dim),
-               static_cast<long long>(st.batch), static_cast<long long>(st.capacity),
-               static_cast<long long>(st.prefill_tokens), st.prefill_s,
+               static_cast<long long>(st.kv_cache_tracked), static_cast<long long>(st.layers),
+               static_cast<long long>(st.slots), static_cast<long long>(st.kv_heads),
+               static_cast<long long>(head_dim), static_cast<long long>(st.batch),
+               static_cast<long long>(st.capacity), static_cast<long long>(st.prefill_tokens), st.prefill_s,
                st.prefill_s > 0 ? static_cast<double>(st.prefill_tokens) / st.prefill_s : 0.0,
                static_cast<long long>(st.decode_tokens), st.decode_s,
                st.decode_s > 0 ? static_cast<double>(st.decode_tokens) / st.decode_s : 0.0);
@@ -183,8 +184,8 @@ int generate_in_one_process(const GenerateArgs& a) {
     const std::vector<std::vector<int32_t>> batch(j.ids.begin() + static_cast<std::ptrdiff_t>(first),
                                                   j.ids.begin() + static_cast<std::ptrdiff_t>(end));
     const int64_t cap = generation_capacity(j.cfg, batch, static_cast<int64_t>(first), j.o.max_new_tokens);
-    const int64_t kv_bytes = KvCache::bytes_for(j.cfg.n_layers, static_cast<int64_t>(batch.size()), cap,
-                                                j.cfg.n_kv_heads, j.cfg.head_dim(), j.o.kv_dtype);
+    const int64_t kv_bytes =
+        generation_kv_bytes(j.cfg, {}, j.cfg.n_layers, static_cast<int64_t>(batch.size()), cap, j.o.kv_dtype);
     MT_REQUIRE(kv_bytes <= available_memory_bytes(), ConfigError, "the KV cache of prompts ", first, "..",
                end - 1, " needs ", kv_bytes, " bytes but ", available_memory_bytes(),
                " are available: lower --batch-size or --max-new-tokens, or use --kv-cache int8");

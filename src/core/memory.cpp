@@ -30,6 +30,10 @@ std::string_view mem_kind_name(MemKind kind) {
       return "scratch";
     case MemKind::comm:
       return "comm";
+    case MemKind::kv_cache:
+      return "kv_cache";
+    case MemKind::ckpt_staging:
+      return "ckpt_staging";
     case MemKind::count_:
       break;
   }

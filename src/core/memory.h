@@ -8,16 +8,19 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 namespace mt {
 
 enum class MemKind : int {
-  param = 0,   // model parameters
-  grad,        // parameter gradients
-  optim,       // optimizer state (AdamW m and v)
-  activation,  // activations saved for backward, and their gradients
-  scratch,     // temporary workspace
-  comm,        // communication buffers
+  param = 0,     // model parameters
+  grad,          // parameter gradients
+  optim,         // optimizer state (AdamW m and v)
+  activation,    // activations saved for backward, and their gradients
+  scratch,       // temporary workspace
+  comm,          // communication buffers
+  kv_cache,      // generation's key/value cache (infer/kv_cache.h)
+  ckpt_staging,  // a checkpoint's host copy of the state it saves (train/checkpoint.h)
   count_
 };
 
@@ -51,5 +54,28 @@ int64_t resident_bytes(bool peak);
 // 64-byte aligned, tracked, zero-initialised buffer of `bytes` bytes.
 void* tracked_alloc(int64_t bytes, MemKind kind);
 void tracked_free(void* ptr, int64_t bytes, MemKind kind);
+
+// A standard allocator charging kind K, for buffers that live in a
+// std::vector (TrackedVector): what a vector holds is counted at its capacity.
+template <class T, MemKind K>
+struct TrackedAllocator {
+  using value_type = T;
+  template <class U>
+  struct rebind {
+    using other = TrackedAllocator<U, K>;
+  };
+  TrackedAllocator() = default;
+  template <class U>
+  TrackedAllocator(const TrackedAllocator<U, K>&) noexcept {}
+  T* allocate(size_t n) { return static_cast<T*>(tracked_alloc(static_cast<int64_t>(n * sizeof(T)), K)); }
+  void deallocate(T* p, size_t n) noexcept { tracked_free(p, static_cast<int64_t>(n * sizeof(T)), K); }
+  template <class U>
+  bool operator==(const TrackedAllocator<U, K>&) const noexcept {
+    return true;
+  }
+};
+
+template <class T, MemKind K>
+using TrackedVector = std::vector<T, TrackedAllocator<T, K>>;
 
 }  // namespace mt

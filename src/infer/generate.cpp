@@ -228,6 +228,12 @@ void check_options(const GenerateOptions& opts) {
 
 }  // namespace
 
+int64_t generation_kv_bytes(const ModelConfig& cfg, TpRank tp, int64_t layers, int64_t batch,
+                            int64_t capacity, KvDtype dtype, int cp) {
+  return KvCache::bytes_for(layers, batch, (capacity + cp - 1) / cp, tp_dims(cfg, tp).kv_heads,
+                            cfg.head_dim(), dtype);
+}
+
 std::vector<Generation> generate(const Llama& model, const std::vector<std::vector<int32_t>>& prompts,
                                  int64_t first_index, const GenerateOptions& opts, GenerateStats* stats,
                                  const std::function<void(int64_t, int32_t)>& on_token,
@@ -245,8 +251,14 @@ std::vector<Generation> generate(const Llama& model, const std::vector<std::vect
   const TpDims td = tp_dims(cfg, model.tp_rank());
   const int cp = on(layout.cp) ? layout.cp->size() : 1, cp_rank = on(layout.cp) ? layout.cp->rank() : 0;
   const int64_t layers = static_cast<int64_t>(model.param_table().layers.size());
+  const int64_t tracked = MemoryTracker::stats().current[static_cast<size_t>(MemKind::kv_cache)];
   KvCache cache(layers, B, cap, td.kv_heads, cfg.head_dim(), opts.kv_dtype, cp, cp_rank);
-  st = {cache.bytes(), cap, layers, cache.slots(), td.kv_heads, B};
+  st = {generation_kv_bytes(cfg, model.tp_rank(), layers, B, cap, opts.kv_dtype, cp), cap};
+  st.kv_cache_tracked = MemoryTracker::stats().current[static_cast<size_t>(MemKind::kv_cache)] - tracked;
+  st.layers = layers;
+  st.slots = cache.slots();
+  st.kv_heads = td.kv_heads;
+  st.batch = B;
   st.cp = cp;
   PipelineStep step(model, cache, layout, opts, first_index);
   Sequences seqs(prompts, first_index, opts, on_token, out);

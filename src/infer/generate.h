@@ -32,9 +32,11 @@ struct Generation {
 };
 
 // This rank's cache: kv_cache_bytes = 2 · layers · slots · kv_heads · head_dim ·
-// element size · batch (kv_cache.h); slots = capacity without cp.
+// element size · batch (kv_cache.h; generation_kv_bytes); slots = capacity
+// without cp. kv_cache_tracked: what the cache holds of MemKind::kv_cache.
 struct GenerateStats {
   int64_t kv_cache_bytes = 0, capacity = 0;
+  int64_t kv_cache_tracked = 0;
   int64_t layers = 0, slots = 0, kv_heads = 0, batch = 0;
   int64_t prefill_tokens = 0, decode_tokens = 0;
   double prefill_s = 0, decode_s = 0;
@@ -49,6 +51,13 @@ struct GenerateStats {
 // prompt, numbered from first_index, and the numbers).
 int64_t generation_capacity(const ModelConfig& cfg, const std::vector<std::vector<int32_t>>& prompts,
                             int64_t first_index, int64_t max_new_tokens);
+
+// The memory model of generation (docs/PARALLELISM.md "Memory per rank"): the
+// bytes of the KV cache of a rank holding `layers` decoder layers (its
+// pipeline stage's), its tp share of the kv heads, and 1/cp of the `capacity`
+// positions (rounded up) of `batch` sequences, in `dtype` (int8 with its scales).
+int64_t generation_kv_bytes(const ModelConfig& cfg, TpRank tp, int64_t layers, int64_t batch,
+                            int64_t capacity, KvDtype dtype, int cp = 1);
 
 // The groups a rank generates with besides the model's own tp group (null or
 // of size 1: none). pp: the pipeline's stages in rank order, the model being

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "core/memory.h"
+
 namespace mt {
 
 enum class KvDtype { f32, int8 };
@@ -71,9 +73,10 @@ class KvCache {
   KvDtype dtype_;
   int shards_, shard_;
   int64_t slots_;
-  std::vector<float> f32_[2];    // keys, values (f32)
-  std::vector<int8_t> q8_[2];    // keys, values (int8)
-  std::vector<float> scale_[2];  // [layers, batch, slots, kv_heads] (int8)
+  // Charged to MemKind::kv_cache, exactly bytes() in all.
+  TrackedVector<float, MemKind::kv_cache> f32_[2];    // keys, values (f32)
+  TrackedVector<int8_t, MemKind::kv_cache> q8_[2];    // keys, values (int8)
+  TrackedVector<float, MemKind::kv_cache> scale_[2];  // [layers, batch, slots, kv_heads] (int8)
   std::vector<int64_t> len_;
 };
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "core/memory.h"
 #include "train/checkpoint_slices.h"
 #include "train/run_mesh.h"
 #include "train/train_model.h"
@@ -114,6 +115,9 @@ void check_checkpoint_dir(const std::string& dir);
 void save_checkpoint(const std::string& root, int64_t step, const TrainModel& model, const RunMesh& mesh,
                      const Config& cfg, const std::vector<std::string>& metrics_lines, int64_t keep);
 
+// One box of a snapshot: host memory charged to MemKind::ckpt_staging.
+using StagingBuffer = TrackedVector<float, MemKind::ckpt_staging>;
+
 // A save in three parts, so that the write can run on another thread while
 // training goes on (train.async_checkpoint, train/checkpoint_async.h):
 //   snapshot_checkpoint  at the step boundary, main thread: copies this rank's
@@ -137,8 +141,8 @@ struct CheckpointSnapshot {
   };
   std::string root, tmp, final_dir;
   int64_t step = 0, keep = 0;
-  std::vector<std::vector<float>> boxes;  // parameters, exp_avg, exp_avg_sq of each slice this rank writes
-  std::vector<std::string> keys;          // boxes[i]'s key in the shard file
+  std::vector<StagingBuffer> boxes;  // parameters, exp_avg, exp_avg_sq of each slice this rank writes
+  std::vector<std::string> keys;     // boxes[i]'s key in the shard file
   std::vector<std::vector<int64_t>> shapes;
   std::vector<Copy> copies;                // the copies not made yet (defer_copy)
   nlohmann::json slices, metadata;         // this rank's "slices"; rank 0: metadata.json without "files"
@@ -149,7 +153,7 @@ struct CheckpointSnapshot {
 CheckpointSnapshot snapshot_checkpoint(const std::string& root, int64_t step, const TrainModel& model,
                                        const RunMesh& mesh, const Config& cfg,
                                        const std::vector<std::string>& metrics_lines, int64_t keep,
-                                       std::vector<std::vector<float>> buffers = {}, bool defer_copy = false);
+                                       std::vector<StagingBuffer> buffers = {}, bool defer_copy = false);
 // Makes the copies a deferred snapshot still owes (over the threads if `parallel`).
 void copy_boxes(CheckpointSnapshot& snap, bool parallel);
 void write_checkpoint_files(CheckpointSnapshot& snap, int rank);

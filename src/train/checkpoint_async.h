@@ -79,7 +79,7 @@ class CheckpointSaver {
   double write_s_ = 0;  // set by the writer before written_
   SaveTiming current_;
   std::vector<SaveTiming> timings_;
-  std::vector<std::vector<float>> spare_;  // async: the last snapshot's buffers, for the next
+  std::vector<StagingBuffer> spare_;  // async: the last snapshot's buffers, for the next
 };
 
 }  // namespace mt

@@ -83,7 +83,7 @@ json write_rank_file(const CheckpointSnapshot& snap, int rank) {
     json crcs = json::array();
     const size_t states = snap.boxes.size() / slices.size();  // the parameters and the optimizer's states
     for (size_t k = 0; k < states; ++k) {
-      const std::vector<float>& box = snap.boxes[states * s + k];
+      const StagingBuffer& box = snap.boxes[states * s + k];
       crcs.push_back(crc_hex(crc32c(box.data(), box.size() * sizeof(float))));
     }
     slices[s]["crc32c"] = crcs;
@@ -172,7 +172,7 @@ void commit(const CheckpointSnapshot& snap, const std::vector<json>& entries) {
 CheckpointSnapshot snapshot_checkpoint(const std::string& root, int64_t step, const TrainModel& model,
                                        const RunMesh& mesh, const Config& cfg,
                                        const std::vector<std::string>& metrics_lines, int64_t keep,
-                                       std::vector<std::vector<float>> buffers, bool defer_copy) {
+                                       std::vector<StagingBuffer> buffers, bool defer_copy) {
   CheckpointSnapshot snap;
   snap.boxes = std::move(buffers);
   // One nonce for all ranks: rank 0's pid, sent to the others.

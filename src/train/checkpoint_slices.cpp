@@ -41,24 +41,29 @@ void for_each_box_row(const LocalSlice& s, F&& f) {
 }
 }  // namespace
 
+LocalSlice spec_slice(const ParamSpec& spec, const MeshSizes& sizes, const MeshCoords& coords) {
+  LocalSlice s;
+  s.tensor = spec.name;
+  s.local_shape = local_shape(spec.state_layout, sizes);
+  for (int d = 0; d < static_cast<int>(spec.global_shape.size()); ++d) {
+    const auto [b, e] = local_range(spec.state_layout, d, sizes, coords);
+    s.offsets.push_back(b);
+    s.size.push_back(e - b);
+  }
+  s.writer = !spec.tied_copy && first_holder(spec.state_layout, coords) && s.numel() > 0;
+  return s;
+}
+
 std::vector<LocalSlice> local_slices(Llama& chunk, const MeshSizes& sizes, const MeshCoords& coords) {
   ParamStore& store = chunk.store();
   std::vector<LocalSlice> out;
   for (const ParamSpec& spec : chunk.param_table().specs) {
-    LocalSlice s;
-    s.tensor = spec.name;
+    LocalSlice s = spec_slice(spec, sizes, coords);
     int64_t n = 0;
     s.local_offset = store.local_grad_of(spec.name, &n) - store.local_grads();
-    s.local_shape = local_shape(spec.state_layout, sizes);
     MT_CHECK(n == local_numel(spec.state_layout, sizes), "checkpoint: the store holds ", n, " elements of ",
              spec.name, " but its state layout ", spec.state_layout.to_string(), " says ",
              local_numel(spec.state_layout, sizes));
-    for (int d = 0; d < static_cast<int>(spec.global_shape.size()); ++d) {
-      const auto [b, e] = local_range(spec.state_layout, d, sizes, coords);
-      s.offsets.push_back(b);
-      s.size.push_back(e - b);
-    }
-    s.writer = !spec.tied_copy && first_holder(spec.state_layout, coords) && s.numel() > 0;
     out.push_back(std::move(s));
   }
   return out;

@@ -23,6 +23,11 @@ struct LocalSlice {
   int64_t numel() const;
 };
 
+// The slice of `spec` (its state_layout set) that the rank at `coords` holds,
+// without its place in the store (local_offset 0): what the memory model
+// (train/memory_model.h) counts of a checkpoint's staging copy.
+LocalSlice spec_slice(const ParamSpec& spec, const MeshSizes& sizes, const MeshCoords& coords);
+
 // This rank's slices of one model chunk, in the chunk's table order.
 std::vector<LocalSlice> local_slices(Llama& chunk, const MeshSizes& sizes, const MeshCoords& coords);
 

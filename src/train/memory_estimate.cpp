@@ -167,8 +167,9 @@ MemoryEstimate estimate_training_memory(const Config& cfg, MemoryFigure figure) 
   const char* optim = cfg.train.optimizer == "sgd"    ? "SGD momentum"
                       : cfg.train.optimizer == "lamb" ? "LAMB state"
                                                       : "AdamW state";
-  const char* names[kNumMemKinds] = {"parameters",  "gradients", optim,
-                                     "activations", "scratch",   "communication buffers"};
+  const char* names[kNumMemKinds] = {"parameters",  "gradients",         optim,
+                                     "activations", "scratch",           "communication buffers",
+                                     "KV cache",    "checkpoint staging"};
   MemoryEstimate e;
   e.rank = worst.rank;
   e.by_kind = bytes(worst);

@@ -94,7 +94,7 @@ int64_t held_grads(const ParamTable& table, const std::vector<UnitSpec>& units) 
 void add_store(const Config& cfg, const ParamTable& table, const std::vector<UnitSpec>& units, Floats& f) {
   const ParallelConfig& p = cfg.parallel;
   const TrainConfig& tc = cfg.train;
-  const int64_t states = tc.optimizer != "sgd" ? 2 : tc.momentum != 0 ? 1 : 0;
+  const int64_t states = memory_model::optimizer_states(tc);
   const int64_t total = units_total(units);
   const int z = static_cast<int>(p.zero);
   if (p.dp * p.cp == 1 && z == 0) {  // the model's own LocalStore
@@ -192,11 +192,14 @@ RankMemory rank_memory(const Config& cfg, const pp::Schedule& s, int64_t rank, S
   int64_t residual = 0;
   for (int k = 0; k < v; ++k) {
     const StageRange& stage = stages[static_cast<size_t>(k * p.pp + c.pp)];
-    const Floats& store =
-        chunk_store(cfg, stage, {static_cast<int>(p.tp), static_cast<int>(c.tp)}, ep, cache);
+    const TpRank tpr{static_cast<int>(p.tp), static_cast<int>(c.tp)};
+    const Floats& store = chunk_store(cfg, stage, tpr, ep, cache);
     for (int kind = 0; kind < kNumMemKinds; ++kind)
       f.add(static_cast<MemKind>(kind), store.lo[static_cast<size_t>(kind)],
             store.hi[static_cast<size_t>(kind)]);
+    if (!cfg.train.checkpoint_dir.empty())  // the staging copy depends on the rank's shard: no cache
+      f.add(MemKind::ckpt_staging,
+            memory_model::checkpoint_staging_floats(cfg, rank, make_param_table(m, tpr, stage, ep)));
     int64_t scratch = 0;
     f.add(MemKind::activation,
           memory_model::chunk_activation_floats(cfg, td, stage, slots[static_cast<size_t>(k)], &scratch));
@@ -259,7 +262,7 @@ std::string memory_model_table(const std::vector<RankMemory>& model,
       const bool ok = got >= lo && got <= hi;
       *all_within = *all_within && ok;
       const std::string bound = lo == hi ? "exact" : "<= " + std::to_string(hi);
-      std::snprintf(buf, sizeof buf, "  rank %3zu %-10s model %12lld %-16s measured %12lld %s\n", r,
+      std::snprintf(buf, sizeof buf, "  rank %3zu %-12s model %12lld %-16s measured %12lld %s\n", r,
                     std::string(mem_kind_name(static_cast<MemKind>(k))).c_str(), static_cast<long long>(lo),
                     bound.c_str(), static_cast<long long>(got), ok ? "ok" : "OUTSIDE");
       os << buf;

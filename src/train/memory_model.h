@@ -6,7 +6,8 @@
 //
 // `lower` is what the model says the tracked allocator's peak of one training
 // step is; `upper` is the largest peak it allows. They are equal (the model is
-// exact) for parameters, gradients, optimizer state, activations and scratch;
+// exact) for parameters, gradients, optimizer state, activations, scratch and
+// the checkpoint's staging copy (kv_cache is generation's: 0 here);
 // communication buffers in flight depend on when the other ranks' messages
 // complete, so for `comm` (and the transient ZeRO-3 parameters) the model gives
 // the peak with no overlap as `lower` and with the most overlap the code allows

@@ -4,6 +4,8 @@
 
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
+#include "train/checkpoint_slices.h"
+#include "train/run_mesh.h"
 
 namespace mt::memory_model {
 
@@ -151,6 +153,28 @@ int64_t cp_comm_floats(const Config& cfg, const TpDims& td, int64_t* scratch) {
   }
   *scratch = B * Tk * td.heads * cfg.model.head_dim() + B * td.heads * Tk;  // part_out, part_lse
   return 2 * numel + 6 * kv;
+}
+
+int64_t optimizer_states(const TrainConfig& tc) {
+  return tc.optimizer != "sgd" ? 2 : tc.momentum != 0 ? 1 : 0;
+}
+
+int64_t checkpoint_staging_floats(const Config& cfg, int64_t rank, const ParamTable& chunk) {
+  if (cfg.train.checkpoint_dir.empty()) return 0;
+  ParamTable table = chunk;  // copied only here: the planner estimates many layouts without checkpoints
+  const ParallelConfig& p = cfg.parallel;
+  const MeshSizes sizes = mesh_sizes(p);
+  const MeshCoords coords = mesh_coords_of(static_cast<int>(rank), sizes);
+  // The store's sharding (train/train_model.cpp make_store, DataParallelStore::sharding).
+  AxisSet group = 0;  // 0: the model's own LocalStore, nothing sharded
+  if (p.dp * p.cp > 1 || p.zero > 0) group = axis_bit(Axis::dp) | (p.cp > 1 ? axis_bit(Axis::cp) : 0u);
+  set_state_layouts(table, {static_cast<int>(p.zero), group});
+  int64_t written = 0;
+  for (const ParamSpec& spec : table.specs) {
+    const LocalSlice s = spec_slice(spec, sizes, coords);
+    if (s.writer) written += s.numel();
+  }
+  return written * (1 + optimizer_states(cfg.train));
 }
 
 }  // namespace mt::memory_model

@@ -39,4 +39,14 @@ std::vector<int64_t> slots_per_chunk(const Config& cfg, const pp::Schedule& s, i
 // (scratch) in *scratch.
 int64_t cp_comm_floats(const Config& cfg, const TpDims& td, int64_t* scratch);
 
+// The optimizer's state tensors per parameter: AdamW and LAMB 2, SGD 1 with
+// momentum, 0 without (optim/optimizer.cpp).
+int64_t optimizer_states(const TrainConfig& tc);
+
+// Floats of one chunk's part of a checkpoint's staging copy on rank `rank`
+// (train/checkpoint_save.cpp plan_slices), 0 without train.checkpoint_dir:
+// every slice this rank writes (spec_slice under the store's ZeRO sharding),
+// its real elements once for the parameters and once per optimizer state.
+int64_t checkpoint_staging_floats(const Config& cfg, int64_t rank, const ParamTable& chunk);
+
 }  // namespace mt::memory_model

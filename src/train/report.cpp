@@ -94,15 +94,15 @@ std::string memory_report(const RunMesh& mesh, const MemStats& mine) {
   os << "peak memory per rank (MiB):\n  rank";
   char buf[32];
   for (int k = 0; k < kNumMemKinds; ++k) {
-    std::snprintf(buf, sizeof buf, " %11s", std::string(mem_kind_name(static_cast<MemKind>(k))).c_str());
+    std::snprintf(buf, sizeof buf, " %12s", std::string(mem_kind_name(static_cast<MemKind>(k))).c_str());
     os << buf;
   }
-  os << "       total         rss    rss_peak\n";
+  os << "        total          rss     rss_peak\n";
   for (int r = 0; r < mesh.world_size; ++r) {
     std::snprintf(buf, sizeof buf, "  %4d", r);
     os << buf;
     for (int k = 0; k < K; ++k) {
-      std::snprintf(buf, sizeof buf, " %11.2f",
+      std::snprintf(buf, sizeof buf, " %12.2f",
                     static_cast<double>(all[static_cast<size_t>(r * K + k)]) / (1 << 20));
       os << buf;
     }

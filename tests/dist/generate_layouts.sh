@@ -5,7 +5,8 @@
 # tp2 x pp2 and tp2 x cp2 — greedy and sampled (same seed) token for token, the log-probs
 # within 1e-5 — and each rank's KV cache bytes on stderr equal
 # 2 · layers · positions · kv heads per rank · head_dim · 4 · batch, computed
-# here from the layout (positions: ceil(capacity / cp)); cp2 prefills in chunks
+# here from the layout (positions: ceil(capacity / cp)), and the bytes the
+# allocator charged to kv_cache (also with int8 caches, in one process and tp2); cp2 prefills in chunks
 # of 3 against its position-sharded cache, by the ring (the default) and by
 # all-gathering q|k|v (--cp-impl allgather), and each cp rank's count of the
 # prefill's calls on the cp axis says which ran (ring: layers x (cp - 1) sends
@@ -65,13 +66,14 @@ cap = [int(c) for c in re.findall(r"capacity (\d+) tokens", open(f"{tmp}/ref_sam
 assert len(cap) == 3, cap
 layers, kv_heads, head_dim = 2, 2, 32 // 4
 lines = re.findall(r"generate: rank (\d+) \(dp (\d+), tp (\d+), pp (\d+), cp (\d+)\): prompts (\d+)\.\.(\d+): "
-                   r"kv cache f32 (\d+) bytes", open(f"{tmp}/{name}.{mode}.err").read())
+                   r"kv cache f32 (\d+) bytes, tracked (\d+)", open(f"{tmp}/{name}.{mode}.err").read())
 ranks = set()
-for rank, d, t, p, c, a, b, n in (map(int, l) for l in lines):
+for rank, d, t, p, c, a, b, n, tracked in (map(int, l) for l in lines):
     ranks.add(rank)
     batch, capacity = b - a + 1, max(cap[a:b + 1])
     want = 2 * (layers // pp) * math.ceil(capacity / cp) * max(1, kv_heads // tp) * head_dim * 4 * batch
     assert n == want, (f"rank {rank}: {n} bytes, analytic {want}")
+    assert tracked == n, (f"rank {rank}: the allocator's kv_cache holds {tracked} bytes, the model {n}")
 assert len(ranks) == np_, ("ranks reporting a KV cache", ranks)
 calls = re.findall(r"prefill over cp (\d+): (\d+) sends, (\d+) all-gathers", open(f"{tmp}/{name}.{mode}.err").read())
 assert len(calls) == (np_ if cp > 1 else 0), calls
@@ -86,7 +88,7 @@ for c, sends, gathers in (map(int, x) for x in calls):
         assert gathers == ring_steps, ("an all-gather of q|k|v in a whole-prompt ring prefill", sends, gathers)
 if calls:
     print(f"cp calls {calls[0][1]} sends, {calls[0][2]} all-gathers on cp rank 0;", end=" ")
-print(f"{len(lines)} kv cache lines = analytic")
+print(f"{len(lines)} kv cache lines = analytic = tracked")
 PY
     ); then
       echo "ok   $name $mode: continuations = one process; $out"
@@ -104,6 +106,36 @@ layout cp2 2 1 1 1 2 --prefill-chunk 3  # chunks against the position-sharded ca
 layout cp2_allgather 2 1 1 1 2 --prefill-chunk 3 --cp-impl allgather
 layout tp2_pp2 4 1 2 2 1
 layout tp2_cp2 4 1 2 1 2  # the cp row blocks with tp inside each
+
+# The KV cache's tracked bytes (MemKind::kv_cache) against the model (generation_kv_bytes) in one process
+# and under tp 2, f32 and int8 (one byte an element and a float scale per token and kv head): each line's
+# "N bytes, tracked M" has N = M = the count derived here.
+kv_check() {
+  /usr/bin/python3 - "$tmp" "$@" <<'PY'
+import math, re, sys
+tmp, err, dtype, tp = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+cap = [int(c) for c in re.findall(r"capacity (\d+) tokens", open(f"{tmp}/ref_sampled.err").read())]
+lines = re.findall(r"prompts (\d+)\.\.(\d+): kv cache (\w+) (\d+) bytes, tracked (\d+)", open(err).read())
+assert lines and len(lines) % tp == 0, lines
+for a, b, got_dtype, n, tracked in lines:
+    a, b, n, tracked = int(a), int(b), int(n), int(tracked)
+    per = 8 * 4 if dtype == "f32" else 8 + 4  # head_dim 8
+    want = 2 * 2 * max(cap[a:b + 1]) * (2 // tp) * per * (b - a + 1)
+    assert got_dtype == dtype and n == want and tracked == want, (got_dtype, n, tracked, want)
+print(f"{dtype} tp {tp}: {lines[0][3]} bytes = tracked = analytic")
+PY
+}
+"${g[@]}" --kv-cache int8 >/dev/null 2>"$tmp/int8_one.err" || echo "int8 one-process run failed" >>"$tmp/int8_one.err"
+"${mpi[@]}" -np 2 "${g[@]}" --kv-cache int8 --tp 2 >/dev/null 2>"$tmp/int8_tp2.err" || echo "int8 tp2 run failed" >>"$tmp/int8_tp2.err"
+for spec in "ref_greedy f32 1" "int8_one int8 1" "int8_tp2 int8 2"; do
+  read -r name dtype tp <<<"$spec"
+  if out=$(kv_check "$tmp/$name.err" "$dtype" "$tp" 2>&1); then
+    echo "ok   kv cache tracked $name: $out"
+  else
+    echo "FAIL kv cache tracked $name: $out; $(head -c 400 "$tmp/$name.err")"
+    failures=$((failures + 1))
+  fi
+done
 
 # One prompt, text output: streamed by rank 0 alone, the one-process text.
 one=("$bin" generate --model "$tmp/model" --tokenizer "$tmp/data/tokenizer.model" --prompt "fortune 7: the"

@@ -10,7 +10,10 @@
 # recomputation, dp2 x tp2 x pp2, dp2 x cp2 x tp2, an ep 2 mixture of experts
 # (and under ZeRO-3 at dp 4), LAMB under ZeRO-1 at dp 2, tied embeddings under ZeRO-3 (the
 # embedding's gradient held through the backward) and over pp 2 with SGD momentum, and
-# a vocabulary tp does not divide under ZeRO-3 (padded, uneven shards).
+# a vocabulary tp does not divide under ZeRO-3 (padded, uneven shards); and the
+# checkpoint's staging copy (ckpt_staging, exact): dp 2 ZeRO 1 with asynchronous
+# saves every step (the shards of parameters and AdamW state), and pp 2 with
+# tied embeddings and synchronous saves (the last stage's tied copy not written).
 set -euo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -43,6 +46,8 @@ layouts=(
   "dp2_zero3_tied 2 --dp 2 --zero 3 --set model.tie_embeddings=true --set train.microbatch_size=2"
   "pp2_tied_sgd 2 --pp 2 --set model.tie_embeddings=true --set train.optimizer=sgd --set train.momentum=0.9 --set train.microbatch_size=2"
   "dp2_tp2_zero3_vocab301 4 --dp 2 --tp 2 --zero 3 --set model.vocab_size=301 --set train.microbatch_size=2"
+  "dp2_zero1_async_ckpt 2 --dp 2 --zero 1 --set train.microbatch_size=2 --set train.checkpoint_dir=$tmp/ck_async --set train.checkpoint_every=1 --set train.async_checkpoint=true"
+  "pp2_tied_sync_ckpt 2 --pp 2 --set model.tie_embeddings=true --set train.microbatch_size=2 --set train.checkpoint_dir=$tmp/ck_sync"
 )
 for spec in "${layouts[@]}"; do
   read -r -a words <<<"$spec"
@@ -55,6 +60,10 @@ for spec in "${layouts[@]}"; do
     continue
   }
   verdict=$(grep '^memory model: ' <<<"$out" || true)
+  if [[ $name == *ckpt* ]]; then  # every rank writes a share: none of its staging rows may be 0
+    staged=$(grep -cE ' ckpt_staging +model +[1-9][0-9]* +exact +measured +[1-9]' <<<"$out" || true)
+    [[ $staged == "$np" ]] || verdict="$staged of $np ranks stage a checkpoint copy"
+  fi
   if [[ $verdict == "memory model: all "*" rows within their bounds" ]]; then
     echo "ok   $name: $verdict"
   else

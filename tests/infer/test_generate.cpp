@@ -84,8 +84,17 @@ TEST_F(Generate, KvCacheBytesAreTheAnalyticCount) {
   const int64_t tokens = 9 + 6 - 1;  // the longest prompt and the new tokens but the last
   EXPECT_EQ(st.capacity, tokens);
   EXPECT_EQ(st.kv_cache_bytes, 2 * cfg_.n_layers * tokens * cfg_.n_kv_heads * cfg_.head_dim() * 4 * 3);
+  EXPECT_EQ(st.kv_cache_tracked, st.kv_cache_bytes);  // what the allocator charged to kv_cache
   EXPECT_EQ(st.prefill_tokens, 3 + 9 + 5);
   EXPECT_EQ(st.decode_tokens, 3 * 5);
+  // int8: one byte an element and a float scale per (token, kv head).
+  o.kv_dtype = KvDtype::int8;
+  generate(model_, prompts_, 0, o, &st);
+  EXPECT_EQ(st.kv_cache_bytes, 2 * cfg_.n_layers * tokens * cfg_.n_kv_heads * (cfg_.head_dim() + 4) * 3);
+  EXPECT_EQ(st.kv_cache_tracked, st.kv_cache_bytes);
+  const MemStats mem = MemoryTracker::stats();  // the cache is freed when generate returns
+  EXPECT_EQ(mem.current[static_cast<size_t>(MemKind::kv_cache)], 0);
+  EXPECT_GE(mem.peak[static_cast<size_t>(MemKind::kv_cache)], st.kv_cache_bytes);
 }
 
 TEST_F(Generate, BadInputNamesTheProblem) {

@@ -1,7 +1,8 @@
 // The memory model's pieces against hand counts: a rank's mesh coordinates,
 // the pipeline's activation slots per schedule, and one process's bytes per
 // kind for a tiny model, every buffer counted from docs/PARALLELISM.md
-// ("Memory per rank"). The measured side is tests/dist/memory_model.sh.
+// ("Memory per rank"), and the checkpoint staging copy summed over a mesh. The measured side is
+// tests/dist/memory_model.sh.
 #include <gtest/gtest.h>
 
 #include "config/config.h"
@@ -72,6 +73,51 @@ TEST(MemoryModel, OneProcessByHand) {
   sgd.train.optimizer = "sgd";
   sgd.train.momentum = 0;
   EXPECT_EQ(estimate_rank_memory(sgd, 0).lower[static_cast<size_t>(MemKind::optim)], 0);
+  EXPECT_EQ(at(MemKind::ckpt_staging), 0);  // no train.checkpoint_dir
+  EXPECT_EQ(at(MemKind::kv_cache), 0);      // training holds no KV cache
+}
+
+// A checkpoint writes every element of every parameter and of each optimizer
+// state once over the whole mesh, so the ranks' staging copies add up to
+// (1 + states) × the parameter count (34720, OneProcessByHand; the tied
+// model's head is the embedding: 34720 − 9600) whatever the layout.
+TEST(MemoryModel, CheckpointStagingAddsUpToTheStateOnce) {
+  struct Case {
+    int64_t dp, tp, pp, cp, zero;
+    bool tied;
+    const char* optimizer;
+    int64_t states;
+  };
+  for (const Case& k : {Case{1, 1, 1, 1, 0, false, "adamw", 2}, Case{2, 1, 1, 1, 1, false, "adamw", 2},
+                        Case{2, 2, 1, 1, 3, false, "adamw", 2}, Case{1, 2, 2, 1, 0, true, "sgd", 1},
+                        Case{2, 1, 1, 2, 2, false, "lamb", 2}, Case{4, 1, 1, 1, 0, false, "adamw", 2}}) {
+    Config c = tiny();
+    c.model.tie_embeddings = k.tied;
+    c.train.optimizer = k.optimizer;
+    c.train.momentum = 0.9;
+    c.train.checkpoint_dir = "ck";
+    c.parallel.dp = k.dp;
+    c.parallel.tp = k.tp;
+    c.parallel.pp = k.pp;
+    c.parallel.cp = k.cp;
+    c.parallel.zero = k.zero;
+    c.train.batch_size = 2 * k.dp;  // microbatches ≥ pp for 1f1b
+    int64_t sum = 0;
+    for (const RankMemory& r : estimate_all_ranks(c)) {
+      const size_t i = static_cast<size_t>(MemKind::ckpt_staging);
+      EXPECT_EQ(r.lower[i], r.upper[i]);
+      sum += r.lower[i];
+    }
+    const int64_t params = k.tied ? 34720 - 9600 : 34720;
+    EXPECT_EQ(sum, (1 + k.states) * params * 4)
+        << "dp " << k.dp << " tp " << k.tp << " pp " << k.pp << " cp " << k.cp << " zero " << k.zero;
+  }
+  // ZeRO 0 over dp 2: dp rank 0 writes it all, dp rank 1 nothing.
+  Config c = tiny();
+  c.train.checkpoint_dir = "ck";
+  c.parallel.dp = 2;
+  EXPECT_EQ(estimate_rank_memory(c, 0).lower[static_cast<size_t>(MemKind::ckpt_staging)], 3 * 34720 * 4);
+  EXPECT_EQ(estimate_rank_memory(c, 1).lower[static_cast<size_t>(MemKind::ckpt_staging)], 0);
 }
 
 // estimate_training_memory models tp rank 0 of each stage for its whole tp
