@@ -125,6 +125,25 @@ int checkpoint_boundary(CheckpointSaver& saver, const StepVotes& votes, int64_t 
   }
   return stop;
 }
+
+// The step's MFU against the ceiling (MfuCeiling: never above 1; a step
+// faster than it raises it) and the time left.
+void headline_figures(StepStats& s, MfuCeiling& ceiling, double flops_per_token, const Progress& progress,
+                      int64_t first_step) {
+  s.mfu = ceiling.mfu(s.tokens_per_s * flops_per_token / 1e9);
+  s.mfu_ceiling_gflops = ceiling.gflops();
+  s.mfu_ceiling = ceiling.source();
+  s.eta_s = progress.eta_s(s.step);
+  s.first_estimate = s.step == first_step + 1;
+}
+
+void keep_save_timings(const CheckpointSaver& saver, RunResult& result) {
+  for (const SaveTiming& t : saver.timings()) {
+    result.save_blocked_s.push_back(t.blocked_s);
+    result.save_write_s.push_back(t.write_s);
+  }
+}
+
 }  // namespace
 
 RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* world) {
@@ -173,11 +192,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
       if (model.bad_steps >= tc.max_bad_steps) saver.finish(metrics);
       throw;
     }
-    s.mfu = ceiling.mfu(s.tokens_per_s * flops_per_token / 1e9);
-    s.mfu_ceiling_gflops = ceiling.gflops();
-    s.mfu_ceiling = ceiling.source();
-    s.eta_s = progress.eta_s(step);
-    s.first_estimate = step == first_step + 1;
+    headline_figures(s, ceiling, flops_per_token, progress, first_step);
     result.steps.push_back(s);
     report_step(metrics, mesh, model, s, tc, opts);
     write_rank_lines(metrics, mesh, model, s,
@@ -191,10 +206,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     trace.end_step(s);
   }
   saver.finish(metrics);
-  for (const SaveTiming& t : saver.timings()) {
-    result.save_blocked_s.push_back(t.blocked_s);
-    result.save_write_s.push_back(t.write_s);
-  }
+  keep_save_timings(saver, result);
   if (result.stop_signal != 0) {
     report_end(mesh, cfg, model, opts, result);
     return result;
