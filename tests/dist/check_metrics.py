@@ -46,6 +46,8 @@ def main():
             spent = sum(t["comm_exposed"].values()) + t["pipeline_idle"] + t["optimizer"]
             if spent > t["step"] * (1 + 1e-9) or t["compute"] < 0:
                 fail(f"step {l['step']} rank {g['rank']}: parts {t} exceed the step time")
+            if not g.get("cpu_s", -1) > 0:
+                fail(f"step {l['step']} rank {g['rank']}: no positive cpu_s")
             if set(g["coords"]) != {"dp", "pp", "cp", "tp"} or g["mem_peak_by_kind"]["param"] <= 0:
                 fail(f"rank line without coordinates or memory: {g}")
         by_step[l["step"]] = got
