@@ -109,7 +109,12 @@ def rank_main(rank, args, port):
         if args.json:
             with open(args.json, "w") as f:
                 f.write(text + "\n")
-    dist.destroy_process_group()
+    # Every rank waits for rank 0's output, then leaves without destroy_process_group:
+    # with torch 1.13 a rank whose peer had already torn down gloo was seen spinning in
+    # its gloo thread (a full core, for minutes) instead of exiting.
+    dist.barrier()
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def main():
