@@ -6,7 +6,7 @@ check_metrics.py METRICS RANKS [TRACE]
   model (per-rank parts summing to its total);
 - every step line is followed by RANKS rank lines of that step, ranks 0..RANKS-1 in order, with
   coordinates, a time split whose exposed communication, pipeline idle and optimizer fit in the
-  step time (so that compute, the rest, is not negative), and memory peaks by kind;
+  step time (so that compute, the rest, is not negative), a positive cpu_s, and memory peaks by kind;
 - with TRACE: per rank and traced step, the wait spans of the trace (those outside the pipeline's own
   transfers) sum to the rank line's comm_exposed, per axis, within 1 us per call (both come from the
   comm ledger's wait times, printed to 1 ns).
