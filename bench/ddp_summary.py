@@ -5,7 +5,7 @@ per-round ratio of tokens/s. Standard library only.
   ddp_summary.py OUT WARMUP ROUNDS
 
 A_r<i>.jsonl: meshtrain's metrics (rank 0's step lines); B_r<i>.json: bench/torch_ddp.py's
-output; C_r<i>.jsonl (optional): meshtrain unpinned (mpirun --bind-to none).
+output; C_r<i>.jsonl (optional): meshtrain unpinned (mpirun --bind-to none), or BENCH_DDP_OTHER's binary.
 """
 import json
 import os
@@ -57,11 +57,11 @@ def main():
             ratios_c.append(b["median_step_s"] / c[0])
             cpu_ratios_c.append(b_cpu / c[3])
     print("A: meshtrain --dp 2 (2 processes x 1 thread, mpirun's default binding: a core each); B: PyTorch DDP (gloo, 2 x 1 thread)"
-          + ("; C: meshtrain as A, unpinned (--bind-to none)" if ratios_c else ""))
+          + ("; C: BENCH_DDP_OTHER's meshtrain, or A unpinned (--bind-to none)" if ratios_c else ""))
     print("meshtrain dp2 / PyTorch DDP tokens/s per round: " + ", ".join(f"{x:.3f}" for x in ratios)
           + f"; median {statistics.median(ratios):.3f}x")
     if ratios_c:
-        print("C (unpinned) / PyTorch DDP tokens/s per round: " + ", ".join(f"{x:.3f}" for x in ratios_c)
+        print("C / PyTorch DDP tokens/s per round: " + ", ".join(f"{x:.3f}" for x in ratios_c)
               + f"; median {statistics.median(ratios_c):.3f}x")
     print("PyTorch DDP / meshtrain dp2 CPU seconds per step (both ranks, all threads; load-independent): "
           + ", ".join(f"{x:.3f}" for x in cpu_ratios) + f"; median {statistics.median(cpu_ratios):.3f}x"

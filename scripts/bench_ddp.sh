@@ -12,11 +12,13 @@
 # ratio meshtrain ÷ PyTorch tokens/s. The load average is printed beside every run.
 # meshtrain's ranks run as mpirun starts them (Open MPI pins each of 2 ranks to a
 # core); PyTorch's processes are not pinned. With BENCH_DDP_UNBOUND=1 a third side,
-# C, runs meshtrain unpinned too (mpirun --bind-to none; docs/BENCHMARKS.md compares).
+# C, runs meshtrain unpinned too (mpirun --bind-to none; docs/BENCHMARKS.md compares);
+# with BENCH_DDP_OTHER=BINARY, side C is that meshtrain binary instead (e.g. one
+# built before a change: before and after in one run).
 # Besides wall time, each side's CPU seconds per step (both ranks, all threads) are
 # compared: on a shared machine they depend far less on the other jobs.
 # Environment: BENCH_CONFIG (configs/bench.toml), BENCH_DDP_ROUNDS (3),
-# BENCH_DDP_STEPS (4 timed steps), BENCH_DDP_WARMUP (2), BENCH_DDP_UNBOUND (0),
+# BENCH_DDP_STEPS (4 timed steps), BENCH_DDP_WARMUP (2), BENCH_DDP_UNBOUND (0), BENCH_DDP_OTHER,
 # BENCH_OUT (a temporary folder: keeps every run's metrics, JSON and log).
 set -euo pipefail
 
@@ -26,6 +28,7 @@ ROUNDS=${BENCH_DDP_ROUNDS:-3}
 STEPS=${BENCH_DDP_STEPS:-4}
 WARMUP=${BENCH_DDP_WARMUP:-2}
 UNBOUND=${BENCH_DDP_UNBOUND:-0}
+OTHER=${BENCH_DDP_OTHER:-}
 TORCH_PY=/usr/bin/python3
 OPENMP_BLAS=/usr/lib/x86_64-linux-gnu/openblas-openmp
 
@@ -51,12 +54,12 @@ echo "== dp2: meshtrain (2 × 1 thread) against PyTorch DDP (gloo, 2 × 1 thread
 START=$(date +%s)
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 
-ours() {  # $1: name, then mpirun's binding arguments
-  local name=$1
-  shift
-  echo "$(date +%T) load $(load) -- $name: mpirun $* $BIN train --dp 2" | tee "$OUT/$name.log"
+ours() {  # $1: name, $2: binary, then mpirun's binding arguments
+  local name=$1 bin=$2
+  shift 2
+  echo "$(date +%T) load $(load) -- $name: mpirun $* $bin train --dp 2" | tee "$OUT/$name.log"
   OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root --mca btl self,vader -np 2 "$@" \
-    "$BIN" train --config "$CONFIG" --dp 2 --metrics "$OUT/$name.jsonl" --set train.steps=$((WARMUP + STEPS)) \
+    "$bin" train --config "$CONFIG" --dp 2 --metrics "$OUT/$name.jsonl" --set train.steps=$((WARMUP + STEPS)) \
     --set train.threads=1 --set train.microbatch_size=$((BATCH / 2)) >>"$OUT/$name.log" 2>&1 ||
     { echo "bench_ddp.sh: run $name failed; its log:" >&2; cat "$OUT/$name.log" >&2; exit 1; }
 }
@@ -68,9 +71,13 @@ torch_ddp() {  # $1: name
 }
 
 for r in $(seq 1 "$ROUNDS"); do
-  ours "A_r$r"
+  ours "A_r$r" "$BIN"
   torch_ddp "B_r$r"
-  if [[ $UNBOUND == 1 ]]; then ours "C_r$r" --bind-to none; fi
+  if [[ -n $OTHER ]]; then
+    ours "C_r$r" "$OTHER"
+  elif [[ $UNBOUND == 1 ]]; then
+    ours "C_r$r" "$BIN" --bind-to none
+  fi
 done
 echo "$(date +%T) load $(load) -- done; elapsed $(($(date +%s) - START)) s"
 "$PY" bench/ddp_summary.py "$OUT" "$WARMUP" "$ROUNDS"
