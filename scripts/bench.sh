@@ -8,6 +8,8 @@
 # (as installed) — so that load from other processes falls on both sides, keeps
 # the best (lowest median step time) of each, and prints one table. Both MFUs are
 # against the same ceiling: the highest SGEMM rate our runs measured.
+# Then the data-parallel side-by-side: meshtrain --dp 2 against PyTorch DDP, 2 processes
+# × 1 thread each, interleaved (scripts/bench_ddp.sh; BENCH_DDP_ROUNDS=0 skips it).
 # Environment: BENCH_CONFIG (configs/bench.toml), BENCH_THREADS (2), BENCH_STEPS (5),
 # BENCH_WARMUP (2), BENCH_OUT (a temporary folder: keeps the JSON of every run).
 set -euo pipefail
@@ -110,3 +112,8 @@ if shares:
 mem = ours["mem_peak_bytes"]
 print("meshtrain peak memory: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in mem.items() if v))
 PYEOF
+
+if [[ ${BENCH_DDP_ROUNDS:-3} -gt 0 && $have_torch == 1 ]]; then
+  echo
+  BENCH_OUT="$OUT/ddp" bash scripts/bench_ddp.sh "$BUILD"
+fi

@@ -70,23 +70,28 @@ void record(PendingOp& op) {
 }
 
 // Polls until complete. Open MPI moves a large message one fragment per poll,
-// so the first second of a wait polls back to back, yielding the core between
-// polls (sched_yield) rather than sleeping: a sleep of even 1 ms per fragment
-// capped a 64 MiB all-reduce at ~0.2 GB/s. When other ranks share the core
-// (8 ranks on 2 cores) the yield hands it to them. Past that second the wait is
-// a genuine stall (a peer still computing, or hung): sleep 200 µs between
-// polls, until the watchdog's timeout.
+// so a wait first polls back to back, yielding the core between polls
+// (sched_yield) rather than sleeping: a sleep of even 1 ms per fragment capped a
+// 64 MiB all-reduce at ~0.2 GB/s. When other ranks share the core (8 ranks on 2
+// cores) the yield hands it to them. Past kSpinSeconds the wait is a stall (a
+// peer still computing, or hung): sleep 200 µs between polls, until the
+// watchdog's timeout. The spell of yields is short because a yielding rank stays
+// runnable: on a loaded machine each second of it cost up to a second of CPU
+// that the other jobs, and through the scheduler's balancing our own slower
+// rank, did not get (docs/BENCHMARKS.md, "dp2 against PyTorch DDP").
+constexpr double kSpinSeconds = 0.02;
+
 void wait_for(PendingOp& op) {
   const double timeout_s = op.ctx->timeout_s;
   const auto begin = Clock::now();
   for (int i = 0; !op.poll(); ++i) {
-    if ((i & 63) != 63) {
+    if ((i & 7) != 7) {
       std::this_thread::yield();
       continue;
     }
     const double waited = std::chrono::duration<double>(Clock::now() - begin).count();
     if (timeout_s > 0 && waited > timeout_s) watchdog_fire(op, timeout_s);
-    if (waited > 1.0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (waited > kSpinSeconds) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   op.waited += std::chrono::duration<double>(Clock::now() - begin).count();
   record(op);

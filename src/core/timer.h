@@ -1,6 +1,7 @@
 #pragma once
 
 #include <chrono>
+#include <ctime>
 
 namespace mt {
 
@@ -16,5 +17,15 @@ class Timer {
  private:
   std::chrono::steady_clock::time_point start_;
 };
+
+// CPU seconds this process has used so far, all its threads together (OpenMP
+// workers, MPI's and BLAS's threads): on a shared machine, where wall time
+// depends on what else runs, the CPU a step costs is the comparable figure
+// (docs/BENCHMARKS.md, "dp2 against PyTorch DDP").
+inline double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 }  // namespace mt

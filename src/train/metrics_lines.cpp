@@ -94,6 +94,7 @@ nlohmann::json rank_line(const RunMesh& mesh, const TrainModel& model, const Ste
         {"comm_exposed", exposed},
         {"pipeline_idle", idle},
         {"optimizer", optimizer}}},
+      {"cpu_s", s.cpu_s},
       {"comm_bytes_by_axis", bytes},
       {"mem_peak_by_kind", by_kind},
       {"mem_peak_total", mem.total_peak},

@@ -112,6 +112,7 @@ StepStats train_step(TrainModel& model, const RunMesh& mesh, const Config& cfg, 
                      int64_t step, double lr, StepVotes* votes) {
   const TrainConfig& tc = cfg.train;
   Timer timer;
+  const double cpu_start_s = process_cpu_seconds();
   const double start_s = trace_now();
   std::optional<TraceScope> phase;  // --trace: the step's phases around the executor's actions
   phase.emplace("phase", "batch");
@@ -169,6 +170,7 @@ StepStats train_step(TrainModel& model, const RunMesh& mesh, const Config& cfg, 
   }
   s.optimizer_s = trace_now() - s.optimizer_start_s;
   s.step_time_s = timer.seconds();
+  s.cpu_s = process_cpu_seconds() - cpu_start_s;
   s.tokens_per_s = static_cast<double>(tc.batch_size * tc.seq_len) / s.step_time_s;
   s.mem_peak_bytes = MemoryTracker::stats().total_peak;
   return s;

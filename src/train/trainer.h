@@ -37,6 +37,7 @@ struct StepStats {
   double loss = 0, lr = 0, grad_norm = 0;
   int64_t tokens = 0;  // valid target tokens in the global batch
   double step_time_s = 0, tokens_per_s = 0;
+  double cpu_s = 0;  // this process's CPU seconds over the step, all threads (core/timer.h)
   double mfu = 0, mfu_ceiling_gflops = 0;  // mfu = achieved / ceiling ≤ 1 (flops.h MfuCeiling)
   const char* mfu_ceiling = "sgemm";       // what the ceiling was: "sgemm" (measured) or "achieved"
   double eta_s = -1;                       // expected time left in the run (< 0: unknown)

@@ -6,7 +6,7 @@ check_metrics.py METRICS RANKS [TRACE]
   model (per-rank parts summing to its total);
 - every step line is followed by RANKS rank lines of that step, ranks 0..RANKS-1 in order, with
   coordinates, a time split whose exposed communication, pipeline idle and optimizer fit in the
-  step time (so that compute, the rest, is not negative), and memory peaks by kind;
+  step time (so that compute, the rest, is not negative), a positive cpu_s, and memory peaks by kind;
 - with TRACE: per rank and traced step, the wait spans of the trace (those outside the pipeline's own
   transfers) sum to the rank line's comm_exposed, per axis, within 1 us per call (both come from the
   comm ledger's wait times, printed to 1 ns).
@@ -46,6 +46,8 @@ def main():
             spent = sum(t["comm_exposed"].values()) + t["pipeline_idle"] + t["optimizer"]
             if spent > t["step"] * (1 + 1e-9) or t["compute"] < 0:
                 fail(f"step {l['step']} rank {g['rank']}: parts {t} exceed the step time")
+            if not g.get("cpu_s", -1) > 0:
+                fail(f"step {l['step']} rank {g['rank']}: no positive cpu_s")
             if set(g["coords"]) != {"dp", "pp", "cp", "tp"} or g["mem_peak_by_kind"]["param"] <= 0:
                 fail(f"rank line without coordinates or memory: {g}")
         by_step[l["step"]] = got
