@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/report.h"
+#include "pipeline/simulate.h"
 
 namespace mt::report {
 
@@ -71,8 +72,9 @@ Chart bubble_chart(const std::vector<Run>& runs) {
     if (pp <= 1) continue;
     const double dp = p.value("dp", 1.0), v = p.value("virtual_stages", 1.0);
     const double m = t.value("batch_size", 1.0) / (dp * t.value("microbatch_size", 1.0));
-    const double theory =
-        (pp - 1) / ((p.value("schedule", std::string()) == "interleaved" ? v : 1.0) * m + pp - 1);
+    const double theory = pp::ideal_bubble(
+        static_cast<int>(pp), p.value("schedule", std::string()) == "interleaved" ? static_cast<int>(v) : 1,
+        static_cast<int>(m));
     for (const json& s : r.steps) {
       const std::vector<double> idle = s.value("pp_idle", std::vector<double>{});
       if (idle.empty()) continue;

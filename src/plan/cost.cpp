@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "pipeline/simulate.h"
 #include "plan/memory.h"
 #include "train/flops.h"
 
@@ -217,7 +218,8 @@ Prediction predict(const PlanInput& in, const PlanLayout& l, const Machine& m) {
   p.recompute_s = mb * w.recompute;
   p.elementwise_s = mb * w.elementwise;
   p.bubble_s = double(l.pp - 1) * per_mb / double(l.v);
-  p.bubble_fraction = p.bubble_s / (mb * per_mb + p.bubble_s);
+  p.bubble_fraction =
+      pp::ideal_bubble(static_cast<int>(l.pp), static_cast<int>(l.v), static_cast<int>(p.microbatches));
   if (l.pp > 1) {  // each chunk boundary: activations forward, their gradients backward, on the critical path
     const bool inter = c.crosses(l.tp * l.cp * l.pp);
     const double act = c.tokens * double(in.model.d_model) * c.sizes.activation / double(l.sp ? l.tp : 1);
