@@ -72,6 +72,15 @@ void Layout::validate() const {
   }
   for (int64_t n : shape)
     MT_REQUIRE(n >= 0, ConfigError, "layout ", to_string(), ": negative size");
+  if (grid_rows == 1) return;
+  const Placement& t = placement(Axis::tp);
+  MT_REQUIRE(grid_rows > 1 && t.is_shard() && grid_dim >= 0 && grid_dim < static_cast<int>(shape.size()) &&
+                 grid_dim != t.dim() && replicas[static_cast<size_t>(axis_index(Axis::tp))] == 1,
+             ConfigError, "layout ", to_string(),
+             ": a 2-D tp grid shards two different dims of the tensor, one piece per tp rank");
+  for (AxisSet set : order)
+    MT_REQUIRE(!(set & axis_bit(Axis::tp)) || set == axis_bit(Axis::tp), ConfigError, "layout ", to_string(),
+               ": a 2-D tp grid is an order entry of its own");
 }
 
 std::string Layout::to_string() const {
@@ -85,6 +94,8 @@ std::string Layout::to_string() const {
   for (Axis a : kAllAxes) {
     if (placement(a).is_replicate()) continue;
     s += std::string(" ") + axis_name(a) + ":" + placement(a).to_string();
+    if (a == Axis::tp && grid_rows > 1)
+      s += "/c+S(" + std::to_string(grid_dim) + ")/r(" + std::to_string(grid_rows) + " rows)";
     const int r = replicas[static_cast<size_t>(axis_index(a))];
     if (r > 1) {
       s += 'x';
@@ -129,6 +140,29 @@ FlatAxis flat_axis(const Layout& layout, AxisSet set, const MeshSizes& sizes, co
   return f;
 }
 
+// Every split of the layout, in order: its entries, and on a 2-D tp grid
+// tp's entry as two (dim over tp_c, then grid_dim over tp_r).
+std::vector<FlatAxis> flat_splits(const Layout& layout, const MeshSizes& sizes, const MeshCoords* coords) {
+  layout.validate();
+  std::vector<FlatAxis> out;
+  for (AxisSet set : layout.split_order()) {
+    FlatAxis f = flat_axis(layout, set, sizes, coords);
+    if (set == axis_bit(Axis::tp) && layout.grid_rows > 1) {
+      const int R = layout.grid_rows;
+      MT_REQUIRE(f.size % R == 0, ConfigError, "layout ", layout.to_string(), ": tp (", f.size,
+                 ") is not a multiple of the grid's ", R, " rows");
+      FlatAxis r{layout.grid_dim, R, f.coord / (f.size / R)};
+      f.coord %= f.size / R;
+      f.size /= R;
+      out.push_back(f);
+      out.push_back(r);
+      continue;
+    }
+    out.push_back(f);
+  }
+  return out;
+}
+
 }  // namespace
 
 Layout zero_layout(const Layout& param, AxisSet group) {
@@ -145,10 +179,8 @@ Layout zero_layout(const Layout& param, AxisSet group) {
 }
 
 std::vector<int64_t> local_shape(const Layout& layout, const MeshSizes& sizes) {
-  layout.validate();
   std::vector<int64_t> shape = layout.shape;
-  for (AxisSet set : layout.split_order()) {
-    const FlatAxis f = flat_axis(layout, set, sizes, nullptr);
+  for (const FlatAxis& f : flat_splits(layout, sizes, nullptr)) {
     int64_t& n = shape[static_cast<size_t>(f.dim)];
     n = padded_shard_size(n, f.size);
   }
@@ -164,14 +196,12 @@ int64_t local_numel(const Layout& layout, const MeshSizes& sizes) {
 
 std::pair<int64_t, int64_t> local_range(const Layout& layout, int dim, const MeshSizes& sizes,
                                         const MeshCoords& coords) {
-  layout.validate();
   MT_CHECK(dim >= 0 && dim < static_cast<int>(layout.shape.size()), "dim ", dim);
   // Each split cuts the piece left by the previous one (padded extent, real
   // rows a prefix of it): its real rows end where that piece's do, as
   // shard_range's do.
   int64_t begin = 0, extent = layout.shape[static_cast<size_t>(dim)], real = extent;
-  for (AxisSet set : layout.split_order()) {
-    const FlatAxis f = flat_axis(layout, set, sizes, &coords);
+  for (const FlatAxis& f : flat_splits(layout, sizes, &coords)) {
     if (f.dim != dim) continue;
     extent = padded_shard_size(extent, f.size);
     const int64_t skip = extent * f.coord;

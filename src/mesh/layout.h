@@ -81,6 +81,13 @@ struct Layout {
   // expert_coord, replicated among them; the placements say the rest. −1: not
   // restricted (every tensor without expert parallelism).
   int ep = 1, expert_coord = -1, ep_cp_size = 1;
+  // 2-D tensor parallelism (parallel/tp2d.h, docs/PARALLELISM.md "2-D tensor
+  // parallelism"): with grid_rows = R > 1 the tp axis is an R × C grid, tp
+  // coordinate t = r·C + c. Its Shard(d) then splits dim d over the C ranks of
+  // the coordinate's grid row (tp_c, coordinate c), and dim grid_dim over the R
+  // ranks of its grid column (tp_r, coordinate r), both at tp's place in the
+  // split order. R = 1: tp splits one dim over all its ranks.
+  int grid_rows = 1, grid_dim = -1;
 
   Layout() = default;
   explicit Layout(std::vector<int64_t> global_shape) : shape(std::move(global_shape)) {}
@@ -96,8 +103,9 @@ struct Layout {
   // `order` misses a shard axis or groups axes sharding different dims.
   void validate() const;
   bool operator==(const Layout&) const = default;
-  std::string to_string()
-      const;  // "[6, 5] tp:S(1)" (Replicate axes omitted; "R" if all are; " order tp,dp+cp")
+  // "[6, 5] tp:S(1)" (Replicate axes omitted; "R" if all are; " order tp,dp+cp"); on a 2-D
+  // tp grid "[6, 5] tp:S(0)/c+S(1)/r(2 rows)" (dim 0 over tp_c, dim 1 over tp_r).
+  std::string to_string() const;
 };
 
 // The layout of a parameter's piece sharded by a ZeRO/FSDP store: `param`

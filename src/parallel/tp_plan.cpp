@@ -190,6 +190,20 @@ Layout tp_layout(Role role, std::vector<int64_t> global, int holders) {
   return l;
 }
 
+Layout tp2d_layout(Role role, std::vector<int64_t> global, const tp2d::Grid& grid) {
+  if (!grid.two_d()) return tp_layout(role, std::move(global));
+  Layout l(std::move(global));
+  if (role == Role::replicated) {
+    MT_REQUIRE(l.shape.size() == 1, ConfigError, "a replicated ", l.shape.size(),
+               "-D parameter has no split on a 2-D tp grid");
+    return l.with(Axis::tp, Placement::shard(0));
+  }
+  const int c_dim = role == Role::row ? 1 : 0;  // the dim over tp_c; the other is over tp_r
+  l.grid_rows = static_cast<int>(grid.rows);
+  l.grid_dim = 1 - c_dim;
+  return l.with(Axis::tp, Placement::shard(c_dim));
+}
+
 std::unique_ptr<Group> kv_replica_group(Group* tp, int64_t n_kv_heads) {
   if (tp == nullptr || tp->size() <= n_kv_heads) return nullptr;
   MT_REQUIRE(tp->size() % n_kv_heads == 0, ConfigError, "parallel.tp (", tp->size(),

@@ -92,6 +92,12 @@ TpSlice tp2d_slice(Role role, const std::vector<int64_t>& global, const tp2d::Gr
 // Shard(0) with that many tp ranks per piece (Layout::replicas).
 Layout tp_layout(Role role, std::vector<int64_t> global, int holders = 1);
 
+// The same on an R × C grid (tp2d_slice's pieces as a Layout, for saves,
+// checkpoints and --explain): column, kv_replicated and vocab Shard(0) over
+// tp_c with dim 1 over tp_r; row Shard(1) over tp_c with dim 0 over tp_r; a
+// norm weight Shard(0) over all of tp (block t = r·C + c). R = 1: tp_layout.
+Layout tp2d_layout(Role role, std::vector<int64_t> global, const tp2d::Grid& grid);
+
 // The ranks of `tp` holding the same kv heads when tp > n_kv_heads: blocks of
 // tp / n_kv_heads adjacent tp ranks (a sub-axis of tp), a group named "tp_kv"
 // over which a replicated kv head's gradient is summed. Null when no kv head

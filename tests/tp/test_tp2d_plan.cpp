@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
+#include "mesh/layout.h"
 #include "parallel/tp_plan.h"
 
 namespace mt {
@@ -92,6 +94,76 @@ TEST(Tp2dPlan, PiecesTileEveryTensorOnce) {
             << tp::role_name(k.role) << " element " << i << " on " << g.rows << " x " << g.cols;
     }
   }
+}
+
+// The same pieces as a Layout (tp2d_layout: what saves, checkpoints and
+// --explain read): copy_to_local of the full tensor at tp coordinate t is the
+// parameter table's piece, padding zero, on every grid and role.
+TEST(Tp2dPlan, LayoutHoldsThePlansPieces) {
+  const std::vector<std::pair<Role, std::vector<int64_t>>> cases = {
+      {Role::column, {12, 24}}, {Role::kv_replicated, {6, 24}}, {Role::row, {24, 12}},
+      {Role::vocab, {11, 24}},  {Role::vocab, {3, 24}},         {Role::replicated, {24}}};
+  for (const tp2d::Grid g : {tp2d::Grid{2, 1}, tp2d::Grid{2, 2}, tp2d::Grid{2, 3}, tp2d::Grid{4, 2}}) {
+    const MeshSizes sizes{.tp = static_cast<int>(g.rows * g.cols)};
+    for (const auto& [role, shape] : cases) {
+      const Layout l = tp::tp2d_layout(role, shape, g);
+      const int64_t numel = shape[0] * (shape.size() > 1 ? shape[1] : 1);
+      std::vector<float> full(static_cast<size_t>(numel));
+      for (int64_t i = 0; i < numel; ++i)
+        full[static_cast<size_t>(i)] = static_cast<float>(i + 1);
+      for (int t = 0; t < sizes.tp; ++t) {
+        MeshCoords at{};
+        at[static_cast<size_t>(axis_index(Axis::tp))] = t;
+        EXPECT_EQ(local_shape(l, sizes), tp::tp2d_slice(role, shape, g, t).local_shape(shape))
+            << l.to_string();
+        std::vector<float> local(static_cast<size_t>(local_numel(l, sizes)), -7.0f);
+        copy_to_local(l, sizes, at, full.data(), local.data());
+        std::vector<float> want;
+        for (int64_t gi : piece(role, shape, g, t))
+          want.push_back(gi < 0 ? 0.0f : static_cast<float>(gi + 1));
+        EXPECT_EQ(local, want) << l.to_string() << " rank " << t;
+      }
+    }
+  }
+}
+
+// ZeRO over a 2-D piece: dim 0 of each tp piece split again over dp, after
+// both sub-axes (hand-derived), and the pieces of every (dp, tp) rank rebuild
+// the tensor through copy_to_full.
+TEST(Tp2dPlan, ZeroShardsTheTwoDPiece) {
+  const tp2d::Grid g{2, 2};
+  const MeshSizes sizes{.dp = 2, .tp = 4};
+  // o_proj [4, 4] (row): tp rank 2 = (r 1, c 0) holds rows 2, 3 and columns
+  // 0, 1; dp shard 1 of its 2 rows is row 3: elements 12, 13.
+  const Layout z = zero_layout(tp::tp2d_layout(Role::row, {4, 4}, g), axis_bit(Axis::dp));
+  EXPECT_EQ(z.to_string(), "[4, 4] dp:S(0) tp:S(1)/c+S(0)/r(2 rows) order tp,dp");
+  MeshCoords at{};
+  at[static_cast<size_t>(axis_index(Axis::tp))] = 2;
+  at[static_cast<size_t>(axis_index(Axis::dp))] = 1;
+  std::vector<float> full(16);
+  for (int i = 0; i < 16; ++i)
+    full[static_cast<size_t>(i)] = static_cast<float>(i);
+  std::vector<float> local(static_cast<size_t>(local_numel(z, sizes)));
+  copy_to_local(z, sizes, at, full.data(), local.data());
+  EXPECT_EQ(local, (std::vector<float>{12, 13}));
+
+  const Layout v = zero_layout(tp::tp2d_layout(Role::vocab, {11, 6}, tp2d::Grid{2, 3}), axis_bit(Axis::dp));
+  const MeshSizes s6{.dp = 2, .tp = 6};
+  std::vector<float> src(66), back(66, -1.0f);
+  for (int i = 0; i < 66; ++i)
+    src[static_cast<size_t>(i)] = static_cast<float>(i);
+  for (int d = 0; d < 2; ++d) {
+    for (int t = 0; t < 6; ++t) {
+      MeshCoords c{};
+      c[static_cast<size_t>(axis_index(Axis::tp))] = t;
+      c[static_cast<size_t>(axis_index(Axis::dp))] = d;
+      std::vector<float> piece_of(static_cast<size_t>(local_numel(v, s6)));
+      copy_to_local(v, s6, c, src.data(), piece_of.data());
+      copy_to_full(v, s6, c, piece_of.data(), back.data());
+      EXPECT_TRUE(first_holder(v, c));  // no tp rank repeats another's piece
+    }
+  }
+  EXPECT_EQ(back, src);
 }
 
 TEST(Tp2dPlan, RefusesWhatHasNoTwoDSplit) {
