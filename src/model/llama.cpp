@@ -34,11 +34,12 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
       cp_(opts.cp != nullptr && opts.cp->size() > 1 ? opts.cp : nullptr),
       attention_(cp_, opts.cp_impl),
       tpr_{tp_ ? tp_->size() : 1, tp_ ? tp_->rank() : 0},
-      td_(tp_dims(cfg, tpr_)),
+      td_(tp_dims(cfg, tpr_, tp_ ? opts.grid : tp2d::Grid{})),
       table_(make_param_table(cfg, tpr_, opts.stage,
                               opts.ep == nullptr ? EpRank{}
                                                  : EpRank{opts.ep->size(), opts.ep->rank(),
-                                                          opts.cp != nullptr ? opts.cp->size() : 1})),
+                                                          opts.cp != nullptr ? opts.cp->size() : 1},
+                              tp_ ? opts.grid : tp2d::Grid{})),
       units_(make_units(table_, cfg)),
       rope_(cfg.rope_table(cfg.max_seq_len)),
       store_(store ? std::move(store) : std::make_unique<LocalStore>(units_)),
@@ -73,6 +74,10 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
                tpr_.size, ") > n_kv_heads (", cfg_.n_kv_heads, ") needs the kv-replica group of ",
                td_.kv_replicas, " ranks (ModelOptions::tp_kv, from tp::kv_replica_group)");
     kv_group_ = opts_.tp_kv;
+  }
+  if (two_d()) {
+    init_tp2d();  // its own buffers and slot 0 (llama_tp2d_ends.cpp)
+    return;
   }
   const int64_t B = opts_.max_batch, T = opts_.max_seq, N = B * T, Nl = sp_on() ? N / tpr_.size : N;
   const int64_t C = cfg_.d_model, F = td_.ffn, Q = td_.heads * cfg_.head_dim();
@@ -116,6 +121,10 @@ void Llama::begin_step(int64_t microbatches) {
 Llama::Slot& Llama::slot(int i) {
   MT_CHECK(i >= 0, "activation slot ", i, " is negative");
   while (static_cast<int>(slots_.size()) <= i) {
+    if (two_d()) {
+      slots_.push_back(make_slot_2d());
+      continue;
+    }
     auto sl = std::make_unique<Slot>();
     const int64_t B = opts_.max_batch, T = opts_.max_seq, N = B * T, Nl = sp_on() ? N / tpr_.size : N;
     const int64_t C = cfg_.d_model;
@@ -232,6 +241,7 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
     const int64_t L = T * (cp_ ? cp_->size() : 1);
     if (rope_.seq_len() != L) rope_ = cfg_.rope_table(L);
   }
+  if (two_d()) return forward_2d(sl);
   if (has_embed()) {
     const int eu = table_.embed_unit;
     const float* E = store_->acquire_params(eu, Pass::forward);
@@ -346,6 +356,7 @@ float* Llama::head_backward(float dloss) {
 
 void Llama::backward_slot(int s, float dloss) {
   use_slot(s);
+  if (two_d()) return backward_2d(dloss);
   Slot& sl = *cur_;
   const int64_t N = N_, C = cfg_.d_model, V = cfg_.vocab_size;
   Buffers& b = *buf_;
