@@ -236,6 +236,7 @@ class Llama : public pp::Stage {
   void layer_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in, float* dres);
   void attention_core_backward(int64_t gl, LayerActs& a);
   const float* dropped_grad(int64_t gl, const char* site, const float* dres);
+  double head_forward(Slot& sl);  // the last stage's final norm, LM head and loss sum (llama_head.cpp)
   float* head_backward(float dloss);
   LayerActs& acts_for(int64_t l);
   // The mixture of experts in place of the MLP of stage layer l (llama_moe.cpp):

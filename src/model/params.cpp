@@ -114,6 +114,15 @@ ParamSpec make_spec(std::string name, std::vector<int64_t> full, ParamInit init,
   return s;
 }
 
+// Each unit's slots, derived from the finished specs.
+void add_unit_slots(ParamTable& t) {
+  for (UnitSpec& u : t.units) {
+    for (const ParamSpec& s : t.specs) {
+      if (s.offset >= u.begin && s.offset < u.end) u.params.push_back(param_slot(s));
+    }
+  }
+}
+
 // Under expert parallelism the last three specs (an expert's w1, w3, w2) are
 // held only by the ranks of this ep coordinate (Layout::expert_coord).
 void mark_expert(std::vector<ParamSpec>& specs, EpRank ep) {
@@ -204,12 +213,7 @@ ParamTable make_param_table(const ModelConfig& cfg, TpRank tp, StageRange stage,
       t.specs.back().norm_counted = false;  // the first stage counts it
     }
   }
-  // Each unit's slots, derived from the finished specs.
-  for (UnitSpec& u : t.units) {
-    for (const ParamSpec& s : t.specs) {
-      if (s.offset >= u.begin && s.offset < u.end) u.params.push_back(param_slot(s));
-    }
-  }
+  add_unit_slots(t);
   return t;
 }
 
