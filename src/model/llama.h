@@ -14,6 +14,12 @@
 // reduce-scatter after the row layer, and the norm weights' gradients, partial
 // over the token shards, are summed over tp once per layer and microbatch.
 //
+// 2-D tensor parallelism (an R × C grid of the tp ranks, R > 1;
+// docs/PARALLELISM.md "2-D tensor parallelism") runs the same units in
+// llama_tp2d.cpp and llama_tp2d_ends.cpp: a residual stream of d/(RC)
+// features, every weight split on both dims, an all-gather over one sub-axis
+// and a reduce-scatter over the other around each linear layer.
+//
 // The model owns its parameters, gradients (both flat, see params.h) and the
 // activations of one microbatch of at most max_batch × max_seq tokens. With
 // recomputation, a layer keeps only its input and recomputes the rest in its

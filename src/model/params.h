@@ -16,7 +16,10 @@
 // kv-replicated; o, down row; embed, lm_head vocab; norms replicated;
 // docs/PARALLELISM.md "Tensor parallelism").
 // The fused q|k|v and gate|up blocks then hold this rank's pieces, so the
-// same fused GEMMs compute this rank's heads and hidden features.
+// same fused GEMMs compute this rank's heads and hidden features. On a 2-D
+// grid (R > 1) every piece is cut by tp::tp2d_slice instead (both dims of a
+// matrix, a norm by features over all of tp): docs/PARALLELISM.md "2-D tensor
+// parallelism".
 #pragma once
 
 #include <cstdint>

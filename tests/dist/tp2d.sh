@@ -154,4 +154,8 @@ refused "with cp" "with parallel.cp > 1" --tp 2 --cp 2 --set parallel.tp2d=2,1 -
 refused "kv heads replicated" "model.n_kv_heads (2) must be divisible by R x C (4)" "${grid[@]}"
 refused "with experts" "with a mixture of experts (model.n_experts > 0)" "${grid[@]}" "${kv4[@]}" \
   --set model.n_experts=4
+refused "2 x 2 --save" "--save with parallel.tp2d (\"2,2\"): a model on a grid with more than one row is not saved" \
+  "${grid[@]}" "${kv4[@]}" --save "$tmp/grid_saved"
+refused "2 x 2 --init-from" "--init-from with parallel.tp2d (\"2,2\"): a model on a grid with more than one row" \
+  "${grid[@]}" "${kv4[@]}" --init-from "$tmp/ref"
 finish "tp2d"
