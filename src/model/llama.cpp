@@ -9,9 +9,7 @@
 #include "core/trace_spans.h"
 #include "model/llama_internal.h"
 #include "ops/attention.h"
-#include "ops/cross_entropy.h"
 #include "ops/embedding.h"
-#include "ops/rmsnorm.h"
 #include "ops/swiglu.h"
 #include "parallel/context_parallel.h"
 #include "parallel/local_store.h"
@@ -34,11 +32,12 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
       cp_(opts.cp != nullptr && opts.cp->size() > 1 ? opts.cp : nullptr),
       attention_(cp_, opts.cp_impl),
       tpr_{tp_ ? tp_->size() : 1, tp_ ? tp_->rank() : 0},
-      td_(tp_dims(cfg, tpr_)),
+      td_(tp_dims(cfg, tpr_, tp_ ? opts.grid : tp2d::Grid{})),
       table_(make_param_table(cfg, tpr_, opts.stage,
                               opts.ep == nullptr ? EpRank{}
                                                  : EpRank{opts.ep->size(), opts.ep->rank(),
-                                                          opts.cp != nullptr ? opts.cp->size() : 1})),
+                                                          opts.cp != nullptr ? opts.cp->size() : 1},
+                              tp_ ? opts.grid : tp2d::Grid{})),
       units_(make_units(table_, cfg)),
       rope_(cfg.rope_table(cfg.max_seq_len)),
       store_(store ? std::move(store) : std::make_unique<LocalStore>(units_)),
@@ -73,6 +72,10 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
                tpr_.size, ") > n_kv_heads (", cfg_.n_kv_heads, ") needs the kv-replica group of ",
                td_.kv_replicas, " ranks (ModelOptions::tp_kv, from tp::kv_replica_group)");
     kv_group_ = opts_.tp_kv;
+  }
+  if (two_d()) {
+    init_tp2d();  // its own buffers and slot 0 (llama_tp2d_ends.cpp)
+    return;
   }
   const int64_t B = opts_.max_batch, T = opts_.max_seq, N = B * T, Nl = sp_on() ? N / tpr_.size : N;
   const int64_t C = cfg_.d_model, F = td_.ffn, Q = td_.heads * cfg_.head_dim();
@@ -116,6 +119,10 @@ void Llama::begin_step(int64_t microbatches) {
 Llama::Slot& Llama::slot(int i) {
   MT_CHECK(i >= 0, "activation slot ", i, " is negative");
   while (static_cast<int>(slots_.size()) <= i) {
+    if (two_d()) {
+      slots_.push_back(make_slot_2d());
+      continue;
+    }
     auto sl = std::make_unique<Slot>();
     const int64_t B = opts_.max_batch, T = opts_.max_seq, N = B * T, Nl = sp_on() ? N / tpr_.size : N;
     const int64_t C = cfg_.d_model;
@@ -215,7 +222,7 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
   sl.Nl = sp_on() ? tp::sp_local_tokens(sl.N, *tp_) : sl.N;
   use_slot(s);
   if (cfg_.moe()) sl.tally.reset(cfg_.top_k, cfg_.n_experts);
-  const int64_t N = N_, Nl = Nl_, C = cfg_.d_model, V = cfg_.vocab_size, Vl = td_.vocab_rows;
+  const int64_t N = N_, C = cfg_.d_model, V = cfg_.vocab_size;
   if (has_embed()) sl.inputs.assign(inputs, inputs + N);
   sl.has_targets = has_head() && targets != nullptr;
   if (sl.has_targets) sl.targets.assign(targets, targets + N);
@@ -232,6 +239,7 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
     const int64_t L = T * (cp_ ? cp_->size() : 1);
     if (rope_.seq_len() != L) rope_ = cfg_.rope_table(L);
   }
+  if (two_d()) return forward_2d(sl);
   if (has_embed()) {
     const int eu = table_.embed_unit;
     const float* E = store_->acquire_params(eu, Pass::forward);
@@ -254,34 +262,7 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
     store_->release_params(unit, Pass::forward);
   }
   if (cfg_.moe()) moe_tally_forward(sl);
-  if (!has_head()) return 0.0;
-  const int fu = table_.final_unit;
-  const float* Fp = store_->acquire_params(fu, Pass::forward);
-  const float* head = head_unit_ == fu ? Fp : store_->acquire_params(head_unit_, Pass::forward);
-  {
-    MT_TIMED(Kernel::rmsnorm);
-    rmsnorm_forward(sl.lnf.data(), sl.rstdf.data(), sl.resid.back().data(), Fp + norm_rel_, Nl, C,
-                    static_cast<float>(cfg_.norm_eps));
-  }
-  {
-    MT_TIMED(Kernel::gemm);
-    tp::column_parallel_forward(sl.logits.data(), sl.lnf_full.data(), sl.lnf.data(), head + head_rel_, N, C,
-                                Vl, tp_layer(tp::plan_row("lm_head.weight").site));
-  }
-  if (head_unit_ != fu) store_->release_params(head_unit_, Pass::forward);
-  store_->release_params(fu, Pass::forward);
-  if (!sl.has_targets) return 0.0;
-  MT_TIMED(Kernel::cross_entropy);
-  const int32_t* tg = sl.targets.data();
-  if (tp_)
-    tp::vocab_cross_entropy_forward(sl.losses.data(), sl.lse_ce.data(), sl.logits.data(), tg, N, V,
-                                    kIgnoreIndex, *tp_, tp::plan_row("lm_head.weight").site);
-  else
-    cross_entropy_forward(sl.losses.data(), sl.lse_ce.data(), sl.logits.data(), tg, N, V, kIgnoreIndex);
-  double sum = 0.0;  // in token order: deterministic (and the same on every tp rank)
-  for (int64_t i = 0; i < N; ++i)
-    sum += sl.losses.data()[i];
-  return sum;
+  return has_head() ? head_forward(sl) : 0.0;
 }
 
 const float* Llama::logits() const {
@@ -290,62 +271,9 @@ const float* Llama::logits() const {
   return slots_[0]->logits.data();
 }
 
-// The last stage's head, backward: cross-entropy, the LM head (vocab-parallel
-// under tp) and the final norm, leaving dL/d(stage output) in dres. Returns the
-// embedding unit's gradient buffer when the head is tied to it on this stage
-// (acquired here and released after the embedding's backward), else null.
-float* Llama::head_backward(float dloss) {
-  Slot& sl = *cur_;
-  const int64_t N = N_, Nl = Nl_, C = cfg_.d_model, V = cfg_.vocab_size, Vl = td_.vocab_rows;
-  Buffers& b = *buf_;
-  const bool sp = sp_on();
-  const bool tied_here = head_unit_ >= 0 && head_unit_ == table_.embed_unit;
-  float* Eg = nullptr;
-  MT_CHECK(sl.has_targets, "backward needs a forward with targets");
-  {
-    MT_TIMED(Kernel::cross_entropy);
-    const int32_t* tg = sl.targets.data();
-    if (tp_)
-      tp::vocab_cross_entropy_backward(sl.logits.data(), sl.logits.data(), sl.lse_ce.data(), tg, dloss, N, V,
-                                       kIgnoreIndex, *tp_);
-    else
-      cross_entropy_backward(sl.logits.data(), sl.logits.data(), sl.lse_ce.data(), tg, dloss, N, V,
-                             kIgnoreIndex);
-  }
-  const int fu = table_.final_unit;
-  const float* Fp = store_->acquire_params(fu, Pass::backward);
-  float* Fg = store_->acquire_grads(fu);
-  const float* head = tied_here ? store_->acquire_params(head_unit_, Pass::backward) : Fp;
-  if (tied_here) Eg = store_->acquire_grads(head_unit_);
-  float* head_grad = tied_here ? Eg : Fg;
-  float* dlnf = column_dinput_buffer();
-  {
-    MT_TIMED(Kernel::gemm);
-    tp::column_parallel_backward(dlnf, head_grad + head_rel_, b.part.data(), sl.logits.data(),
-                                 sp ? sl.lnf_full.data() : sl.lnf.data(), head + head_rel_, N, C, Vl,
-                                 tp_layer(tp::plan_row("lm_head.weight").site));
-  }
-  {
-    MT_TIMED(Kernel::rmsnorm);
-    float* gnorm = sp ? b.normg.data() : Fg + norm_rel_;
-    if (sp) b.normg.zero();
-    rmsnorm_backward(b.dres.data(), gnorm, dlnf, sl.resid.back().data(), Fp + norm_rel_, sl.rstdf.data(), Nl,
-                     C);
-    if (sp) {
-      tp_->all_reduce(
-          gnorm, C,
-          tp::comm_label(tp::plan_row("model.norm.weight").site, "sp weight grads", "backward", {1, C}));
-      add_inplace(Fg + norm_rel_, gnorm, C);
-    }
-  }
-  if (tied_here) store_->release_params(head_unit_, Pass::backward);
-  store_->release_grads(fu);
-  store_->release_params(fu, Pass::backward);
-  return Eg;
-}
-
 void Llama::backward_slot(int s, float dloss) {
   use_slot(s);
+  if (two_d()) return backward_2d(dloss);
   Slot& sl = *cur_;
   const int64_t N = N_, C = cfg_.d_model, V = cfg_.vocab_size;
   Buffers& b = *buf_;

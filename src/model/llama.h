@@ -14,6 +14,12 @@
 // reduce-scatter after the row layer, and the norm weights' gradients, partial
 // over the token shards, are summed over tp once per layer and microbatch.
 //
+// 2-D tensor parallelism (an R × C grid of the tp ranks, R > 1;
+// docs/PARALLELISM.md "2-D tensor parallelism") runs the same units in
+// llama_tp2d.cpp and llama_tp2d_ends.cpp: a residual stream of d/(RC)
+// features, every weight split on both dims, an all-gather over one sub-axis
+// and a reduce-scatter over the other around each linear layer.
+//
 // The model owns its parameters, gradients (both flat, see params.h) and the
 // activations of one microbatch of at most max_batch × max_seq tokens. With
 // recomputation, a layer keeps only its input and recomputes the rest in its
@@ -64,6 +70,13 @@ struct ModelOptions {
   Group* tp = nullptr;
   bool sp = false;
   bool tp_overlap = false;  // chunked TP GEMMs overlapping their collectives (TpLayer::overlap)
+  // 2-D tensor parallelism (parallel.tp2d with R > 1): the tp group's grid and
+  // its two sub-axis groups (tp2d::sub_axes; tp rank t = r·C + c). The model
+  // then holds this rank's 2-D pieces and runs llama_tp2d.cpp. R = 1 is the
+  // 1-D code above.
+  tp2d::Grid grid;
+  Group* tp_r = nullptr;  // the R ranks of this rank's grid column
+  Group* tp_c = nullptr;  // the C ranks of this rank's grid row
   // The tp ranks sharing this rank's kv heads when tp > n_kv_heads, built by
   // the layout (tp::kv_replica_group in parallel/tp_plan.h); null otherwise.
   Group* tp_kv = nullptr;
@@ -167,7 +180,7 @@ class Llama : public pp::Stage {
   // microbatch's router statistics (tally_floats()), which travel with the
   // activation forward and with its gradient backward.
   int64_t residual_numel(int64_t B, int64_t T) const override {
-    return (sp_on() ? B * T / tpr_.size : B * T) * cfg_.d_model + tally_floats();
+    return (sp_on() ? B * T / tpr_.size : B * T) * resid_width() + tally_floats();
   }
   // The stage's share of the step's gradient accumulation: its store's (store.h).
   void begin_step(int64_t microbatches) override;
@@ -229,6 +242,7 @@ class Llama : public pp::Stage {
   void layer_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in, float* dres);
   void attention_core_backward(int64_t gl, LayerActs& a);
   const float* dropped_grad(int64_t gl, const char* site, const float* dres);
+  double head_forward(Slot& sl);  // the last stage's final norm, LM head and loss sum (llama_head.cpp)
   float* head_backward(float dloss);
   LayerActs& acts_for(int64_t l);
   // The mixture of experts in place of the MLP of stage layer l (llama_moe.cpp):
@@ -274,6 +288,22 @@ class Llama : public pp::Stage {
   void dropout_coords(Slot& sl) const;  // the slot's seq_rows, seq_resid, pos_resid
   bool tp_on() const { return tp_ != nullptr; }
   bool sp_on() const { return tp_ != nullptr && opts_.sp; }
+
+  // ---- 2-D tensor parallelism (llama_tp2d.cpp, llama_tp2d_ends.cpp) ----
+  bool two_d() const { return tp_ != nullptr && opts_.grid.two_d(); }
+  // Features of a residual-stream row here: d_model, or d_model / tp in 2-D.
+  int64_t resid_width() const { return two_d() ? cfg_.d_model / tpr_.size : cfg_.d_model; }
+  void init_tp2d();                            // the buffers and slot 0 (construction)
+  std::unique_ptr<Slot> make_slot_2d() const;  // one microbatch's activations
+  LayerActs layer_acts_2d() const;
+  double forward_2d(Slot& sl);  // after forward_slot's common part: embedding, layers, head, loss
+  void backward_2d(float dloss);
+  void layer_forward_2d(int64_t l, const float* P, LayerActs& a, const float* x_in, float* x_out);
+  void layer_backward_2d(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in, float* dres);
+  void embed_forward_2d(Slot& sl);
+  void embed_backward_2d(Slot& sl, float* Eg);
+  double head_forward_2d(Slot& sl);                // the final norm, LM head and loss sum
+  float* head_backward_2d(Slot& sl, float dloss);  // as head_backward
 
   ModelConfig cfg_;
   ModelOptions opts_;

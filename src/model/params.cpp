@@ -40,6 +40,24 @@ TpDims tp_dims(const ModelConfig& cfg, TpRank tp) {
   return d;
 }
 
+TpDims tp_dims(const ModelConfig& cfg, TpRank tp, const tp2d::Grid& grid) {
+  if (!grid.two_d()) return tp_dims(cfg, tp);
+  tp2d::check(grid, {.n_kv_heads = cfg.n_kv_heads, .n_heads = cfg.n_heads, .ffn_hidden = cfg.ffn_hidden});
+  const int64_t P = tp.size, r = tp.rank / grid.cols, c = tp.rank % grid.cols;
+  MT_REQUIRE(P == grid.rows * grid.cols && tp.rank >= 0 && tp.rank < P, ConfigError, "tp rank ", tp.rank,
+             " of ", P, " is outside the 2-D grid ", grid.rows, " x ", grid.cols);
+  TpDims d;
+  d.heads = cfg.n_heads / P;
+  d.kv_heads = cfg.n_kv_heads / P;
+  d.kv_head0 = (c * grid.rows + r) * d.kv_heads;  // heads: block c over tp_c, then block r of it
+  d.ffn = cfg.ffn_hidden / P;
+  const tp::VocabShard vs = tp::vocab_shard(cfg.vocab_size, static_cast<int>(grid.cols), static_cast<int>(c));
+  d.vocab_rows = vs.rows;
+  d.vocab_begin = vs.begin;
+  d.vocab_end = vs.end;
+  return d;
+}
+
 namespace {
 template <class F>
 void for_each_run(const ParamSpec& s, int64_t first, int64_t n, F&& f) {
@@ -65,14 +83,15 @@ const ParamSpec& ParamTable::find(const std::string& name) const {
 namespace {
 
 // One parameter at `offset`: its full shape, and the piece of it this rank
-// holds, cut by its row of the plan. Of the ranks holding the same piece, the
-// first counts it in the gradient norm.
+// holds, cut by its row of the plan (on a 2-D grid, by its 2-D split). Of the
+// ranks holding the same piece, the first counts it in the gradient norm.
 ParamSpec make_spec(std::string name, std::vector<int64_t> full, ParamInit init, bool decay, TpRank tp,
-                    int64_t head_dim, int64_t offset) {
+                    const tp2d::Grid& grid, int64_t head_dim, int64_t offset) {
   ParamSpec s;
   s.name = std::move(name);
   s.role = tp::plan_row(s.name).role;
-  const tp::TpSlice slice = tp::tp_slice(s.role, full, tp.size, tp.rank, head_dim);
+  const tp::TpSlice slice = grid.two_d() ? tp::tp2d_slice(s.role, full, grid, tp.rank)
+                                         : tp::tp_slice(s.role, full, tp.size, tp.rank, head_dim);
   s.shape = slice.local_shape(full);
   s.global_shape = std::move(full);
   s.map = slice.map;
@@ -81,7 +100,10 @@ ParamSpec make_spec(std::string name, std::vector<int64_t> full, ParamInit init,
   s.col_first = slice.col_first;
   s.col_count = slice.col_count;
   s.norm_counted = tp.rank % slice.holders == 0;
-  s.layout = tp.size > 1 ? tp::tp_layout(s.role, s.global_shape, slice.holders) : Layout(s.global_shape);
+  if (grid.two_d())
+    s.layout = Layout(s.global_shape);  // 2-D: set from the grid by the layout work
+  else
+    s.layout = tp.size > 1 ? tp::tp_layout(s.role, s.global_shape, slice.holders) : Layout(s.global_shape);
   s.stored_layout = s.grad_layout = s.state_layout = s.layout;  // until a store shards them
   s.offset = offset;
   s.numel = 1;
@@ -90,6 +112,15 @@ ParamSpec make_spec(std::string name, std::vector<int64_t> full, ParamInit init,
   s.init = init;
   s.weight_decay = decay;
   return s;
+}
+
+// Each unit's slots, derived from the finished specs.
+void add_unit_slots(ParamTable& t) {
+  for (UnitSpec& u : t.units) {
+    for (const ParamSpec& s : t.specs) {
+      if (s.offset >= u.begin && s.offset < u.end) u.params.push_back(param_slot(s));
+    }
+  }
 }
 
 // Under expert parallelism the last three specs (an expert's w1, w3, w2) are
@@ -108,7 +139,8 @@ void mark_expert(std::vector<ParamSpec>& specs, EpRank ep) {
 
 }  // namespace
 
-ParamTable make_param_table(const ModelConfig& cfg, TpRank tp, StageRange stage, EpRank ep) {
+ParamTable make_param_table(const ModelConfig& cfg, TpRank tp, StageRange stage, EpRank ep,
+                            const tp2d::Grid& grid) {
   ParamTable t;
   if (stage.end_layer < 0) stage.end_layer = cfg.n_layers;
   MT_REQUIRE(
@@ -124,10 +156,11 @@ ParamTable make_param_table(const ModelConfig& cfg, TpRank tp, StageRange stage,
     t.units.push_back(std::move(u));
     return static_cast<int>(t.units.size()) - 1;
   };
-  tp_dims(cfg, tp);  // the model's tp rules, with the numbers, before any slicing
+  tp_dims(cfg, tp, grid);  // the model's tp rules, with the numbers, before any slicing
   const int64_t C = cfg.d_model, F = cfg.ffn_hidden, V = cfg.vocab_size;
   auto add = [&](std::string name, std::vector<int64_t> full, ParamInit init, bool decay) {
-    t.specs.push_back(make_spec(std::move(name), std::move(full), init, decay, tp, cfg.head_dim(), t.total));
+    t.specs.push_back(
+        make_spec(std::move(name), std::move(full), init, decay, tp, grid, cfg.head_dim(), t.total));
     t.total += t.specs.back().numel;
     t.units.back().end = t.total;
     return t.specs.back().offset;
@@ -180,12 +213,7 @@ ParamTable make_param_table(const ModelConfig& cfg, TpRank tp, StageRange stage,
       t.specs.back().norm_counted = false;  // the first stage counts it
     }
   }
-  // Each unit's slots, derived from the finished specs.
-  for (UnitSpec& u : t.units) {
-    for (const ParamSpec& s : t.specs) {
-      if (s.offset >= u.begin && s.offset < u.end) u.params.push_back(param_slot(s));
-    }
-  }
+  add_unit_slots(t);
   return t;
 }
 

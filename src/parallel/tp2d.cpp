@@ -54,10 +54,6 @@ void check(const Grid& g, const Companions& w) {
   divides("model.n_heads", w.n_heads, "each rank runs its own query heads");
   divides("model.n_kv_heads", w.n_kv_heads, "kv heads are split over the grid, never replicated");
   divides("model.ffn_hidden", w.ffn_hidden, "each rank applies SwiGLU to its own hidden channels");
-  MT_THROW(ConfigError, "parallel.tp2d (\"", g.rows, ",", g.cols,
-           "\"): grids with more than one row are not built yet; \"1,", tp,
-           "\" is 1-D tensor parallelism over ", tp,
-           " ranks (docs/PARALLELISM.md \"2-D tensor parallelism\")");
 }
 
 }  // namespace mt::tp2d

@@ -2,7 +2,8 @@
 // "2-D tensor parallelism"). Tp rank t sits at (r, c) = (t / C, t % C); the
 // sub-axis tp_c holds the C ranks of one grid row (fixed r: adjacent ranks),
 // tp_r the R ranks of one grid column (fixed c: stride C). R = 1 is the 1-D
-// Megatron layout of tensor_parallel.h, run by that code unchanged.
+// Megatron layout of tensor_parallel.h, run by that code unchanged; R > 1 is
+// run by model/llama_tp2d.cpp with tp2d_linear.h.
 #pragma once
 
 #include <cstdint>
@@ -38,10 +39,9 @@ struct Companions {
 // The start-up rules of a grid with R > 1 (nothing for R = 1, which is 1-D tp
 // and takes its rules): ConfigError naming the key that 2-D tp is not built
 // with (parallel.sp, parallel.cp, parallel.pp, a mixture of experts, dropout,
-// training checkpoints, parallel.tp_overlap),
-// the divisibility of n_heads, n_kv_heads and ffn_hidden by tp, and, last,
-// that the model does not run such a grid yet (its layer math is
-// tp2d_linear.h; docs/PARALLELISM.md says what is missing).
+// training checkpoints, parallel.tp_overlap), then the divisibility of
+// n_heads, n_kv_heads and ffn_hidden by tp. The model runs such a grid with
+// the layer math of tp2d_linear.h (model/llama_tp2d.cpp).
 void check(const Grid& grid, const Companions& with);
 
 }  // namespace mt::tp2d

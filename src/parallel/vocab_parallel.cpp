@@ -29,23 +29,41 @@ VocabShard vocab_shard(int64_t V, int tp, int rank) {
   return VocabShard{begin, end, padded_shard_size(V, tp)};
 }
 
+void vocab_lookup(float* out, const int32_t* ids, const float* table_local, int64_t N, int64_t C, int64_t V,
+                  const VocabShard& vs) {
+  check_ids(ids, N, V, -1, false);
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t id = ids[n];
+    float* row = out + n * C;
+    if (id >= vs.begin && id < vs.end)
+      std::memcpy(row, table_local + (id - vs.begin) * C, sizeof(float) * static_cast<size_t>(C));
+    else
+      std::fill(row, row + C, 0.0f);
+  }
+}
+
+void vocab_lookup_backward(float* dtable_local, const float* dout, const int32_t* ids, int64_t N, int64_t C,
+                           int64_t V, const VocabShard& vs) {
+  check_ids(ids, N, V, -1, false);
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t id = ids[n];
+    if (id < vs.begin || id >= vs.end) continue;
+    float* row = dtable_local + (id - vs.begin) * C;
+    const float* d = dout + n * C;
+    for (int64_t c = 0; c < C; ++c)
+      row[c] += d[c];
+  }
+}
+
 void vocab_embedding_forward(float* out, float* scratch, const int32_t* ids, const float* table_local,
                              int64_t N, int64_t C, int64_t V, const TpLayer& layer) {
-  check_ids(ids, N, V, -1, false);
   MT_CHECK(layer.group != nullptr, "vocab_embedding_forward needs a tp group");
   Group& tp = *layer.group;
   const VocabShard vs = vocab_shard(V, tp.size(), tp.rank());
   const bool sp = layer.sp == SequenceParallel::on;
   MT_CHECK(!sp || scratch != nullptr, "vocab_embedding_forward under SP needs scratch [N, C]");
   float* p = sp ? scratch : out;
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t id = ids[n];
-    float* row = p + n * C;
-    if (id >= vs.begin && id < vs.end)
-      std::memcpy(row, table_local + (id - vs.begin) * C, sizeof(float) * static_cast<size_t>(C));
-    else
-      std::fill(row, row + C, 0.0f);
-  }
+  vocab_lookup(p, ids, table_local, N, C, V, vs);
   if (sp)
     scatter_to_sp_forward(out, p, N, C, tp, layer.site);
   else
@@ -54,7 +72,6 @@ void vocab_embedding_forward(float* out, float* scratch, const int32_t* ids, con
 
 void vocab_embedding_backward(float* dtable_local, float* scratch, const float* dout, const int32_t* ids,
                               int64_t N, int64_t C, int64_t V, const TpLayer& layer) {
-  check_ids(ids, N, V, -1, false);
   MT_CHECK(layer.group != nullptr, "vocab_embedding_backward needs a tp group");
   Group& tp = *layer.group;
   const VocabShard vs = vocab_shard(V, tp.size(), tp.rank());
@@ -66,14 +83,7 @@ void vocab_embedding_backward(float* dtable_local, float* scratch, const float* 
   } else {
     reduce_from_tp_backward(dout, N, C, tp, layer.site);
   }
-  for (int64_t n = 0; n < N; ++n) {
-    const int64_t id = ids[n];
-    if (id < vs.begin || id >= vs.end) continue;
-    float* row = dtable_local + (id - vs.begin) * C;
-    const float* d = g + n * C;
-    for (int64_t c = 0; c < C; ++c)
-      row[c] += d[c];
-  }
+  vocab_lookup_backward(dtable_local, g, ids, N, C, V, vs);
 }
 
 void vocab_cross_entropy_forward(float* losses, float* lse, const float* logits_local, const int32_t* targets,

@@ -33,6 +33,18 @@ struct VocabShard {
 };
 VocabShard vocab_shard(int64_t V, int tp, int rank);
 
+// The lookup of one vocabulary shard, without communication (the embedding's
+// local half, 1-D here below and 2-D in model/llama_tp2d_ends.cpp):
+// out[n, :] = table_local[ids[n] − vs.begin, :] for the ids this rank owns,
+// zeros for the others (out[N, C] is Partial over the shard's group).
+// Ids must lie in [0, V) (MT_CHECK).
+void vocab_lookup(float* out, const int32_t* ids, const float* table_local, int64_t N, int64_t C, int64_t V,
+                  const VocabShard& vs);
+// Its backward: dtable_local[ids[n] − vs.begin, :] += dout[n, :] for the ids
+// this rank owns, in token order.
+void vocab_lookup_backward(float* dtable_local, const float* dout, const int32_t* ids, int64_t N, int64_t C,
+                           int64_t V, const VocabShard& vs);
+
 // out[N, C] (SP: [N/tp, C]) = table[ids[n], :] over the whole vocabulary, where
 // table_local[Vl, C] holds this rank's rows. Ids must lie in [0, V) (MT_CHECK).
 // scratch [N, C] holds the partial lookup under SP (unused otherwise).

@@ -1,5 +1,6 @@
 #include "train/run_mesh.h"
 
+#include "parallel/tp2d_linear.h"
 #include "parallel/tp_plan.h"
 
 namespace mt {
@@ -18,6 +19,7 @@ RunMesh make_run_mesh(const Config& cfg, const Group* world) {
   m.tp = sizes.tp;
   m.pp = sizes.pp;
   m.cp = sizes.cp;
+  m.grid = tp2d::parse(cfg.parallel.tp2d, m.tp);
   if (world == nullptr) return m;
   m.world_ = std::make_unique<Group>(*world);
   m.world_size = world->size();
@@ -37,6 +39,11 @@ RunMesh make_run_mesh(const Config& cfg, const Group* world) {
   }
   m.tp_rank = m.mesh_->coord(Axis::tp);
   if (m.tp > 1) m.tp_group_ = std::make_unique<Group>(m.mesh_->group("tp"));
+  if (m.grid.two_d()) {  // collective over tp
+    tp2d::SubAxes ax = tp2d::sub_axes(*m.tp_group_, m.grid);
+    m.tp_r_group_ = std::move(ax.tp_r);
+    m.tp_c_group_ = std::move(ax.tp_c);
+  }
   m.tp_kv_group_ = tp::kv_replica_group(m.tp_group_.get(), cfg.model.n_kv_heads);  // collective over tp
   m.pp_rank = m.mesh_->coord(Axis::pp);
   if (m.pp > 1) {

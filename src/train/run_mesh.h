@@ -9,6 +9,7 @@
 #include "comm/group.h"
 #include "config/config.h"
 #include "mesh/mesh.h"
+#include "parallel/tp2d.h"
 
 namespace mt {
 
@@ -30,6 +31,12 @@ class RunMesh {
   // valid-token count and the loss are sums over it. Null without MPI.
   Group* dp_cp_group() const { return dp_cp_group_.get(); }
   Group* tp_group() const { return tp_group_.get(); }  // null when tp = 1
+  // 2-D tp (parallel.tp2d with R > 1): the grid and its two sub-axes, tp_r
+  // (the R ranks of this rank's grid column) and tp_c (the C ranks of its grid
+  // row), tp rank t = r·C + c (parallel/tp2d_linear.h). Null otherwise.
+  tp2d::Grid grid;
+  Group* tp_r_group() const { return tp_r_group_.get(); }
+  Group* tp_c_group() const { return tp_c_group_.get(); }
   // The tp ranks sharing a kv head when tp > n_kv_heads (null otherwise), for the model.
   Group* tp_kv_group() const { return tp_kv_group_.get(); }
   Group* pp_group() const { return pp_group_.get(); }  // null when pp = 1
@@ -50,7 +57,7 @@ class RunMesh {
   friend RunMesh make_run_mesh(const Config& cfg, const Group* world);
   std::unique_ptr<DeviceMesh> mesh_;
   std::unique_ptr<Group> world_, dp_cp_group_, tp_group_, tp_kv_group_, pp_group_, tied_group_, cp_group_,
-      ep_group_, expert_replica_group_;
+      ep_group_, expert_replica_group_, tp_r_group_, tp_c_group_;
 };
 
 // Builds the groups (collective over `world`). The mesh must fit the world

@@ -63,8 +63,8 @@ std::unique_ptr<ParamStore> make_store(const Config& cfg, const RunMesh& mesh, c
   o.ep = mesh.ep_group();
   o.expert_replicas = mesh.expert_replica_group();
   const EpRank ep = mesh.ep > 1 ? EpRank{mesh.ep, mesh.ep_rank, mesh.cp} : EpRank{};
-  const ParamTable table = make_param_table(cfg.model, {mesh.tp, mesh.tp_rank}, stage,
-                                            ep);  // this rank's tp shard and experts of the stage
+  const ParamTable table = make_param_table(cfg.model, {mesh.tp, mesh.tp_rank}, stage, ep,
+                                            mesh.grid);  // this rank's tp shard and experts of the stage
   return std::make_unique<DataParallelStore>(make_units(table, cfg.model), *mesh.dp_cp_group(), o);
 }
 
@@ -121,6 +121,9 @@ ModelOptions model_options(const Config& cfg, const RunOptions& opts, const RunM
   mo.recompute = cfg.train.recompute;
   mo.profile = opts.profile;
   mo.tp = mesh.tp_group();
+  mo.grid = mesh.grid;
+  mo.tp_r = mesh.tp_r_group();
+  mo.tp_c = mesh.tp_c_group();
   mo.sp = cfg.parallel.sp && mesh.tp > 1;
   mo.tp_overlap = cfg.parallel.tp_overlap && mesh.tp > 1;
   mo.moe_groups = mesh.dp;

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # 2-D tensor parallelism (parallel.tp2d = "R,C", docs/PARALLELISM.md "2-D tensor
 # parallelism"): a 1 x C grid is 1-D tp over C ranks, bitwise (tp4 alone and
-# tp2 under dp2 with ZeRO 3, both also within 1e-5 of one process); every bad
-# grid and every refused companion of a grid with R > 1 ends the job with one
-# message naming the value and the rule, a non-zero exit and no hang.
+# tp2 under dp2 with ZeRO 3, both also within 1e-5 of one process); grids with
+# R > 1 (2 x 2, with recomputation, under dp2 with ZeRO 3, with tied
+# embeddings; 2 x 1) within 1e-5 of one process over 10 steps, and the comm
+# ledger of one 2 x 2 step, per layer, equal to the analytic count of that
+# section (1-D tp4's too); every bad grid and every refused companion of a grid
+# with R > 1 ends the job with one message naming the value and the rule, a
+# non-zero exit and no hang.
 set -euo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -21,6 +25,105 @@ run tp2_dp2_zero3 4 --tp 2 --dp 2 --zero 3 --set train.microbatch_size=2
 run grid1x2_dp2_zero3 4 --tp 2 --dp 2 --zero 3 --set parallel.tp2d=1,2 --set train.microbatch_size=2
 check grid1x2_dp2_zero3 ref
 check_bitwise grid1x2_dp2_zero3 tp2_dp2_zero3 "tp2d 1,2 x dp2 zero 3 against tp 2 x dp2 zero 3"
+
+# Grids with R > 1 split every kv head over the grid: n_kv_heads = 4. Their
+# runs are compared by losses and gradient norms (every step's norm is that of
+# the whole gradient, summed over the ranks' distinct pieces); saving a 2-D
+# model is the layout work's (docs/PARALLELISM.md).
+kv4=(--set model.n_kv_heads=4)
+run2d() {  # run2d NAME RANKS FLAGS...: as run, without --save
+  local name=$1 np=$2
+  shift 2
+  "${mpi[@]}" -np "$np" "$bin" train "${tiny[@]}" "${kv4[@]}" "$@" --metrics "$tmp/$name.jsonl"
+}
+check_steps() {  # check_steps NAME REF: losses and gradient norms, 1e-5 relative
+  local out
+  if out=$("$bin" compare "$tmp/$1.jsonl" "$tmp/$2.jsonl" --rtol 1e-5 --grad-norm-rtol "$grad_norm_rtol"); then
+    echo "ok   $1: $(tr '\n' ' ' <<<"$out")"
+  else
+    echo "FAIL $1: $out"
+    failures=$((failures + 1))
+  fi
+}
+"$bin" train "${tiny[@]}" "${kv4[@]}" --set train.microbatch_size=8 --metrics "$tmp/ref_kv4.jsonl"
+"$bin" train "${tiny[@]}" "${kv4[@]}" --set model.tie_embeddings=true --set train.microbatch_size=8 \
+  --metrics "$tmp/ref_kv4_tied.jsonl"
+run2d grid2x2 4 --tp 4 --set parallel.tp2d=2,2 --set train.microbatch_size=8
+check_steps grid2x2 ref_kv4
+run2d grid2x2_recompute 4 --tp 4 --set parallel.tp2d=2,2 --set train.microbatch_size=8 --set train.recompute=true
+check_steps grid2x2_recompute ref_kv4
+if diff <(grep -o '"loss":[^,]*' "$tmp/grid2x2.jsonl") <(grep -o '"loss":[^,]*' "$tmp/grid2x2_recompute.jsonl") \
+  >/dev/null; then
+  echo "ok   tp2d 2,2 with recomputation: the same losses bit for bit"
+else
+  echo "FAIL tp2d 2,2 with recomputation: losses differ from without"
+  failures=$((failures + 1))
+fi
+run2d grid2x2_dp2_zero3 8 --tp 4 --dp 2 --zero 3 --set parallel.tp2d=2,2 --set train.microbatch_size=2
+check_steps grid2x2_dp2_zero3 ref_kv4
+run2d grid2x2_tied 4 --tp 4 --set parallel.tp2d=2,2 --set model.tie_embeddings=true --set train.microbatch_size=8
+check_steps grid2x2_tied ref_kv4_tied
+run2d grid2x1 2 --tp 2 --set parallel.tp2d=2,1 --set train.microbatch_size=8
+check_steps grid2x1 ref_kv4
+
+# The ledger of one step (one microbatch of N = 8 x 16 tokens; d 32, 4 heads
+# and 4 kv heads of 8, F 48), per rank, layer, direction and axis, against
+# docs/PARALLELISM.md's counts: on 2 x 2 per half and direction one all-reduce
+# of N doubles over tp (the norm) and one all-gather and one reduce-scatter
+# over each sub-axis (an all-gather counted at this rank's block, a
+# reduce-scatter at its whole input); on 1-D tp4 one all-reduce of [N, d] per
+# half each way. The expected bytes come from the formulas, not from a run.
+run2d ledger2x2 4 --tp 4 --set parallel.tp2d=2,2 --set train.microbatch_size=8 --set train.steps=1 \
+  --explain >"$tmp/explain2x2.txt"
+run2d ledger_tp4 4 --tp 4 --set train.microbatch_size=8 --set train.steps=1 --explain >"$tmp/explain_tp4.txt"
+if python3 - "$tmp/explain2x2.txt" "$tmp/explain_tp4.txt" <<'PY'; then
+import re, sys
+N, d, hd, H, KV, F, R, C = 8 * 16, 32, 8, 4, 4, 48, 2, 2
+Q, K = H * hd, KV * hd
+W = Q + 2 * K
+per_half = {  # (direction, axis): bytes of the attention half + the MLP half
+    ("forward", "tp"): 8 * N + 8 * N,
+    ("forward", "tp_c"): 4 * N * (d // (R * C) + d // R) * 2,
+    ("forward", "tp_r"): 4 * N * (W // C + Q // (R * C)) + 4 * N * (2 * F // C + F // (R * C)),
+    ("backward", "tp"): 8 * N + 8 * N,
+    ("backward", "tp_c"): 4 * N * (d // (R * C) + d // R) * 2,
+    ("backward", "tp_r"): 4 * N * (Q // C + W // (R * C)) + 4 * N * (F // C + 2 * F // (R * C)),
+}
+table = {  # docs/PARALLELISM.md's ledger table, whole rows
+    "forward": 8 * N + 4 * N * (d // (R * C) + W // C + Q // (R * C) + d // R)
+    + 8 * N + 4 * N * (d // (R * C) + 2 * F // C + F // (R * C) + d // R),
+    "backward": 4 * N * (d // (R * C) + Q // C + W // (R * C) + d // R) + 8 * N
+    + 4 * N * (d // (R * C) + F // C + 2 * F // (R * C) + d // R) + 8 * N,
+}
+pat = re.compile(r"^rank (\d+) \| (\S+) +\| (\S+) +\| .* \| (\d+) elements? \| layer (\d+) .*(forward|backward)$")
+def ledger(path):
+    seen = {}
+    for line in open(path):
+        m = pat.match(line.strip())
+        if m:
+            rank, axis, op, n, layer, way = int(m[1]), m[2], m[3], int(m[4]), int(m[5]), m[6]
+            size = 8 if op == "all_reduce" and "norm sums" in line else 4
+            key = (rank, layer, way, axis)
+            seen[key] = seen.get(key, 0) + n * size
+    return seen
+got = ledger(sys.argv[1])
+want = {(r, l, w, a): b for r in range(4) for l in range(2) for (w, a), b in per_half.items()}
+assert got == want, (sorted(got.items()), sorted(want.items()))
+for r in range(4):
+    for l in range(2):
+        for w in ("forward", "backward"):
+            assert sum(b for (r2, l2, w2, a), b in got.items() if (r2, l2, w2) == (r, l, w)) == table[w]
+got1 = ledger(sys.argv[2])
+want1 = {(r, l, w, "tp"): 2 * 4 * N * d for r in range(4) for l in range(2) for w in ("forward", "backward")}
+assert got1 == want1, (sorted(got1.items()), sorted(want1.items()))
+print("bytes per layer: 2 x 2", table["forward"], "+", table["backward"], "; tp4", 2 * 4 * N * d, "each way")
+PY
+  echo "ok   ledger: 2 x 2 and tp4 bytes per layer and microbatch equal their analytic counts"
+else
+  echo "FAIL ledger: bytes per layer differ from the analytic counts"
+  grep -E '^rank 0 .*layer 0 ' "$tmp/explain2x2.txt" | head -30
+  failures=$((failures + 1))
+fi
 
 # refused NAME WANT FLAGS...: 4 ranks, exit non-zero within 60 s, WANT on exactly
 # one line of stderr (every rank refuses; rank 0 reports).
@@ -49,6 +152,10 @@ refused "with dropout" "with dropout (model.attention_dropout or model.hidden_dr
 refused "with pp" "with parallel.pp > 1" --tp 2 --pp 2 --set parallel.tp2d=2,1 --set train.microbatch_size=8
 refused "with cp" "with parallel.cp > 1" --tp 2 --cp 2 --set parallel.tp2d=2,1 --set train.microbatch_size=8
 refused "kv heads replicated" "model.n_kv_heads (2) must be divisible by R x C (4)" "${grid[@]}"
-refused "2 x 2 not built" "grids with more than one row are not built yet" "${grid[@]}" \
-  --set model.n_kv_heads=4
+refused "with experts" "with a mixture of experts (model.n_experts > 0)" "${grid[@]}" "${kv4[@]}" \
+  --set model.n_experts=4
+refused "2 x 2 --save" "--save with parallel.tp2d (\"2,2\"): a model on a grid with more than one row is not saved" \
+  "${grid[@]}" "${kv4[@]}" --save "$tmp/grid_saved"
+refused "2 x 2 --init-from" "--init-from with parallel.tp2d (\"2,2\"): a model on a grid with more than one row" \
+  "${grid[@]}" "${kv4[@]}" --init-from "$tmp/ref"
 finish "tp2d"

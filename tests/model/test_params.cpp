@@ -131,6 +131,74 @@ TEST(ParamTable, TensorParallelShardsReassembleTheFullModel) {
   EXPECT_THROW(make_param_table(c, {3, 0}), ConfigError);  // 4 heads over 3 ranks
 }
 
+// On a 2-D grid (R > 1) every rank's table holds distinct pieces, cut by
+// tp::tp2d_slice: initialised alone, the pieces of all ranks put back by their
+// maps give the one-process model, each element exactly once, and every rank
+// counts its pieces in the gradient norm (docs/PARALLELISM.md "2-D tensor
+// parallelism"). Shapes by hand for 2 x 2: d 16, 4 heads of 4, F 24, V 37.
+TEST(ParamTable, GridPiecesTileTheFullModelOnce) {
+  ModelConfig c;
+  c.vocab_size = 37;  // 19 rows per tp_c rank on C = 2, the last one padding
+  c.d_model = 16;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 4;  // split over the grid: 2-D tp never replicates a kv head
+  c.ffn_hidden = 24;
+  for (bool tied : {false, true}) {
+    c.tie_embeddings = tied;
+    const ParamTable whole = make_param_table(c);
+    std::vector<float> full(static_cast<size_t>(whole.total));
+    init_params(full.data(), whole, c, 5);
+    for (const tp2d::Grid grid : {tp2d::Grid{2, 2}, tp2d::Grid{2, 1}, tp2d::Grid{4, 1}}) {
+      const int P = static_cast<int>(grid.rows * grid.cols);
+      std::vector<int> writes(full.size(), 0);
+      for (int t = 0; t < P; ++t) {
+        const ParamTable tab = make_param_table(c, {P, t}, {}, {}, grid);
+        ASSERT_EQ(tab.specs.size(), whole.specs.size());
+        std::vector<float> mine(static_cast<size_t>(tab.total));
+        init_params(mine.data(), tab, c, 5);
+        for (size_t i = 0; i < tab.specs.size(); ++i) {
+          const ParamSpec& s = tab.specs[i];
+          EXPECT_TRUE(s.norm_counted) << s.name;
+          tp::TpSlice slice{s.map, s.first, s.count, 0, 1};
+          slice.col_first = s.col_first;
+          slice.col_count = s.col_count;
+          const int64_t cols = s.shape.size() > 1 ? s.shape[1] : 1;
+          const int64_t gcols = s.global_shape.size() > 1 ? s.global_shape[1] : 1;
+          const int64_t base = whole.specs[i].offset;
+          tp::for_each_run(slice, cols, gcols, s.numel, 0, s.numel, [&](int64_t li, int64_t gi, int64_t n) {
+            for (int64_t j = 0; j < n; ++j) {
+              ++writes[static_cast<size_t>(base + gi + j)];
+              ASSERT_EQ(mine[static_cast<size_t>(s.offset + li + j)],
+                        full[static_cast<size_t>(base + gi + j)])
+                  << s.name << " rank " << t;
+            }
+          });
+        }
+        if (grid.rows != 2 || grid.cols != 2) continue;
+        const int64_t r = t / 2, col = t % 2;
+        const ParamSpec& q = tab.find("model.layers.1.self_attn.q_proj.weight");
+        EXPECT_EQ(q.shape, (std::vector<int64_t>{8, 8}));  // heads block c over tp_c, d block r over tp_r
+        EXPECT_EQ(q.first, col * 8);
+        EXPECT_EQ(q.col_first, r * 8);
+        const ParamSpec& o = tab.find("model.layers.0.self_attn.o_proj.weight");
+        EXPECT_EQ(o.shape, (std::vector<int64_t>{8, 8}));  // d block r over tp_r, heads block c over tp_c
+        EXPECT_EQ(o.first, r * 8);
+        EXPECT_EQ(o.col_first, col * 8);
+        EXPECT_EQ(tab.find("model.layers.0.mlp.down_proj.weight").shape, (std::vector<int64_t>{8, 12}));
+        const ParamSpec& norm = tab.find("model.norm.weight");
+        EXPECT_EQ(norm.shape, (std::vector<int64_t>{4}));  // feature block t of R x C
+        EXPECT_EQ(norm.first, t * 4);
+        const ParamSpec& e = tab.find("model.embed_tokens.weight");
+        EXPECT_EQ(e.shape, (std::vector<int64_t>{19, 8}));
+        EXPECT_EQ(e.count, col == 0 ? 19 : 18);  // vocab rows of tp_c rank c; the last one padding
+      }
+      EXPECT_TRUE(std::all_of(writes.begin(), writes.end(), [](int w) { return w == 1; }))
+          << grid.rows << " x " << grid.cols << (tied ? " tied" : "");
+    }
+  }
+}
+
 // The layouts in the table say which rows each rank holds, and they agree with
 // the code that cuts them: the plan's tp slice, then ZeRO's UnitShards over
 // dp × cp (one flattened axis). Checked for every spec, every rank of
