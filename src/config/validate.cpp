@@ -138,7 +138,7 @@ void Config::validate() const {
              ") must be greater than 1 (there is no TP communication to hide)");
   tp2d::check(tp2d::parse(p.tp2d, p.tp),
               {p.sp, p.cp, p.pp, model.moe(), model.attention_dropout > 0 || model.hidden_dropout > 0,
-               model.n_kv_heads, model.n_heads, model.ffn_hidden, !t.checkpoint_dir.empty(), p.tp_overlap});
+               model.n_kv_heads, model.n_heads, model.ffn_hidden, p.tp_overlap});
   MT_REQUIRE(t.batch_size % (p.dp * t.microbatch_size) == 0, ConfigError, "train.batch_size (", t.batch_size,
              ") must be divisible by parallel.dp (", p.dp, ") x train.microbatch_size (", t.microbatch_size,
              ")");

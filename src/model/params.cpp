@@ -101,7 +101,7 @@ ParamSpec make_spec(std::string name, std::vector<int64_t> full, ParamInit init,
   s.col_count = slice.col_count;
   s.norm_counted = tp.rank % slice.holders == 0;
   if (grid.two_d())
-    s.layout = Layout(s.global_shape);  // 2-D: set from the grid by the layout work
+    s.layout = tp::tp2d_layout(s.role, s.global_shape, grid);
   else
     s.layout = tp.size > 1 ? tp::tp_layout(s.role, s.global_shape, slice.holders) : Layout(s.global_shape);
   s.stored_layout = s.grad_layout = s.state_layout = s.layout;  // until a store shards them

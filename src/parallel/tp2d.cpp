@@ -45,7 +45,6 @@ void check(const Grid& g, const Companions& w) {
   refuse(w.pp > 1, "parallel.pp > 1");
   refuse(w.moe, "a mixture of experts (model.n_experts > 0)");
   refuse(w.dropout, "dropout (model.attention_dropout or model.hidden_dropout > 0)");
-  refuse(w.checkpoints, "train.checkpoint_dir set (training checkpoints)");
   refuse(w.tp_overlap, "parallel.tp_overlap = true");
   auto divides = [&](const char* key, int64_t n, const char* why) {
     MT_REQUIRE(n % tp == 0, ConfigError, key, " (", n, ") must be divisible by R x C (", tp,

@@ -32,14 +32,13 @@ struct Companions {
   bool dropout = false;    // model.attention_dropout or model.hidden_dropout > 0
   int64_t n_kv_heads = 1;  // kv heads are split over all of tp, never replicated, in 2-D
   int64_t n_heads = 1, ffn_hidden = 1;
-  bool checkpoints = false;  // train.checkpoint_dir set: their shards are 1-D (train/checkpoint.h)
-  bool tp_overlap = false;   // parallel.tp_overlap: its chunked GEMMs are 1-D tp's
+  bool tp_overlap = false;  // parallel.tp_overlap: its chunked GEMMs are 1-D tp's
 };
 
 // The start-up rules of a grid with R > 1 (nothing for R = 1, which is 1-D tp
 // and takes its rules): ConfigError naming the key that 2-D tp is not built
 // with (parallel.sp, parallel.cp, parallel.pp, a mixture of experts, dropout,
-// training checkpoints, parallel.tp_overlap), then the divisibility of
+// parallel.tp_overlap), then the divisibility of
 // n_heads, n_kv_heads and ffn_hidden by tp. The model runs such a grid with
 // the layer math of tp2d_linear.h (model/llama_tp2d.cpp).
 void check(const Grid& grid, const Companions& with);

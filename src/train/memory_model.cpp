@@ -7,6 +7,7 @@
 
 #include "model/params.h"
 #include "parallel/shard.h"
+#include "parallel/tp2d.h"
 #include "pipeline/executor.h"
 #include "train/memory_model_parts.h"
 #include "train/train_model.h"
@@ -169,7 +170,8 @@ const Floats& chunk_store(const Config& cfg, const StageRange& stage, TpRank tp,
     key += m.is_moe_layer(l) ? 'm' : 'd';
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  const ParamTable table = make_param_table(m, tp, stage, ep);
+  const ParamTable table =
+      make_param_table(m, tp, stage, ep, tp2d::parse(cfg.parallel.tp2d, cfg.parallel.tp));
   Floats f;
   add_store(cfg, table, make_units(table, m), f);
   return cache.emplace(std::move(key), f).first->second;
@@ -184,7 +186,8 @@ RankMemory rank_memory(const Config& cfg, const pp::Schedule& s, int64_t rank, S
   const std::vector<StageRange> stages =
       p.pp * v > 1 ? split_stages(m.n_layers, static_cast<int>(p.pp), v, p.stage_layers)
                    : std::vector<StageRange>{StageRange{}};
-  const TpDims td = tp_dims(m, {static_cast<int>(p.tp), static_cast<int>(c.tp)});
+  const tp2d::Grid grid = tp2d::parse(p.tp2d, p.tp);
+  const TpDims td = tp_dims(m, {static_cast<int>(p.tp), static_cast<int>(c.tp)}, grid);
   const EpRank ep =
       p.ep > 1 ? EpRank{static_cast<int>(p.ep), static_cast<int>(c.ep), static_cast<int>(p.cp)} : EpRank{};
   const std::vector<int64_t> slots = memory_model::slots_per_chunk(cfg, s, c.pp);
@@ -199,7 +202,7 @@ RankMemory rank_memory(const Config& cfg, const pp::Schedule& s, int64_t rank, S
             store.hi[static_cast<size_t>(kind)]);
     if (!cfg.train.checkpoint_dir.empty())  // the staging copy depends on the rank's shard: no cache
       f.add(MemKind::ckpt_staging,
-            memory_model::checkpoint_staging_floats(cfg, rank, make_param_table(m, tpr, stage, ep)));
+            memory_model::checkpoint_staging_floats(cfg, rank, make_param_table(m, tpr, stage, ep, grid)));
     int64_t scratch = 0;
     f.add(MemKind::activation,
           memory_model::chunk_activation_floats(cfg, td, stage, slots[static_cast<size_t>(k)], &scratch));

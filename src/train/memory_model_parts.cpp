@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "parallel/tp2d.h"
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
 #include "train/checkpoint_slices.h"
@@ -64,11 +65,31 @@ int64_t shared_buffers(const Dims& d, bool head, int64_t X) {
   return norm_out + 2 * d.Nl * d.C + X + d.N * std::max({d.C, d.F, d.Q}) + d.N * d.QKV + d.N * 2 * d.F;
 }
 
+// The same on an R × C grid with R > 1 (model/llama_tp2d_ends.cpp: init_tp2d,
+// layer_acts_2d, make_slot_2d): the residual stream d/(RC) wide, inputs
+// gathered over one sub-axis d/R (or Q/C, F/C) wide; one stage, dense layers.
+int64_t grid_activation_floats(const Config& cfg, const TpDims& td, const tp2d::Grid& g, int64_t slots) {
+  const Dims d = dims_of(cfg, td);
+  const int64_t R = g.rows, dl = d.C / (R * g.cols), dR = d.C / R, Ql = d.Q, QKVl = d.QKV, Fl = d.F;
+  const int64_t QC = Ql * R, QKVC = QKVl * R, FC = Fl * R, N = d.N, L = cfg.model.n_layers;
+  const int64_t acts = 3 * N * dl + 2 * N * dR + 2 * N + N * QKVl + N * Ql + d.B * d.heads * d.T + N * QC +
+                       3 * N * Fl + N * FC;
+  int64_t f = 3 * N * dl + N * std::max(Fl, Ql) + N * QKVl + 2 * N * Fl +
+              3 * N * std::max({dR, QKVC, 2 * FC, QC, FC});  // dres, dtmp, dln, dmid, dqkv, dgu, grid
+  if (cfg.train.recompute) f += acts;
+  const int64_t slot = (L + 1) * N * dl + (cfg.train.recompute ? 0 : L * acts) + N * dl + 2 * N + N * dR +
+                       N * td.vocab_rows + N;  // resid, layers, lnf, rstdf, lnf_full, logits, losses, lse_ce
+  return f + slots * slot;
+}
+
 }  // namespace
 
 int64_t chunk_activation_floats(const Config& cfg, const TpDims& td, const StageRange& stage, int64_t slots,
                                 int64_t* scratch) {
   const ModelConfig& m = cfg.model;
+  const tp2d::Grid grid = tp2d::parse(cfg.parallel.tp2d, cfg.parallel.tp);
+  *scratch = 0;
+  if (grid.two_d()) return grid_activation_floats(cfg, td, grid, slots);
   const Dims d = dims_of(cfg, td);
   const int64_t end = stage.end_layer < 0 ? m.n_layers : stage.end_layer;
   bool any_moe = false, any_dense = false;

@@ -48,12 +48,7 @@ std::vector<std::string> validate_run(const Config& cfg, RunOptions& opts, int w
   check_training_data(cfg);
   // Before any allocation: the ranks on this machine must fit in its memory.
   require_fits(estimate_training_memory(cfg), opts.local_ranks, available_memory_bytes());
-  read_fault();  // a malformed MESHTRAIN_FAULT
-  // Until a 2-D piece has its Layout (docs/PARALLELISM.md "2-D tensor parallelism").
-  MT_REQUIRE(!tp2d::parse(cfg.parallel.tp2d, cfg.parallel.tp).two_d() ||
-                 (opts.save_dir.empty() && opts.init_from.empty()),
-             ConfigError, opts.save_dir.empty() ? "--init-from" : "--save", " with parallel.tp2d (\"",
-             cfg.parallel.tp2d, "\"): a model on a grid with more than one row is not saved or loaded yet");
+  read_fault();                                                                // a malformed MESHTRAIN_FAULT
   if (!opts.save_dir.empty() && rank == 0) check_dir_writable(opts.save_dir);  // the one writer
   MT_REQUIRE(opts.trace_steps.empty() || !opts.trace_path.empty(), ConfigError, "--trace-steps '",
              opts.trace_steps, "' chooses the steps of a trace: it needs --trace FILE");

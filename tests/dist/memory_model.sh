@@ -13,7 +13,9 @@
 # a vocabulary tp does not divide under ZeRO-3 (padded, uneven shards); and the
 # checkpoint's staging copy (ckpt_staging, exact): dp 2 ZeRO 1 with asynchronous
 # saves every step (the shards of parameters and AdamW state), and pp 2 with
-# tied embeddings and synchronous saves (the last stage's tied copy not written).
+# tied embeddings and synchronous saves (the last stage's tied copy not written);
+# 2-D tp on a 2 x 2 grid with recomputation and checkpoints (its 2-D pieces'
+# staging), and under dp 2 with ZeRO 3.
 set -euo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -47,6 +49,8 @@ layouts=(
   "pp2_tied_sgd 2 --pp 2 --set model.tie_embeddings=true --set train.optimizer=sgd --set train.momentum=0.9 --set train.microbatch_size=2"
   "dp2_tp2_zero3_vocab301 4 --dp 2 --tp 2 --zero 3 --set model.vocab_size=301 --set train.microbatch_size=2"
   "dp2_zero1_async_ckpt 2 --dp 2 --zero 1 --set train.microbatch_size=2 --set train.checkpoint_dir=$tmp/ck_async --set train.checkpoint_every=1 --set train.async_checkpoint=true"
+  "tp2d_2x2_recompute_ckpt 4 --tp 4 --set parallel.tp2d=2,2 --set model.n_kv_heads=4 --set train.recompute=true --set train.checkpoint_dir=$tmp/ck_2d"
+  "tp2d_2x2_dp2_zero3 8 --dp 2 --tp 4 --set parallel.tp2d=2,2 --set model.n_kv_heads=4 --zero 3 --set train.microbatch_size=2"
   "pp2_tied_sync_ckpt 2 --pp 2 --set model.tie_embeddings=true --set train.microbatch_size=2 --set train.checkpoint_dir=$tmp/ck_sync"
 )
 for spec in "${layouts[@]}"; do

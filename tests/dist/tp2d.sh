@@ -3,7 +3,9 @@
 # parallelism"): a 1 x C grid is 1-D tp over C ranks, bitwise (tp4 alone and
 # tp2 under dp2 with ZeRO 3, both also within 1e-5 of one process); grids with
 # R > 1 (2 x 2, with recomputation, under dp2 with ZeRO 3, with tied
-# embeddings; 2 x 1) within 1e-5 of one process over 10 steps, and the comm
+# embeddings; 2 x 1) within 1e-5 of one process over 10 steps, losses and
+# saved models; training checkpoints resumed across 2 x 2 and one process both
+# ways, --init-from into 2 x 2; and the comm
 # ledger of one 2 x 2 step, per layer, equal to the analytic count of that
 # section (1-D tp4's too); every bad grid and every refused companion of a grid
 # with R > 1 ends the job with one message naming the value and the rule, a
@@ -27,31 +29,23 @@ check grid1x2_dp2_zero3 ref
 check_bitwise grid1x2_dp2_zero3 tp2_dp2_zero3 "tp2d 1,2 x dp2 zero 3 against tp 2 x dp2 zero 3"
 
 # Grids with R > 1 split every kv head over the grid: n_kv_heads = 4. Their
-# runs are compared by losses and gradient norms (every step's norm is that of
-# the whole gradient, summed over the ranks' distinct pieces); saving a 2-D
-# model is the layout work's (docs/PARALLELISM.md).
+# runs are compared by losses, gradient norms (every step's norm is that of
+# the whole gradient, summed over the ranks' distinct pieces) and the saved
+# model, gathered from the 2-D pieces by their layouts (tp::tp2d_layout).
 kv4=(--set model.n_kv_heads=4)
-run2d() {  # run2d NAME RANKS FLAGS...: as run, without --save
+run2d() {  # run2d NAME RANKS FLAGS...: as run, with n_kv_heads = 4
   local name=$1 np=$2
   shift 2
-  "${mpi[@]}" -np "$np" "$bin" train "${tiny[@]}" "${kv4[@]}" "$@" --metrics "$tmp/$name.jsonl"
+  run "$name" "$np" "${kv4[@]}" "$@"
 }
-check_steps() {  # check_steps NAME REF: losses and gradient norms, 1e-5 relative
-  local out
-  if out=$("$bin" compare "$tmp/$1.jsonl" "$tmp/$2.jsonl" --rtol 1e-5 --grad-norm-rtol "$grad_norm_rtol"); then
-    echo "ok   $1: $(tr '\n' ' ' <<<"$out")"
-  else
-    echo "FAIL $1: $out"
-    failures=$((failures + 1))
-  fi
-}
-"$bin" train "${tiny[@]}" "${kv4[@]}" --set train.microbatch_size=8 --metrics "$tmp/ref_kv4.jsonl"
+"$bin" train "${tiny[@]}" "${kv4[@]}" --set train.microbatch_size=8 --metrics "$tmp/ref_kv4.jsonl" \
+  --save "$tmp/ref_kv4"
 "$bin" train "${tiny[@]}" "${kv4[@]}" --set model.tie_embeddings=true --set train.microbatch_size=8 \
-  --metrics "$tmp/ref_kv4_tied.jsonl"
+  --metrics "$tmp/ref_kv4_tied.jsonl" --save "$tmp/ref_kv4_tied"
 run2d grid2x2 4 --tp 4 --set parallel.tp2d=2,2 --set train.microbatch_size=8
-check_steps grid2x2 ref_kv4
+check grid2x2 ref_kv4
 run2d grid2x2_recompute 4 --tp 4 --set parallel.tp2d=2,2 --set train.microbatch_size=8 --set train.recompute=true
-check_steps grid2x2_recompute ref_kv4
+check grid2x2_recompute ref_kv4
 if diff <(grep -o '"loss":[^,]*' "$tmp/grid2x2.jsonl") <(grep -o '"loss":[^,]*' "$tmp/grid2x2_recompute.jsonl") \
   >/dev/null; then
   echo "ok   tp2d 2,2 with recomputation: the same losses bit for bit"
@@ -60,11 +54,38 @@ else
   failures=$((failures + 1))
 fi
 run2d grid2x2_dp2_zero3 8 --tp 4 --dp 2 --zero 3 --set parallel.tp2d=2,2 --set train.microbatch_size=2
-check_steps grid2x2_dp2_zero3 ref_kv4
+check grid2x2_dp2_zero3 ref_kv4
 run2d grid2x2_tied 4 --tp 4 --set parallel.tp2d=2,2 --set model.tie_embeddings=true --set train.microbatch_size=8
-check_steps grid2x2_tied ref_kv4_tied
+check grid2x2_tied ref_kv4_tied
 run2d grid2x1 2 --tp 2 --set parallel.tp2d=2,1 --set train.microbatch_size=8
-check_steps grid2x1 ref_kv4
+check grid2x1 ref_kv4
+
+# Training checkpoints and --init-from across the 2-D layout: the step-5
+# checkpoint of a 2 x 2 run (stopped by MESHTRAIN_FAULT at the start of step
+# 5) resumed by one process, one process's resumed by 2 x 2 under dp2 with
+# ZeRO 1; the one-process model loaded into 2 x 2 by --init-from trains as
+# one process does from it.
+reshard2d() {  # reshard2d NAME "RANKS FLAGS..." "RANKS FLAGS...": save under the first, resume under the second
+  local name=$1 ck=$tmp/$1.ck
+  local -a from=($2) to=($3)
+  MESHTRAIN_FAULT=throw:0:5 "${mpi[@]}" -np "${from[0]}" "$bin" train "${tiny[@]}" "${kv4[@]}" "${from[@]:1}" \
+    --set train.checkpoint_dir="$ck" --set train.checkpoint_every=5 >/dev/null 2>&1 || true
+  if [ ! -f "$ck/step-00000005/metadata.json" ]; then
+    echo "FAIL $name: the saving run left no step-5 checkpoint"
+    failures=$((failures + 1))
+    return
+  fi
+  run2d "$name" "${to[0]}" "${to[@]:1}" --set train.checkpoint_dir="$ck" --resume "$ck/step-00000005" >/dev/null
+  check "$name" ref_kv4
+}
+reshard2d ckpt_grid2x2_to_one "4 --tp 4 --set parallel.tp2d=2,2 --set train.microbatch_size=8" \
+  "1 --set train.microbatch_size=8"
+reshard2d ckpt_one_to_grid2x2_dp2_zero1 "1 --set train.microbatch_size=8" \
+  "8 --tp 4 --dp 2 --zero 1 --set parallel.tp2d=2,2 --set train.microbatch_size=4"
+init=(--init-from "$tmp/ref_kv4" --set train.steps=3 --set train.microbatch_size=8)
+run2d init_one 1 "${init[@]}"
+run2d init_grid2x2 4 --tp 4 --set parallel.tp2d=2,2 "${init[@]}"
+check init_grid2x2 init_one
 
 # The ledger of one step (one microbatch of N = 8 x 16 tokens; d 32, 4 heads
 # and 4 kv heads of 8, F 48), per rank, layer, direction and axis, against
@@ -154,8 +175,4 @@ refused "with cp" "with parallel.cp > 1" --tp 2 --cp 2 --set parallel.tp2d=2,1 -
 refused "kv heads replicated" "model.n_kv_heads (2) must be divisible by R x C (4)" "${grid[@]}"
 refused "with experts" "with a mixture of experts (model.n_experts > 0)" "${grid[@]}" "${kv4[@]}" \
   --set model.n_experts=4
-refused "2 x 2 --save" "--save with parallel.tp2d (\"2,2\"): a model on a grid with more than one row is not saved" \
-  "${grid[@]}" "${kv4[@]}" --save "$tmp/grid_saved"
-refused "2 x 2 --init-from" "--init-from with parallel.tp2d (\"2,2\"): a model on a grid with more than one row" \
-  "${grid[@]}" "${kv4[@]}" --init-from "$tmp/ref"
 finish "tp2d"
