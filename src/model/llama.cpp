@@ -271,6 +271,28 @@ const float* Llama::logits() const {
   return slots_[0]->logits.data();
 }
 
+void Llama::layers_backward(Slot& sl) {
+  for (int64_t i = n_stage_layers_ - 1; i >= 0; --i) {
+    const int unit = layer_unit(i);
+    const float* x_in = sl.resid[static_cast<size_t>(i)].data();
+    const TraceScope span("layer", "backward L", table_.stage.first_layer + i);  // --trace
+    const float* P = store_->acquire_params(unit, Pass::backward);
+    float* G = store_->acquire_grads(unit);
+    LayerActs& a = acts_for(i);
+    // Recomputation: the same kernels (and, in 2-D, collectives) on the same
+    // input, so the recomputed activations are bitwise the ones the forward produced.
+    if (two_d()) {
+      if (opts_.recompute) layer_forward_2d(i, P, a, x_in, nullptr);
+      layer_backward_2d(i, P, G, a, x_in, buf_->dres.data());
+    } else {
+      if (opts_.recompute) layer_forward(i, P, a, x_in, nullptr);
+      layer_backward(i, P, G, a, x_in, buf_->dres.data());
+    }
+    store_->release_grads(unit);
+    store_->release_params(unit, Pass::backward);
+  }
+}
+
 void Llama::backward_slot(int s, float dloss) {
   use_slot(s);
   if (two_d()) return backward_2d(dloss);
@@ -283,22 +305,7 @@ void Llama::backward_slot(int s, float dloss) {
   if (has_head()) Eg = head_backward(dloss);
   if (cfg_.moe()) moe_tally_backward(sl);
   // Otherwise dres holds the gradient of this stage's output (output_grad()).
-  for (int64_t i = n_stage_layers_ - 1; i >= 0; --i) {
-    const int unit = layer_unit(i);
-    const float* x_in = sl.resid[static_cast<size_t>(i)].data();
-    const TraceScope span("layer", "backward L", table_.stage.first_layer + i);  // --trace
-    const float* P = store_->acquire_params(unit, Pass::backward);
-    float* G = store_->acquire_grads(unit);
-    LayerActs& a = acts_for(i);
-    if (opts_.recompute) {
-      // Same kernels on the same input: the recomputed activations are bitwise
-      // the ones the forward produced.
-      layer_forward(i, P, a, x_in, nullptr);
-    }
-    layer_backward(i, P, G, a, x_in, b.dres.data());
-    store_->release_grads(unit);
-    store_->release_params(unit, Pass::backward);
-  }
+  layers_backward(sl);
   if (has_embed()) {
     const int eu = table_.embed_unit;
     if (!tied_here) Eg = store_->acquire_grads(eu);

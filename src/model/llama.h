@@ -240,6 +240,9 @@ class Llama : public pp::Stage {
   // x_out may be null (recomputation): the layer output is then not computed.
   void layer_forward(int64_t l, const float* P, LayerActs& a, const float* x_in, float* x_out);
   void layer_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in, float* dres);
+  // The stage's layers backward, last to first, from dres (the gradient of
+  // their output) to that of their input, recomputing each first when asked.
+  void layers_backward(Slot& sl);
   void attention_core_backward(int64_t gl, LayerActs& a);
   const float* dropped_grad(int64_t gl, const char* site, const float* dres);
   double head_forward(Slot& sl);  // the last stage's final norm, LM head and loss sum (llama_head.cpp)

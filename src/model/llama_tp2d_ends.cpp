@@ -17,7 +17,6 @@
 #include <string>
 
 #include "core/error.h"
-#include "core/trace_spans.h"
 #include "model/llama_internal.h"
 #include "ops/gemm.h"
 #include "parallel/tp2d_linear.h"
@@ -112,19 +111,7 @@ double Llama::forward_2d(Slot& sl) {
 void Llama::backward_2d(float dloss) {
   Slot& sl = *cur_;
   float* Eg = head_backward_2d(sl, dloss);  // a tied head's gradient: the embedding unit's, still acquired
-  for (int64_t i = n_stage_layers_ - 1; i >= 0; --i) {
-    const int unit = layer_unit(i);
-    const float* x_in = sl.resid[static_cast<size_t>(i)].data();
-    const TraceScope span("layer", "backward L", table_.stage.first_layer + i);  // --trace
-    const float* P = store_->acquire_params(unit, Pass::backward);
-    float* G = store_->acquire_grads(unit);
-    LayerActs& a = acts_for(i);
-    if (opts_.recompute)  // re-runs the layer's forward collectives too: the same bits
-      layer_forward_2d(i, P, a, x_in, nullptr);
-    layer_backward_2d(i, P, G, a, x_in, buf_->dres.data());
-    store_->release_grads(unit);
-    store_->release_params(unit, Pass::backward);
-  }
+  layers_backward(sl);
   embed_backward_2d(sl, Eg);
   moe_after_backward(sl);
   sl.has_targets = false;
