@@ -35,6 +35,20 @@ def measured_step_s(metrics_path):
     return statistics.median(times)
 
 
+def layer_gemm_rates(machine):
+    """The range of the model's layer GEMM rates per rank (calibrate --config),
+    for each number of ranks on the node that calibrate measured."""
+    parts = []
+    for ranks in sorted({g.get("ranks", 0) for g in machine["gemm"]}):
+        rates = [g["flops_per_s"] / max(1, ranks) / 1e9 for g in machine["gemm"]
+                 if g.get("ranks", 0) == ranks and not g["m"] == g["n"] == g["k"]]
+        if rates:
+            threads = next(g.get("threads", 0) for g in machine["gemm"] if g.get("ranks", 0) == ranks)
+            parts.append(f"{ranks} rank(s) of {threads} thread(s): layer GEMMs {min(rates):.0f}-{max(rates):.0f} "
+                         f"GFLOP/s per rank")
+    return "; ".join(parts) if parts else "no layer GEMMs measured"
+
+
 def main():
     rows_path, machine_path, docs = sys.argv[1:4]
     gates = (sys.argv[4] if len(sys.argv) > 4 else "memory,time").split(",")
@@ -56,9 +70,9 @@ def main():
         table.append(f"| `{layout}` | {np_} | {mem_m:.2f} | {mem_p:.2f} | {mem_err:+.1%} | {t_m:.4f} | {t_p:.4f} "
                      f"| {t_err:+.1%} | memory{', time' if gate_time else ''} |")
     load = os.getloadavg()[0]
-    note = (f"Machine file: {machine['description']}; best SGEMM rate {machine['peak_flops'] / 1e9:.1f} GFLOP/s, "
-            f"memory {machine['memory_bytes_per_s'] / 1e9:.1f} GB/s; load average at the end {load:.1f} "
-            f"on {os.cpu_count()} cores.")
+    note = (f"Machine file: {machine['description']}; best GEMM rate {machine['peak_flops'] / 1e9:.1f} GFLOP/s, "
+            f"memory {machine['memory_bytes_per_s'] / 1e9:.1f} GB/s; {layer_gemm_rates(machine)}; load average "
+            f"at the end {load:.1f} on {os.cpu_count()} cores.")
     text = "\n".join(table) + "\n\n" + note + "\n"
     print(text)
     print("FAIL: " + "; ".join(failures) if failures else "all gates pass")
@@ -69,7 +83,7 @@ def main():
             doc = doc[:doc.index(BEGIN)] + block + doc[doc.index(END) + len(END):]
         else:
             doc += ("\n## Planner validation (issue: observability and planning)\n\n"
-                    "`scripts/validate_plan.sh` (docs/PLANNER.md, \"Validation here\"): each layout trained for 6 "
+                    "`scripts/validate_plan.sh` (docs/PLANNER.md, \"Validation here\"): each layout trained for 10 "
                     "steps of `configs/plan/validate.toml`, against `meshtrain plan --layout` with this machine's "
                     "calibrated description.\n\n" + block + "\n")
         open(docs, "w").write(doc)

@@ -58,8 +58,9 @@ double gemm_s(const Ctx& c, double rows, double n, double k) {
 
 // A calibrated machine's measured layer kernels (plan/kernels.h), scaled to
 // this layout's microbatch: attention by sequences × T² × d / tp (under cp
-// the ring's blocks, below), norms, RoPE and SwiGLU by tokens × (d + ffn) with tp's share; a rank has
-// 1 / ranks of the node the measurement had. False when not measured.
+// the ring's blocks, below), norms, RoPE and SwiGLU by tokens × (d + ffn)
+// with tp's share; a rank has 1 / ranks of the node the measurement had (the
+// one for the ranks this layout puts on the node). False when not measured.
 bool measured_kernels(const Ctx& c, double* attention_forward, double* elementwise) {
   const LayerKernels* measured = c.m.layer_kernels(c.ranks_on_node);
   if (measured == nullptr || measured->batch <= 0) return false;
@@ -195,8 +196,8 @@ AxisComm tp_comm(const Ctx& c, double layers, double act) {
   return a;
 }
 
-// Per microbatch (all chunks of this rank): tp's (above); cp's ring passes of k and v
-// (and of their gradients in the backward), behind the attention; ep's
+// Per microbatch (all chunks of this rank): tp's (above); cp's ring passes
+// of k and v (and of their gradients in the backward), behind the attention; ep's
 // exchange of expert counts and its dispatch and combine all-to-alls per MoE
 // layer and direction.
 std::vector<AxisComm> microbatch_comm(const Ctx& c, const StageWork& w) {
