@@ -63,6 +63,22 @@ TEST(PlanCalibrated, RatesFollowTheRanksOnTheNode) {
   EXPECT_DOUBLE_EQ(back.kernels[0].attention_half_s, 3e-4);
 }
 
+TEST(PlanCalibrated, OlderFilesMeanAnyNumberOfRanks) {
+  // Before rates by ranks: the node's rate for any number of ranks, one kernels object.
+  const Machine m = machine_from_json(R"({
+    "name": "old", "devices_per_node": 1048576, "peak_flops": 2e9, "shared_compute": true,
+    "memory_bytes": 1e10, "memory_bytes_per_s": 1e10, "precision": "fp32",
+    "intra": {"alpha_s": 1e-6, "bytes_per_s": 1e9}, "inter": {"alpha_s": 1e-6, "bytes_per_s": 1e9},
+    "gemm": [{"m": 32, "n": 64, "k": 64, "flops_per_s": 2e9}],
+    "kernels": {"batch": 2, "seq_len": 16, "d_model": 64, "ffn_hidden": 128, "heads": 2,
+                "attention_s": 1e-3, "elementwise_s": 2e-4}})",
+                                      "old");
+  EXPECT_EQ(m.measured_ranks(2), 0);
+  EXPECT_DOUBLE_EQ(m.gemm_rate(32, 64, 64, 2), 1e9);
+  ASSERT_NE(m.layer_kernels(2), nullptr);
+  EXPECT_DOUBLE_EQ(m.layer_kernels(2)->optimizer_s, 0.0);  // not measured: AdamW's traffic at the memory rate
+}
+
 TEST(PlanCalibrated, OneRankStepByHand) {
   const Machine m = machine_from_json(kMachine, "test");
   const PlanInput in = tiny(1, 2);
