@@ -133,25 +133,27 @@ void measure_with_ranks(Group& world, const CalibrateOptions& o, int ranks, int 
   quiet_barrier(world);
 }
 
-// Each rate the median over the rounds (every round measures the same entries
-// in the same order): a burst of other work on the shared cores spoils one
-// round, not the rate.
-void median_over_rounds(const std::vector<Machine>& rounds, Machine& m) {
-  const auto over = [&](auto get) {
-    std::vector<double> v;
+// Each rate the best over the rounds (every round measures the same entries
+// in the same order; a round's rate is already its median window): other work
+// on the shared cores only ever slows a round, and a burst of it rarely spans
+// them all.
+void best_over_rounds(const std::vector<Machine>& rounds, Machine& m) {
+  const auto best = [&](auto get, bool larger) {
+    double b = get(rounds[0]);
     for (const Machine& r : rounds)
-      v.push_back(get(r));
-    return median(v);
+      b = larger ? std::max(b, get(r)) : std::min(b, get(r));
+    return b;
   };
   m.gemm = rounds[0].gemm;
   for (size_t i = 0; i < m.gemm.size(); ++i)
-    m.gemm[i].flops_per_s = over([&](const Machine& r) { return r.gemm[i].flops_per_s; });
+    m.gemm[i].flops_per_s = best([&](const Machine& r) { return r.gemm[i].flops_per_s; }, true);
   m.kernels = rounds[0].kernels;
   for (size_t i = 0; i < m.kernels.size(); ++i) {
-    m.kernels[i].attention_s = over([&](const Machine& r) { return r.kernels[i].attention_s; });
-    m.kernels[i].attention_half_s = over([&](const Machine& r) { return r.kernels[i].attention_half_s; });
-    m.kernels[i].elementwise_s = over([&](const Machine& r) { return r.kernels[i].elementwise_s; });
-    m.kernels[i].optimizer_s = over([&](const Machine& r) { return r.kernels[i].optimizer_s; });
+    LayerKernels& k = m.kernels[i];
+    k.attention_s = best([&](const Machine& r) { return r.kernels[i].attention_s; }, false);
+    k.attention_half_s = best([&](const Machine& r) { return r.kernels[i].attention_half_s; }, false);
+    k.elementwise_s = best([&](const Machine& r) { return r.kernels[i].elementwise_s; }, false);
+    k.optimizer_s = best([&](const Machine& r) { return r.kernels[i].optimizer_s; }, false);
   }
 }
 
@@ -233,13 +235,12 @@ Machine calibrate(Group& world, const CalibrateOptions& o) {
   for (Machine& round : rounds)
     for (int r = 1; r <= world.size(); r *= 2)
       measure_with_ranks(world, o, r, std::max(1, cores / r), round);
+  best_over_rounds(rounds, m);
   // The peak is the best measured rate (small shapes that stay in cache can
   // beat 1024³), so that a predicted MFU stays at most 1.
   m.peak_flops = 0;
-  for (const Machine& round : rounds)
-    for (const GemmRate& g : round.gemm)
-      m.peak_flops = std::max(m.peak_flops, g.flops_per_s);
-  median_over_rounds(rounds, m);
+  for (const GemmRate& g : m.gemm)
+    m.peak_flops = std::max(m.peak_flops, g.flops_per_s);
   m.memory_bytes_per_s = memory_bytes_per_s(world);
   m.memory_bytes = double(std::max<int64_t>(0, available_memory_bytes()));
   m.intra = m.inter = {1e-6, m.memory_bytes_per_s / 2};  // replaced by the fits below when ranks > 1
