@@ -119,6 +119,14 @@ StageWork stage_work(const Ctx& c) {
   const double passes = c.l.recompute == Recompute::full ? 5 : 4;
   w.elementwise = layers * tok * per_token * c.sizes.activation * passes / c.m.memory_bytes_per_s;
   if (measured) w.elementwise = layers * measured_elementwise * (passes / 4);
+  if (md.moe()) {
+    // Each MoE layer copies a token's top_k rows into expert order and back
+    // (dispatch and combine), forward and backward: 8 · top_k rows of d / tp
+    // elements read or written per token, at this rank's share of the memory rate.
+    const double moe_layers = std::ceil(double(md.n_moe_layers()) / double(c.l.pp));
+    const double rate = c.m.memory_bytes_per_s / (c.m.shared_compute ? double(c.ranks_on_node) : 1.0);
+    w.elementwise += moe_layers * tok * 8 * double(md.top_k) * d / t * c.sizes.activation / rate;
+  }
   return w;
 }
 
