@@ -3,7 +3,7 @@
 # here"): calibrates this machine (mpirun -np 2), trains each layout below for
 # a few steps, asks `meshtrain plan` to predict that one layout, and compares
 # the per-rank peak memory (the largest rank's tracked total) and the step
-# time (median of the steps after the first; the faster of two passes). Writes the table into
+# time (median of the steps after the first; the fastest of three passes). Writes the table into
 # docs/BENCHMARKS.md ("Planner validation") unless --no-docs.
 #
 #   scripts/validate_plan.sh [BUILD] [--no-docs] [--only NAME,NAME] [--memory-only]
@@ -62,12 +62,12 @@ layouts=(
   "tp2_pp2 4 $cfg dp1,tp2,pp2,cp1,zero0,mbs2 --tp 2 --pp 2"
 )
 
-# With the time gate, every layout trains twice, in two passes over the list
-# (tens of seconds apart), and the faster pass's median counts: other sessions'
-# work on the shared cores only ever lengthens a step, and a burst of it rarely
-# spans both.
+# With the time gate, every layout trains three times, in three passes over
+# the list (tens of seconds apart), and the fastest pass's median counts: other
+# sessions' work on the shared cores only ever lengthens a step, and a burst of
+# it rarely spans them all.
 passes=1
-[ "$gates" = memory ] || passes=2
+[ "$gates" = memory ] || passes=3
 rows=$tmp/rows.tsv
 : >"$rows"
 for pass in $(seq 1 "$passes"); do
