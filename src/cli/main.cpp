@@ -214,10 +214,17 @@ CLI::App* add_calibrate(CLI::App& app, mt::CalibrateArgs& ca) {
       "calibrate",
       "Measure this machine (GEMM rates, memory rate, collectives under mpirun) for plan --machine");
   c->add_option("--out", ca.out, "Machine description to write (JSON, docs/FORMATS.md)")->required();
-  c->add_option("--config", ca.config, "Also measure this config's GEMM shapes (tp 1 and 2)");
+  c->add_option(
+      "--config", ca.config,
+      "Also measure this config's layer GEMMs as a step runs them (tp 1 and 2; a microbatch's rows and "
+      "half of them), its layer kernels and its optimizer pass");
   c->add_option("--seconds", ca.seconds, "Seconds per measured shape or size")->capture_default_str();
   c->footer(
-      "Run under mpirun -np 2 (or 4) to fit each collective's latency and bandwidth for 2 (and 4) ranks.");
+      "Run under mpirun -np 2 (or 4) to fit each collective's latency and bandwidth for 2 (and 4) ranks; the "
+      "compute rates are measured for 1, 2, 4, ... ranks on the node, each with cores / ranks threads. Use "
+      "the "
+      "binding the training runs use (Open MPI binds each of at most 2 ranks to one core: --bind-to none "
+      "lets a lone rank use the node).");
   return c;
 }
 

@@ -3,9 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
+#include <thread>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "core/timer.h"
 #include "ops/gemm.h"
 #include "plan/kernels.h"
@@ -30,6 +33,11 @@ AlphaBeta fit_alpha_beta(const std::vector<double>& x, const std::vector<double>
 
 namespace {
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 // Seconds per call of `fn` for the node: every rank calls it `calls` times
 // in the same window (after a barrier), the window lasts as long as its
 // slowest rank, and the median of 5 windows over the ranks' calls is kept —
@@ -46,8 +54,7 @@ double node_seconds_per_call(Group& world, const std::function<void()>& fn, int 
     world.all_reduce(&s, 1, "calibrate", ReduceOp::max);
     windows.push_back(s / double(calls * world.size()));
   }
-  std::sort(windows.begin(), windows.end());
-  return windows[windows.size() / 2];
+  return median(windows);
 }
 
 // Calls per window for work of `flops`: 2·10⁹ × `seconds` FLOPs (a window of
@@ -81,19 +88,73 @@ double memory_bytes_per_s(Group& world) {
   return 3.0 * double(n) * sizeof(float) / t;
 }
 
-std::vector<GemmRate> gemm_shapes(const CalibrateOptions& o) {
-  std::vector<GemmRate> s{{256, 256, 256, 0}, {512, 512, 512, 0}, {1024, 1024, 1024, 0}};
-  if (o.has_model) {
-    const ModelConfig& m = o.model;
-    for (int64_t t : {1, 2}) {  // tp 1 and tp 2 column splits
-      s.push_back({o.tokens, m.qkv_dim() / t, m.d_model, 0});
-      s.push_back({o.tokens, m.d_model, m.q_dim() / t, 0});
-      s.push_back({o.tokens, m.ffn_hidden / t, m.d_model, 0});
-      s.push_back({o.tokens, m.d_model, m.ffn_hidden / t, 0});
-      s.push_back({o.tokens, m.vocab_size / t, m.d_model, 0});
+// A barrier whose waiting ranks sleep between polls: a rank spinning in MPI
+// would take a core from the ranks being timed.
+void quiet_barrier(Group& world) {
+  int32_t token = 0;
+  Work w = world.all_reduce_async(&token, 1, ElemType::i32, ReduceOp::sum, "calibrate");
+  while (!w.test())
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+}
+
+// The rates of the node while `ranks` ranks (the first of the world) run at
+// once, each with `threads` threads, as a training job of that many ranks
+// here would: square GEMMs (the best case), the model's layer GEMMs as a step
+// runs them (rows of a microbatch and of half of one, columns whole and split
+// tp 2), its layer kernels and optimizer pass. The other ranks sleep.
+void measure_with_ranks(Group& world, const CalibrateOptions& o, int ranks, int threads, Machine& m) {
+  const bool member = world.rank() < ranks;
+  Group g = world.split(member ? 0 : 1, world.rank(), "calibrate");
+  if (member) {
+    const int saved = num_threads();
+    set_num_threads(threads);
+    const auto tag = [&](GemmRate r) {
+      r.ranks = ranks;
+      r.threads = threads;
+      return r;
+    };
+    for (int64_t n : {256, 512, 1024})
+      m.gemm.push_back(tag({n, n, n, gemm_flops_per_s(g, n, n, n, o.seconds_per_shape)}));
+    if (o.has_model) {
+      const NodeSeconds seconds = [&](const std::function<void()>& fn) {
+        return node_seconds_per_call(g, fn, 3);
+      };
+      for (int64_t rows : {o.tokens, std::max<int64_t>(1, o.tokens / 2)})
+        for (int64_t tp : {1, 2})
+          for (const GemmRate& r : measure_layer_gemms(o.model, rows, tp, seconds))
+            m.gemm.push_back(tag(r));
+      LayerKernels k = measure_layer_kernels(o.model, o.microbatch, o.seq_len, seconds);
+      k.optimizer_s = measure_optimizer_pass(checked_param_count(o.model), seconds);
+      k.ranks = ranks, k.threads = threads;
+      m.kernels.push_back(k);
     }
+    set_num_threads(saved);
   }
-  return s;
+  quiet_barrier(world);
+}
+
+// Each rate the best over the rounds (every round measures the same entries
+// in the same order; a round's rate is already its median window): other work
+// on the shared cores only ever slows a round, and a burst of it rarely spans
+// them all.
+void best_over_rounds(const std::vector<Machine>& rounds, Machine& m) {
+  const auto best = [&](auto get, bool larger) {
+    double b = get(rounds[0]);
+    for (const Machine& r : rounds)
+      b = larger ? std::max(b, get(r)) : std::min(b, get(r));
+    return b;
+  };
+  m.gemm = rounds[0].gemm;
+  for (size_t i = 0; i < m.gemm.size(); ++i)
+    m.gemm[i].flops_per_s = best([&](const Machine& r) { return r.gemm[i].flops_per_s; }, true);
+  m.kernels = rounds[0].kernels;
+  for (size_t i = 0; i < m.kernels.size(); ++i) {
+    LayerKernels& k = m.kernels[i];
+    k.attention_s = best([&](const Machine& r) { return r.kernels[i].attention_s; }, false);
+    k.attention_half_s = best([&](const Machine& r) { return r.kernels[i].attention_half_s; }, false);
+    k.elementwise_s = best([&](const Machine& r) { return r.kernels[i].elementwise_s; }, false);
+    k.optimizer_s = best([&](const Machine& r) { return r.kernels[i].optimizer_s; }, false);
+  }
 }
 
 // Seconds of one collective of `bytes` over `g`: the best of a fixed number
@@ -166,20 +227,21 @@ Machine calibrate(Group& world, const CalibrateOptions& o) {
   m.shared_compute = true;
   m.overlap = 0.0;  // MPI progresses a non-blocking collective only inside its calls here
   m.precision = "fp32";
-  m.gemm = gemm_shapes(o);
-  for (GemmRate& g : m.gemm)  // the node's rate: every rank at once with its share of the cores
-    g.flops_per_s = gemm_flops_per_s(world, g.m, g.n, g.k, o.seconds_per_shape);
+  // As the trainer (train.threads = 0): a job of r ranks gives each the
+  // cores it may run on ÷ r threads. The cores are this rank's (its affinity
+  // mask): calibrate under the same mpirun binding as the training runs.
+  const int cores = hardware_threads();
+  std::vector<Machine> rounds(static_cast<size_t>(std::max(1, o.rounds)));
+  for (Machine& round : rounds)
+    for (int r = 1; r <= world.size(); r *= 2)
+      measure_with_ranks(world, o, r, std::max(1, cores / r), round);
+  best_over_rounds(rounds, m);
   // The peak is the best measured rate (small shapes that stay in cache can
   // beat 1024³), so that a predicted MFU stays at most 1.
   m.peak_flops = 0;
   for (const GemmRate& g : m.gemm)
     m.peak_flops = std::max(m.peak_flops, g.flops_per_s);
   m.memory_bytes_per_s = memory_bytes_per_s(world);
-  if (o.has_model) {  // the node's seconds per layer, every rank at once
-    m.kernels = measure_layer_kernels(o.model, o.microbatch, o.seq_len, [&](const std::function<void()>& fn) {
-      return node_seconds_per_call(world, fn, 4);
-    });
-  }
   m.memory_bytes = double(std::max<int64_t>(0, available_memory_bytes()));
   m.intra = m.inter = {1e-6, m.memory_bytes_per_s / 2};  // replaced by the fits below when ranks > 1
   measure_collectives(world, o, m);

@@ -20,12 +20,15 @@ struct CalibrateOptions {
   int64_t tokens = 512;  // microbatch × seq_len
   int64_t microbatch = 1, seq_len = 512;
   double seconds_per_shape = 0.2;  // sets the GEMM windows' length
+  int rounds = 5;                  // every compute rate: the best of this many rounds
   std::vector<int64_t> message_bytes{4096, 65536, 1 << 20, 8 << 20};
 };
 
-// Collective over `world`: every rank measures at the same moment with its
-// share of the cores, in windows that last as long as the slowest rank, and
-// the median window gives the node's rate; the
+// Collective over `world`: the compute rates for r = 1, 2, 4, … ranks on the
+// node (up to the world), the first r ranks measuring at the same moment with
+// the threads a training job of r ranks gives each (cores ÷ r) while the
+// others sleep, in windows that last as long as the slowest rank; the median
+// window, then the best over `rounds`, gives the node's rate. The
 // collectives are fitted for groups of 2 and 4 ranks as far as the world
 // allows. The result is complete on rank 0.
 Machine calibrate(Group& world, const CalibrateOptions& o);

@@ -57,26 +57,38 @@ double gemm_s(const Ctx& c, double rows, double n, double k) {
 }
 
 // A calibrated machine's measured layer kernels (plan/kernels.h), scaled to
-// this layout's microbatch: attention by sequences × T² × d / (tp · cp),
-// norms, RoPE and SwiGLU by tokens × (d + ffn) with tp's share; a rank has
-// 1 / ranks of the node the measurement had. False when not measured.
+// this layout's microbatch: attention by sequences × T² × d / tp (under cp
+// the ring's blocks, below), norms, RoPE and SwiGLU by tokens × (d + ffn)
+// with tp's share; a rank has 1 / ranks of the node the measurement had (the
+// one for the ranks this layout puts on the node). False when not measured.
 bool measured_kernels(const Ctx& c, double* attention_forward, double* elementwise) {
-  const LayerKernels& k = c.m.kernels;
-  if (k.attention_s <= 0 || k.batch <= 0) return false;
+  const LayerKernels* measured = c.m.layer_kernels(c.ranks_on_node);
+  if (measured == nullptr || measured->batch <= 0) return false;
+  const LayerKernels& k = *measured;
   const ModelConfig& md = c.in.model;
   const double t = double(c.l.tp), T = double(c.in.seq_len), Tk = double(k.seq_len), share = c.ranks_on_node;
-  const double attn = double(c.l.mbs) * T * T * double(md.d_model) / (t * double(c.l.cp)) /
-                      (double(k.batch) * Tk * Tk * double(k.d_model));
+  const double heads = double(c.l.mbs) * double(md.d_model) / t / (double(k.batch) * double(k.d_model));
+  double attn = k.attention_s * heads * T * T / (Tk * Tk);
+  if (c.l.cp > 1 && k.attention_half_s > 0) {
+    // The ring computes cp blocks of T/cp queries against T/cp keys, each
+    // about half masked with the zigzag split (docs/PARALLELISM.md, "Context
+    // parallelism"): cp of the measured causal half-length attention, scaled.
+    const double block = T / double(c.l.cp), half = Tk / 2;
+    attn = double(c.l.cp) * k.attention_half_s * heads * block * block / (half * half);
+  } else {
+    attn /= double(c.l.cp);
+  }
   const double norms = c.l.sp ? double(md.d_model) / t : double(md.d_model);
   const double work = c.tokens * (norms + double(md.ffn_hidden) / t) /
                       (double(k.batch) * Tk * double(k.d_model + k.ffn_hidden));
-  *attention_forward = k.attention_s * attn * share / 3;  // forward : backward as 1 : 2
-  *elementwise = k.elementwise_s * work * share;          // forward + backward
+  *attention_forward = attn * share / 3;          // forward : backward as 1 : 2
+  *elementwise = k.elementwise_s * work * share;  // forward + backward
   return true;
 }
 
 // Forward of one microbatch through this rank's layers and, on the last
-// stage, the head: each GEMM at its shape's rate; causal attention's
+// stage, the head: each GEMM at its shape's rate (the MLP's gate and up
+// projections as the one GEMM the trainer runs); causal attention's
 // QKᵀ and PV (halved by the mask with flash-style attention, computed whole
 // when the scores are materialised); element-wise traffic from the count of
 // saved activation elements per token and layer (docs/PLANNER.md, "Time model").
@@ -85,7 +97,7 @@ StageWork stage_work(const Ctx& c) {
   const double t = double(c.l.tp), d = double(md.d_model), tok = c.tokens;
   const double ffn = md.moe() ? double(md.top_k * md.expert_hidden()) : double(md.ffn_hidden);
   const double layer = gemm_s(c, tok, double(md.qkv_dim()) / t, d) +
-                       gemm_s(c, tok, d, double(md.q_dim()) / t) + 2 * gemm_s(c, tok, ffn / t, d) +
+                       gemm_s(c, tok, d, double(md.q_dim()) / t) + gemm_s(c, tok, 2 * ffn / t, d) +
                        gemm_s(c, tok, d, ffn / t);
   const double T = double(c.in.seq_len), hd = double(md.head_dim());
   const double attn_flops = double(c.l.mbs) * double(md.n_heads) / t * hd * T * T *
@@ -100,13 +112,21 @@ StageWork stage_work(const Ctx& c) {
   w.forward = layers * (layer + attn) + head;
   w.backward = 2 * w.forward;
   if (c.l.recompute == Recompute::full) w.recompute = layers * (layer + attn);
-  if (c.l.recompute == Recompute::selective) w.recompute = layers * 2 * gemm_s(c, tok, ffn / t, d);
+  if (c.l.recompute == Recompute::selective) w.recompute = layers * gemm_s(c, tok, 2 * ffn / t, d);
   const double a = double(md.n_heads), scores = c.in.flash_attention ? 0 : 2.5 * a * T / t;
   const double per_token = c.l.sp ? 17 * d / t + scores : (5 + 12 / t) * d + scores;
   // written forward, read backward, its gradient written and read; again when recomputed
   const double passes = c.l.recompute == Recompute::full ? 5 : 4;
   w.elementwise = layers * tok * per_token * c.sizes.activation * passes / c.m.memory_bytes_per_s;
   if (measured) w.elementwise = layers * measured_elementwise * (passes / 4);
+  if (md.moe()) {
+    // Each MoE layer copies a token's top_k rows into expert order and back
+    // (dispatch and combine), forward and backward: 8 · top_k rows of d / tp
+    // elements read or written per token, at this rank's share of the memory rate.
+    const double moe_layers = std::ceil(double(md.n_moe_layers()) / double(c.l.pp));
+    const double rate = c.m.memory_bytes_per_s / (c.m.shared_compute ? double(c.ranks_on_node) : 1.0);
+    w.elementwise += moe_layers * tok * 8 * double(md.top_k) * d / t * c.sizes.activation / rate;
+  }
   return w;
 }
 
@@ -154,28 +174,47 @@ AxisComm dp_comm(const Ctx& c, double params, int64_t microbatches, double backw
   return a;
 }
 
-// Per microbatch (all chunks of this rank): tp's two all-reduces (or SP's
-// all-gather + reduce-scatter pairs, the same ring volume) per layer and
-// direction, again in a full recomputation; cp's ring passes of k and v
-// (and of their gradients in the backward), behind the attention; ep's
-// dispatch and combine all-to-alls per MoE layer and direction.
+// tp per microbatch (all chunks of this rank): two all-reduces of the
+// activations (or SP's all-gather + reduce-scatter pairs, the same ring
+// volume) per layer and direction, again in a full recomputation; SP's
+// all-reduce of the norms' weight gradients per layer; the vocab-parallel
+// embedding's and head's pairs (one each on the first and last stage) and the
+// vocab-parallel cross-entropy's three all-reduces of a float per token
+// (max, sum of exponentials, target logit) on the last stage — each message
+// its latency as well as its bytes (the ledger of docs/PARALLELISM.md,
+// "Tensor parallelism").
+AxisComm tp_comm(const Ctx& c, double layers, double act) {
+  const PlanLayout& l = c.l;
+  const bool inter = c.crosses(l.tp);
+  const double ends = l.pp == 1 ? 2 : 1;  // the busiest stage: the last (head), or the only one
+  const double calls = layers * (l.recompute == Recompute::full ? 6 : 4) + ends;
+  const double token = c.tokens * 4, norms = 2 * double(c.in.model.d_model) * 4;
+  AxisComm a{"tp",
+             describe(l.sp ? "all-gather + reduce-scatter pairs of" : "all-reduces of", act, l.tp, inter),
+             calls * act + 3 * token,
+             0,
+             0,
+             inter};
+  a.total_s = calls * collective_time(c.m, "all_reduce", l.tp, act, inter) +
+              3 * collective_time(c.m, "all_reduce", l.tp, token, inter);
+  if (l.sp) {
+    a.bytes += layers * norms;
+    a.total_s += layers * collective_time(c.m, "all_reduce", l.tp, norms, inter);
+  }
+  return a;
+}
+
+// Per microbatch (all chunks of this rank): tp's (above); cp's ring passes
+// of k and v (and of their gradients in the backward), behind the attention; ep's
+// exchange of expert counts and its dispatch and combine all-to-alls per MoE
+// layer and direction.
 std::vector<AxisComm> microbatch_comm(const Ctx& c, const StageWork& w) {
   const ModelConfig& md = c.in.model;
   const PlanLayout& l = c.l;
   const double layers = std::ceil(double(md.n_layers) / double(l.pp));
   const double act = c.tokens * double(md.d_model) * c.sizes.activation;
   std::vector<AxisComm> out;
-  if (l.tp > 1) {
-    const bool inter = c.crosses(l.tp);
-    const double calls = layers * (l.recompute == Recompute::full ? 6 : 4);
-    AxisComm a{"tp",
-               describe(l.sp ? "all-gather + reduce-scatter pairs of" : "all-reduces of", act, l.tp, inter),
-               calls * act,
-               calls * collective_time(c.m, "all_reduce", l.tp, act, inter),
-               0,
-               inter};
-    out.push_back(a);
-  }
+  if (l.tp > 1) out.push_back(tp_comm(c, layers, act));
   if (l.cp > 1) {
     const bool inter = c.crosses(l.tp * l.cp);
     const double kv = 2 * c.tokens * double(md.kv_dim()) / double(l.tp) * c.sizes.activation;
@@ -188,9 +227,14 @@ std::vector<AxisComm> microbatch_comm(const Ctx& c, const StageWork& w) {
   if (l.ep > 1 && md.moe()) {
     const bool inter = c.crosses(l.ep <= l.cp ? l.tp * l.ep : l.devices() / l.dp * (l.ep / l.cp));
     const double rows = c.tokens * double(md.top_k) * double(md.d_model) * c.sizes.activation / double(l.tp);
-    const double calls = 4 * double(md.n_moe_layers()) / double(l.pp);
-    out.push_back({"ep", describe("token all-to-alls of", rows, l.ep, inter), calls * rows,
-                   calls * collective_time(c.m, "all_to_all", l.ep, rows, inter), 0, inter});
+    const double moe_layers = double(md.n_moe_layers()) / double(l.pp);
+    // each MoE layer: the expert counts, then the rows out and back, forward and backward
+    const double counts = double(l.ep * md.n_experts) * 4, calls = 4 * moe_layers;
+    out.push_back({"ep", describe("token all-to-alls of", rows, l.ep, inter),
+                   calls * rows + moe_layers * counts,
+                   calls * collective_time(c.m, "all_to_all", l.ep, rows, inter) +
+                       moe_layers * collective_time(c.m, "all_to_all", l.ep, counts, inter),
+                   0, inter});
   }
   return out;
 }
@@ -228,13 +272,24 @@ Prediction predict(const PlanInput& in, const PlanLayout& l, const Machine& m) {
                     msgs * collective_time(m, "send_recv", 2, act, inter), 0, inter});
   }
   const ModelConfig& md = in.model;
-  const double params = double(checked_param_count(md)) / double(l.tp * l.pp);
-  axes.push_back(dp_comm(c, params, p.microbatches, w.backward + w.recompute, p.compute_s));
+  // A rank's parameters: the dense ones ÷ (tp · pp), the experts also ÷ ep;
+  // the experts' gradients are reduced only where ep leaves replicas of them.
+  const double experts = md.moe() ? 3.0 * double(md.d_model * md.expert_hidden() * md.n_experts) *
+                                        double(md.n_moe_layers()) / double(l.tp * l.pp)
+                                  : 0.0;
+  const double dense = double(checked_param_count(md)) / double(l.tp * l.pp) - experts;
+  const double params = dense + experts / double(l.ep);
+  const double reduced = l.dp * l.cp > l.ep ? params : dense;
+  axes.push_back(dp_comm(c, reduced, p.microbatches, w.backward + w.recompute, p.compute_s));
   if (axes.back().total_s == 0) axes.pop_back();
-  // AdamW's pass over this rank's share of the state: read parameter,
-  // gradient and two moments, write three, in fp32 (28 B per element).
+  // The pass over this rank's share of the state: as calibrate measured it
+  // (norm, clipping, AdamW; node seconds per element × the ranks sharing the
+  // node), else AdamW's traffic — read parameter, gradient and two moments,
+  // write three, in fp32 (28 B per element) — at the memory rate.
   const double owned = l.zero >= 1 ? params / double(l.shard_size() * l.cp) : params;
-  p.optimizer_s = owned * 28 / m.memory_bytes_per_s;
+  const LayerKernels* k = m.layer_kernels(ranks_on_node);
+  p.optimizer_s = k != nullptr && k->optimizer_s > 0 ? owned * k->optimizer_s * double(ranks_on_node)
+                                                     : owned * 28 / m.memory_bytes_per_s;
   p.comm = axes;
   p.step_s = mb * per_mb + p.bubble_s + p.optimizer_s;
   for (const AxisComm& a : p.comm)

@@ -1,5 +1,6 @@
 #include "plan/machine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -10,6 +11,20 @@
 
 namespace mt::plan {
 
+int Machine::measured_ranks(int ranks_on_node) const {
+  int below = 0, smallest = 0;
+  const auto consider = [&](int r) {
+    if (r <= 0) return;
+    if (r <= ranks_on_node) below = std::max(below, r);
+    smallest = smallest == 0 ? r : std::min(smallest, r);
+  };
+  for (const GemmRate& g : gemm)
+    consider(g.ranks);
+  for (const LayerKernels& k : kernels)
+    consider(k.ranks);
+  return below > 0 ? below : smallest;
+}
+
 double Machine::gemm_rate(int64_t m, int64_t n, int64_t k, int ranks_on_node) const {
   // Without measurements: the roofline of the shape, the smaller of the
   // achievable compute rate and (FLOPs per byte moved) × the memory rate.
@@ -17,13 +32,22 @@ double Machine::gemm_rate(int64_t m, int64_t n, int64_t k, int ranks_on_node) co
   const double intensity = 2 * M * N * K / (el * (M * K + K * N + M * N));
   double rate = std::min(peak_flops * gemm_efficiency, intensity * memory_bytes_per_s);
   double best = std::numeric_limits<double>::infinity();
+  const int r = measured_ranks(ranks_on_node);
   for (const GemmRate& g : gemm) {  // nearest measured shape, distance in log-space
+    if (g.ranks != 0 && g.ranks != r) continue;
     const double d = std::fabs(std::log(double(m) / double(g.m))) +
                      std::fabs(std::log(double(n) / double(g.n))) +
                      std::fabs(std::log(double(k) / double(g.k)));
     if (d < best) best = d, rate = g.flops_per_s;
   }
   return shared_compute ? rate / std::max(1, ranks_on_node) : rate;
+}
+
+const LayerKernels* Machine::layer_kernels(int ranks_on_node) const {
+  const int r = measured_ranks(ranks_on_node);
+  for (const LayerKernels& k : kernels)
+    if (k.attention_s > 0 && (k.ranks == 0 || k.ranks == r)) return &k;
+  return nullptr;
 }
 
 double Machine::rank_memory_bytes(int64_t devices) const {
@@ -88,6 +112,18 @@ AlphaBeta alpha_beta(const nlohmann::json& j) {
   return a;
 }
 
+LayerKernels layer_kernels_from_json(const nlohmann::json& k) {
+  LayerKernels l;
+  l.batch = k.at("batch").get<int64_t>(), l.seq_len = k.at("seq_len").get<int64_t>();
+  l.d_model = k.at("d_model").get<int64_t>(), l.ffn_hidden = k.at("ffn_hidden").get<int64_t>();
+  l.heads = k.at("heads").get<int64_t>();
+  l.attention_s = k.at("attention_s").get<double>(), l.elementwise_s = k.at("elementwise_s").get<double>();
+  l.attention_half_s = k.value("attention_half_s", 0.0);
+  l.optimizer_s = k.value("optimizer_s", 0.0);
+  l.ranks = k.value("ranks", 0), l.threads = k.value("threads", 0);
+  return l;
+}
+
 }  // namespace
 
 std::vector<std::string> builtin_machine_names() {
@@ -131,15 +167,13 @@ Machine machine_from_json(const std::string& text, const std::string& source) {
     m.precision = j.value("precision", "bf16");
     for (const auto& g : j.value("gemm", nlohmann::json::array()))
       m.gemm.push_back({g.at("m").get<int64_t>(), g.at("n").get<int64_t>(), g.at("k").get<int64_t>(),
-                        g.at("flops_per_s").get<double>()});
+                        g.at("flops_per_s").get<double>(), g.value("ranks", 0), g.value("threads", 0)});
     for (const auto& c : j.value("collectives", nlohmann::json::array()))
       m.collectives.push_back({c.at("op").get<std::string>(), c.at("ranks").get<int>(), alpha_beta(c)});
-    if (j.contains("kernels")) {
-      const auto& k = j.at("kernels");
-      m.kernels = {k.at("batch").get<int64_t>(),       k.at("seq_len").get<int64_t>(),
-                   k.at("d_model").get<int64_t>(),     k.at("ffn_hidden").get<int64_t>(),
-                   k.at("heads").get<int64_t>(),       k.at("attention_s").get<double>(),
-                   k.at("elementwise_s").get<double>()};
+    if (j.contains("kernels")) {  // a list, one per number of ranks; one object in older files
+      const nlohmann::json& ks = j.at("kernels");
+      for (const auto& k : ks.is_array() ? ks : nlohmann::json::array({ks}))
+        m.kernels.push_back(layer_kernels_from_json(k));
     }
   } catch (const nlohmann::json::exception& e) {
     MT_THROW(ConfigError, "machine file ", source, ": ", e.what());
@@ -167,21 +201,29 @@ std::string machine_to_json(const Machine& m) {
                       {"precision", m.precision}};
   j["gemm"] = nlohmann::json::array();
   for (const GemmRate& g : m.gemm)
-    j["gemm"].push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"flops_per_s", g.flops_per_s}});
+    j["gemm"].push_back({{"m", g.m},
+                         {"n", g.n},
+                         {"k", g.k},
+                         {"flops_per_s", g.flops_per_s},
+                         {"ranks", g.ranks},
+                         {"threads", g.threads}});
   j["collectives"] = nlohmann::json::array();
   for (const CollectiveFit& c : m.collectives)
     j["collectives"].push_back(
         {{"op", c.op}, {"ranks", c.ranks}, {"alpha_s", c.fit.alpha_s}, {"bytes_per_s", c.fit.bytes_per_s}});
-  if (m.kernels.attention_s > 0) {
-    const LayerKernels& k = m.kernels;
-    j["kernels"] = {{"batch", k.batch},
-                    {"seq_len", k.seq_len},
-                    {"d_model", k.d_model},
-                    {"ffn_hidden", k.ffn_hidden},
-                    {"heads", k.heads},
-                    {"attention_s", k.attention_s},
-                    {"elementwise_s", k.elementwise_s}};
-  }
+  j["kernels"] = nlohmann::json::array();
+  for (const LayerKernels& k : m.kernels)
+    j["kernels"].push_back({{"batch", k.batch},
+                            {"seq_len", k.seq_len},
+                            {"d_model", k.d_model},
+                            {"ffn_hidden", k.ffn_hidden},
+                            {"heads", k.heads},
+                            {"attention_s", k.attention_s},
+                            {"attention_half_s", k.attention_half_s},
+                            {"elementwise_s", k.elementwise_s},
+                            {"optimizer_s", k.optimizer_s},
+                            {"ranks", k.ranks},
+                            {"threads", k.threads}});
   return j.dump(2) + "\n";
 }
 

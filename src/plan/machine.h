@@ -28,18 +28,26 @@ struct CollectiveFit {
   AlphaBeta fit;
 };
 
-// GEMM rate of one shape, measured with all of a node's threads.
+// GEMM rate of one shape (C[m, n] from k), the node's: the sum over the
+// `ranks` ranks that ran it at once, each with `threads` threads (ranks 0: a
+// rate for any number of ranks, as files without the field mean).
 struct GemmRate {
   int64_t m = 0, n = 0, k = 0;
   double flops_per_s = 0;
+  int ranks = 0, threads = 0;
 };
 
 // One decoder layer's non-GEMM kernels, forward + backward, measured by
-// calibrate at the shape of its --config (batch sequences of seq_len tokens),
-// with all of a node's cores; 0 when not measured.
+// calibrate at the shape of its --config (batch sequences of seq_len tokens)
+// while `ranks` ranks of `threads` threads each ran them at once: node
+// seconds per call (a rank's seconds ÷ ranks); 0 when not measured.
+// attention_half_s: the attention of batch sequences of seq_len / 2 (a cp 2
+// ring's block). optimizer_s: node seconds per parameter of the step's pass
+// over the state (the gradient's sum of squares, clipping, AdamW).
 struct LayerKernels {
   int64_t batch = 0, seq_len = 0, d_model = 0, ffn_hidden = 0, heads = 0;
-  double attention_s = 0, elementwise_s = 0;
+  double attention_s = 0, attention_half_s = 0, elementwise_s = 0, optimizer_s = 0;
+  int ranks = 0, threads = 0;
 };
 
 struct Machine {
@@ -62,12 +70,19 @@ struct Machine {
   std::string precision = "bf16";  // bf16: mixed precision sizes; fp32: as meshtrain trains here
   std::vector<GemmRate> gemm;
   std::vector<CollectiveFit> collectives;
-  LayerKernels kernels;
+  std::vector<LayerKernels> kernels;  // one per measured number of ranks on the node
 
-  // Rate of a GEMM of this shape for one of `ranks_on_node` ranks (the
-  // measured shape nearest in log-space; else the roofline of peak ×
-  // efficiency and the memory rate).
+  // The measured number of ranks on the node that stands for `ranks_on_node`:
+  // the largest measured one not above it (else the smallest); 0 when the
+  // measurements do not say.
+  int measured_ranks(int ranks_on_node) const;
+  // Rate of a GEMM of this shape for one of `ranks_on_node` ranks (among the
+  // rates measured with measured_ranks(ranks_on_node) ranks at once, the shape
+  // nearest in log-space; else the roofline of peak × efficiency and the
+  // memory rate), a node's rate shared by its ranks when shared_compute.
   double gemm_rate(int64_t m, int64_t n, int64_t k, int ranks_on_node) const;
+  // The layer kernels measured with measured_ranks(ranks_on_node) ranks, or null.
+  const LayerKernels* layer_kernels(int ranks_on_node) const;
   // Memory one of `devices` ranks may use: the device's, or the node's share
   // when the ranks share one (shared_compute).
   double rank_memory_bytes(int64_t devices) const;

@@ -31,12 +31,13 @@ out=$("$bin" plan --config "$cfg" --machine h200-8x-ib --devices 64 --global-bat
 test "$(grep -cE '^(strong|weak) ' <<<"$out")" -eq 4
 /usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); assert [r['kind'] for r in j['scaling']]==['strong','strong','weak','weak'] and j['scaling'][3]['global_batch']==512" "$tmp/s.json"
 
-# calibrate (one process) writes a machine file plan reads; its peak is the best
-# measured rate, so the predicted MFU is at most 1.
+# calibrate (one process) writes a machine file plan reads: its rates measured
+# for one rank on the node (ranks 1), its peak the best measured rate, so the
+# predicted MFU is at most 1.
 "$bin" calibrate --out "$tmp/m.json" --config "$src/configs/plan/validate.toml" --seconds 0.02 >/dev/null
 "$bin" plan --config "$src/configs/plan/validate.toml" --machine "$tmp/m.json" --devices 1 --global-batch 8 \
   --layout "dp1,tp1,pp1,cp1,zero0,mbs2" --json "$tmp/one.json" | grep "fp32" >/dev/null
-/usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); m=json.load(open(sys.argv[2])); assert 0 < j['mfu'] <= 1, j['mfu']; assert m['kernels']['attention_s'] > 0" "$tmp/one.json" "$tmp/m.json"
+/usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[1])); m=json.load(open(sys.argv[2])); assert 0 < j['mfu'] <= 1, j['mfu']; k = m['kernels']; assert len(k) == 1 and k[0]['ranks'] == 1 and k[0]['attention_s'] > 0 and k[0]['optimizer_s'] > 0; assert all(g['ranks'] == 1 for g in m['gemm'])" "$tmp/one.json" "$tmp/m.json"
 
 # Bad input, each refused with exit 1 and a message naming the value.
 refuse() {  # refuse PATTERN ARGS...
