@@ -111,7 +111,7 @@ int eval_on_layout(const EvalArgs& a, CommRuntime& runtime) {
 
 int run_eval_command(const EvalArgs& a) {
   // Checked before MPI starts, so every rank refuses a bad name alike.
-  const MatmulPrecisionGuard precision(parse_matmul_precision(a.precision));
+  const MatmulPrecisionGuard precision(parse_matmul_precision(a.precision, "--precision"));
   CommRuntime runtime(nullptr, nullptr);  // a process started without mpirun is a world of one
   if (a.dp * a.tp * a.pp * a.cp > 1 || runtime.world().size() > 1) return eval_on_layout(a, runtime);
   set_num_threads(a.threads > 0 ? static_cast<int>(a.threads) : hardware_threads());

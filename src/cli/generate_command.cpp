@@ -301,7 +301,7 @@ int generate_on_layout(const GenerateArgs& a, CommRuntime& runtime) {
 
 int run_generate_command(const GenerateArgs& a) {
   // Checked before MPI starts, so every rank refuses a bad name alike.
-  const MatmulPrecisionGuard precision(parse_matmul_precision(a.precision));
+  const MatmulPrecisionGuard precision(parse_matmul_precision(a.precision, "--precision"));
   CommRuntime runtime(nullptr, nullptr);  // a process started without mpirun is a world of one
   if (a.dp * a.tp * a.pp * a.cp > 1 || runtime.world().size() > 1) return generate_on_layout(a, runtime);
   return generate_in_one_process(a);

@@ -40,9 +40,9 @@ void blas_sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, c
 
 }  // namespace
 
-MatmulPrecision parse_matmul_precision(const std::string& name) {
+MatmulPrecision parse_matmul_precision(const std::string& name, const char* key) {
   if (name == "fp32") return MatmulPrecision::fp32;
-  MT_REQUIRE(name == "bf16", ConfigError, "train.precision (", name, ") must be fp32 or bf16");
+  MT_REQUIRE(name == "bf16", ConfigError, key, " (", name, ") must be fp32 or bf16");
   return MatmulPrecision::bf16;
 }
 

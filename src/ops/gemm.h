@@ -19,8 +19,9 @@ enum class Out { assign, add };  // write the result, or add it to what is there
 //         the rule a GPU's bf16 GEMM with fp32 accumulation follows.
 enum class MatmulPrecision { fp32, bf16 };
 
-// "fp32" or "bf16" (train.precision); ConfigError names any other value.
-MatmulPrecision parse_matmul_precision(const std::string& name);
+// "fp32" or "bf16"; ConfigError names any other value and the key it came
+// from (train.precision, or the --precision flag of eval and generate).
+MatmulPrecision parse_matmul_precision(const std::string& name, const char* key = "train.precision");
 const char* matmul_precision_name(MatmulPrecision p);
 
 // The process-wide precision of every sgemm call, like PyTorch's
