@@ -56,6 +56,19 @@ else
   failures=$((failures + 1))
 fi
 
+# eval and generate take --precision: the saved bf16 model's validation loss under bf16 differs from
+# its fp32 one (both finite), and generation runs.
+e32=$("$bin" eval --model "$tmp/bf16_one" --data "$tmp/data/val.bin" --max-windows 8 --precision fp32 --threads 1)
+e16=$("$bin" eval --model "$tmp/bf16_one" --data "$tmp/data/val.bin" --max-windows 8 --precision bf16 --threads 1)
+if [[ "$e32" =~ ^loss\ [0-9.]+$ && "$e16" =~ ^loss\ [0-9.]+$ && "$e32" != "$e16" ]] &&
+  "$bin" generate --model "$tmp/bf16_one" --tokenizer "$tmp/data/tokenizer.model" --prompt fortune \
+    --max-new-tokens 4 --precision bf16 --threads 1 >/dev/null 2>&1; then
+  echo "ok   eval --precision: fp32 $e32, bf16 $e16; generate --precision bf16 runs"
+else
+  echo "FAIL eval/generate --precision: fp32 '$e32', bf16 '$e16'"
+  failures=$((failures + 1))
+fi
+
 # check_bf16 NAME REF: losses 2e-4, then gradient norms and tensors 1e-2.
 check_bf16() {
   local a="" b=""
