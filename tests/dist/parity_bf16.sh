@@ -3,7 +3,8 @@
 # finite, its first-step loss differs from fp32's by less than the rounding
 # allows, a rerun is bitwise; dp2 zero 1, tp2 + SP and pp2 match it within
 # bf16's layout tolerance, which still tells bf16 from fp32 apart; the memory
-# model stays exact in bf16.
+# model stays exact in bf16; eval and generate take --precision; a bf16
+# checkpoint refuses an fp32 resume by name.
 #
 # Tolerances (measured over seeds 1..3 of this model, 10 steps: worst layout
 # difference / fp32-against-bf16 difference):
@@ -66,6 +67,17 @@ if [[ "$e32" =~ ^loss\ [0-9.]+$ && "$e16" =~ ^loss\ [0-9.]+$ && "$e32" != "$e16"
   echo "ok   eval --precision: fp32 $e32, bf16 $e16; generate --precision bf16 runs"
 else
   echo "FAIL eval/generate --precision: fp32 '$e32', bf16 '$e16'"
+  failures=$((failures + 1))
+fi
+
+# A checkpoint keeps its precision: resuming it in fp32 is refused by name (train.resume_allow may allow it).
+run bf16_ck 1 "${bf[@]}" --set train.steps=2 --set train.checkpoint_dir="$tmp/bf16.ck" >/dev/null
+err=$("$bin" train "${tiny[@]}" --set train.steps=4 --set train.resume_allow=steps \
+  --set train.checkpoint_dir="$tmp/bf16.ck" --resume auto 2>&1 >/dev/null)
+if grep -F "train.precision is bf16 in the checkpoint but fp32 in this run" >/dev/null <<<"$err"; then
+  echo "ok   resuming a bf16 checkpoint in fp32 is refused"
+else
+  echo "FAIL resume of a bf16 checkpoint in fp32: '$err'"
   failures=$((failures + 1))
 fi
 
