@@ -31,6 +31,7 @@ struct EvalArgs {
   int64_t seq_len = 0, max_windows = 0, threads = 0;
   int64_t dp = 1, tp = 1, pp = 1, cp = 1;  // the layout under mpirun (eval_command.cpp)
   int64_t position_buckets = 0;            // > 0: also the mean loss per position bucket (one process)
+  std::string precision = "fp32";          // matmul precision, as train.precision (ops/gemm.h)
 };
 int run_eval_command(const EvalArgs& args);
 
@@ -43,6 +44,7 @@ struct GenerateArgs {
   bool logprobs = false;
   int64_t dp = 1, tp = 1, pp = 1, cp = 1;  // the layout under mpirun (generate_command.cpp)
   std::string cp_impl = "ring";            // parallel.cp_impl: the prefill's attention under cp
+  std::string precision = "fp32";          // matmul precision, as train.precision (ops/gemm.h)
 };
 // generate_command.cpp
 int run_generate_command(const GenerateArgs& args);

@@ -17,6 +17,7 @@
 #include "data/token_file.h"
 #include "mesh/mesh.h"
 #include "ops/cross_entropy.h"
+#include "ops/gemm.h"
 #include "train/evaluate.h"
 #include "train/memory_estimate.h"
 #include "train/model_io.h"
@@ -109,6 +110,8 @@ int eval_on_layout(const EvalArgs& a, CommRuntime& runtime) {
 }  // namespace
 
 int run_eval_command(const EvalArgs& a) {
+  // Checked before MPI starts, so every rank refuses a bad name alike.
+  const MatmulPrecisionGuard precision(parse_matmul_precision(a.precision, "--precision"));
   CommRuntime runtime(nullptr, nullptr);  // a process started without mpirun is a world of one
   if (a.dp * a.tp * a.pp * a.cp > 1 || runtime.world().size() > 1) return eval_on_layout(a, runtime);
   set_num_threads(a.threads > 0 ? static_cast<int>(a.threads) : hardware_threads());

@@ -17,6 +17,7 @@
 #include "data/tokenizer.h"
 #include "infer/generate.h"
 #include "mesh/mesh.h"
+#include "ops/gemm.h"
 #include "train/memory_estimate.h"
 #include "train/model_io.h"
 #include "train/run_mesh.h"
@@ -299,6 +300,8 @@ int generate_on_layout(const GenerateArgs& a, CommRuntime& runtime) {
 }  // namespace
 
 int run_generate_command(const GenerateArgs& a) {
+  // Checked before MPI starts, so every rank refuses a bad name alike.
+  const MatmulPrecisionGuard precision(parse_matmul_precision(a.precision, "--precision"));
   CommRuntime runtime(nullptr, nullptr);  // a process started without mpirun is a world of one
   if (a.dp * a.tp * a.pp * a.cp > 1 || runtime.world().size() > 1) return generate_on_layout(a, runtime);
   return generate_in_one_process(a);

@@ -78,6 +78,10 @@ CLI::App* add_eval(CLI::App& app, mt::EvalArgs& ev) {
   e->add_option("--pp", ev.pp, "Pipeline stages under mpirun");
   e->add_option("--cp", ev.cp, "Context-parallel ranks under mpirun (seq-len divisible by 2 x cp)");
   e->add_option(
+       "--precision", ev.precision,
+       "Matrix products: fp32 | bf16 (operands rounded to bf16, fp32 accumulation; as train.precision)")
+      ->capture_default_str();
+  e->add_option(
       "--position-buckets", ev.position_buckets,
       "Also print the mean loss in N equal buckets of window positions (one process; N divides seq-len)");
   e->footer(
@@ -116,6 +120,10 @@ CLI::App* add_generate(CLI::App& app, mt::GenerateArgs& g) {
   s->add_option("--kv-cache", g.kv_cache, "KV cache element type: f32 | int8 (per token and head scales)")
       ->capture_default_str();
   s->add_option("--threads", g.threads, "Threads (0: all cores; under mpirun: cores / local ranks)");
+  s->add_option(
+       "--precision", g.precision,
+       "Matrix products: fp32 | bf16 (operands rounded to bf16, fp32 accumulation; as train.precision)")
+      ->capture_default_str();
   s->add_option("--dp", g.dp, "Data-parallel replicas under mpirun (prompts split in contiguous blocks)");
   s->add_option("--tp", g.tp, "Tensor-parallel ranks under mpirun (each caches its kv heads)");
   s->add_option("--pp", g.pp, "Pipeline stages under mpirun");

@@ -75,6 +75,10 @@ std::vector<Entry> model_train_data_entries() {
       MT_KEY(train, adam_eps, "float", "AdamW / LAMB epsilon"),
       MT_KEY(train, momentum, "float", "sgd momentum (0: none)"),
       MT_KEY(train, nesterov, "bool", "sgd Nesterov momentum (needs momentum > 0)"),
+      MT_KEY(
+          train, precision, "string",
+          "fp32 | bf16 (bf16: every matrix product's operands rounded to bf16, accumulated and written in "
+          "fp32; weights, gradients, optimizer state, norms, softmax and losses stay fp32; docs/MODEL.md)"),
       MT_KEY(train, grad_clip, "float", "clip the global gradient norm to this (0: no clipping)"),
       MT_KEY(train, seed, "int", "seed of the initialisation and of the data sampler"),
       MT_KEY(train, eval_every, "int", "validation loss every N steps and at the end (0: never)"),

@@ -28,6 +28,7 @@ struct TrainConfig {
   std::string optimizer = "adamw";  // adamw | sgd | lamb (optim/optimizer.h)
   double momentum = 0.0;            // sgd
   bool nesterov = false;            // sgd
+  std::string precision = "fp32";   // fp32 | bf16: the matmul precision (ops/gemm.h)
   double grad_clip = 1.0;
   uint64_t seed = 1234;
   int64_t eval_every = 50;

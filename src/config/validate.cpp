@@ -7,6 +7,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "model/params.h"
+#include "ops/gemm.h"
 #include "optim/optimizer.h"
 #include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
@@ -41,6 +42,7 @@ void validate_train(const TrainConfig& t, const ModelConfig& model) {
   MT_REQUIRE(t.beta2 >= 0 && t.beta2 < 1, ConfigError, "train.beta2 (", t.beta2, ") must be in [0, 1)");
   MT_REQUIRE(t.adam_eps > 0, ConfigError, "train.adam_eps (", t.adam_eps, ") must be positive");
   parse_optimizer(t.optimizer);
+  parse_matmul_precision(t.precision);
   MT_REQUIRE(t.momentum >= 0 && t.momentum < 1, ConfigError, "train.momentum (", t.momentum,
              ") must be in [0, 1)");
   MT_REQUIRE(!t.nesterov || (t.optimizer == "sgd" && t.momentum > 0), ConfigError,

@@ -2,9 +2,61 @@
 
 #include <cblas.h>
 
+#include <atomic>
+#include <vector>
+
+#include "core/bf16.h"
 #include "core/error.h"
 
 namespace mt {
+namespace {
+
+std::atomic<MatmulPrecision> g_precision{MatmulPrecision::fp32};
+
+// The stored rows × cols block of a row-major operand (row stride ld), each
+// element rounded to bf16, packed densely (row stride cols) into scratch. One
+// scratch per thread and operand: sgemm runs on many OpenMP threads at once.
+const float* rounded_copy(const float* X, int64_t rows, int64_t cols, int64_t ld,
+                          std::vector<float>& scratch) {
+  scratch.resize(static_cast<size_t>(rows * cols));
+  float* out = scratch.data();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = X + r * ld;
+    float* o = out + r * cols;
+    for (int64_t c = 0; c < cols; ++c)
+      o[c] = round_to_bf16(x[c]);
+  }
+  return out;
+}
+
+void blas_sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                const float* B, int64_t ldb, float* C, int64_t ldc, Out out) {
+  const float beta = out == Out::add ? 1.0f : 0.0f;
+  cblas_sgemm(CblasRowMajor, trans_a == Trans::yes ? CblasTrans : CblasNoTrans,
+              trans_b == Trans::yes ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
+              static_cast<blasint>(N), static_cast<blasint>(K), 1.0f, A, static_cast<blasint>(lda), B,
+              static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
+}
+
+}  // namespace
+
+MatmulPrecision parse_matmul_precision(const std::string& name, const char* key) {
+  if (name == "fp32") return MatmulPrecision::fp32;
+  MT_REQUIRE(name == "bf16", ConfigError, key, " (", name, ") must be fp32 or bf16");
+  return MatmulPrecision::bf16;
+}
+
+const char* matmul_precision_name(MatmulPrecision p) {
+  return p == MatmulPrecision::bf16 ? "bf16" : "fp32";
+}
+
+void set_matmul_precision(MatmulPrecision p) {
+  g_precision.store(p, std::memory_order_relaxed);
+}
+
+MatmulPrecision matmul_precision() {
+  return g_precision.load(std::memory_order_relaxed);
+}
 
 void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
            const float* B, int64_t ldb, float* C, int64_t ldc, Out out) {
@@ -20,11 +72,16 @@ void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const 
     }
     return;
   }
-  const float beta = out == Out::add ? 1.0f : 0.0f;
-  cblas_sgemm(CblasRowMajor, trans_a == Trans::yes ? CblasTrans : CblasNoTrans,
-              trans_b == Trans::yes ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
-              static_cast<blasint>(N), static_cast<blasint>(K), 1.0f, A, static_cast<blasint>(lda), B,
-              static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
+  if (matmul_precision() == MatmulPrecision::fp32) {
+    blas_sgemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, out);
+    return;
+  }
+  // As stored, A is M × K (K × M when transposed) and B is K × N (N × K).
+  thread_local std::vector<float> a_scratch, b_scratch;
+  const bool ta = trans_a == Trans::yes, tb = trans_b == Trans::yes;
+  const float* a = rounded_copy(A, ta ? K : M, ta ? M : K, lda, a_scratch);
+  const float* b = rounded_copy(B, tb ? N : K, tb ? K : N, ldb, b_scratch);
+  blas_sgemm(trans_a, trans_b, M, N, K, a, ta ? M : K, b, tb ? K : N, C, ldc, out);
 }
 
 void linear_forward(float* out, const float* inp, const float* weight, int64_t N, int64_t IC, int64_t OC,

@@ -3,14 +3,55 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace mt {
 
 enum class Trans { no, yes };
 enum class Out { assign, add };  // write the result, or add it to what is there
 
+// What a matrix product computes (docs/MODEL.md "Precision").
+//   fp32: fp32 operands, fp32 accumulation (BLAS as it is).
+//   bf16: each element of op(A) and op(B) is first rounded to bf16 (round to
+//         nearest, ties to even: core/bf16.h's round_to_bf16), then multiplied
+//         and accumulated in fp32 and written to C in fp32 — mixed precision
+//         emulated exactly on the CPU (a bf16 × bf16 product is exact in fp32),
+//         the rule a GPU's bf16 GEMM with fp32 accumulation follows.
+enum class MatmulPrecision { fp32, bf16 };
+
+// "fp32" or "bf16"; ConfigError names any other value and the key it came
+// from (train.precision, or the --precision flag of eval and generate).
+MatmulPrecision parse_matmul_precision(const std::string& name, const char* key = "train.precision");
+const char* matmul_precision_name(MatmulPrecision p);
+
+// The process-wide precision of every sgemm call, like PyTorch's
+// torch.set_float32_matmul_precision: one setting read by every thread (the
+// OpenMP workers of attention and the experts included), set by the trainer,
+// eval and generate from train.precision. Default fp32. Set it only while no
+// sgemm runs; reading it from many threads at once is safe.
+void set_matmul_precision(MatmulPrecision p);
+MatmulPrecision matmul_precision();
+
+// Sets the precision for a scope and puts the previous one back at its end.
+class MatmulPrecisionGuard {
+ public:
+  explicit MatmulPrecisionGuard(MatmulPrecision p) : previous_(matmul_precision()) {
+    set_matmul_precision(p);
+  }
+  ~MatmulPrecisionGuard() { set_matmul_precision(previous_); }
+  MatmulPrecisionGuard(const MatmulPrecisionGuard&) = delete;
+  MatmulPrecisionGuard& operator=(const MatmulPrecisionGuard&) = delete;
+
+ private:
+  MatmulPrecision previous_;
+};
+
 // Row-major C[M, N] = op(A)[M, K] · op(B)[K, N] (+ C when out == Out::add).
 // lda, ldb, ldc are the row strides (in floats) of A, B, C as stored.
+// Under MatmulPrecision::bf16 the operands are rounded into per-thread scratch
+// (thread_local std::vector, not tracked by core/memory.h: it grows to the
+// largest operand a thread has seen and lives as long as the thread); A and B
+// themselves are never written.
 void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
            const float* B, int64_t ldb, float* C, int64_t ldc, Out out);
 

@@ -139,10 +139,10 @@ namespace {
 bool compared_on_resume(const std::string& key) {
   // Not train.microbatch_size: it only splits the batch, a layout choice.
   static const std::set<std::string> train_keys = {
-      "train.steps",        "train.batch_size",   "train.seq_len", "train.lr",       "train.min_lr",
-      "train.warmup_steps", "train.weight_decay", "train.beta1",   "train.beta2",    "train.adam_eps",
-      "train.grad_clip",    "train.seed",         "data.dir",      "data.ignore_id", "train.optimizer",
-      "train.momentum",     "train.nesterov"};
+      "train.steps",        "train.batch_size",   "train.seq_len",  "train.lr",       "train.min_lr",
+      "train.warmup_steps", "train.weight_decay", "train.beta1",    "train.beta2",    "train.adam_eps",
+      "train.grad_clip",    "train.seed",         "data.dir",       "data.ignore_id", "train.optimizer",
+      "train.momentum",     "train.nesterov",     "train.precision"};
   return key.rfind("model.", 0) == 0 || train_keys.count(key) != 0;
 }
 

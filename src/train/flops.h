@@ -21,7 +21,7 @@ int64_t matmul_params(const ModelConfig& cfg);
 // halved by the causal mask, ×3 for forward + backward).
 double train_flops_per_token(const ModelConfig& cfg, int64_t seq_len);
 
-// GFLOP/s of cblas_sgemm on n×n matrices with the current thread count,
+// GFLOP/s of cblas_sgemm (fp32, whatever the matmul precision) on n×n matrices with the current thread count,
 // best of the repetitions run within about `seconds` (at least min_reps).
 double measure_sgemm_gflops(int64_t n = 1024, double seconds = 0.5, int min_reps = 3);
 

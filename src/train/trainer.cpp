@@ -12,6 +12,7 @@
 #include "core/timer.h"
 #include "core/trace_spans.h"
 #include "data/token_file.h"
+#include "ops/gemm.h"
 #include "optim/schedule.h"
 #include "parallel/tp2d.h"
 #include "train/checkpoint.h"
@@ -149,6 +150,8 @@ void keep_save_timings(const CheckpointSaver& saver, RunResult& result) {
 
 RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* world) {
   const TrainConfig& tc = cfg.train;
+  // Every matrix product of this run, on every thread (docs/MODEL.md "Precision").
+  const MatmulPrecisionGuard precision(parse_matmul_precision(tc.precision));
   set_num_threads(tc.threads > 0 ? static_cast<int>(tc.threads)
                                  : std::max(1, hardware_threads() / std::max(1, opts.local_ranks)));
   const RunMesh mesh = make_run_mesh(cfg, world);

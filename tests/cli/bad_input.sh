@@ -113,6 +113,9 @@ expect_error "unknown optimizer" "train.optimizer 'adam' must be adamw, sgd or l
 expect_error "momentum range" "train.momentum (1) must be in [0, 1)" train --set train.optimizer=sgd --set train.momentum=1
 expect_error "nesterov without momentum" "train.nesterov needs train.optimizer = sgd and train.momentum > 0" \
   train --set train.optimizer=sgd --set train.nesterov=true
+expect_error "unknown precision" "train.precision (fp16) must be fp32 or bf16" train --set train.precision=fp16
+expect_error_mpi 2 "unknown precision" "train.precision (bfloat16) must be fp32 or bf16" --dp 2 \
+  --set train.microbatch_size=1 --set train.precision=bfloat16
 expect_error_mpi 2 "lamb with ep" "parallel.ep (2) with train.optimizer = lamb" --dp 2 --set train.microbatch_size=1 \
   --set train.optimizer=lamb \
   --set model.n_experts=2 --set model.top_k=1 --set model.expert_ffn_hidden=8 --set parallel.ep=2
@@ -174,6 +177,10 @@ mkdir -p "$tmp/model"
 "$bin" train --config "$cfg" --quiet --save "$tmp/model" >/dev/null
 expect_error "eval seq too long" "--seq-len (64) must not exceed the model's max_seq_len (16)" "$bin" eval --model "$tmp/model" --data "$tmp/data/val.bin" --seq-len 64
 expect_error "eval missing model" "config.json" "$bin" eval --model "$tmp/nomodel" --data "$tmp/data/val.bin"
+expect_error "eval precision" "--precision (half) must be fp32 or bf16" "$bin" eval --model "$tmp/model" \
+  --data "$tmp/data/val.bin" --precision half
+expect_error "generate precision" "--precision (half) must be fp32 or bf16" "$bin" generate --model "$tmp/model" \
+  --tokenizer "$tmp/data/tokenizer.model" --prompt hi --precision half
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures bad-input case(s) failed"

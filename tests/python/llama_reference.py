@@ -6,11 +6,17 @@ RoPE, grouped-query attention (kv head g serves query heads g*r .. g*r+r-1),
 SwiGLU MLP, optional tied embeddings, cross-entropy mean over the tokens whose
 target is not -1.
 
-usage: llama_reference.py MODEL_DIR TOKENS_FILE B T OUT_DIR
+usage: llama_reference.py MODEL_DIR TOKENS_FILE B T OUT_DIR [bf16]
   TOKENS_FILE holds int32 inputs [B, T] then int32 targets [B, T].
   Writes OUT_DIR/loss.f64 (1 value), OUT_DIR/logits.f64 ([B, T, V]) and
   OUT_DIR/grads.f64 (every parameter's gradient, in the file order of
   model.safetensors, flattened and concatenated).
+  With bf16, the forward only (loss and logits) under docs/MODEL.md's
+  "Precision" rule: every matrix product's two operands rounded to bf16
+  (through float32, as the C++ side holds them, then torch's round-to-nearest-
+  even cast), the product and everything else in float64; attention's
+  probabilities rounded unnormalised, exp(s - rowmax), then divided by the sum
+  of the unrounded ones (as a blockwise kernel with one key tile does).
 Exit status 3 when torch is not installed (the caller skips).
 """
 import json
@@ -97,7 +103,28 @@ def rope(x, inv, scale):
     return x * (emb.cos() * scale) + torch.cat([-x2, x1], dim=-1) * (emb.sin() * scale)
 
 
-def forward(cfg, p, inputs):
+def to_bf16(x):
+    return x.to(torch.float32).to(torch.bfloat16).to(torch.float64)
+
+
+def matmul64(a, b):
+    return a @ b
+
+
+def matmul_bf16(a, b):
+    return to_bf16(a) @ to_bf16(b)
+
+
+def attend64(s, v, mm):
+    return mm(s.softmax(-1), v)
+
+
+def attend_bf16(s, v, mm):
+    e = (s - s.amax(-1, keepdim=True)).exp()
+    return mm(e, v) / e.sum(-1, keepdim=True)
+
+
+def forward(cfg, p, inputs, mm=matmul64, attend=attend64):
     B, T = inputs.shape
     C = cfg["hidden_size"]
     H = cfg["num_attention_heads"]
@@ -110,23 +137,23 @@ def forward(cfg, p, inputs):
     for layer in range(cfg["num_hidden_layers"]):
         pre = f"model.layers.{layer}."
         h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
-        q = (h @ p[pre + "self_attn.q_proj.weight"].T).view(B, T, H, D).transpose(1, 2)
-        k = (h @ p[pre + "self_attn.k_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
-        v = (h @ p[pre + "self_attn.v_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
+        q = mm(h, p[pre + "self_attn.q_proj.weight"].T).view(B, T, H, D).transpose(1, 2)
+        k = mm(h, p[pre + "self_attn.k_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
+        v = mm(h, p[pre + "self_attn.v_proj.weight"].T).view(B, T, KV, D).transpose(1, 2)
         q, k = rope(q, inv, scale), rope(k, inv, scale)
         k = k.repeat_interleave(H // KV, dim=1)
         v = v.repeat_interleave(H // KV, dim=1)
-        s = (q @ k.transpose(-1, -2)) / (D ** 0.5)
+        s = mm(q, k.transpose(-1, -2)) / (D ** 0.5)
         s = s.masked_fill(~mask, float("-inf"))
-        a = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * D)
-        x = x + a @ p[pre + "self_attn.o_proj.weight"].T
+        a = attend(s, v, mm).transpose(1, 2).reshape(B, T, H * D)
+        x = x + mm(a, p[pre + "self_attn.o_proj.weight"].T)
         h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
-        g = h @ p[pre + "mlp.gate_proj.weight"].T
-        u = h @ p[pre + "mlp.up_proj.weight"].T
-        x = x + (F.silu(g) * u) @ p[pre + "mlp.down_proj.weight"].T
+        g = mm(h, p[pre + "mlp.gate_proj.weight"].T)
+        u = mm(h, p[pre + "mlp.up_proj.weight"].T)
+        x = x + mm(F.silu(g) * u, p[pre + "mlp.down_proj.weight"].T)
     x = rms_norm(x, p["model.norm.weight"], eps)
     head = p["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else p["lm_head.weight"]
-    return x @ head.T
+    return mm(x, head.T)
 
 
 def main():
@@ -137,14 +164,17 @@ def main():
     tok = np.fromfile(tokens_path, dtype="<i4")
     inputs = torch.tensor(tok[: B * T].reshape(B, T), dtype=torch.long)
     targets = torch.tensor(tok[B * T: 2 * B * T].reshape(B, T), dtype=torch.long)
-    logits = forward(cfg, params, inputs)
+    bf16 = len(sys.argv) > 6 and sys.argv[6] == "bf16"
+    logits = forward(cfg, params, inputs, *((matmul_bf16, attend_bf16) if bf16 else (matmul64, attend64)))
     V = logits.shape[-1]
     valid = int((targets != -1).sum())
     loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1, reduction="sum") / valid
-    loss.backward()
     os.makedirs(out_dir, exist_ok=True)
     np.array([loss.item()], dtype="<f8").tofile(os.path.join(out_dir, "loss.f64"))
     logits.detach().numpy().astype("<f8").tofile(os.path.join(out_dir, "logits.f64"))
+    if bf16:
+        return
+    loss.backward()
     np.concatenate([params[n].grad.numpy().reshape(-1) for n in order]).astype("<f8").tofile(
         os.path.join(out_dir, "grads.f64"))
 
