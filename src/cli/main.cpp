@@ -66,6 +66,14 @@ CLI::App* add_prepare(CLI::App& app, mt::PrepareArgs& prep) {
   return pr;
 }
 
+// eval's and generate's --precision, the matmul rule of train.precision (docs/MODEL.md "Precision").
+void add_precision(CLI::App& cmd, std::string& precision) {
+  cmd.add_option(
+         "--precision", precision,
+         "Matrix products: fp32 | bf16 (operands rounded to bf16, fp32 accumulation; as train.precision)")
+      ->capture_default_str();
+}
+
 CLI::App* add_eval(CLI::App& app, mt::EvalArgs& ev) {
   CLI::App* e = app.add_subcommand("eval", "Mean next-token loss of a model over a token file");
   e->add_option("--model", ev.model, "Model directory (config.json, model.safetensors)")->required();
@@ -77,10 +85,7 @@ CLI::App* add_eval(CLI::App& app, mt::EvalArgs& ev) {
   e->add_option("--tp", ev.tp, "Tensor-parallel ranks under mpirun");
   e->add_option("--pp", ev.pp, "Pipeline stages under mpirun");
   e->add_option("--cp", ev.cp, "Context-parallel ranks under mpirun (seq-len divisible by 2 x cp)");
-  e->add_option(
-       "--precision", ev.precision,
-       "Matrix products: fp32 | bf16 (operands rounded to bf16, fp32 accumulation; as train.precision)")
-      ->capture_default_str();
+  add_precision(*e, ev.precision);
   e->add_option(
       "--position-buckets", ev.position_buckets,
       "Also print the mean loss in N equal buckets of window positions (one process; N divides seq-len)");
@@ -120,10 +125,7 @@ CLI::App* add_generate(CLI::App& app, mt::GenerateArgs& g) {
   s->add_option("--kv-cache", g.kv_cache, "KV cache element type: f32 | int8 (per token and head scales)")
       ->capture_default_str();
   s->add_option("--threads", g.threads, "Threads (0: all cores; under mpirun: cores / local ranks)");
-  s->add_option(
-       "--precision", g.precision,
-       "Matrix products: fp32 | bf16 (operands rounded to bf16, fp32 accumulation; as train.precision)")
-      ->capture_default_str();
+  add_precision(*s, g.precision);
   s->add_option("--dp", g.dp, "Data-parallel replicas under mpirun (prompts split in contiguous blocks)");
   s->add_option("--tp", g.tp, "Tensor-parallel ranks under mpirun (each caches its kv heads)");
   s->add_option("--pp", g.pp, "Pipeline stages under mpirun");
@@ -230,8 +232,7 @@ CLI::App* add_calibrate(CLI::App& app, mt::CalibrateArgs& ca) {
   c->footer(
       "Run under mpirun -np 2 (or 4) to fit each collective's latency and bandwidth for 2 (and 4) ranks; the "
       "compute rates are measured for 1, 2, 4, ... ranks on the node, each with cores / ranks threads. Use "
-      "the "
-      "binding the training runs use (Open MPI binds each of at most 2 ranks to one core: --bind-to none "
+      "the binding the training runs use (Open MPI binds each of at most 2 ranks to one core: --bind-to none "
       "lets a lone rank use the node).");
   return c;
 }

@@ -160,8 +160,8 @@ void add_pipeline(const Config& cfg, const pp::Schedule& s, int64_t pp_rank, int
 // thousands of layouts of 96-layer models).
 using StoreCache = std::map<std::string, Floats>;
 
-const Floats& chunk_store(const Config& cfg, const StageRange& stage, TpRank tp, const EpRank& ep,
-                          StoreCache& cache) {
+const Floats& chunk_store(const Config& cfg, const StageRange& stage, TpRank tp, const tp2d::Grid& grid,
+                          const EpRank& ep, StoreCache& cache) {
   const ModelConfig& m = cfg.model;
   std::string key = std::to_string(tp.rank) + "," + std::to_string(ep.rank) + (stage.embed ? "E" : "-") +
                     (stage.head ? "H" : "-");
@@ -170,8 +170,7 @@ const Floats& chunk_store(const Config& cfg, const StageRange& stage, TpRank tp,
     key += m.is_moe_layer(l) ? 'm' : 'd';
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  const ParamTable table =
-      make_param_table(m, tp, stage, ep, tp2d::parse(cfg.parallel.tp2d, cfg.parallel.tp));
+  const ParamTable table = make_param_table(m, tp, stage, ep, grid);
   Floats f;
   add_store(cfg, table, make_units(table, m), f);
   return cache.emplace(std::move(key), f).first->second;
@@ -196,7 +195,7 @@ RankMemory rank_memory(const Config& cfg, const pp::Schedule& s, int64_t rank, S
   for (int k = 0; k < v; ++k) {
     const StageRange& stage = stages[static_cast<size_t>(k * p.pp + c.pp)];
     const TpRank tpr{static_cast<int>(p.tp), static_cast<int>(c.tp)};
-    const Floats& store = chunk_store(cfg, stage, tpr, ep, cache);
+    const Floats& store = chunk_store(cfg, stage, tpr, grid, ep, cache);
     for (int kind = 0; kind < kNumMemKinds; ++kind)
       f.add(static_cast<MemKind>(kind), store.lo[static_cast<size_t>(kind)],
             store.hi[static_cast<size_t>(kind)]);

@@ -14,7 +14,6 @@
 #include "data/token_file.h"
 #include "ops/gemm.h"
 #include "optim/schedule.h"
-#include "parallel/tp2d.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_async.h"
 #include "train/checkpoint_meta.h"
