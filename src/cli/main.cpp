@@ -156,6 +156,8 @@ CLI::App* add_compare(CLI::App& app, mt::CompareOptions& cmp) {
   c->add_option("--rtol", cmp.rtol, "Relative tolerance")->capture_default_str();
   c->add_option("--grad-norm-rtol", cmp.grad_norm_rtol,
                 "Relative tolerance of the per-step grad_norm (default: --rtol)");
+  c->add_option("--tensor-rtol", cmp.tensor_rtol,
+                "Relative tolerance of each tensor's L2 distance (default: --rtol)");
   return c;
 }
 

@@ -98,9 +98,12 @@ bool compare_models(const CompareOptions& o, std::ostream& out) {
       worst_name = name;
     }
   }
-  const bool ok = worst <= o.rtol;
+  const double rtol = o.tensor_rtol < 0 ? o.rtol : o.tensor_rtol;
+  const bool ok = worst <= rtol;
   out << "tensors: " << fa.names().size() << ", worst relative L2 difference " << std::scientific << worst
-      << " in " << worst_name << (ok ? "" : "  EXCEEDS rtol") << "\n";
+      << " in " << worst_name;
+  if (rtol != o.rtol) out << " [rtol " << rtol << "]";
+  out << (ok ? "" : "  EXCEEDS rtol") << "\n";
   return ok;
 }
 

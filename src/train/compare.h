@@ -15,6 +15,9 @@ struct CompareOptions {
   // sensitive to summation order than losses (a norm of gradients whose
   // elements are sums of cancelling terms), so a check may state its own.
   double grad_norm_rtol = -1;
+  // Tolerance of the tensors' relative L2 distance; < 0: rtol. The parity
+  // suites derive each of the three from a float64 run (tests/dist/common.sh).
+  double tensor_rtol = -1;
 };
 
 struct CompareResult {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Exactness of pipeline parallelism: every layout's per-step losses and final
-# parameters equal the one-process run's within 1e-5 (relative), for
+# parameters equal the one-process run's within the bounds derived from its
+# float64 run (common.sh, `check`), for
 # pp in {2, 4} x schedule in {gpipe, 1f1b, interleaved (2 chunks a rank)} x
 # {4, 8} microbatches, and pp composed with dp, tp (+ SP) and ZeRO 1-3, tied
 # embeddings (the first and the last stage each hold the matrix), an uneven
@@ -16,11 +17,11 @@ make_data
 tiny+=(--set train.adam_eps=1e-5 --set model.n_layers=8)
 # The reference takes the batch as one microbatch; the layouts accumulate 4 or 8
 # microbatches' gradients, in the schedule's order (gpipe backward runs them in
-# reverse). Losses and parameters stay within 1e-5, but the per-step gradient
-# norm, a norm of sums with cancelling terms, moves by up to 5.8e-5 relative by
-# step 9 (measured: dp2_tp2_pp2_zero1; 2.6e-5 to 4.4e-5 for the pp-only runs,
-# identical for pp 2 and pp 4 at the same microbatch count and order, so it is
-# the accumulation order, not the pipeline).
+# reverse). The per-step gradient norm, a norm of sums with cancelling terms, is
+# the quantity that order moves most: the fp32 reference's own distance from
+# its float64 run is about 1e-4 relative by step 9, and the layouts differ from
+# it by as much (1.5e-4 on AVX-512 hosts). The bounds of `check` are derived
+# from that distance (common.sh); without torch the stated 1e-4 is the fallback.
 grad_norm_rtol=1e-4
 
 "$bin" train "${tiny[@]}" --set train.microbatch_size=8 --metrics "$tmp/ref.jsonl" --save "$tmp/ref"

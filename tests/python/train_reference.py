@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""The float64 run of a one-process fp32 training run, and the parity bounds derived from it.
+
+The distributed parity suites compare every layout with a one-process fp32 run.
+Two fp32 runs that sum in different orders differ by rounding alone, and how much
+depends on the host (vector width, the BLAS kernel). The bound is therefore
+derived per run, on the host at hand, from the reference's own rounding error:
+this script repeats the reference's steps in float64 from the same initial
+weights and the same batches (meshtrain's Philox initialisation and sampler,
+written again here from docs/MODEL.md's rules), measures the fp32 run's distance
+d from it (per-step loss, per-step gradient norm, final tensors), and writes
+
+    bound = MULTIPLE * max(d, FLOOR)
+
+for each quantity. Why this covers any correct layout: a layout is the same
+arithmetic in another summation order, so its own distance from float64 is of
+the reference's size, and |layout - ref| <= d_layout + d_ref. MULTIPLE = 10
+allows d_layout up to 9 d_ref (d is the worst over all steps, so a step where the
+reference happens to round close to the exact value does not set it). FLOOR is
+the rounding bound of one sum over the batch's N = batch_size * seq_len tokens,
+N u with u = 2^-24 (Higham's gamma_N, relative to the sum of magnitudes): the
+loss and every gradient element are such sums, and a layout may split them in
+other places, so below it a distance is one rounding's luck, not a measure.
+
+The same script shows that the bounds still catch bugs: with --bugs it also
+runs the float64 training with the faults a broken layout would have (one
+sequence's gradient dropped, as a skipped data-parallel reduction of one
+microbatch; one layer's weight gradients halved, as a tensor-parallel sum over
+only one of two ranks; the loss scaled by the wrong token count) and requires
+each to move the metrics or tensors by more than 100 bounds.
+
+Covers the dense Llama of llama_reference.py with AdamW, SGD and LAMB,
+gradient clipping, the warmup-cosine schedule, tied embeddings and
+data.ignore_id; refuses (exit 4) configurations it does not cover (MoE,
+dropout, bf16), so a caller keeps its stated bound for those.
+
+usage: train_reference.py METRICS.jsonl MODEL_DIR OUT.bounds [--bugs]
+  METRICS.jsonl: the fp32 reference's metrics (its header holds the config);
+  MODEL_DIR: its saved model (--save). Writes OUT.bounds: one line
+  "loss_rtol grad_norm_rtol tensor_rtol".
+Exit status 3 when torch is not installed (the caller skips).
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+try:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    from llama_reference import forward, read_safetensors
+except ImportError:
+    sys.exit(3)
+
+MULTIPLE = 10.0
+UNIT_ROUNDOFF = 2.0 ** -24
+BUG_FACTOR = 100.0
+
+M32 = 0xFFFFFFFF
+
+
+def philox4x32(c, k):
+    """meshtrain's core/philox.cpp, on numpy uint64 arrays holding 32-bit words."""
+    c = [np.asarray(x, dtype=np.uint64) for x in c]
+    k0, k1 = np.uint64(k[0]), np.uint64(k[1])
+    for _ in range(10):
+        p0 = np.uint64(0xD2511F53) * c[0]
+        p1 = np.uint64(0xCD9E8D57) * c[2]
+        hi0, lo0 = p0 >> np.uint64(32), p0 & np.uint64(M32)
+        hi1, lo1 = p1 >> np.uint64(32), p1 & np.uint64(M32)
+        c = [hi1 ^ c[1] ^ k0, lo1, hi0 ^ c[3] ^ k1, lo0]
+        k0 = (k0 + np.uint64(0x9E3779B9)) & np.uint64(M32)
+        k1 = (k1 + np.uint64(0xBB67AE85)) & np.uint64(M32)
+    return c
+
+
+def philox_key(seed, name):
+    h = 0xCBF29CE484222325
+    for ch in name.encode():
+        h = ((h ^ ch) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    c = philox4x32([h & M32, h >> 32, 0x6D657368, 0x74726169], [seed & M32, seed >> 32])
+    return int(c[0]), int(c[1])
+
+
+def to_unit(hi, lo):
+    bits = ((hi << np.uint64(21)) ^ (lo >> np.uint64(11))) & np.uint64((1 << 53) - 1)
+    return bits.astype(np.float64) * (1.0 / 9007199254740992.0)
+
+
+def philox_uniform(key, index):
+    index = np.asarray(index, dtype=np.uint64)
+    c = philox4x32([index & np.uint64(M32), index >> np.uint64(32), np.zeros_like(index), np.zeros_like(index)],
+                   key)
+    return to_unit(c[0], c[1])
+
+
+def philox_normal(key, index):
+    index = np.asarray(index, dtype=np.uint64)
+    ones = np.ones_like(index)
+    c = philox4x32([index & np.uint64(M32), index >> np.uint64(32), ones, np.zeros_like(index)], key)
+    u1 = 1.0 - to_unit(c[0], c[1])
+    u2 = to_unit(c[2], c[3])
+    # One element at a time through Python's math (the C library's log, sqrt and
+    # cos, as core/philox.cpp calls them): numpy's vectorised versions may round
+    # differently in the last place.
+    return np.array([math.sqrt(-2.0 * math.log(a)) * math.cos(2.0 * math.pi * b) for a, b in zip(u1, u2)])
+
+
+def initial_params(cfg, mcfg, names, shapes):
+    """model/params.cpp's init_param_slice: norms 1, others N(0, init_std) from
+    Philox keyed by (seed, name) at the global element index; o_proj and
+    down_proj scaled by 1/sqrt(2 n_layers). Rounded to fp32 as meshtrain holds them."""
+    seed = int(cfg["train"]["seed"])
+    std = float(cfg["model"]["init_std"])
+    residual = std * (1.0 / math.sqrt(2.0 * float(mcfg["num_hidden_layers"])))
+    out = {}
+    for name in names:
+        n = int(np.prod(shapes[name]))
+        if name.endswith("layernorm.weight") or name == "model.norm.weight":
+            v = np.ones(n, dtype=np.float32)
+        else:
+            s = residual if name.endswith(("o_proj.weight", "down_proj.weight")) else std
+            s32 = float(np.float32(s))
+            v = (s32 * philox_normal(philox_key(seed, name), np.arange(n, dtype=np.uint64))).astype(np.float32)
+        out[name] = torch.tensor(v.astype(np.float64).reshape(shapes[name]), requires_grad=True)
+    return out
+
+
+def read_tokens(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    magic, version, dtype, vocab, _, count = struct.unpack("<8sIIIIQ", raw[:32])
+    assert magic == b"MTTOKENS" and version == 1, (magic, version)
+    return np.frombuffer(raw[32:], dtype="<u2" if dtype == 1 else "<u4")[:count].astype(np.int64)
+
+
+def batch(tokens, seed, step, rows, T):
+    """data/sampler.cpp's sample_offset: row i of step s starts at floor(u * (n - T))."""
+    n_starts = len(tokens) - T
+    u = philox_uniform(philox_key(seed, "data.sampler"), np.arange(rows, dtype=np.uint64) + np.uint64(step * rows))
+    starts = np.minimum(np.floor(u * n_starts).astype(np.int64), n_starts - 1)
+    inputs = np.stack([tokens[o:o + T] for o in starts])
+    targets = np.stack([tokens[o + 1:o + 1 + T] for o in starts])
+    return torch.tensor(inputs), torch.tensor(targets)
+
+
+def lr_at(t, s):
+    lr, min_lr, warmup, total = t["lr"], t["min_lr"], t["warmup_steps"], t["steps"]
+    if s < warmup:
+        return lr * (s + 1) / warmup
+    decay = total - warmup - 1
+    if decay <= 0:
+        return lr
+    p = min(max((s - warmup) / decay, 0.0), 1.0)
+    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * p))
+
+
+def decays(name):
+    """Weight decay applies to the matrices, not to norms or the input embedding (model/params.cpp)."""
+    return not (name.endswith("norm.weight") or name == "model.embed_tokens.weight")
+
+
+def train(cfg, mcfg, names, shapes, tokens, bug=None):
+    """The run's steps in float64. Returns per-step losses, gradient norms and the final parameters."""
+    t, ignore = cfg["train"], int(cfg["data"]["ignore_id"])
+    p = initial_params(cfg, mcfg, names, shapes)
+    state = {n: [torch.zeros_like(p[n]), torch.zeros_like(p[n])] for n in names}
+    losses, norms = [], []
+    for step in range(int(t["steps"])):
+        inputs, targets = batch(tokens, int(t["seed"]), step, int(t["batch_size"]), int(t["seq_len"]))
+        targets = torch.where(targets == ignore, torch.full_like(targets, -1), targets)
+        if bug == "drop_sequence":  # one sequence's gradient never reaches the sum (its loss still counts)
+            keep = torch.ones(targets.shape[0], dtype=torch.bool)
+            keep[-1] = False
+        valid = int((targets != -1).sum())
+        logits = forward(mcfg, p, inputs)
+        V = logits.shape[-1]
+        ce = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1, reduction="none")
+        ce = ce.view(targets.shape)
+        count = valid - int((targets[-1] != -1).sum()) if bug == "wrong_count" else valid
+        loss = ce.sum() / count
+        for q in p.values():
+            q.grad = None
+        (ce[keep].sum() / count if bug == "drop_sequence" else loss).backward()
+        grads = {n: p[n].grad.detach().clone() for n in names}
+        if bug == "half_layer":  # layer 0's matrices summed over one of two tensor-parallel ranks
+            for n in names:
+                if n.startswith("model.layers.0.") and decays(n):
+                    grads[n] *= 0.5
+        norm = math.sqrt(sum(float((g * g).sum()) for g in grads.values()))
+        losses.append(loss.item())
+        norms.append(norm)
+        clip = t["grad_clip"]
+        if clip > 0 and norm > clip:
+            for g in grads.values():
+                g *= clip / (norm + 1e-6)
+        update(t, p, grads, state, step + 1, lr_at(t, step))
+    return losses, norms, {n: p[n].detach() for n in names}
+
+
+def update(t, p, grads, state, n_step, lr):
+    kind, wd = t["optimizer"], t["weight_decay"]
+    b1, b2, eps = t["beta1"], t["beta2"], t["adam_eps"]
+    with torch.no_grad():
+        for n, g in grads.items():
+            w, (m, v) = p[n], state[n]
+            decay = wd if decays(n) else 0.0
+            if kind == "sgd":
+                d = g + decay * w
+                if t["momentum"] != 0:
+                    m.mul_(t["momentum"]).add_(d)
+                    d = d + t["momentum"] * m if t["nesterov"] else m.clone()
+                w -= lr * d
+                continue
+            m.mul_(b1).add_((1 - b1) * g)
+            v.mul_(b2).add_((1 - b2) * g * g)
+            direction = (m / (1 - b1 ** n_step)) / ((v / (1 - b2 ** n_step)).sqrt() + eps)
+            if kind == "adamw":
+                w -= lr * decay * w + lr * direction
+            else:  # lamb: the trust ratio per tensor
+                r = direction + decay * w
+                wn, rn = float(w.norm()), float(r.norm())
+                w -= lr * (wn / rn if wn > 0 and rn > 0 else 1.0) * r
+
+
+def read_metrics(path):
+    header, steps = None, {}
+    for line in open(path):
+        j = json.loads(line)
+        if "header" in j:
+            header = j["header"]
+        elif "loss" in j and "step" in j and not j.get("skipped"):
+            steps[j["step"]] = j
+    return header, [steps[s] for s in sorted(steps)]
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1e-30)
+
+
+def distances(losses, norms, params, run_steps, fp32):
+    d_loss = max(rel(s["loss"], l) for s, l in zip(run_steps, losses))
+    d_norm = max(rel(s["grad_norm"], g) for s, g in zip(run_steps, norms))
+    d_tensor = max(float((fp32[n] - params[n]).norm() / max(float(params[n].norm()), 1e-30)) for n in params)
+    return d_loss, d_norm, d_tensor
+
+
+def main():
+    metrics_path, model_dir, out_path = sys.argv[1:4]
+    header, run_steps = read_metrics(metrics_path)
+    cfg = header["config"]
+    m, t = cfg["model"], cfg["train"]
+    unsupported = [k for k, ok in [("model.n_experts", m.get("n_experts", 0) <= 1),
+                                   ("model.attention_dropout", m.get("attention_dropout", 0) == 0),
+                                   ("model.hidden_dropout", m.get("hidden_dropout", 0) == 0),
+                                   ("train.precision", t.get("precision", "fp32") == "fp32"),
+                                   ("model.rope_scaling", m.get("rope_scaling", "") in ("", "none"))] if not ok]
+    if unsupported:
+        print("train_reference.py: not covered: " + ", ".join(unsupported))
+        sys.exit(4)
+    assert len(run_steps) == t["steps"], (len(run_steps), t["steps"])
+    with open(os.path.join(model_dir, "config.json")) as f:
+        mcfg = json.load(f)
+    names, saved = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+    fp32 = {n: saved[n].detach() for n in names}
+    shapes = {n: list(saved[n].shape) for n in names}
+    tokens = read_tokens(os.path.join(cfg["data"]["dir"], "train.bin"))
+    torch.set_num_threads(1)
+
+    losses, norms, params = train(cfg, mcfg, names, shapes, tokens)
+    d = distances(losses, norms, params, run_steps, fp32)
+    floor = t["batch_size"] * t["seq_len"] * UNIT_ROUNDOFF
+    bounds = [MULTIPLE * max(x, floor) for x in d]
+    print("fp32 reference vs float64: loss %.3e, grad_norm %.3e, tensors %.3e; bounds %.3e %.3e %.3e" % (*d, *bounds))
+    if d[0] > 1e-3 or d[1] > 1e-2:  # the two runs are not the same training (a rule above has drifted)
+        print("train_reference.py: the float64 run does not follow the fp32 run: step losses %s vs %s"
+              % (losses[:3], [s["loss"] for s in run_steps[:3]]))
+        sys.exit(1)
+    with open(out_path, "w") as f:
+        f.write("%.6e %.6e %.6e\n" % tuple(bounds))
+    if "--bugs" not in sys.argv:
+        return
+    failed = False
+    for bug in ("drop_sequence", "half_layer", "wrong_count"):
+        bl, bn, bp = train(cfg, mcfg, names, shapes, tokens, bug)
+        # The buggy float64 run against the correct one: how far the bug moves each quantity, in bounds.
+        moved = [max(rel(a, b) for a, b in zip(bl, losses)) / bounds[0],
+                 max(rel(a, b) for a, b in zip(bn, norms)) / bounds[1],
+                 max(float((bp[n] - params[n]).norm() / params[n].norm()) for n in names) / bounds[2]]
+        caught = max(moved) > BUG_FACTOR
+        failed |= not caught
+        print("%s %s: moves loss %.3g, grad_norm %.3g, tensors %.3g bounds" % ("ok  " if caught else "FAIL", bug,
+                                                                                *moved))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
