@@ -36,19 +36,39 @@ failures=0
 # the batch's tokens; it also checks that three injected bugs (a dropped
 # sequence gradient, a half-summed layer, a wrong token count) move the run by
 # more than 100 bounds. Where that script does not apply (no torch; MoE,
-# dropout, bf16; a run that did not start from train.seed's weights, as
-# --init-from) the stated bounds stay: 1e-5 relative, the gradient norms
-# $grad_norm_rtol, which a script sets only with its reason.
+# dropout, bf16) the stated bounds stay: 1e-5 relative, the gradient norms
+# $grad_norm_rtol, which a script sets only with its reason. A reference that
+# started from another model (--init-from DIR) names it first:
+# `derive_bounds REF DIR`.
 grad_norm_rtol=1e-5
-derive_bounds() {  # derive_bounds REF: writes $tmp/REF.bounds, or nothing where the script does not apply
+derive_bounds() {  # derive_bounds REF [INIT_DIR]: writes $tmp/REF.bounds, or nothing where the script does not apply
   [ -e "$tmp/$1.bounds" ] || [ -e "$tmp/$1.nobounds" ] && return 0
-  local rc=0 out
-  out=$(/usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/../python/train_reference.py" "$tmp/$1.jsonl" "$tmp/$1" \
-    "$tmp/$1.bounds" --bugs 2>&1) || rc=$?
+  local rc=0 out init=() flags=() script mb
+  script="$(dirname "${BASH_SOURCE[0]}")/../python/train_reference.py"
+  [ $# -ge 2 ] && init=(--init "$2")
+  # The twin: REF's configuration again in one process, its batch as one microbatch or as
+  # batch_size microbatches of one sequence, whichever REF did not do.
+  out=$(/usr/bin/python3 "$script" --flags "$tmp/$1.jsonl") || rc=$?
+  mapfile -t flags <<<"$out"
+  mb=$(grep -o '"batch_size":[0-9]*' <(head -1 "$tmp/$1.jsonl") | cut -d: -f2)
+  grep -q '"microbatch_size":'"$mb"'[,}]' <(head -1 "$tmp/$1.jsonl") && mb=1
+  if [ "$rc" -eq 0 ]; then
+    "$bin" train --config /dev/null "${flags[@]}" --set train.microbatch_size="$mb" --quiet \
+      ${2:+--init-from "$2"} --metrics "$tmp/$1.twin.jsonl" --save "$tmp/$1.twin" 2>/dev/null
+    out=$(/usr/bin/python3 "$script" "$tmp/$1.jsonl" "$tmp/$1" "$tmp/$1.bounds" --bugs "${init[@]}" \
+      --twin "$tmp/$1.twin.jsonl" "$tmp/$1.twin" 2>&1) || rc=$?
+  fi
   echo "     bounds of $1: $(tr '\n' ' ' <<<"$out")"
   case $rc in
     0) ;;
-    3 | 4) touch "$tmp/$1.nobounds" ;;
+    3)  # no torch: a skip on a developer's machine, a failure under CI (install-deps.sh installs it)
+      if [ "${CI:-}" = true ]; then
+        echo "FAIL bounds of $1: torch is missing: /usr/bin/python3 cannot import torch"
+        failures=$((failures + 1))
+      fi
+      touch "$tmp/$1.nobounds"
+      ;;
+    4) touch "$tmp/$1.nobounds" ;;
     *)
       echo "FAIL bounds of $1: the float64 run failed (exit $rc)"
       failures=$((failures + 1))

@@ -51,6 +51,7 @@ check tp2_dp2_zero3_tied_v301_recompute ref_tied
 more=(--set train.steps=3 --init-from "$tmp/ref")
 "$bin" train "${tiny[@]}" "${more[@]}" --set train.microbatch_size=8 --metrics "$tmp/cont1.jsonl" --save "$tmp/cont1"
 run cont_tp2_dp2 4 "${more[@]}" --tp 2 --dp 2 --zero 3 --set parallel.sp=true --set train.microbatch_size=4
+derive_bounds cont1 "$tmp/ref"
 check cont_tp2_dp2 cont1
 
 # The same 2-D layout twice: bitwise identical losses and parameters.

@@ -85,6 +85,7 @@ reshard2d ckpt_one_to_grid2x2_dp2_zero1 "1 --set train.microbatch_size=8" \
 init=(--init-from "$tmp/ref_kv4" --set train.steps=3 --set train.microbatch_size=8)
 run2d init_one 1 "${init[@]}"
 run2d init_grid2x2 4 --tp 4 --set parallel.tp2d=2,2 "${init[@]}"
+derive_bounds init_one "$tmp/ref_kv4"
 check init_grid2x2 init_one
 
 # The ledger of one step (one microbatch of N = 8 x 16 tokens; d 32, 4 heads
