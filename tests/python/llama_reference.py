@@ -124,7 +124,10 @@ def attend_bf16(s, v, mm):
     return mm(e, v) / e.sum(-1, keepdim=True)
 
 
-def forward(cfg, p, inputs, mm=matmul64, attend=attend64):
+def forward(cfg, p, inputs, mm=matmul64, attend=attend64, drop=None):
+    """Logits [B, T, V]. drop(layer, site, x), where given, is training dropout:
+    of the attention probabilities ("attn", [B, H, T, T]) and of the o_proj and
+    down_proj outputs before they join the residual stream ([B, T, C])."""
     B, T = inputs.shape
     C = cfg["hidden_size"]
     H = cfg["num_attention_heads"]
@@ -145,12 +148,15 @@ def forward(cfg, p, inputs, mm=matmul64, attend=attend64):
         v = v.repeat_interleave(H // KV, dim=1)
         s = mm(q, k.transpose(-1, -2)) / (D ** 0.5)
         s = s.masked_fill(~mask, float("-inf"))
-        a = attend(s, v, mm).transpose(1, 2).reshape(B, T, H * D)
-        x = x + mm(a, p[pre + "self_attn.o_proj.weight"].T)
+        a = attend(s, v, mm) if drop is None else mm(drop(layer, "attn", s.softmax(-1)), v)
+        a = a.transpose(1, 2).reshape(B, T, H * D)
+        o = mm(a, p[pre + "self_attn.o_proj.weight"].T)
+        x = x + (o if drop is None else drop(layer, "o_proj", o))
         h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
         g = mm(h, p[pre + "mlp.gate_proj.weight"].T)
         u = mm(h, p[pre + "mlp.up_proj.weight"].T)
-        x = x + mm(F.silu(g) * u, p[pre + "mlp.down_proj.weight"].T)
+        y = mm(F.silu(g) * u, p[pre + "mlp.down_proj.weight"].T)
+        x = x + (y if drop is None else drop(layer, "down_proj", y))
     x = rms_norm(x, p["model.norm.weight"], eps)
     head = p["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else p["lm_head.weight"]
     return mm(x, head.T)

@@ -34,9 +34,10 @@ only one of two ranks; the loss scaled by the wrong token count) and requires
 each to move the metrics or tensors by more than 100 bounds.
 
 Covers the dense Llama of llama_reference.py with AdamW, SGD and LAMB,
-gradient clipping, the warmup-cosine schedule, tied embeddings and
-data.ignore_id; refuses (exit 4) configurations it does not cover (MoE,
-dropout, bf16), so a caller keeps its stated bound for those.
+gradient clipping, the warmup-cosine schedule, tied embeddings,
+data.ignore_id and attention and hidden dropout; refuses (exit 4)
+configurations it does not cover (MoE, bf16, RoPE scaling), so a caller keeps
+its stated bound for those.
 
 usage: train_reference.py METRICS.jsonl MODEL_DIR OUT.bounds [--bugs] [--init INIT_DIR]
                           [--twin TWIN.jsonl TWIN_DIR]
@@ -157,6 +158,32 @@ def batch(tokens, seed, step, rows, T):
     return torch.tensor(inputs), torch.tensor(targets)
 
 
+def dropout_masks(cfg, step):
+    """ops/dropout.cpp's masks: the key names (seed, step, layer, site); an element's global
+    coordinates are the counter — (query pos, key pos, head, sequence) for the attention
+    probabilities, (pos, channel, sequence, 0) for a hidden state; it is dropped when the
+    counter's first word is below round(p 2^32), else multiplied by the fp32 1 / (1 - p)."""
+    m, seed = cfg["model"], int(cfg["train"]["seed"])
+    rates = {"attn": m["attention_dropout"], "o_proj": m["hidden_dropout"], "down_proj": m["hidden_dropout"]}
+
+    def drop(layer, site, x):
+        p = rates[site]
+        if p == 0:
+            return x
+        key = philox_key(seed, "dropout/step %d/layer %d/%s" % (step, layer, site))
+        grid = np.indices(x.shape, dtype=np.uint64).reshape(len(x.shape), -1)
+        if site == "attn":  # x [B, H, Tq, Tk]
+            counter = [grid[2], grid[3], grid[1], grid[0]]
+        else:  # x [B, T, C]
+            counter = [grid[1], grid[2], grid[0], np.zeros_like(grid[0])]
+        threshold = min(round(p * 4294967296.0), 4294967295)
+        scale = float(np.float32(1.0 / (1.0 - p)))
+        keep = philox4x32(counter, key)[0] >= np.uint64(threshold)
+        return x * torch.tensor(np.where(keep, scale, 0.0).reshape(x.shape))
+
+    return drop if any(r > 0 for r in rates.values()) else None
+
+
 def lr_at(t, s):
     lr, min_lr, warmup, total = t["lr"], t["min_lr"], t["warmup_steps"], t["steps"]
     if s < warmup:
@@ -190,7 +217,7 @@ def train(cfg, mcfg, names, shapes, tokens, init, bug=None):
             keep = torch.ones(targets.shape[0], dtype=torch.bool)
             keep[-1] = False
         valid = int((targets != -1).sum())
-        logits = forward(mcfg, p, inputs)
+        logits = forward(mcfg, p, inputs, drop=dropout_masks(cfg, step))
         V = logits.shape[-1]
         ce = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1, reduction="none")
         ce = ce.view(targets.shape)
@@ -273,8 +300,6 @@ def require_covered(cfg):
     """Exit 4 for a configuration this float64 run does not reproduce."""
     m, t = cfg["model"], cfg["train"]
     unsupported = [k for k, ok in [("model.n_experts", m.get("n_experts", 0) <= 1),
-                                   ("model.attention_dropout", m.get("attention_dropout", 0) == 0),
-                                   ("model.hidden_dropout", m.get("hidden_dropout", 0) == 0),
                                    ("train.precision", t.get("precision", "fp32") == "fp32"),
                                    ("model.rope_scaling", m.get("rope_scaling", "") in ("", "none"))] if not ok]
     if unsupported:
