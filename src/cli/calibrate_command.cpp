@@ -7,6 +7,7 @@
 #include "cli/layout_command.h"
 #include "comm/runtime.h"
 #include "config/config.h"
+#include "core/atomic_dir.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "plan/calibrate.h"
@@ -20,6 +21,7 @@ int run_calibrate_command(const CalibrateArgs& a) {
   plan::Machine m;
   const auto setup = [&] {
     MT_REQUIRE(!a.out.empty(), ConfigError, "--out is required");
+    if (world.rank() == 0) check_file_writable(a.out, "--out");  // before minutes of measuring
     MT_REQUIRE(a.seconds > 0 && a.seconds <= 10, ConfigError, "--seconds (", a.seconds,
                ") must be in (0, 10]");
     if (!a.config.empty()) {

@@ -1,6 +1,7 @@
 #include "cli/commands.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 #include "comm/context.h"
@@ -19,6 +20,7 @@
 #include "train/evaluate.h"
 #include "train/memory_estimate.h"
 #include "train/model_io.h"
+#include "train/preempt.h"
 #include "train/run_mesh.h"
 
 namespace mt {
@@ -48,6 +50,8 @@ int run_train_command(const TrainArgs& a) {
     int status = 1;
     error = describe_current_exception(&status);
   }
+  // Without checkpoints a stop signal keeps its default effect (main installed the handlers first).
+  if (cfg.train.checkpoint_dir.empty()) release_stop_handlers();
   agree_on_startup_errors(world, error);
   if (world.rank() == 0) {  // keys the user set that this layout ignores: say so rather than stay silent
     for (const std::string& note : ineffective_keys(cfg))
@@ -88,6 +92,8 @@ int run_prepare_command(const PrepareArgs& a) {
     o.text_paths = default_corpus_paths();
   }
   o.out_dir = a.out;
+  MT_REQUIRE(a.vocab_size >= 1 && a.vocab_size <= INT32_MAX, ConfigError, "--vocab-size (", a.vocab_size,
+             ") must be between 1 and ", INT32_MAX);
   o.vocab_size = static_cast<int>(a.vocab_size);
   const PrepareResult r = prepare_dataset(o);
   std::printf("wrote %s: vocabulary %lld, %lld train tokens, %lld validation tokens\n", a.out.c_str(),

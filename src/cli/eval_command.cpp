@@ -5,6 +5,7 @@
 // the long-context study of docs/BENCHMARKS.md reads how the loss grows past the
 // training length).
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <optional>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "mesh/mesh.h"
 #include "ops/cross_entropy.h"
 #include "ops/gemm.h"
+#include "parallel/context_parallel.h"
 #include "train/evaluate.h"
 #include "train/memory_estimate.h"
 #include "train/model_io.h"
@@ -77,13 +79,30 @@ void check_position_buckets(const EvalArgs& a, int64_t T) {
              "--position-buckets (", a.position_buckets, ") must divide the window length (", T, ")");
 }
 
+// eval's own flags, checked against the model and named as the user gave them
+// (before the run's configuration restates them as train.* keys); returns the
+// window length.
+int64_t checked_window(const EvalArgs& a, const ModelConfig& model) {
+  MT_REQUIRE(a.seq_len >= 0, ConfigError, "--seq-len (", a.seq_len,
+             ") must be positive (or 0: the model's max_seq_len, ", model.max_seq_len, ")");
+  const int64_t T = a.seq_len > 0 ? a.seq_len : model.max_seq_len;
+  MT_REQUIRE(T <= model.max_seq_len, ConfigError, "--seq-len (", T,
+             ") must not exceed the model's max_seq_len (", model.max_seq_len, ")");
+  MT_REQUIRE(a.max_windows >= 0, ConfigError, "--max-windows (", a.max_windows,
+             ") must not be negative (0: every window)");
+  check_thread_count("--threads", a.threads);
+  if (a.cp > 1 && a.cp <= INT32_MAX) cp::check_zigzag(T, static_cast<int>(a.cp), "--seq-len", "--cp");
+  check_position_buckets(a, T);
+  return T;
+}
+
 // The run's configuration: the model's, the layout flags, and the windows
 // evaluated `microbatch` at a time on every replica (every dp replica
 // evaluates every window, as a training run's evaluation does).
 Config eval_config(const EvalArgs& a, int world_size) {
   const ModelConfig model = read_model_config(a.model);
-  Config cfg = layout_config(model, {a.dp, a.tp, a.pp, a.cp}, a.seq_len > 0 ? a.seq_len : model.max_seq_len,
-                             /*microbatch=*/4, world_size);
+  Config cfg =
+      layout_config(model, {a.dp, a.tp, a.pp, a.cp}, checked_window(a, model), /*microbatch=*/4, world_size);
   cfg.train.eval_windows = a.max_windows;
   MT_REQUIRE(a.position_buckets == 0, ConfigError, "--position-buckets (", a.position_buckets,
              ") runs in one process only: drop it or the layout flags and mpirun");
@@ -114,12 +133,9 @@ int run_eval_command(const EvalArgs& a) {
   const MatmulPrecisionGuard precision(parse_matmul_precision(a.precision, "--precision"));
   CommRuntime runtime(nullptr, nullptr);  // a process started without mpirun is a world of one
   if (a.dp * a.tp * a.pp * a.cp > 1 || runtime.world().size() > 1) return eval_on_layout(a, runtime);
-  set_num_threads(a.threads > 0 ? static_cast<int>(a.threads) : hardware_threads());
   const ModelConfig cfg = read_model_config(a.model);
-  const int64_t T = a.seq_len > 0 ? a.seq_len : cfg.max_seq_len;
-  MT_REQUIRE(T <= cfg.max_seq_len, ConfigError, "--seq-len (", T,
-             ") must not exceed the model's max_seq_len (", cfg.max_seq_len, ")");
-  check_position_buckets(a, T);
+  const int64_t T = checked_window(a, cfg);
+  set_num_threads(a.threads > 0 ? static_cast<int>(a.threads) : hardware_threads());
   const TokenFile file = TokenFile::open(a.data);
   MT_REQUIRE(file.vocab_size() <= cfg.vocab_size, ConfigError, a.data, " was written for a ",
              file.vocab_size(), "-token vocabulary but the model has ", cfg.vocab_size);

@@ -30,6 +30,7 @@ void check_args(const GenerateArgs& a) {
   MT_REQUIRE(a.output == "text" || a.output == "jsonl", ConfigError, "--output '", a.output,
              "' must be text or jsonl");
   MT_REQUIRE(a.batch_size >= 1, ConfigError, "--batch-size (", a.batch_size, ") must be at least 1");
+  check_thread_count("--threads", a.threads);
   cp::parse_cp_impl(a.cp_impl);  // ConfigError naming the value
 }
 
@@ -38,8 +39,11 @@ std::vector<std::string> read_prompts(const GenerateArgs& a) {
   if (!a.prompts_file.empty()) {
     std::ifstream in(a.prompts_file);
     MT_REQUIRE(in.good(), IoError, "cannot open --prompts file '", a.prompts_file, "'");
-    for (std::string line; std::getline(in, line);)
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line.back() == '\r')
+        line.pop_back();  // a CRLF file: the \r is no part of the prompt
       prompts.push_back(line);
+    }
   }
   MT_REQUIRE(!prompts.empty(), ConfigError, "generate needs a prompt: --prompt TEXT or --prompts FILE");
   return prompts;
@@ -68,7 +72,7 @@ Job prepare_job(const GenerateArgs& a) {
   j.o.prefill_chunk = a.prefill_chunk;
   j.o.eos_id = j.tok.eos_id();
   j.o.kv_dtype = parse_kv_dtype(a.kv_cache);
-  check_sampling(j.o.sampling);
+  check_generate_options(j.o);  // before the model loads or the streamed prompt is printed
   j.text = read_prompts(a);
   for (const std::string& t : j.text)
     j.ids.push_back(j.tok.encode(t));
@@ -177,8 +181,8 @@ std::vector<Generation> run_prompts(const Job& j, const Llama& model, size_t beg
 }
 
 int generate_in_one_process(const GenerateArgs& a) {
-  set_num_threads(a.threads > 0 ? static_cast<int>(a.threads) : hardware_threads());
   const Job j = prepare_job(a);
+  set_num_threads(a.threads > 0 ? static_cast<int>(a.threads) : hardware_threads());
   require_fits(estimate_eval_memory(j.cfg, 1, 1), 1, available_memory_bytes());
   for (size_t first = 0; first < j.ids.size(); first += static_cast<size_t>(a.batch_size)) {
     const size_t end = std::min(j.ids.size(), first + static_cast<size_t>(a.batch_size));

@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "train/compare.h"
+#include "train/preempt.h"
 
 namespace {
 
@@ -80,7 +81,8 @@ CLI::App* add_eval(CLI::App& app, mt::EvalArgs& ev) {
   e->add_option("--data", ev.data, "Token file (.bin)")->required();
   e->add_option("--seq-len", ev.seq_len, "Window length (default: the model's max_seq_len)");
   e->add_option("--max-windows", ev.max_windows, "Evaluate at most this many windows (0: all)");
-  e->add_option("--threads", ev.threads, "Threads (0: all cores; under mpirun: cores / local ranks)");
+  e->add_option("--threads", ev.threads,
+                "Threads (0: all cores; under mpirun: cores / local ranks; at most 4 x the cores)");
   e->add_option("--dp", ev.dp, "Data-parallel replicas under mpirun (each evaluates every window)");
   e->add_option("--tp", ev.tp, "Tensor-parallel ranks under mpirun");
   e->add_option("--pp", ev.pp, "Pipeline stages under mpirun");
@@ -124,7 +126,8 @@ CLI::App* add_generate(CLI::App& app, mt::GenerateArgs& g) {
       ->capture_default_str();
   s->add_option("--kv-cache", g.kv_cache, "KV cache element type: f32 | int8 (per token and head scales)")
       ->capture_default_str();
-  s->add_option("--threads", g.threads, "Threads (0: all cores; under mpirun: cores / local ranks)");
+  s->add_option("--threads", g.threads,
+                "Threads (0: all cores; under mpirun: cores / local ranks; at most 4 x the cores)");
   add_precision(*s, g.precision);
   s->add_option("--dp", g.dp, "Data-parallel replicas under mpirun (prompts split in contiguous blocks)");
   s->add_option("--tp", g.tp, "Tensor-parallel ranks under mpirun (each caches its kv heads)");
@@ -261,6 +264,9 @@ CLI::App* add_report(CLI::App& app, mt::ReportArgs& rep) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First: a SIGTERM or SIGUSR1 from here on stops a run with checkpoints after its first step, however early
+  // it comes (train/preempt.h); every other process gets the default back below, the signal then re-raised.
+  mt::install_stop_handlers();
   CLI::App app{"meshtrain: train decoder-only Transformer language models, exactly, on many processes"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show the help of every subcommand");
@@ -287,9 +293,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& err) {
+    mt::release_stop_handlers();
     return app.exit(err);
   }
   try {
+    if (!*tr) mt::release_stop_handlers();
     if (*tr) return mt::run_train_command(train);
     if (*pr) return mt::run_prepare_command(prep);
     if (*e) return mt::run_eval_command(ev);

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "config/config.h"
+#include "core/atomic_dir.h"
 #include "core/error.h"
 #include "plan/memory.h"
 #include "plan/print.h"
@@ -64,6 +65,7 @@ std::vector<plan::ScalingRow> scaling_rows(const PlanArgs& a, const plan::PlanIn
 }  // namespace
 
 int run_plan_command(const PlanArgs& a) {
+  if (!a.json_out.empty()) check_file_writable(a.json_out, "--json");  // before the search, not after it
   const plan::PlanInput in = plan_input(a);
   const plan::Machine m = plan::load_machine(a.machine);
   const plan::LayoutSpec spec = plan::parse_layout(a.layout);

@@ -30,6 +30,8 @@ struct PendingOp {
   virtual bool poll() = 0;
 
   std::string op;     // "all_reduce", "send", … (LedgerEntry::op)
+  int64_t seq = -1;   // a collective's number on its backend (Backend::next_collective); −1: send or recv
+  int partner = -1;   // send or recv: the other side's rank in the group
   std::string axis;   // the group's axis
   std::string label;  // call site
   int64_t elements = 0;
@@ -74,13 +76,37 @@ class Backend {
   // Ends every process of the job with `status` (the message is already printed).
   [[noreturn]] virtual void abort_job(int status) = 0;
 
+  // The world rank of this backend's rank r, for messages.
+  virtual int world_rank_of(int r) const = 0;
+
+  // The watchdog's roll call (work.cpp), which names the ranks a stalled
+  // collective still waits for. Collectives are numbered in the order this
+  // rank starts them on this backend; every rank starts them in the same
+  // order, so a number names the same call on every rank.
+  int64_t next_collective() {
+    if ((collectives_ & 63) == 0) take_announcements();  // a rank that never waits long still drains them
+    return collectives_++;
+  }
+  // Tells every other rank of this backend that this rank waits in collective
+  // `seq` (8 bytes to each; sent only by a wait that has lasted a while, so
+  // that it costs nothing in a healthy step).
+  virtual void announce_wait(int64_t seq) = 0;
+  // Takes in the announcements that have arrived, then returns per rank of this
+  // backend the highest collective number it announced (−1: none heard).
+  virtual std::vector<int64_t> heard_waits() = 0;
+
   // Counts the rank-ordered all-reduces started on this backend (ranked_sum.h):
   // every rank starts them in the same order, so the count names the same call
   // on every rank and gives its messages a tag of their own.
   int64_t next_ranked_call() { return ranked_calls_++; }
 
+ protected:
+  // Receives every announcement that has arrived (heard_waits keeps them).
+  virtual void take_announcements() = 0;
+
  private:
   int64_t ranked_calls_ = 0;
+  int64_t collectives_ = 0;
 };
 
 }  // namespace mt

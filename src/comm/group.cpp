@@ -59,12 +59,16 @@ void check_rank(const char* op, const std::string& axis, const char* what, int r
 
 // Starts an operation through `call` and describes it for the ledger and the
 // watchdog. `elements` is this rank's send side (see LedgerEntry::bytes).
+// `partner`: a send's or recv's other side (−1: a collective, which gets its
+// number for the watchdog's roll call).
 template <typename Call>
 Work start_op(const std::shared_ptr<Backend>& backend, const std::shared_ptr<CommContext>& ctx,
               const std::string& axis, const char* name, std::string_view label, int64_t elements,
-              ElemType type, Call&& call) {
+              ElemType type, Call&& call, int partner = -1) {
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<PendingOp> op = call(need(backend));
+  op->seq = partner < 0 ? backend->next_collective() : -1;
+  op->partner = partner;
   op->op = name;
   op->axis = axis;
   op->label = std::string(label);
@@ -158,16 +162,18 @@ Work Group::send_async(const void* buf, int64_t count, ElemType type, int peer, 
   check_count("send", axis_, count);
   check_rank("send", axis_, "peer", peer, size());
   MT_REQUIRE(tag >= 0, Error, "send on axis ", axis_, ": tag (", tag, ") must not be negative");
-  return start_op(backend_, ctx_, axis_, "send", label, count, type,
-                  [&](Backend& b) { return b.send(buf, count, type, peer, tag); });
+  return start_op(
+      backend_, ctx_, axis_, "send", label, count, type,
+      [&](Backend& b) { return b.send(buf, count, type, peer, tag); }, peer);
 }
 
 Work Group::recv_async(void* buf, int64_t count, ElemType type, int peer, int tag, std::string_view label) {
   check_count("recv", axis_, count);
   check_rank("recv", axis_, "peer", peer, size());
   MT_REQUIRE(tag >= 0, Error, "recv on axis ", axis_, ": tag (", tag, ") must not be negative");
-  return start_op(backend_, ctx_, axis_, "recv", label, count, type,
-                  [&](Backend& b) { return b.recv(buf, count, type, peer, tag); });
+  return start_op(
+      backend_, ctx_, axis_, "recv", label, count, type,
+      [&](Backend& b) { return b.recv(buf, count, type, peer, tag); }, peer);
 }
 
 void Group::all_reduce(void* buf, int64_t count, ElemType type, ReduceOp op, std::string_view label) {

@@ -1,5 +1,6 @@
 #include "comm/mpi_backend.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -100,14 +101,73 @@ MpiBackend::MpiBackend(MPI_Comm comm) : comm_(comm) {
   MT_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MT_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   MT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_));
+  MT_MPI_CHECK(MPI_Comm_dup(comm_, &roll_));  // collective, as every construction (split, the world) is
+  MT_MPI_CHECK(MPI_Comm_set_errhandler(roll_, MPI_ERRORS_RETURN));
+  out_.assign(static_cast<size_t>(size_), -1);
+  out_requests_.assign(static_cast<size_t>(size_), MPI_REQUEST_NULL);
+  heard_.assign(static_cast<size_t>(size_), -1);
+  world_ranks_.resize(static_cast<size_t>(size_));
+  std::vector<int> mine(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r)
+    mine[static_cast<size_t>(r)] = r;
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  MT_MPI_CHECK(MPI_Comm_group(comm_, &group));
+  MT_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  MT_MPI_CHECK(MPI_Group_translate_ranks(group, size_, mine.data(), world, world_ranks_.data()));
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
 }
 
 MpiBackend::~MpiBackend() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && comm_ != MPI_COMM_NULL && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF) {
-    MPI_Comm_free(&comm_);
+  if (finalized) return;
+  if (roll_ != MPI_COMM_NULL) {
+    try {
+      take_announcements();
+    } catch (...) {  // a destructor reports nothing: the communicator goes either way
+    }
+    for (MPI_Request& r : out_requests_)
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);  // an 8-byte send completes on its own
+    MPI_Comm_free(&roll_);
   }
+  if (comm_ != MPI_COMM_NULL && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF) MPI_Comm_free(&comm_);
+}
+
+namespace {
+constexpr int kAnnounceTag = 1;
+}  // namespace
+
+void MpiBackend::announce_wait(int64_t seq) {
+  for (int r = 0; r < size_; ++r) {
+    const auto i = static_cast<size_t>(r);
+    if (r == rank_) continue;
+    if (out_requests_[i] != MPI_REQUEST_NULL) {
+      int done = 0;
+      MT_MPI_CHECK(MPI_Test(&out_requests_[i], &done, MPI_STATUS_IGNORE));
+      if (!done) continue;  // the last one is still on its way: its buffer is not free
+    }
+    out_[i] = seq;
+    MT_MPI_CHECK(MPI_Isend(&out_[i], 1, MPI_INT64_T, r, kAnnounceTag, roll_, &out_requests_[i]));
+  }
+}
+
+void MpiBackend::take_announcements() {
+  for (;;) {
+    int flag = 0;
+    MPI_Status status;
+    MT_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, kAnnounceTag, roll_, &flag, &status));
+    if (!flag) return;
+    int64_t seq = -1;
+    MT_MPI_CHECK(MPI_Recv(&seq, 1, MPI_INT64_T, status.MPI_SOURCE, kAnnounceTag, roll_, MPI_STATUS_IGNORE));
+    int64_t& h = heard_[static_cast<size_t>(status.MPI_SOURCE)];
+    h = std::max(h, seq);
+  }
+}
+
+std::vector<int64_t> MpiBackend::heard_waits() {
+  take_announcements();
+  return heard_;
 }
 
 std::shared_ptr<Backend> MpiBackend::split(int color, int key) const {

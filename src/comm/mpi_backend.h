@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <vector>
 
 #include "comm/backend.h"
 
@@ -48,8 +49,23 @@ class MpiBackend final : public Backend {
 
   [[noreturn]] void abort_job(int status) override;
 
+  int world_rank_of(int r) const override { return world_ranks_[static_cast<size_t>(r)]; }
+  void announce_wait(int64_t seq) override;
+  std::vector<int64_t> heard_waits() override;
+
+ protected:
+  void take_announcements() override;
+
  private:
   MPI_Comm comm_;
+  // The watchdog's announcements travel on a copy of comm_, so that they never
+  // match a receive of ours; one buffer and request per peer (a send still in
+  // flight is not repeated).
+  MPI_Comm roll_ = MPI_COMM_NULL;
+  std::vector<int64_t> out_;
+  std::vector<MPI_Request> out_requests_;
+  std::vector<int64_t> heard_;
+  std::vector<int> world_ranks_;
   int rank_ = 0;
   int size_ = 1;
   int world_rank_ = 0;

@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "comm/backend.h"
 #include "comm/context.h"
@@ -56,14 +58,62 @@ void record(PendingOp& op) {
   op.ctx->ledger.record(std::move(e));
 }
 
+// "world rank 2" on the world, "world rank 2 (dp rank 1)" on a sub-group.
+std::string rank_name(const PendingOp& op, int r) {
+  const std::string world = "world rank " + std::to_string(op.backend->world_rank_of(r));
+  return op.axis == "world" ? world : world + " (" + op.axis + " rank " + std::to_string(r) + ")";
+}
+
+// A wait that has lasted announce_after(timeout) tells the other ranks it has
+// arrived (Backend::announce_wait); a firing watchdog listens for `grace_s` more,
+// so that every rank that reached the call before the timeout has been heard.
+double announce_after(double timeout_s) {
+  return std::min(1.0, timeout_s / 4);
+}
+
+// Who the stalled call waits for: a send's or recv's other side, or the ranks
+// of a collective that never announced waiting in it (and any that announced
+// a later one: they passed it, so the ranks disagree on the order of calls).
+std::string roll_call(PendingOp& op, double grace_s) {
+  if (op.seq < 0) {
+    return "; waiting for " + rank_name(op, op.partner) + " to " +
+           (op.op == "send" ? "receive the message" : "send the message");
+  }
+  std::vector<int64_t> heard;
+  try {
+    const auto until = Clock::now() + std::chrono::duration<double>(grace_s);
+    do {
+      heard = op.backend->heard_waits();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } while (Clock::now() < until);
+    heard = op.backend->heard_waits();
+  } catch (const std::exception&) {  // the message goes out without the roll call
+    return "";
+  }
+  const int me = op.backend->rank();
+  std::string missing, waiting, ahead;
+  for (int r = 0; r < static_cast<int>(heard.size()); ++r) {
+    const int64_t h = heard[static_cast<size_t>(r)];
+    std::string& list = r == me || h == op.seq ? waiting : h > op.seq ? ahead : missing;
+    list += (list.empty() ? "" : ", ") + rank_name(op, r);
+  }
+  if (heard.empty()) return "";
+  std::string out = "; never arrived: " + (missing.empty() ? std::string("none") : missing);
+  out += "; waiting in it: " + waiting;
+  if (!ahead.empty()) out += "; waiting in a later collective of axis " + op.axis + ": " + ahead;
+  return out;
+}
+
 // A rank that waits forever is a hang nobody can read; the watchdog names the
-// call instead and ends the whole job.
+// call and the ranks it waits for instead, and ends the whole job.
 [[noreturn]] void watchdog_fire(PendingOp& op, double timeout_s) {
+  const std::string who = roll_call(op, announce_after(timeout_s) + 0.25);
   std::fprintf(stderr,
                "meshtrain: watchdog (rank %d): %s on axis %s did not complete within %g s "
-               "(step %lld, call site \"%s\", %lld elements)\n",
+               "(step %lld, call site \"%s\", %lld elements)%s\n",
                op.backend->world_rank(), op.op.c_str(), op.axis.c_str(), timeout_s,
-               static_cast<long long>(op.step), op.label.c_str(), static_cast<long long>(op.elements));
+               static_cast<long long>(op.step), op.label.c_str(), static_cast<long long>(op.elements),
+               who.c_str());
   std::fflush(stderr);
   op.backend->abort_job(1);
   std::_Exit(1);  // not reached: abort_job does not return
@@ -84,12 +134,17 @@ constexpr double kSpinSeconds = 0.02;
 void wait_for(PendingOp& op) {
   const double timeout_s = op.ctx->timeout_s;
   const auto begin = Clock::now();
+  bool announced = op.seq < 0 || timeout_s <= 0;  // only a collective under a watchdog announces
   for (int i = 0; !op.poll(); ++i) {
     if ((i & 7) != 7) {
       std::this_thread::yield();
       continue;
     }
     const double waited = std::chrono::duration<double>(Clock::now() - begin).count();
+    if (!announced && waited > announce_after(timeout_s)) {
+      op.backend->announce_wait(op.seq);
+      announced = true;
+    }
     if (timeout_s > 0 && waited > timeout_s) watchdog_fire(op, timeout_s);
     if (waited > kSpinSeconds) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }

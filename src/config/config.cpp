@@ -87,7 +87,8 @@ std::vector<Entry> model_train_data_entries() {
       MT_KEY(train, max_bad_steps, "int",
              "stop after this many consecutive steps with a NaN/Inf loss or grad norm"),
       MT_KEY(train, log_every, "int", "print a log line every N steps"),
-      MT_KEY(train, threads, "int", "threads per rank (0: this machine's cores / ranks on it)"),
+      MT_KEY(train, threads, "int",
+             "threads per rank (0: this machine's cores / ranks on it; at most 4 x the cores)"),
       MT_KEY(train, init_allow, "string",
              "--init-from: comma-separated model fields that may differ from the saved config.json and take "
              "this run's value (rope_theta, norm_eps, max_seq_len, rope_scaling); any other difference is "
@@ -148,7 +149,7 @@ std::vector<Entry> parallel_entries() {
              "divisible by 2 x cp); attention exchanges keys and values (parallel.cp_impl)"),
       MT_KEY(parallel, ep, "int",
              "expert-parallel degree: each rank holds n_experts / ep experts, tokens travel by all-to-all; "
-             "ep divides dp x cp (groups of ep consecutive dp ranks) and n_experts; ZeRO 0 only"),
+             "ep divides dp x cp (groups of ep consecutive dp ranks) and n_experts; any ZeRO stage (0-3)"),
       MT_KEY(parallel, zero, "int",
              "ZeRO stage: 0 replicate, 1 shard AdamW state, 2 + gradients, 3 + parameters (FSDP)"),
       MT_KEY(parallel, sp, "bool",

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/fault_point.h"
+#include "core/file.h"
 
 namespace mt {
 
@@ -173,6 +174,16 @@ void check_dir_writable(const std::string& dir) {
   MT_REQUIRE(!fs::exists(dir, ec) || fs::is_directory(dir, ec), IoError, "cannot write model directory '",
              dir, "': it exists and is not a directory");
   AtomicDir probe(dir);  // creates, then (uncommitted) removes, a staging directory beside it
+}
+
+void check_file_writable(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  MT_REQUIRE(!fs::is_directory(path, ec), IoError, what, " '", path, "': it is a directory, not a file");
+  try {
+    const AtomicFile probe(path);  // its destructor removes the uncommitted temporary
+  } catch (const IoError& e) {
+    MT_THROW(IoError, what, " '", path, "' cannot be written: ", e.what());
+  }
 }
 
 }  // namespace mt

@@ -49,6 +49,13 @@ class AtomicDir {
 // nothing behind but the parent directories it created.
 void check_dir_writable(const std::string& dir);
 
+// Start-up check of an output FILE (--trace, --metrics, prepare's and
+// calibrate's outputs), so that a path that cannot be written fails before the
+// work rather than after it: `path` is not a directory, and the temporary file
+// an AtomicFile (core/file.h) writes beside it can be created (it is removed
+// again). IoError "<what> '<path>': <the reason>" otherwise.
+void check_file_writable(const std::string& path, const std::string& what);
+
 // fsync of a directory (its entries: files created, renamed or removed in
 // it). IoError naming the path on an I/O error; a file system that cannot
 // flush directories (EINVAL) is not an error.

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "core/atomic_dir.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "data/token_file.h"
@@ -106,8 +107,9 @@ PrepareResult prepare_dataset(const PrepareOptions& options) {
   std::error_code ec;
   fs::create_directories(options.out_dir, ec);
   MT_REQUIRE(!ec, IoError, "cannot create output folder ", options.out_dir, ": ", ec.message());
-  PrepareResult r;
   const fs::path dir(options.out_dir);
+  check_file_writable((dir / "train.bin").string(), "output file");  // before the tokenizer's training
+  PrepareResult r;
   r.tokenizer_path = (dir / "tokenizer.model").string();
   r.train_path = (dir / "train.bin").string();
   r.val_path = (dir / "val.bin").string();

@@ -218,15 +218,15 @@ class Sequences {
   std::vector<int32_t> last_;
 };
 
-void check_options(const GenerateOptions& opts) {
+}  // namespace
+
+void check_generate_options(const GenerateOptions& opts) {
   check_sampling(opts.sampling);
   MT_REQUIRE(opts.max_new_tokens >= 0, ConfigError, "--max-new-tokens (", opts.max_new_tokens,
              ") must not be negative");
   MT_REQUIRE(opts.prefill_chunk >= 0, ConfigError, "--prefill-chunk (", opts.prefill_chunk,
              ") must be 0 (whole prompt) or positive");
 }
-
-}  // namespace
 
 int64_t generation_kv_bytes(const ModelConfig& cfg, TpRank tp, int64_t layers, int64_t batch,
                             int64_t capacity, KvDtype dtype, int cp) {
@@ -238,7 +238,7 @@ std::vector<Generation> generate(const Llama& model, const std::vector<std::vect
                                  int64_t first_index, const GenerateOptions& opts, GenerateStats* stats,
                                  const std::function<void(int64_t, int32_t)>& on_token,
                                  const GenerateLayout& layout) {
-  check_options(opts);
+  check_generate_options(opts);
   const ModelConfig& cfg = model.config();
   const int64_t B = static_cast<int64_t>(prompts.size());
   const int64_t cap = generation_capacity(cfg, prompts, first_index, opts.max_new_tokens);

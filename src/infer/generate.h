@@ -22,6 +22,11 @@ struct GenerateOptions {
   KvDtype kv_dtype = KvDtype::f32;
 };
 
+// ConfigError naming the option and the rule (the sampling options, then
+// --max-new-tokens and --prefill-chunk); generate() checks them too, and
+// `meshtrain generate` first, before it prints anything.
+void check_generate_options(const GenerateOptions& opts);
+
 enum class StopReason { eos, length };
 const char* stop_name(StopReason r);
 

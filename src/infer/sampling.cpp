@@ -100,6 +100,11 @@ Sampled sample_token(const LogitsShard& row, Group* tp, const SamplingOptions& o
                      int64_t position) {
   const double zmax = global_max(row, tp);
   const double lse = zmax + std::log(global_sum_exp(row, 1.0, zmax, tp));
+  // Any NaN or infinite logit makes the sum (all-reduced: the same on every tp
+  // rank) non-finite: every rank refuses together rather than pick a token of nothing.
+  MT_REQUIRE(std::isfinite(lse), Error, "generate: the logits of prompt ", prompt_index, " at position ",
+             position, " are not finite (log-sum-exp ", lse,
+             "): the model's weights or activations overflow; no token can be sampled");
   Sampled out;
   if (o.temperature == 0.0) {
     const Candidate best = top_candidates(row, 1, tp)[0];

@@ -46,7 +46,8 @@ struct LogitsShard {
 };
 
 // tp: the ranks holding the other shards (null or size 1: the shard is the
-// whole row). Collective over tp; every rank returns the same token.
+// whole row). Collective over tp; every rank returns the same token, or every
+// rank throws Error when a logit of the row is NaN or infinite.
 Sampled sample_token(const LogitsShard& row, Group* tp, const SamplingOptions& o, int64_t prompt_index,
                      int64_t position);
 

@@ -139,10 +139,10 @@ CpImpl parse_cp_impl(std::string_view name) {
   MT_THROW(ConfigError, "parallel.cp_impl ('", name, "') must be ring or allgather");
 }
 
-void check_zigzag(int64_t T, int cp) {
-  MT_REQUIRE(cp >= 1, ConfigError, "parallel.cp (", cp, ") must be at least 1");
-  MT_REQUIRE(T >= 2 * cp && T % (2 * cp) == 0, ConfigError, "train.seq_len (", T,
-             ") must be divisible by 2 x parallel.cp (", cp, ") = ", 2 * cp,
+void check_zigzag(int64_t T, int cp, const char* seq_name, const char* cp_name) {
+  MT_REQUIRE(cp >= 1, ConfigError, cp_name, " (", cp, ") must be at least 1");
+  MT_REQUIRE(T >= 2 * cp && T % (2 * cp) == 0, ConfigError, seq_name, " (", T, ") must be divisible by 2 x ",
+             cp_name, " (", cp, ") = ", 2 * cp,
              ": context parallelism cuts each sequence into 2 x cp zigzag chunks");
 }
 

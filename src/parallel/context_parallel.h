@@ -60,8 +60,11 @@ CpImpl parse_cp_impl(std::string_view name);
 // ---- zigzag layout ----
 
 // Throws ConfigError unless T is divisible by 2·cp (and cp >= 1):
-// "train.seq_len (10) must be divisible by 2 x parallel.cp (4) = 8 ...".
-void check_zigzag(int64_t T, int cp);
+// "train.seq_len (10) must be divisible by 2 x parallel.cp (4) = 8 ...";
+// `seq_name` and `cp_name` name the two values as the user gave them (eval's
+// "--seq-len" and "--cp").
+void check_zigzag(int64_t T, int cp, const char* seq_name = "train.seq_len",
+                  const char* cp_name = "parallel.cp");
 
 // pos[T/cp] ← the global positions (0-based) rank `rank` holds, in local order:
 // chunk rank, then chunk 2·cp−1−rank.

@@ -1,7 +1,8 @@
 #include "pipeline/stages.h"
 
+#include <cerrno>
 #include <cstdlib>
-#include <sstream>
+#include <string>
 
 #include "core/error.h"
 
@@ -22,14 +23,22 @@ std::vector<int64_t> stage_layer_counts(int64_t n_layers, int pp, int v, const s
     for (int64_t k = 0; k < K; ++k)
       counts.push_back(n_layers / K + (k < n_layers % K ? 1 : 0));
   } else {
-    std::stringstream ss(explicit_layers);
-    std::string item;
-    while (std::getline(ss, item, ',')) {
+    // Every comma separates two entries: an empty one (a leading, trailing or
+    // doubled comma) is refused like any other non-count. A count above
+    // n_layers cannot sum to it, and refusing it here keeps the sum below from
+    // overflowing.
+    for (size_t at = 0;;) {
+      const size_t comma = explicit_layers.find(',', at);
+      const std::string item = explicit_layers.substr(at, comma == std::string::npos ? comma : comma - at);
+      errno = 0;
       char* end = nullptr;
       const long long n = std::strtoll(item.c_str(), &end, 10);
-      MT_REQUIRE(end != item.c_str() && *end == '\0' && n >= 1, ConfigError, "parallel.stage_layers ('",
-                 explicit_layers, "'): '", item, "' is not a layer count of at least 1");
+      MT_REQUIRE(end != item.c_str() && *end == '\0' && errno == 0 && n >= 1 && n <= n_layers, ConfigError,
+                 "parallel.stage_layers ('", explicit_layers, "'): '", item,
+                 "' is not a layer count between 1 and model.n_layers (", n_layers, ")");
       counts.push_back(n);
+      if (comma == std::string::npos) break;
+      at = comma + 1;
     }
     MT_REQUIRE(static_cast<int64_t>(counts.size()) == K, ConfigError, "parallel.stage_layers ('",
                explicit_layers, "') has ", counts.size(), " entries but parallel.pp (", pp,

@@ -31,6 +31,16 @@ void install_stop_handlers() {
   MT_REQUIRE(sigaction(SIGUSR1, &sa, nullptr) == 0, Error, "cannot install the SIGUSR1 handler");
 }
 
+void release_stop_handlers() {
+  struct sigaction sa = {};
+  sa.sa_handler = SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  MT_REQUIRE(sigaction(SIGTERM, &sa, nullptr) == 0, Error, "cannot restore the SIGTERM default");
+  MT_REQUIRE(sigaction(SIGUSR1, &sa, nullptr) == 0, Error, "cannot restore the SIGUSR1 default");
+  if (g_sigterm != 0) std::raise(SIGTERM);
+  if (g_sigusr1 != 0) std::raise(SIGUSR1);
+}
+
 bool got_sigterm() {
   return g_sigterm != 0;
 }

@@ -78,8 +78,8 @@ Fault parse_fault(const std::string& text) {
              fault_grammar());
   };
   const std::string& kind = p[0];
-  const bool takes_arg = kind == "enospc" || kind == "slow_io" || kind == "slow_copy" || kind == "slow_steps" ||
-                         kind == "kill_bytes" || kind == "kill_save";
+  const bool takes_arg = kind == "enospc" || kind == "slow_io" || kind == "slow_copy" ||
+                         kind == "slow_steps" || kind == "kill_bytes" || kind == "kill_save";
   if (kind != "throw" && kind != "bad_alloc" && kind != "stall" && kind != "sigterm" && !takes_arg)
     bad("unknown kind '" + kind + "'");
   const size_t want = takes_arg ? 4 : 3;
@@ -109,6 +109,15 @@ Fault read_fault() {
   const char* env = std::getenv("MESHTRAIN_FAULT");
   if (env == nullptr) return {};
   return parse_fault(env);
+}
+
+void check_fault_fires(const Fault& f, int world_size, const std::string& checkpoint_dir) {
+  if (f.kind.empty()) return;
+  MT_REQUIRE(f.rank < world_size, ConfigError, "MESHTRAIN_FAULT names rank ", f.rank, " but the world has ",
+             world_size, " rank(s) (0-", world_size - 1, "): the fault would never fire");
+  MT_REQUIRE(f.kind != "kill_save" || !checkpoint_dir.empty(), ConfigError,
+             "MESHTRAIN_FAULT kill_save:", f.rank, ":", f.step, ":", f.point,
+             " needs checkpoints to kill a save in: set train.checkpoint_dir (the fault would never fire)");
 }
 
 void inject_fault(const Fault& f, int rank, int64_t step) {

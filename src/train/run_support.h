@@ -59,6 +59,10 @@ struct Fault {
 Fault parse_fault(const std::string& text);
 // The fault MESHTRAIN_FAULT asks for (none when unset); ConfigError when malformed.
 Fault read_fault();
+// ConfigError naming the value when `f` can never fire in this run: its RANK
+// is not a rank of the world (world_size ranks), or it is kill_save and the run
+// writes no checkpoints (checkpoint_dir empty).
+void check_fault_fires(const Fault& f, int world_size, const std::string& checkpoint_dir);
 // Fires the fault when (rank, step) is its.
 void inject_fault(const Fault& f, int rank, int64_t step);
 

@@ -35,11 +35,21 @@ namespace mt {
 
 namespace fs = std::filesystem;
 
+namespace {
+// A token file's ids are below its header's vocabulary (TokenFile::open checks
+// every one), so a header within the model's vocabulary keeps every id inside it.
+void check_vocab_of(const std::string& path, const ModelConfig& model) {
+  const TokenFile file = TokenFile::open(path);
+  MT_REQUIRE(file.vocab_size() <= model.vocab_size, ConfigError, path, " was written for a ",
+             file.vocab_size(), "-token vocabulary but model.vocab_size is ", model.vocab_size);
+}
+}  // namespace
+
 void check_training_data(const Config& cfg) {
-  const std::string train_path = (fs::path(cfg.data.dir) / "train.bin").string();
-  const TokenFile train_file = TokenFile::open(train_path);
-  MT_REQUIRE(train_file.vocab_size() <= cfg.model.vocab_size, ConfigError, train_path, " was written for a ",
-             train_file.vocab_size(), "-token vocabulary but model.vocab_size is ", cfg.model.vocab_size);
+  check_vocab_of((fs::path(cfg.data.dir) / "train.bin").string(), cfg.model);
+  // val.bin is read when the run evaluates (train.eval_every > 0) and it exists (run_training).
+  const std::string val_path = (fs::path(cfg.data.dir) / "val.bin").string();
+  if (cfg.train.eval_every > 0 && fs::exists(val_path)) check_vocab_of(val_path, cfg.model);
 }
 
 std::vector<std::string> validate_run(const Config& cfg, RunOptions& opts, int world_size, int rank) {
@@ -48,12 +58,19 @@ std::vector<std::string> validate_run(const Config& cfg, RunOptions& opts, int w
   check_training_data(cfg);
   // Before any allocation: the ranks on this machine must fit in its memory.
   require_fits(estimate_training_memory(cfg), opts.local_ranks, available_memory_bytes());
-  read_fault();                                                                // a malformed MESHTRAIN_FAULT
-  if (!opts.save_dir.empty() && rank == 0) check_dir_writable(opts.save_dir);  // the one writer
+  check_thread_count("train.threads", cfg.train.threads);
+  check_fault_fires(read_fault(), world_size,
+                    cfg.train.checkpoint_dir);  // malformed, or one that cannot fire
+  // Every output of the run, checked now so that one failing at the end costs none of the others (rank 0
+  // writes them all).
+  if (!opts.save_dir.empty() && rank == 0) check_dir_writable(opts.save_dir);
+  if (!opts.metrics_path.empty() && rank == 0) check_file_writable(opts.metrics_path, "--metrics");
   MT_REQUIRE(opts.trace_steps.empty() || !opts.trace_path.empty(), ConfigError, "--trace-steps '",
              opts.trace_steps, "' chooses the steps of a trace: it needs --trace FILE");
-  if (!opts.trace_path.empty())
+  if (!opts.trace_path.empty()) {
     parse_trace_steps(opts.trace_steps, cfg.train.steps);  // its grammar and range
+    if (rank == 0) check_file_writable(opts.trace_path, "--trace");
+  }
   if (!cfg.train.checkpoint_dir.empty()) check_checkpoint_dir(cfg.train.checkpoint_dir);  // every rank writes
   const ResumeChoice resume = resolve_resume(opts.resume, cfg.train.checkpoint_dir);      // once per process
   for (const std::string& w : resume.warnings)

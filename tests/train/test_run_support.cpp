@@ -72,5 +72,25 @@ TEST(FaultGrammar, RefusesUnknownKindsAndJunk) {
   expect_refused("kill_bytes:0:1:12:3", "takes 4 fields but 5 were given");
 }
 
+// A fault that cannot fire in the run is refused at start-up (issue 24, fault 16).
+TEST(FaultGrammar, RefusesFaultsThatCannotFire) {
+  check_fault_fires({}, 2, "");  // no fault
+  check_fault_fires(parse_fault("throw:1:1"), 2, "");
+  check_fault_fires(parse_fault("kill_save:0:1:shard_written"), 1, "ck");
+  try {
+    check_fault_fires(parse_fault("throw:5:1"), 2, "");
+    ADD_FAILURE() << "rank 5 of 2 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("names rank 5 but the world has 2 rank(s)"));
+  }
+  EXPECT_THROW(check_fault_fires(parse_fault("stall:2:1"), 2, ""), ConfigError);  // ranks are 0 and 1
+  try {
+    check_fault_fires(parse_fault("kill_save:0:1:shard_written"), 1, "");
+    ADD_FAILURE() << "kill_save without checkpoint_dir accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("set train.checkpoint_dir"));
+  }
+}
+
 }  // namespace
 }  // namespace mt
