@@ -50,4 +50,12 @@ std::vector<std::string> check_init_from(const std::string& dir, const ModelConf
 // start-up (check_init_from) or is the one the model was built from (eval, generate).
 void load_model_dir(const std::string& dir, Llama& model);
 
+// Every tensor of `cfg`'s model (its config.json's) present in
+// dir/model.safetensors (under its name or the fused MoE name), and every
+// tensor there accounted for by one of them; DataError naming them otherwise
+// (a config.json of one layer beside weights of two, tie_word_embeddings
+// beside an lm_head.weight). Reads the file's header only. read_model_config
+// and check_init_from call it, so eval, generate and --init-from refuse alike.
+void check_model_tensors(const std::string& dir, const ModelConfig& cfg);
+
 }  // namespace mt
