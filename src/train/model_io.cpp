@@ -128,7 +128,6 @@ ModelConfig read_model_config(const std::string& dir) {
     c.router_z_loss_coef = h.router_z_loss_coef;
     c.capacity_factor = h.capacity_factor;
   }
-  check_model_tensors(dir, c);
   return c;
 }
 
@@ -168,7 +167,6 @@ std::vector<std::string> check_init_from(const std::string& dir, const ModelConf
     saved = to_hf(checkpoint_model_config(meta, dir));
   } else {
     saved = read_hf_config((fs::path(dir) / "config.json").string());
-    read_model_config(dir);  // its tensors accounted for (check_model_tensors)
   }
   const char* source = checkpoint ? "/metadata.json" : "/config.json";
   const HfLlamaConfig mine = to_hf(run);
@@ -202,6 +200,8 @@ std::vector<std::string> check_init_from(const std::string& dir, const ModelConf
   same("norm_eps", saved.rms_norm_eps, mine.rms_norm_eps);
   same("max_seq_len", saved.max_position_embeddings, mine.max_position_embeddings);
   same("rope_scaling", saved.rope_scaling, mine.rope_scaling);
+  // The sizes are the run's (checked): the weights must be what that config.json describes.
+  if (!checkpoint) check_model_tensors(dir, read_model_config(dir));
   return notices;
 }
 
@@ -310,7 +310,8 @@ void check_model_tensors(const std::string& dir, const ModelConfig& cfg) {
 
 void load_model_dir(const std::string& dir, Llama& model) {
   // The configuration was checked against the run's at start-up (check_init_from);
-  // each tensor's shape is checked here.
+  // the file's tensors against the model's config, and each tensor's shape, here.
+  check_model_tensors(dir, model.config());
   const SafetensorsFile f = SafetensorsFile::open((fs::path(dir) / "model.safetensors").string());
   std::vector<float> local(static_cast<size_t>(model.num_params())), full;
   const MeshSizes sizes{.tp = model.tp_rank().size};
