@@ -1,10 +1,6 @@
 #include "checkpoint/hf_config.h"
 
-#include <cerrno>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
-#include <system_error>
 
 #include "core/error.h"
 #include "core/file.h"
@@ -208,14 +204,10 @@ void write_hf_config(const std::string& path, const HfLlamaConfig& c) {
 }
 
 HfLlamaConfig read_hf_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) MT_THROW(IoError, "cannot open '", path, "': ", std::system_category().message(errno));
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) MT_THROW(IoError, "cannot read '", path, "': ", std::system_category().message(errno));
+  const std::string text = read_file(path, kMaxConfigFile, "config.json");
   Json root;
   try {
-    root = Json::parse(text.str());
+    root = Json::parse(text);
   } catch (const Json::exception& e) {
     MT_THROW(ConfigError, "config '", path, "' is not valid JSON: ", e.what());
   }

@@ -13,6 +13,7 @@
 #include "checkpoint/half.h"
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
+#include "core/file.h"
 
 namespace mt {
 namespace {
@@ -43,15 +44,9 @@ bool as_u64(const Json& v, uint64_t* out) {
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   SafetensorsFile f;
   f.path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) MT_THROW(IoError, "cannot open '", path, "': ", std::system_category().message(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    MT_THROW(IoError, "cannot stat '", path, "': ", std::system_category().message(err));
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  int64_t file_bytes = 0;
+  const int fd = open_regular_file(path, kMaxMappedFile, "safetensors file", &file_bytes);
+  const uint64_t size = static_cast<uint64_t>(file_bytes);
   if (size < 8) {
     ::close(fd);
     MT_THROW(DataError, "safetensors file '", path, "': ", size,

@@ -2,10 +2,10 @@
 // the KV cache size on stderr; in one process, or under mpirun on any layout
 // (docs/MODEL.md, "Generation").
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -13,6 +13,7 @@
 #include "cli/layout_command.h"
 #include "comm/runtime.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "core/threads.h"
 #include "data/tokenizer.h"
 #include "infer/generate.h"
@@ -37,8 +38,7 @@ void check_args(const GenerateArgs& a) {
 std::vector<std::string> read_prompts(const GenerateArgs& a) {
   std::vector<std::string> prompts = a.prompts;
   if (!a.prompts_file.empty()) {
-    std::ifstream in(a.prompts_file);
-    MT_REQUIRE(in.good(), IoError, "cannot open --prompts file '", a.prompts_file, "'");
+    std::istringstream in(read_file(a.prompts_file, kMaxTextFile, "--prompts file"));
     for (std::string line; std::getline(in, line);) {
       if (!line.empty() && line.back() == '\r')
         line.pop_back();  // a CRLF file: the \r is no part of the prompt

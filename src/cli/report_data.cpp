@@ -1,9 +1,10 @@
 #include <filesystem>
-#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "cli/report.h"
 #include "core/error.h"
+#include "core/file.h"
 
 namespace mt::report {
 
@@ -13,8 +14,7 @@ const nlohmann::json& field(const nlohmann::json& j, const char* key) {
 }
 
 Run read_run(const std::string& path) {
-  std::ifstream in(path);
-  MT_REQUIRE(in.good(), IoError, "cannot read metrics file '", path, "'");
+  std::istringstream in(read_file(path, kMaxTextFile, "metrics file"));
   Run run;
   run.name = std::filesystem::path(path).stem().string();
   std::string line;
@@ -40,8 +40,7 @@ Run read_run(const std::string& path) {
 }
 
 Plan read_plan(const std::string& path) {
-  std::ifstream in(path);
-  MT_REQUIRE(in.good(), IoError, "cannot read plan file '", path, "'");
+  std::istringstream in(read_file(path, kMaxConfigFile, "plan file"));
   Plan plan{std::filesystem::path(path).stem().string(), nlohmann::json::parse(in, nullptr, false)};
   MT_REQUIRE(
       plan.j.is_object() && plan.j.contains("scaling") && plan.j["scaling"].is_array(), DataError, path,

@@ -4,13 +4,12 @@
 // CommonJS shim (module, exports, require) and assembles the `vega` namespace
 // as Vega's own index does, registering the transforms its charts use.
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli/report.h"
 #include "core/error.h"
+#include "core/file.h"
 
 namespace mt::report {
 
@@ -19,11 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  MT_REQUIRE(in.good(), IoError, "cannot read '", path.string(), "'");
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
+  return read_file(path.string(), kMaxTextFile, "Vega module");
 }
 
 struct Module {

@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "core/error.h"
+#include "core/file.h"
 
 namespace mt {
 
@@ -95,16 +96,19 @@ std::vector<Entry> model_train_data_entries() {
              "refused"),
       MT_KEY(train, checkpoint_dir, "string",
              "write training checkpoints (parameters, AdamW state, step) here as step-N/ folders; the last "
-             "step is always saved; `--resume auto` continues from the newest (empty: no checkpoints)"),
+             "step is always saved; `--resume auto` continues from the newest; one run at a time (a lock); "
+             "a run without --resume refuses a directory holding checkpoints (empty: no checkpoints)"),
       MT_KEY(train, checkpoint_every, "int", "also save a checkpoint every N steps (0: only the last step)"),
       MT_KEY(train, keep_checkpoints, "int",
-             "keep the newest N checkpoints, delete older ones (0: keep all)"),
+             "keep the checkpoint just committed and the N - 1 before it; older ones, and newer ones a "
+             "rollback superseded, are deleted (0: keep all but those)"),
       MT_KEY(train, async_checkpoint, "bool",
              "copy the state to host buffers at the step and write the checkpoint on a background thread "
              "while training goes on (at most one save in flight)"),
       MT_KEY(train, resume_allow, "string",
-             "--resume: comma-separated keys that may differ from the checkpoint's config (e.g. "
-             "\"batch_size,seed,steps\"); any other differing model, optimizer or data key is refused"),
+             "--resume: comma-separated keys that may differ from the checkpoint's config, by full or "
+             "short name (e.g. \"batch_size,seed,max_seq_len\"); any other differing model, optimizer or "
+             "data key is refused"),
       MT_KEY(data, dir, "string", "folder with train.bin and val.bin (written by `meshtrain prepare`)"),
       MT_KEY(data, ignore_id, "int", "targets equal to this token id are ignored by the loss (-1: none)"),
   };
@@ -347,13 +351,7 @@ Config parse_config_text(const std::string& toml_text, const std::string& source
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
   std::string text;
   if (!path.empty()) {
-    FILE* f = std::fopen(path.c_str(), "rb");
-    MT_REQUIRE(f != nullptr, IoError, "cannot open config file '", path, "': ", std::strerror(errno));
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
-      text.append(buf, n);
-    std::fclose(f);
+    text = read_file(path, kMaxConfigFile, "config file");
   }
   return parse_config_text(text, path.empty() ? "(defaults)" : path, overrides);
 }

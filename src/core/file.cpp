@@ -125,23 +125,86 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
   write_file_atomic(path, contents.data(), static_cast<int64_t>(contents.size()));
 }
 
-std::string read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  MT_REQUIRE(fd >= 0, IoError, "cannot open ", path, ": ", sys_message(errno));
-  // Read straight into a buffer of the file's size (a checkpoint shard is
-  // hundreds of MB); grown if the file grows meanwhile, trimmed at end of file.
+namespace {
+
+// "a directory", "a FIFO", ... for open_regular_file's refusal.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a plain file";
+}
+
+// /dev/null reads as an empty file ("--config /dev/null": no config file).
+bool is_dev_null(const struct stat& st) {
+  struct stat null {};
+  return S_ISCHR(st.st_mode) && ::stat("/dev/null", &null) == 0 && st.st_rdev == null.st_rdev;
+}
+
+std::string bytes_text(int64_t n) {
+  if (n >= (1LL << 30) && n % (1LL << 30) == 0) return std::to_string(n >> 30) + " GiB";
+  if (n >= (1LL << 20) && n % (1LL << 20) == 0) return std::to_string(n >> 20) + " MiB";
+  if (n >= (1LL << 10) && n % (1LL << 10) == 0) return std::to_string(n >> 10) + " KiB";
+  return std::to_string(n) + " bytes";
+}
+
+}  // namespace
+
+int open_regular_file(const std::string& path, int64_t max_bytes, std::string_view what, int64_t* bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  MT_REQUIRE(fd >= 0, IoError, "cannot open ", what, " '", path, "': ", sys_message(errno));
   struct stat st {};
-  std::string out(::fstat(fd, &st) == 0 && st.st_size > 0 ? static_cast<size_t>(st.st_size) + 1 : 1 << 16,
-                  '\0');
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    MT_THROW(IoError, "cannot stat ", what, " '", path, "': ", sys_message(err));
+  }
+  if (!S_ISREG(st.st_mode) && !is_dev_null(st)) {
+    ::close(fd);
+    MT_THROW(IoError, what, " '", path, "' is not a regular file (", file_kind(st.st_mode), ")");
+  }
+  if (st.st_size > max_bytes) {
+    ::close(fd);
+    MT_THROW(IoError, what, " '", path, "' has ", st.st_size, " bytes, more than the ", bytes_text(max_bytes),
+             " a ", what, " may have");
+  }
+  // Reads of a regular file never block; clear the flag for those who map or read it.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  *bytes = S_ISREG(st.st_mode) ? st.st_size : 0;
+  return fd;
+}
+
+int64_t regular_file_size(const std::string& path, int64_t max_bytes, std::string_view what) {
+  int64_t bytes = 0;
+  ::close(open_regular_file(path, max_bytes, what, &bytes));
+  return bytes;
+}
+
+std::string read_file(const std::string& path, int64_t max_bytes, std::string_view what) {
+  int64_t bytes = 0;
+  const int fd = open_regular_file(path, max_bytes, what, &bytes);
+  // Read straight into a buffer of the file's size (a checkpoint shard is
+  // hundreds of MB); grown if the file grows meanwhile (up to the cap),
+  // trimmed at end of file.
+  std::string out(static_cast<size_t>(bytes) + 1, '\0');
   size_t size = 0;
   for (;;) {
-    if (size == out.size()) out.resize(out.size() * 2);
+    if (size == out.size()) {
+      if (static_cast<int64_t>(size) > max_bytes) {
+        ::close(fd);
+        MT_THROW(IoError, what, " '", path, "' grew past the ", bytes_text(max_bytes), " a ", what,
+                 " may have while it was read");
+      }
+      out.resize(out.size() * 2);
+    }
     const ssize_t n = ::read(fd, out.data() + size, out.size() - size);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       const int err = errno;
       ::close(fd);
-      MT_THROW(IoError, "cannot read ", path, ": ", sys_message(err));
+      MT_THROW(IoError, "cannot read ", what, " '", path, "': ", sys_message(err));
     }
     if (n == 0) break;
     size += static_cast<size_t>(n);

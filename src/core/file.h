@@ -45,8 +45,30 @@ void write_file_atomic(const std::string& path, const void* data, int64_t bytes)
 // Replaces `path` with `contents` atomically.
 void write_file_atomic(const std::string& path, std::string_view contents);
 
-// Whole file as bytes.
-std::string read_file(const std::string& path);
+// Size caps of the files meshtrain reads, by kind (open_regular_file's
+// max_bytes): each far above any real file of its kind, so that only a wrong
+// file (a device, a log in the wrong place) meets one.
+inline constexpr int64_t kMaxPointerFile = 4 << 10;          // a checkpoint's `latest`
+inline constexpr int64_t kMaxConfigFile = 64 << 20;          // TOML configs, config.json, machine files
+inline constexpr int64_t kMaxMetadataFile = 1LL << 30;       // metadata.json (an entry per slice)
+inline constexpr int64_t kMaxTextFile = 16LL << 30;          // prompts, metrics, corpora, tokenizer models
+inline constexpr int64_t kMaxMappedFile = int64_t{1} << 50;  // shards and token files (mapped, not read)
+
+// Opens `path` (symlinks followed) for reading if it is a regular file of at
+// most `max_bytes` bytes, and returns the descriptor (the caller closes it)
+// and, in `*bytes`, the size. IoError naming `what` ("config file"), the path
+// and the rule otherwise: "config file '/dev/zero' is not a regular file (a
+// character device)". Opened non-blocking, so that a FIFO is refused rather
+// than waited on. /dev/null passes, as an empty file. The one check of every
+// file meshtrain reads.
+int open_regular_file(const std::string& path, int64_t max_bytes, std::string_view what, int64_t* bytes);
+
+// open_regular_file's checks alone (for a file another library opens): its size.
+int64_t regular_file_size(const std::string& path, int64_t max_bytes, std::string_view what);
+
+// Whole file as bytes, after open_regular_file's checks.
+std::string read_file(const std::string& path, int64_t max_bytes = kMaxMappedFile,
+                      std::string_view what = "file");
 
 // Creates the directory `dir` and its missing parents (nothing when it
 // exists); IoError naming the path and the system's message otherwise.

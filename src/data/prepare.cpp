@@ -92,7 +92,7 @@ PrepareResult prepare_dataset(const PrepareOptions& options) {
   std::vector<std::string> docs;
   const std::vector<std::string> files = expand_text_paths(options.text_paths);
   for (const auto& f : files) {
-    for (auto& d : split_documents(read_file(f)))
+    for (auto& d : split_documents(read_file(f, kMaxTextFile, "text file")))
       docs.push_back(std::move(d));
   }
   std::string joined_paths;

@@ -94,19 +94,8 @@ void write_token_file(const std::string& path, std::span<const int32_t> tokens, 
 TokenFile TokenFile::open(const std::string& path) {
   TokenFile f;
   f.path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  MT_REQUIRE(fd >= 0, IoError, "cannot open token file ", path, ": ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    MT_THROW(IoError, "cannot stat token file ", path, ": ", std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    MT_THROW(IoError, "token file ", path, " is not a regular file");
-  }
-  const int64_t file_bytes = st.st_size;
+  int64_t file_bytes = 0;
+  const int fd = open_regular_file(path, kMaxMappedFile, "token file", &file_bytes);
   if (file_bytes < kTokenFileHeaderBytes) {
     ::close(fd);
     MT_THROW(DataError, "token file ", path, " is truncated: ", file_bytes,

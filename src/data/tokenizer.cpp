@@ -83,7 +83,7 @@ void train_bpe_files(std::span<const std::string> text_paths, const std::string&
   std::vector<std::string> texts;
   texts.reserve(text_paths.size());
   for (const auto& p : text_paths)
-    texts.push_back(read_file(p));
+    texts.push_back(read_file(p, kMaxTextFile, "text file"));
   train_bpe(texts, model_path, options);
 }
 
@@ -94,6 +94,7 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
 Tokenizer Tokenizer::load(const std::string& path) {
   Tokenizer t;
+  regular_file_size(path, kMaxTextFile, "tokenizer model");  // sentencepiece would read a device forever
   t.sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const auto status = t.sp_->Load(path);
   MT_REQUIRE(status.ok(), IoError, "cannot load tokenizer model ", path, ": ", status.ToString());

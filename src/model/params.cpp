@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "parallel/vocab_parallel.h"
@@ -89,6 +90,7 @@ ParamSpec make_spec(std::string name, std::vector<int64_t> full, ParamInit init,
                     const tp2d::Grid& grid, int64_t head_dim, int64_t offset) {
   ParamSpec s;
   s.name = std::move(name);
+  checked_numel(full, ("tensor " + s.name).c_str());  // a vocabulary of 2^58 must not wrap around
   s.role = tp::plan_row(s.name).role;
   const tp::TpSlice slice = grid.two_d() ? tp::tp2d_slice(s.role, full, grid, tp.rank)
                                          : tp::tp_slice(s.role, full, tp.size, tp.rank, head_dim);
@@ -106,9 +108,7 @@ ParamSpec make_spec(std::string name, std::vector<int64_t> full, ParamInit init,
     s.layout = tp.size > 1 ? tp::tp_layout(s.role, s.global_shape, slice.holders) : Layout(s.global_shape);
   s.stored_layout = s.grad_layout = s.state_layout = s.layout;  // until a store shards them
   s.offset = offset;
-  s.numel = 1;
-  for (int64_t x : s.shape)
-    s.numel *= x;
+  s.numel = checked_numel(s.shape, ("tensor " + s.name).c_str());
   s.init = init;
   s.weight_decay = decay;
   return s;
@@ -161,7 +161,7 @@ ParamTable make_param_table(const ModelConfig& cfg, TpRank tp, StageRange stage,
   auto add = [&](std::string name, std::vector<int64_t> full, ParamInit init, bool decay) {
     t.specs.push_back(
         make_spec(std::move(name), std::move(full), init, decay, tp, grid, cfg.head_dim(), t.total));
-    t.total += t.specs.back().numel;
+    t.total = checked_add(t.total, t.specs.back().numel, "the model's parameters");
     t.units.back().end = t.total;
     return t.specs.back().offset;
   };

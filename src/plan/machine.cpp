@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/file.h"
 
 namespace mt::plan {
 
@@ -136,17 +136,15 @@ std::vector<std::string> builtin_machine_names() {
 Machine load_machine(const std::string& name_or_file) {
   for (const Machine& m : builtin_machines())
     if (m.name == name_or_file) return m;
-  std::ifstream in(name_or_file);
-  if (!in) {
+  std::error_code ec;
+  if (!std::filesystem::exists(name_or_file, ec)) {
     std::string known;
     for (const std::string& n : builtin_machine_names())
       known += (known.empty() ? "" : ", ") + n;
     MT_THROW(ConfigError, "--machine '", name_or_file, "' is neither a built-in profile (", known,
              ") nor a readable machine file (meshtrain calibrate --out FILE writes one)");
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return machine_from_json(ss.str(), name_or_file);
+  return machine_from_json(read_file(name_or_file, kMaxConfigFile, "machine file"), name_or_file);
 }
 
 Machine machine_from_json(const std::string& text, const std::string& source) {

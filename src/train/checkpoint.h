@@ -107,10 +107,31 @@ void check_resume(const std::string& dir, const Config& cfg, int world_size);
 // missing); IoError naming the path otherwise.
 void check_checkpoint_dir(const std::string& dir);
 
+// The complete checkpoints (step-N/ folders) under `root`, by step, oldest first.
+std::vector<int64_t> checkpoint_steps(const std::string& root);
+
+// Start-up check of a run without --resume (`resume` empty): ConfigError
+// naming them when `root` (train.checkpoint_dir) already holds checkpoints,
+// which the run's first save would otherwise mix with its own.
+void check_fresh_start(const std::string& root, const std::string& resume);
+
+// A rollback, on rank 0 once the resumed step is settled (`step`; 0 when the
+// run starts fresh, --resume auto having passed over every checkpoint):
+// checkpoints under `root` newer than `step` are superseded. `latest` is
+// rewritten to name step-<step> (step-00000000 names none), so --resume auto
+// passes over them from now on, and the run's first commit removes them.
+// Returns the note naming them ("" when there are none).
+std::string supersede_newer(const std::string& root, int64_t step);
+
+// The prune after committing `committed` (rank 0, under the run's lock):
+// leftover step-*.tmp-* folders and the checkpoints newer than `committed`
+// (superseded) go, and with keep > 0 all but `committed` and the newest
+// keep − 1 older ones; never `committed` itself.
+void prune_checkpoints(const std::string& root, int64_t committed, int64_t keep);
+
 // Writes the state after `step` optimizer steps as <root>/step-<step, 8
-// digits>/ and points <root>/latest at it; then removes leftover
-// step-*.tmp-* folders and, with keep > 0, all but the newest `keep`
-// checkpoints. Collective over the world; `metrics_lines` are rank 0's.
+// digits>/ and points <root>/latest at it; then prune_checkpoints.
+// Collective over the world; `metrics_lines` are rank 0's.
 // The three parts below in a row.
 void save_checkpoint(const std::string& root, int64_t step, const TrainModel& model, const RunMesh& mesh,
                      const Config& cfg, const std::vector<std::string>& metrics_lines, int64_t keep);

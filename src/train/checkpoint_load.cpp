@@ -117,7 +117,8 @@ ResumeState load_checkpoint(CheckpointReader& reader, TrainModel& model, const R
       chunk->set_router_bias_of_layer(layer, saved.at(std::to_string(layer)).get<std::vector<float>>());
     }
   }
-  std::string metrics = read_file((fs::path(reader.dir()) / "metrics.jsonl").string());
+  std::string metrics =
+      read_file((fs::path(reader.dir()) / "metrics.jsonl").string(), kMaxTextFile, "checkpoint file");
   size_t begin = 0;
   for (size_t end; (end = metrics.find('\n', begin)) != std::string::npos; begin = end + 1)
     r.metrics_lines.push_back(metrics.substr(begin, end - begin));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -113,7 +114,7 @@ json read_metadata(const std::string& dir) {
              ": metadata.json is missing (not a checkpoint, or one whose save never finished)");
   json meta;
   try {
-    meta = json::parse(read_file(path));
+    meta = json::parse(read_file(path, kMaxMetadataFile, "metadata.json"));
   } catch (const json::exception& e) {
     MT_THROW(DataError, path, ": not valid JSON (", e.what(), ")");
   }
@@ -129,7 +130,39 @@ json read_metadata(const std::string& dir) {
   MT_REQUIRE(stored.is_string() && stored.get<std::string>() == metadata_checksum(meta), DataError, path,
              ": its own checksum (metadata_crc32c ", stored.dump(), ", computed ", metadata_checksum(meta),
              ") does not match: the file is corrupt");
+  check_metadata_fields(meta, dir);
   return meta;
+}
+
+namespace {
+// The integer field `key` of metadata.json, within [lo, hi]; DataError naming
+// the checkpoint, the field, its value and the rule otherwise.
+int64_t bounded_field(const json& meta, const std::string& dir, const char* key, int64_t lo, int64_t hi,
+                      const char* rule) {
+  const json v = meta.value(key, json());
+  MT_REQUIRE(v.is_number_integer(), DataError, "checkpoint ", dir, ": metadata.json's ", key, " (", v.dump(),
+             ") is not an integer");
+  const int64_t n = v.get<int64_t>();
+  MT_REQUIRE(n >= lo && n <= hi, DataError, "checkpoint ", dir, ": metadata.json's ", key, " (", n, ") ",
+             rule);
+  return n;
+}
+}  // namespace
+
+void check_metadata_fields(const json& meta, const std::string& dir) {
+  const int64_t step =
+      bounded_field(meta, dir, "step", 0, std::numeric_limits<int64_t>::max(), "must be at least 0");
+  const int64_t named = checkpoint_step(fs::path(dir).lexically_normal().filename().string());
+  MT_REQUIRE(named < 0 || named == step, DataError, "checkpoint ", dir, ": metadata.json's step (", step,
+             ") is not the step its folder is named after (", named, ")");
+  bounded_field(meta, dir, "bad_steps", 0, step, "must lie in [0, step]");
+  bounded_field(meta, dir, "adam_steps", 0, step, "must lie in [0, step] (one update per step at most)");
+  for (const char* key : {"config", "tensors"})
+    MT_REQUIRE(meta.contains(key) && meta.at(key).is_object(), DataError, "checkpoint ", dir,
+               ": metadata.json has no \"", key, "\" object");
+  for (const auto& [key, value] : meta.at("config").items())
+    MT_REQUIRE(value.is_string(), DataError, "checkpoint ", dir, ": metadata.json's config has ", key, " = ",
+               value.dump(), ", not a string");
 }
 
 namespace {
@@ -146,6 +179,21 @@ bool compared_on_resume(const std::string& key) {
   return key.rfind("model.", 0) == 0 || train_keys.count(key) != 0;
 }
 
+// The compared key `item` names: itself when it has a section ("model.max_seq_len"),
+// else the one compared key of that name in any section ("max_seq_len",
+// "seed", "ignore_id"); ConfigError naming it when there is none.
+std::string compared_key(const std::string& item) {
+  if (item.find('.') != std::string::npos) {
+    MT_REQUIRE(compared_on_resume(item), ConfigError, "train.resume_allow names '", item,
+               "', which is not a model, optimizer or data key compared on resume");
+    return item;
+  }
+  for (const ConfigKey& k : config_keys())
+    if (compared_on_resume(k.name) && k.name.substr(k.name.find('.') + 1) == item) return k.name;
+  MT_THROW(ConfigError, "train.resume_allow names '", item,
+           "', which is not a model, optimizer or data key compared on resume");
+}
+
 // train.resume_allow as full key names ("seed" and "train.seed" alike);
 // ConfigError for a name that is not a compared key.
 std::set<std::string> parse_resume_allow(const std::string& allow) {
@@ -154,10 +202,7 @@ std::set<std::string> parse_resume_allow(const std::string& allow) {
   for (std::string item; std::getline(in, item, ',');) {
     item.erase(std::remove(item.begin(), item.end(), ' '), item.end());
     if (item.empty()) continue;
-    std::string key = item.find('.') == std::string::npos ? "train." + item : item;
-    MT_REQUIRE(compared_on_resume(key), ConfigError, "train.resume_allow names '", item,
-               "', which is not a model, optimizer or data key compared on resume");
-    out.insert(key);
+    out.insert(compared_key(item));
   }
   return out;
 }
@@ -166,7 +211,10 @@ std::set<std::string> parse_resume_allow(const std::string& allow) {
 void check_resume_config(const std::string& dir, const json& saved, const Config& cfg) {
   const std::set<std::string> allowed = parse_resume_allow(cfg.train.resume_allow);
   for (const ConfigKey& k : config_keys()) {
-    if (!compared_on_resume(k.name) || allowed.count(k.name) != 0 || !saved.contains(k.name)) continue;
+    if (!compared_on_resume(k.name) || allowed.count(k.name) != 0) continue;
+    MT_REQUIRE(saved.contains(k.name), ConfigError, "--resume ", dir, ": the checkpoint's config has no ",
+               k.name, " (this run's is ", config_get(cfg, k.name),
+               "; list it in train.resume_allow to continue with this run's value)");
     const std::string mine = config_get(cfg, k.name), theirs = saved.at(k.name).get<std::string>();
     MT_REQUIRE(mine == theirs, ConfigError, "--resume ", dir, ": ", k.name, " is ", theirs,
                " in the checkpoint but ", mine,

@@ -39,6 +39,14 @@ std::string metadata_checksum(nlohmann::json meta);
 
 // Parses dir/metadata.json; DataError naming the file if it is missing, not
 // JSON, not of this format version or fails its own checksum.
+// Also check_metadata_fields.
 nlohmann::json read_metadata(const std::string& dir);
+
+// The fields a checksum cannot vouch for (a forged metadata.json carries a
+// valid one): step ≥ 0 and equal to the step-N folder's N, bad_steps and
+// adam_steps in [0, step], "config" and "tensors" objects (config values
+// strings; the lists of files and slices are the reader's to check).
+// DataError naming the checkpoint, the field and the rule otherwise.
+void check_metadata_fields(const nlohmann::json& meta, const std::string& dir);
 
 }  // namespace mt

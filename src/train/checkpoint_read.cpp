@@ -5,8 +5,10 @@
 #include <filesystem>
 
 #include "config/config.h"
+#include "core/checked.h"
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "model/params.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_meta.h"
@@ -26,11 +28,10 @@ std::string box_text(const std::vector<int64_t>& offsets, const std::vector<int6
   return t + "]";
 }
 
+// Element count of a box of `size` read from metadata.json: DataError on overflow
+// (a forged shape must not wrap around to a count the slices happen to cover).
 int64_t volume(const std::vector<int64_t>& size) {
-  int64_t n = 1;
-  for (int64_t s : size)
-    n *= s;
-  return n;
+  return checked_numel<DataError>(size, "a tensor or slice in metadata.json");
 }
 
 // Row-major strides of a box of `size`.
@@ -167,11 +168,13 @@ const SafetensorsFile& CheckpointReader::open(const std::string& file, const std
   if (f) return *f;
   const std::string path = (fs::path(dir_) / file).string();
   const FileInfo& info = files_.at(file);
-  std::error_code ec;
-  const uintmax_t bytes = fs::file_size(path, ec);
   const std::string reading = " (reading a slice of '" + tensor + "')";
-  MT_REQUIRE(!ec, DataError, "checkpoint file ", path, " is missing or unreadable (", ec.message(), ")",
-             reading);
+  uint64_t bytes = 0;
+  try {
+    bytes = static_cast<uint64_t>(regular_file_size(path, kMaxMappedFile, "checkpoint file"));
+  } catch (const IoError& e) {
+    MT_THROW(DataError, e.what(), reading);
+  }
   MT_REQUIRE(bytes == info.bytes, DataError, "checkpoint file ", path, " has ", bytes,
              " bytes but metadata.json says ", info.bytes, bytes < info.bytes ? " (truncated)" : "", reading);
   auto opened = std::make_unique<SafetensorsFile>(SafetensorsFile::open(path));

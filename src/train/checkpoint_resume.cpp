@@ -76,32 +76,34 @@ std::string trimmed(std::string s) {
 
 // --resume auto's candidates, newest first: the checkpoint `latest` names, then
 // every step-N/ older than it. A step-N/ newer than `latest`'s is a save cut
-// between its rename and the pointer's update, or one of a run that resumed
-// from an older checkpoint; `latest` is the authority, so it is passed over.
-// A `latest` that names no step-N/ folder there is ignored, with a warning.
+// between its rename and the pointer's update, or one of a run that a later
+// run rolled back (supersede_newer); `latest` is the authority, so it is
+// passed over. A `latest` that names a step-N/ not there (step-00000000: none
+// yet) leaves the older ones, with a warning for a missing one; one that names
+// no checkpoint at all is ignored, with a warning.
 std::vector<int64_t> auto_candidates(const std::string& root, std::vector<std::string>& warnings) {
-  std::vector<int64_t> steps;
+  std::vector<int64_t> steps = checkpoint_steps(root);
+  std::reverse(steps.begin(), steps.end());
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const int64_t step = checkpoint_step(e.path().filename().string());
-    if (step >= 0 && e.is_directory(ec)) steps.push_back(step);
-  }
-  std::sort(steps.rbegin(), steps.rend());
   const fs::path latest = fs::path(root) / "latest";
-  if (!fs::exists(latest, ec)) return steps;
+  if (!fs::exists(latest, ec) && !fs::is_symlink(latest, ec)) return steps;
   std::string name;
   try {
-    name = trimmed(read_file(latest.string()));
-  } catch (const IoError&) {
-    name = "(unreadable)";
+    name = trimmed(read_file(latest.string(), kMaxPointerFile, "checkpoint pointer"));
+  } catch (const IoError& e) {
+    warnings.push_back(std::string("--resume auto: ") + e.what() + "; ignored");
+    return steps;
   }
-  const auto named = std::find(steps.begin(), steps.end(), checkpoint_step(name));
-  if (checkpoint_step(name) >= 0 && named != steps.end()) {
-    steps.erase(steps.begin(), named);
-  } else {
+  const int64_t named = checkpoint_step(name);
+  if (named < 0) {
     warnings.push_back("--resume auto: " + latest.string() + " names '" + name +
-                       "', which is not a checkpoint folder there; ignored");
+                       "', which is not a checkpoint name; ignored");
+    return steps;
   }
+  if (named > 0 && std::find(steps.begin(), steps.end(), named) == steps.end())
+    warnings.push_back("--resume auto: " + latest.string() + " names '" + name +
+                       "', which is not a checkpoint folder there; taking an older one");
+  steps.erase(std::remove_if(steps.begin(), steps.end(), [&](int64_t s) { return s > named; }), steps.end());
   return steps;
 }
 
@@ -113,11 +115,17 @@ void verify_checkpoint(const std::string& dir) {
     const std::string path = (fs::path(dir) / f.name).string();
     std::error_code ec;
     MT_REQUIRE(fs::exists(path, ec), DataError, "checkpoint file ", path, " is missing", held(f));
-    const uintmax_t bytes = fs::file_size(path, ec);
-    MT_REQUIRE(!ec && bytes == f.bytes, DataError, "checkpoint file ", path, " has ", bytes,
-               " bytes but metadata.json says ", f.bytes, bytes < f.bytes ? " (truncated)" : "", held(f));
+    int64_t bytes = 0;
+    try {
+      bytes = regular_file_size(path, kMaxMappedFile, "checkpoint file");
+    } catch (const IoError& e) {
+      MT_THROW(DataError, e.what(), held(f));
+    }
+    MT_REQUIRE(static_cast<uint64_t>(bytes) == f.bytes, DataError, "checkpoint file ", path, " has ", bytes,
+               " bytes but metadata.json says ", f.bytes,
+               static_cast<uint64_t>(bytes) < f.bytes ? " (truncated)" : "", held(f));
     if (!f.tensors.empty()) continue;  // a shard file: its slices are checked by the ranks that read them
-    const std::string crc = crc_hex(crc32c(read_file(path)));
+    const std::string crc = crc_hex(crc32c(read_file(path, kMaxTextFile, "checkpoint file")));
     MT_REQUIRE(crc == f.crc, DataError, "checkpoint file ", path, ": CRC32C mismatch (", crc,
                ", metadata.json says ", f.crc, "): the file is corrupt");
   }

@@ -127,22 +127,6 @@ void agree_all_wrote(const RunMesh& mesh, const std::exception_ptr& error) {
              failed[0], " rank(s) failed); no checkpoint was committed");
 }
 
-void prune(const std::string& root, int64_t keep) {
-  std::error_code ec;
-  std::vector<std::string> complete;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("step-", 0) != 0) continue;
-    if (name.find(".tmp-") != std::string::npos)
-      fs::remove_all(e.path(), ec);  // a save that never committed
-    else if (checkpoint_step(name) >= 0)
-      complete.push_back(name);
-  }
-  std::sort(complete.begin(), complete.end());  // fixed-width step numbers: oldest first
-  for (size_t i = 0; keep > 0 && i + static_cast<size_t>(keep) < complete.size(); ++i)
-    remove_dir_whole((fs::path(root) / complete[i]).string(), ".tmp-removed");  // never half there
-}
-
 // Rank 0's part: metrics.jsonl and metadata.json, then the renames.
 void commit(const CheckpointSnapshot& snap, const std::vector<json>& entries) {
   std::string metrics;
@@ -164,7 +148,7 @@ void commit(const CheckpointSnapshot& snap, const std::vector<json>& entries) {
   write_file_atomic((fs::path(snap.root) / "latest").string(), checkpoint_name(snap.step) + "\n");
   kill_point("latest_after");
   kill_point("prune_before");
-  prune(snap.root, snap.keep);
+  prune_checkpoints(snap.root, snap.step, snap.keep);
 }
 
 }  // namespace

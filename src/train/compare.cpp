@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -10,6 +9,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "core/error.h"
+#include "core/file.h"
 
 namespace mt {
 
@@ -22,8 +22,7 @@ struct Series {
 };
 
 Series read_metrics(const std::string& path) {
-  std::ifstream f(path);
-  MT_REQUIRE(f.good(), IoError, "cannot open metrics file '", path, "'");
+  std::istringstream f(read_file(path, kMaxTextFile, "metrics file"));
   Series s;
   std::string line;
   for (int64_t n = 1; std::getline(f, line); ++n) {

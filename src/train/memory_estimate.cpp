@@ -9,20 +9,6 @@
 
 namespace mt {
 
-int64_t checked_mul(int64_t a, int64_t b, const char* what) {
-  int64_t r = 0;
-  MT_REQUIRE(!__builtin_mul_overflow(a, b, &r), ConfigError, "the size of ", what, " (", a, " x ", b,
-             ") does not fit in 64 bits");
-  return r;
-}
-
-int64_t checked_add(int64_t a, int64_t b, const char* what) {
-  int64_t r = 0;
-  MT_REQUIRE(!__builtin_add_overflow(a, b, &r), ConfigError, "the size of ", what, " (", a, " + ", b,
-             ") does not fit in 64 bits");
-  return r;
-}
-
 const std::pair<std::string, int64_t>& MemoryEstimate::largest() const {
   return *std::max_element(parts.begin(), parts.end(),
                            [](const auto& a, const auto& b) { return a.second < b.second; });

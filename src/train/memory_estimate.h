@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "core/checked.h"
 #include "core/memory.h"
 #include "model/config.h"
 
@@ -30,10 +31,9 @@ struct MemoryEstimate {
   const std::pair<std::string, int64_t>& largest() const;
 };
 
-// a × b and a + b on sizes, ConfigError naming `what` when the result leaves
-// 64 bits (10^12 × 10^12 does, before any estimate could be compared).
-int64_t checked_mul(int64_t a, int64_t b, const char* what);
-int64_t checked_add(int64_t a, int64_t b, const char* what);
+// Sizes are checked_mul / checked_add (core/checked.h): ConfigError naming what
+// was computed when the result leaves 64 bits (10^12 × 10^12 does, before any
+// estimate could be compared).
 
 // Elements of the whole model's parameters, overflow-checked.
 int64_t checked_param_count(const ModelConfig& m);

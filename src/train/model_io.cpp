@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 #include "checkpoint/hf_config.h"
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "mesh/layout.h"
 #include "mesh/mesh.h"
+#include "model/params.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_meta.h"
 #include "train/checkpoint_read.h"
@@ -198,15 +200,37 @@ std::vector<std::string> check_init_from(const std::string& dir, const ModelConf
   same("norm_eps", saved.rms_norm_eps, mine.rms_norm_eps);
   same("max_seq_len", saved.max_position_embeddings, mine.max_position_embeddings);
   same("rope_scaling", saved.rope_scaling, mine.rope_scaling);
+  // The sizes are the run's (checked): the weights must be what that config.json describes.
+  if (!checkpoint) check_model_tensors(dir, read_model_config(dir));
   return notices;
 }
 
 namespace {
 
+// "a, b, c and 4 more"
+std::string name_list(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < 3; ++i)
+    out += (i ? ", " : "") + names[i];
+  if (names.size() > 3) out += " and " + std::to_string(names.size() - 3) + " more";
+  return out;
+}
+
 // transformers 5 writes a Mixtral's experts fused: model.layers.N.mlp.gate.weight
 // (the router), mlp.experts.gate_up_proj [E, 2I, C] (rows [0, I) w1, [I, 2I)
-// w3) and mlp.experts.down_proj [E, C, I]. Reads the tensor of `s` into full
-// (its global size) from our name, or else from that layout; false if neither.
+// w3) and mlp.experts.down_proj [E, C, I]. The name a parameter is stored
+// under in that layout ("" for a parameter that has no other name).
+std::string fused_name(const std::string& name) {
+  const size_t moe = name.find("block_sparse_moe.");
+  if (moe == std::string::npos) return "";
+  const std::string layer = name.substr(0, moe), rest = name.substr(moe + 17);
+  if (rest == "gate.weight") return layer + "mlp.gate.weight";
+  const bool down = rest.find(".w2.") != std::string::npos;  // rest = "experts.<e>.w<1|2|3>.weight"
+  return layer + (down ? "mlp.experts.down_proj" : "mlp.experts.gate_up_proj");
+}
+
+// Reads the tensor of `s` into full (its global size) from our name, or else
+// from the fused layout; false if neither.
 class TensorSource {
  public:
   explicit TensorSource(const SafetensorsFile& f) : f_(f) {}
@@ -218,16 +242,15 @@ class TensorSource {
       f_.read_f32(s.name, full.data(), static_cast<int64_t>(full.size()));
       return true;
     }
-    const size_t moe = s.name.find("block_sparse_moe.");
-    if (moe == std::string::npos) return false;
-    const std::string layer = s.name.substr(0, moe), rest = s.name.substr(moe + 17);
-    if (rest == "gate.weight") return read_whole(layer + "mlp.gate.weight", s, full);
+    const std::string name = fused_name(s.name);
+    if (name.empty()) return false;
+    const std::string rest = s.name.substr(s.name.find("block_sparse_moe.") + 17);
+    if (rest == "gate.weight") return read_whole(name, s, full);
     // rest = "experts.<e>.w<1|2|3>.weight"
     const size_t dot = rest.find('.', 8);
     const int64_t e = std::stoll(rest.substr(8, dot - 8));
     const std::string w = rest.substr(dot + 1, 2);
     const bool down = w == "w2";
-    const std::string name = layer + (down ? "mlp.experts.down_proj" : "mlp.experts.gate_up_proj");
     if (!f_.has(name)) return false;
     const std::vector<int64_t>& shape = f_.shape(name);
     const int64_t rows = s.global_shape[0], cols = s.global_shape[1];
@@ -260,9 +283,35 @@ class TensorSource {
 
 }  // namespace
 
+void check_model_tensors(const std::string& dir, const ModelConfig& cfg) {
+  const SafetensorsFile f = SafetensorsFile::open((fs::path(dir) / "model.safetensors").string());
+  std::set<std::string> accounted;
+  std::vector<std::string> missing, extra;
+  for (const ParamSpec& s : make_param_table(cfg).specs) {
+    const std::string fused = fused_name(s.name);
+    if (f.has(s.name))
+      accounted.insert(s.name);
+    else if (!fused.empty() && f.has(fused))
+      accounted.insert(fused);
+    else
+      missing.push_back(s.name);
+  }
+  for (const std::string& name : f.names())
+    if (accounted.count(name) == 0) extra.push_back(name);
+  const std::string model = " (config.json: " + std::to_string(cfg.n_layers) +
+                            " layers, tie_word_embeddings " + (cfg.tie_embeddings ? "true" : "false") + ", " +
+                            std::to_string(cfg.n_experts) + " experts)";
+  MT_REQUIRE(missing.empty(), DataError, f.path(), ": lacks ", missing.size(),
+             " tensor(s) its config.json's model needs: ", name_list(missing), model);
+  MT_REQUIRE(extra.empty(), DataError, f.path(), ": holds ", extra.size(),
+             " tensor(s) its config.json's model does not account for: ", name_list(extra), model,
+             "; a config.json that disagrees with its weights is refused rather than loaded in part");
+}
+
 void load_model_dir(const std::string& dir, Llama& model) {
   // The configuration was checked against the run's at start-up (check_init_from);
-  // each tensor's shape is checked here.
+  // the file's tensors against the model's config, and each tensor's shape, here.
+  check_model_tensors(dir, model.config());
   const SafetensorsFile f = SafetensorsFile::open((fs::path(dir) / "model.safetensors").string());
   std::vector<float> local(static_cast<size_t>(model.num_params())), full;
   const MeshSizes sizes{.tp = model.tp_rank().size};

@@ -50,4 +50,13 @@ std::vector<std::string> check_init_from(const std::string& dir, const ModelConf
 // start-up (check_init_from) or is the one the model was built from (eval, generate).
 void load_model_dir(const std::string& dir, Llama& model);
 
+// Every tensor of `cfg`'s model (its config.json's) present in
+// dir/model.safetensors (under its name or the fused MoE name), and every
+// tensor there accounted for by one of them; DataError naming them otherwise
+// (a config.json of one layer beside weights of two, tie_word_embeddings
+// beside an lm_head.weight). Reads the file's header only. load_model_dir
+// (eval, generate) and check_init_from (--init-from, at start-up) call it, once
+// the config's sizes have passed the run's checks.
+void check_model_tensors(const std::string& dir, const ModelConfig& cfg);
+
 }  // namespace mt

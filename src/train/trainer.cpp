@@ -71,8 +71,13 @@ std::vector<std::string> validate_run(const Config& cfg, RunOptions& opts, int w
     parse_trace_steps(opts.trace_steps, cfg.train.steps);  // its grammar and range
     if (rank == 0) check_file_writable(opts.trace_path, "--trace");
   }
-  if (!cfg.train.checkpoint_dir.empty()) check_checkpoint_dir(cfg.train.checkpoint_dir);  // every rank writes
-  const ResumeChoice resume = resolve_resume(opts.resume, cfg.train.checkpoint_dir);      // once per process
+  if (!cfg.train.checkpoint_dir.empty()) {
+    check_checkpoint_dir(cfg.train.checkpoint_dir);  // every rank writes
+    // Rank 0 prunes and points `latest`: one run per directory, refused by the holder's name.
+    if (rank == 0) opts.checkpoint_lock = std::make_shared<DirLock>(cfg.train.checkpoint_dir);
+    check_fresh_start(cfg.train.checkpoint_dir, opts.resume);
+  }
+  const ResumeChoice resume = resolve_resume(opts.resume, cfg.train.checkpoint_dir);  // once per process
   for (const std::string& w : resume.warnings)
     if (rank == 0) std::fprintf(stderr, "meshtrain: warning: %s\n", w.c_str());
   opts.resume_dir = resume.dir;
@@ -84,17 +89,28 @@ std::vector<std::string> validate_run(const Config& cfg, RunOptions& opts, int w
 }
 
 namespace {
+// A rollback to `step` (0: a fresh start) supersedes the newer checkpoints
+// (train/checkpoint.h supersede_newer); rank 0, which holds the lock. Returns `step`.
+int64_t supersede(const Config& cfg, const RunMesh& mesh, int64_t step) {
+  if (mesh.rank != 0) return step;
+  const std::string note = supersede_newer(cfg.train.checkpoint_dir, step);
+  if (!note.empty()) std::fprintf(stderr, "meshtrain: note: %s\n", note.c_str());
+  return step;
+}
+
 // Loads the checkpoint validate_run resolved --resume to (if any) and replays
 // its metrics lines; returns the step to run next (0 for a fresh start).
 int64_t resume_run(const Config& cfg, const RunOptions& opts, const RunMesh& mesh, TrainModel& model,
                    MetricsWriter& metrics) {
   if (!opts.resume.empty()) require_same_resume(opts.resume_dir, mesh.rank, mesh.world());
-  if (opts.resume_dir.empty()) return 0;
+  if (opts.resume_dir.empty()) return supersede(cfg, mesh, 0);
   const Timer timer;
   const std::unique_ptr<CheckpointReader> reader =
       open_resume(opts.resume, opts.resume_dir, cfg, model, mesh);
-  if (!reader) return 0;  // --resume auto passed over every checkpoint (warnings said why)
+  if (!reader)
+    return supersede(cfg, mesh, 0);  // --resume auto passed over every checkpoint (warnings said why)
   const ResumeState r = load_checkpoint(*reader, model, mesh);
+  supersede(cfg, mesh, r.step);
   const double seconds = timer.seconds();
   for (const std::string& line : r.metrics_lines)
     if (!is_header_line(line)) metrics.write_line(line);  // this run wrote its own header

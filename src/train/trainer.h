@@ -5,12 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "comm/group.h"
 #include "config/config.h"
+#include "core/dir_lock.h"
 #include "core/memory.h"
 
 namespace mt {
@@ -21,6 +23,8 @@ struct RunOptions {
   std::string init_from;     // model directory to start from instead of the seed's initialisation
   std::string resume;        // "auto", a checkpoint directory, or empty (train/checkpoint.h)
   std::string resume_dir;    // set by validate_run: the checkpoint `resume` resolved to ("": start fresh)
+  std::shared_ptr<DirLock>
+      checkpoint_lock;  // set by validate_run on rank 0: train.checkpoint_dir's, held for the run
   bool mesh_printed =
       false;                // --print-mesh printed the whole map: the start-up report leaves its summary out
   bool quiet = false;       // no log lines on stdout

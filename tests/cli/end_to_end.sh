@@ -45,7 +45,7 @@ grep -q "^losses: 30 steps, worst relative difference 0" <<<"$out"
 grep -q "^grad_norm: 30 steps, worst relative difference .* at step 7 (1.235000e+02 vs .*EXCEEDS rtol" <<<"$out"
 grep -q "DIFFERENT beyond rtol" <<<"$out"
 "$bin" train "${args[@]}" --set train.seed=99 --set train.steps=3 --metrics "$tmp/m3.jsonl"
-grep '"loss"' "$tmp/m.jsonl" | head -n 3 >"$tmp/m1-3.jsonl"  # the first 3 step lines (after the header)
+grep -m 3 '"loss"' "$tmp/m.jsonl" >"$tmp/m1-3.jsonl"  # the first 3 step lines (after the header); -m, not | head: under pipefail head's early exit can kill grep by SIGPIPE
 set +e
 out=$("$bin" compare "$tmp/m3.jsonl" "$tmp/m1-3.jsonl")
 rc=$?

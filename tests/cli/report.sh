@@ -33,7 +33,7 @@ printf '{"step": 0}\n' >"$tmp/nosteps.jsonl"
 refused "not a metrics file" "holds no training step" "$tmp/nosteps.jsonl" --out "$tmp/x.html"
 printf 'hello\n' >"$tmp/text.jsonl"
 refused "not JSON" "text.jsonl:1: not a JSON object" "$tmp/text.jsonl" --out "$tmp/x.html"
-refused "missing file" "cannot read metrics file '$tmp/none.jsonl'" "$tmp/none.jsonl" --out "$tmp/x.html"
+refused "missing file" "cannot open metrics file '$tmp/none.jsonl'" "$tmp/none.jsonl" --out "$tmp/x.html"
 refused "missing Vega" "Vega '$tmp/novega' is missing" "$tmp/tp2.jsonl" --vega "$tmp/novega" --out "$tmp/x.html"
 
 src=$(realpath "$here/../..")

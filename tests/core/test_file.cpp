@@ -2,6 +2,7 @@
 // left behind on success, failure or abandonment, and IoErrors that name the
 // path and the system's message.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -118,6 +119,46 @@ TEST(File, MissingFileIsIoErrorNamingPathAndReason) {
   const std::string msg = io_error_message([&] { read_file(path); });
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
   EXPECT_NE(msg.find("No such file or directory"), std::string::npos) << msg;
+}
+
+// Every file meshtrain reads is opened by open_regular_file: a device, a FIFO
+// or a directory is refused at once (never read until memory runs out, never
+// waited on), naming the path and what it is; so is a file over its kind's cap.
+TEST(File, NonRegularFilesAreRefusedNamingTheirKind) {
+  TempDir dir;
+  const std::string fifo = dir.file("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string sub = dir.file("sub");
+  std::filesystem::create_directories(sub);
+  const std::string link = dir.file("zero-link");
+  std::filesystem::create_symlink("/dev/zero", link);
+  const struct {
+    std::string path, kind;
+  } cases[] = {{fifo, "a FIFO"},
+               {sub, "a directory"},
+               {link, "a character device"},
+               {"/dev/urandom", "a character device"}};
+  for (const auto& c : cases) {
+    const std::string msg = io_error_message([&] { read_file(c.path, 1 << 20, "config file"); });
+    EXPECT_NE(msg.find("config file '" + c.path + "' is not a regular file (" + c.kind + ")"),
+              std::string::npos)
+        << msg;
+    const std::string size_msg =
+        io_error_message([&] { regular_file_size(c.path, 1 << 20, "tokenizer model"); });
+    EXPECT_NE(size_msg.find("tokenizer model '" + c.path + "'"), std::string::npos) << size_msg;
+  }
+}
+
+TEST(File, FileOverItsCapIsRefusedNamingSizeAndCap) {
+  TempDir dir;
+  const std::string path = dir.file("big");
+  write_file_atomic(path, std::string(5000, 'x'));
+  EXPECT_EQ(read_file(path, 5000, "latest file").size(), 5000u);
+  const std::string msg = io_error_message([&] { read_file(path, 4096, "latest file"); });
+  EXPECT_NE(msg.find("latest file '" + path + "' has 5000 bytes, more than the 4 KiB"), std::string::npos)
+      << msg;
+  EXPECT_EQ(regular_file_size(path, 5000, "x"), 5000);
+  EXPECT_EQ(read_file("/dev/null", 10, "config file"), "");  // "--config /dev/null": no config
 }
 
 TEST(File, WriteIntoMissingDirectoryIsIoError) {

@@ -92,6 +92,10 @@ class Checkpoint {
                           {"crc32c", {crc_of(p), crc_of(m), crc_of(v)}}}}}});
     }
     nlohmann::json doc = {{"format_version", kCheckpointFormatVersion},
+                          {"step", 0},
+                          {"bad_steps", 0},
+                          {"adam_steps", 0},
+                          {"config", nlohmann::json::object()},
                           {"states", {"", ".exp_avg", ".exp_avg_sq"}},
                           {"tensors", {{"t", {{"shape", {5, 4, 3}}, {"dtype", "F32"}}}}},
                           {"files", files}};

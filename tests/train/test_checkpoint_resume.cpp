@@ -6,10 +6,12 @@
 // slice's checksum is checked by the rank that reads it.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -27,6 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class Root {
  public:
@@ -64,6 +67,9 @@ class Root {
         {"format_version", kCheckpointFormatVersion},
         {"states", {"", ".exp_avg", ".exp_avg_sq"}},
         {"step", step},
+        {"bad_steps", 0},
+        {"adam_steps", step},
+        {"config", nlohmann::json::object()},
         {"tensors", {{t, {{"shape", {2}}, {"dtype", "F32"}}}}},
         {"files",
          {{{"name", "rank-00000.safetensors"},
@@ -165,8 +171,68 @@ TEST(ResolveResume, ALatestNamingNoFolderIsIgnored) {
   const ResumeChoice c = resolve_resume("auto", r.str());
   EXPECT_EQ(c.dir, r.dir(4));
   ASSERT_EQ(c.warnings.size(), 1u);
-  EXPECT_THAT(c.warnings[0],
-              HasSubstr("names 'step-00000008', which is not a checkpoint folder there; ignored"));
+  EXPECT_THAT(
+      c.warnings[0],
+      HasSubstr("names 'step-00000008', which is not a checkpoint folder there; taking an older one"));
+}
+
+// `latest` naming a missing step leaves only the older ones: a newer folder is
+// a superseded run's. step-00000000 (a rollback to a fresh start) names none.
+TEST(ResolveResume, ALatestNamingAMissingStepTakesAnOlderOne) {
+  Root r;
+  r.add(2);
+  r.add(6);
+  r.set_latest("step-00000004");
+  ResumeChoice c = resolve_resume("auto", r.str());
+  EXPECT_EQ(c.dir, r.dir(2));
+  ASSERT_EQ(c.warnings.size(), 1u);
+  r.set_latest("step-00000000");
+  c = resolve_resume("auto", r.str());
+  EXPECT_EQ(c.dir, "");
+  EXPECT_TRUE(c.warnings.empty());
+}
+
+std::vector<int64_t> steps_in(const Root& r) {
+  return checkpoint_steps(r.str());
+}
+
+// Pruning goes by commit order: the committed step always stays, steps newer
+// than it (superseded) go, and `keep` counts the committed one.
+TEST(Prune, NeverDeletesTheCommitAndRemovesSupersededSteps) {
+  for (const int64_t keep : {0, 1, 2, 3}) {
+    SCOPED_TRACE("keep " + std::to_string(keep));
+    Root r;
+    for (const int64_t s : {2, 4, 6, 8, 10})
+      r.add(s);
+    fs::create_directories(r.dir(7) + ".tmp-1");
+    prune_checkpoints(r.str(), 6, keep);
+    std::vector<int64_t> want = {2, 4, 6};
+    if (keep > 0) want.erase(want.begin(), want.end() - keep);
+    EXPECT_EQ(steps_in(r), want);
+    EXPECT_FALSE(fs::exists(r.dir(7) + ".tmp-1"));
+  }
+}
+
+TEST(Prune, ARollbackSupersedesTheNewerStepsByName) {
+  Root r;
+  for (const int64_t s : {2, 4, 6, 8})
+    r.add(s);
+  r.set_latest("step-00000008");
+  EXPECT_EQ(supersede_newer(r.str(), 8), "");
+  const std::string note = supersede_newer(r.str(), 4);
+  EXPECT_THAT(note, HasSubstr("the newer checkpoint(s) step-00000006, step-00000008 in " + r.str() +
+                              " are superseded"));
+  EXPECT_EQ(read_file(r.str() + "/latest"), "step-00000004\n");
+  EXPECT_EQ(resolve_resume("auto", r.str()).dir, r.dir(4));    // never the superseded step-8
+  EXPECT_EQ(steps_in(r), (std::vector<int64_t>{2, 4, 6, 8}));  // removed by the next commit's prune
+  EXPECT_NO_THROW(check_fresh_start(r.str(), "auto"));
+  try {
+    check_fresh_start(r.str(), "");
+    ADD_FAILURE() << "a fresh run into a directory of checkpoints was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("already holds checkpoints (step-00000002, step-00000004, step-00000006, "
+                                    "step-00000008)"));
+  }
 }
 
 TEST(ResolveResume, NoUsableCheckpointStartsFreshWithWarnings) {
@@ -179,7 +245,13 @@ TEST(ResolveResume, NoUsableCheckpointStartsFreshWithWarnings) {
   fs::remove(r.dir(1) + "/metadata.json");                                // a folder that is not a checkpoint
   write_file_atomic(r.dir(2) + "/metadata.json", std::string_view("{"));  // not JSON
   write_file_atomic(r.dir(3) + "/metadata.json", std::string_view(R"({"format_version": 99})"));
-  nlohmann::json bad_list = {{"format_version", kCheckpointFormatVersion}, {"files", 3}};
+  nlohmann::json bad_list = {{"format_version", kCheckpointFormatVersion},
+                             {"files", 3},
+                             {"step", 4},
+                             {"bad_steps", 0},
+                             {"adam_steps", 0},
+                             {"config", nlohmann::json::object()},
+                             {"tensors", nlohmann::json::object()}};
   bad_list["metadata_crc32c"] = metadata_checksum(bad_list);
   write_file_atomic(r.dir(4) + "/metadata.json", bad_list.dump());
   fs::remove(r.shard(5));
@@ -199,6 +271,87 @@ TEST(ResolveResume, NoUsableCheckpointStartsFreshWithWarnings) {
   EXPECT_THAT(c.warnings[3], HasSubstr("not valid JSON"));
   EXPECT_THAT(c.warnings[4], HasSubstr("metadata.json is missing"));
   EXPECT_THAT(c.warnings[5], HasSubstr("no usable checkpoint in " + r.str() + "; starting fresh"));
+}
+
+// metadata.json edited and resealed (its metadata_crc32c recomputed, so the
+// checksum vouches for the edit): `edit` changes the parsed document.
+template <class F>
+void forge(const std::string& dir, F&& edit) {
+  nlohmann::json meta = nlohmann::json::parse(read_file(dir + "/metadata.json"));
+  edit(meta);
+  meta["metadata_crc32c"] = metadata_checksum(meta);
+  write_file_atomic(dir + "/metadata.json", meta.dump(1));
+}
+
+// Fields a valid checksum cannot vouch for are checked by name: each forged
+// checkpoint is passed over by --resume auto with a warning naming it, the
+// field and the rule, and refused as --resume PATH.
+TEST(ResolveResume, ForgedFieldsWithValidChecksumsAreRefusedByName) {
+  const struct {
+    const char* what;
+    std::function<void(nlohmann::json&)> edit;
+    const char* message;
+  } cases[] = {
+      {"adam_steps -3", [](nlohmann::json& m) { m["adam_steps"] = -3; },
+       "metadata.json's adam_steps (-3) must lie in [0, step]"},
+      {"adam_steps past the step", [](nlohmann::json& m) { m["adam_steps"] = 9; },
+       "metadata.json's adam_steps (9) must lie in [0, step]"},
+      {"step -5", [](nlohmann::json& m) { m["step"] = -5; }, "metadata.json's step (-5) must be at least 0"},
+      {"step 4 in step-8/", [](nlohmann::json& m) { m["step"] = 4; },
+       "metadata.json's step (4) is not the step its folder is named after (8)"},
+      {"step a string", [](nlohmann::json& m) { m["step"] = "8"; },
+       "metadata.json's step (\"8\") is not an integer"},
+      {"bad_steps -1", [](nlohmann::json& m) { m["bad_steps"] = -1; }, "metadata.json's bad_steps (-1)"},
+      {"no config", [](nlohmann::json& m) { m.erase("config"); }, "metadata.json has no \"config\" object"},
+      {"a config value not a string", [](nlohmann::json& m) { m["config"]["train.lr"] = 3; },
+       "metadata.json's config has train.lr = 3, not a string"},
+      {"no tensors", [](nlohmann::json& m) { m.erase("tensors"); },
+       "metadata.json has no \"tensors\" object"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    Root r;
+    r.add(2);
+    r.add(8);
+    r.set_latest("step-00000008");
+    forge(r.dir(8), c.edit);
+    const ResumeChoice choice = resolve_resume("auto", r.str());
+    EXPECT_EQ(choice.dir, r.dir(2));
+    ASSERT_EQ(choice.warnings.size(), 1u);
+    EXPECT_THAT(choice.warnings[0], HasSubstr("checkpoint " + r.dir(8) + " is not usable"));
+    EXPECT_THAT(choice.warnings[0], HasSubstr(c.message));
+    try {
+      resolve_resume(r.dir(8), "");
+      ADD_FAILURE() << "a forged checkpoint was accepted";
+    } catch (const DataError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("checkpoint " + r.dir(8) + ": " + c.message));
+    }
+  }
+}
+
+// A `latest` or metadata.json that is a device or a FIFO is refused at once
+// (never read until memory runs out, never waited on); a shard that is not a
+// regular file is named as such, not as "18446744073709551615 bytes".
+TEST(ResolveResume, NonRegularFilesArePassedOverByName) {
+  Root r;
+  r.add(2);
+  r.add(4);
+  fs::create_symlink("/dev/zero", r.str() + "/latest");
+  ResumeChoice c = resolve_resume("auto", r.str());
+  EXPECT_EQ(c.dir, r.dir(4));
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_THAT(c.warnings[0], HasSubstr("is not a regular file (a character device)"));
+  fs::remove(r.dir(4) + "/metadata.json");
+  ASSERT_EQ(::mkfifo((r.dir(4) + "/metadata.json").c_str(), 0600), 0);
+  fs::remove(r.shard(2));
+  fs::create_directories(r.shard(2));
+  c = resolve_resume("auto", r.str());
+  EXPECT_EQ(c.dir, "");
+  ASSERT_EQ(c.warnings.size(), 4u);
+  EXPECT_THAT(c.warnings[1],
+              HasSubstr("metadata.json '" + r.dir(4) + "/metadata.json' is not a regular file (a FIFO)"));
+  EXPECT_THAT(c.warnings[2], HasSubstr(r.shard(2) + "' is not a regular file (a directory)"));
+  EXPECT_THAT(c.warnings[2], Not(HasSubstr("18446744073709551615")));
 }
 
 TEST(ResolveResume, NothingThereStartsFreshSilently) {
