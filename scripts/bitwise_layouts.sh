@@ -77,7 +77,7 @@ ckpt_layouts=(
 setup() {  # setup BIN DIR: the tiny model's flags (common.sh) with its data under DIR
   bin=$1
   tmp=$2  # common.sh writes its corpus and token files under $tmp
-  # shellcheck source=../tests/dist/common.sh
+  # shellcheck source=tests/dist/common.sh
   source "$repo/tests/dist/common.sh"
   tiny+=(--set model.n_layers=4 --set train.adam_eps=1e-5)
   # generate: a vocabulary of 301 leaves the tp shards padding rows; prompts longer than a training window;
@@ -220,11 +220,11 @@ against() {  # against BASE BIN: build BASE beside BIN's build, record with it, 
   [ -n "$(get CMAKE_C_COMPILER)" ] && args+=(-DCMAKE_C_COMPILER="$(get CMAKE_C_COMPILER)")
   # BUILD's MESHTRAIN_* choices (-march=native, the BLAS, sanitizers), where BASE has the option.
   while IFS= read -r opt; do
-    case $opt in MESHTRAIN_WERROR | MESHTRAIN_WITH_CUDA | MESHTRAIN_BUILD_TESTS | MESHTRAIN_BUILD_BENCH) continue ;; esac
+    case $opt in MESHTRAIN_WITH_CUDA | MESHTRAIN_BUILD_TESTS | MESHTRAIN_BUILD_BENCH) continue ;; esac
     val=$(get "$opt")
     grep -rqs --include=CMakeLists.txt --include='*.cmake' -- "$opt" "$wt" && args+=(-D"$opt=$val")
   done < <(grep -o '^MESHTRAIN_[A-Z0-9_]*:' "$cache" | tr -d : | sort -u)
-  for opt in MESHTRAIN_WITH_CUDA MESHTRAIN_BUILD_TESTS MESHTRAIN_BUILD_BENCH MESHTRAIN_WERROR; do
+  for opt in MESHTRAIN_WITH_CUDA MESHTRAIN_BUILD_TESTS MESHTRAIN_BUILD_BENCH; do
     grep -qs -- "option($opt " "$wt/CMakeLists.txt" && args+=(-D"$opt=OFF")
   done
   if command -v ccache >/dev/null; then
@@ -240,14 +240,31 @@ against() {  # against BASE BIN: build BASE beside BIN's build, record with it, 
     return 1
   fi
   echo "built base in $((SECONDS - t0)) s; recording with it"
+  items=0 different=()
+  verdict "compiler flags of src/ops/gemm.cpp" "$(same_flags "$work/build" "$(dirname "$2")" ops/gemm.cpp)"
   t0=$SECONDS
   record_all "$work/build/meshtrain" "$work/rec" || rc=1
   echo "recorded in $((SECONDS - t0)) s; checking with $2 ($(git -C "$repo" log -1 --format=%h) + working tree)"
   t0=$SECONDS
-  items=0 different=()
   check_all "$2" "$work/rec" || rc=1
   echo "checked in $((SECONDS - t0)) s"
   return $rc
+}
+same_flags() {  # same_flags BUILD_A BUILD_B FILE: empty when both compile src/FILE with the same flags
+  python3 - "$@" <<'PY'
+import json, os, shlex, sys
+def flags(build):
+    for e in json.load(open(os.path.join(build, "compile_commands.json"))):
+        if e["file"].endswith("/src/" + sys.argv[3]):
+            root = e["file"][: -len("src/" + sys.argv[3])]
+            args = shlex.split(e["command"])
+            drop = {i + 1 for i, a in enumerate(args) if a in ("-o", "-c", "-MF", "-MT")}
+            return [a.replace(root, "ROOT/") for i, a in enumerate(args) if i not in drop and a not in ("-o", "-c")]
+    return None
+a, b = flags(sys.argv[1]), flags(sys.argv[2])
+if a != b:
+    print("base:", " ".join(a or ["(not compiled)"]), "| build:", " ".join(b or ["(not compiled)"]))
+PY
 }
 cleanup() {  # cleanup WORK: the base's worktree and build, unless BITWISE_KEEP=1
   if [ "${BITWISE_KEEP:-0}" = 1 ]; then
