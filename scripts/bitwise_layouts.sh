@@ -199,6 +199,7 @@ check_all() {  # check_all BIN DIR
   done
   if [ ${#different[@]} -ne 0 ]; then
     echo "bitwise: ${#different[@]} of $items items DIFFERENT (${different[*]}); stderr of the runs under $new"
+    [ "${in_against:-0}" = 1 ] && [ "${BITWISE_KEEP:-0}" != 1 ] && echo "(BITWISE_KEEP=1 keeps that folder)"
     return 1
   fi
   echo "bitwise: all $items items ok"
@@ -244,9 +245,9 @@ against() {  # against BASE BIN: build BASE beside BIN's build, record with it, 
   verdict "compiler flags of src/ops/gemm.cpp" "$(same_flags "$work/build" "$(dirname "$2")" ops/gemm.cpp)"
   t0=$SECONDS
   record_all "$work/build/meshtrain" "$work/rec" || rc=1
-  echo "recorded in $((SECONDS - t0)) s; checking with $2 ($(git -C "$repo" log -1 --format=%h) + working tree)"
+  echo "recorded in $((SECONDS - t0)) s; checking with $2 (this worktree's HEAD: $(git -C "$repo" log -1 --format=%h))"
   t0=$SECONDS
-  check_all "$2" "$work/rec" || rc=1
+  in_against=1 check_all "$2" "$work/rec" || rc=1
   echo "checked in $((SECONDS - t0)) s"
   return $rc
 }
