@@ -30,9 +30,9 @@ struct Entry {
     {#section "." #member, type, help}, [](Config& c) -> Field { return &c.section.member; } \
   }
 
-// The keys of [model], [train] and [data], then those of [parallel], in the
-// order --help lists them.
-std::vector<Entry> model_train_data_entries() {
+// The keys of [model] (the mixture-of-experts ones follow), then [train] and
+// [data], then those of [parallel], in the order --help lists them.
+std::vector<Entry> model_entries() {
   return {
       MT_KEY(model, vocab_size, "int", "vocabulary size (token ids are 0 .. vocab_size-1)"),
       MT_KEY(model, d_model, "int", "hidden size"),
@@ -57,6 +57,11 @@ std::vector<Entry> model_train_data_entries() {
       MT_KEY(model, tie_embeddings, "bool", "share the input embedding and the LM head"),
       MT_KEY(model, init_std, "float",
              "std of the normal initialisation (output projections also / sqrt(2 n_layers))"),
+  };
+}
+
+std::vector<Entry> train_data_entries() {
+  return {
       MT_KEY(train, steps, "int", "optimizer steps"),
       MT_KEY(train, batch_size, "int", "global batch: sequences per step, over all data-parallel ranks"),
       MT_KEY(train, microbatch_size, "int",
@@ -186,15 +191,10 @@ std::vector<Entry> parallel_entries() {
 
 const std::vector<Entry>& entries() {
   static const std::vector<Entry> table = [] {
-    std::vector<Entry> t = model_train_data_entries();
-    // The [model] keys first: the mixture-of-experts ones after model.init_std.
-    size_t at = 0;
-    while (at < t.size() && t[at].key.name != "model.init_std")
-      ++at;
-    std::vector<Entry> moe = moe_entries();
-    t.insert(t.begin() + static_cast<std::ptrdiff_t>(at + 1), moe.begin(), moe.end());
-    for (Entry& e : parallel_entries())
-      t.push_back(std::move(e));
+    std::vector<Entry> t = model_entries();
+    for (auto* part : {moe_entries, train_data_entries, parallel_entries})
+      for (Entry& e : part())
+        t.push_back(std::move(e));
     return t;
   }();
   return table;
