@@ -7,32 +7,7 @@
 set -u
 bin=$1
 case_name=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-source "$(dirname "$0")/../dist/common.sh"
-make_data
-fail=0
-check() {  # check "what" CONDITION...
-  local what=$1
-  shift
-  if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fail=1; fi
-}
-# job MAX_SECONDS command... : runs it under a timeout; sets rc, ms, and $tmp/err.
-job() {
-  local max=$1
-  shift
-  local start_ms=$(($(date +%s%N) / 1000000))
-  timeout -k 5 120 "$@" >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-  ms=$(($(date +%s%N) / 1000000 - start_ms))
-  echo "---- exit status $rc after $ms ms; stderr: ----"
-  cat "$tmp/err"
-  echo "----"
-  check "not killed by the timeout (status $rc)" test "$rc" -ne 124 -a "$rc" -ne 137
-  check "ended within $max s ($ms ms)" test "$ms" -le $((max * 1000))
-}
-has() { grep -qF -- "$1" "$2"; }
-count() { grep -cF -- "$1" "$2"; }
+source "$(dirname "$0")/harness.sh"
 eval_loss() { "$bin" eval --model "$1" --data "$tmp/data/val.bin" --seq-len 16 --threads 1 2>&1; }
 one=("$bin" train "${tiny[@]}" --set train.steps=2)
 

@@ -7,31 +7,7 @@
 set -u
 bin=$1
 case_name=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-source "$(dirname "$0")/../dist/common.sh"
-make_data
-fail=0
-check() {  # check "what" CONDITION...
-  local what=$1
-  shift
-  if "$@"; then echo "ok   $what"; else echo "FAIL $what"; fail=1; fi
-}
-# job MAX_SECONDS command... : runs it under a timeout; sets rc and ms; stderr in $tmp/err, stdout in $tmp/out.
-job() {
-  local max=$1
-  shift
-  local start_ms=$(($(date +%s%N) / 1000000))
-  timeout -k 5 60 "$@" >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-  ms=$(($(date +%s%N) / 1000000 - start_ms))
-  echo "---- exit status $rc after $ms ms; stderr: ----"
-  head -c 3000 "$tmp/err"
-  echo "----"
-  check "not killed by the timeout (status $rc)" test "$rc" -ne 124 -a "$rc" -ne 137
-  check "ended within $max s ($ms ms)" test "$ms" -le $((max * 1000))
-}
-has() { grep -qF -- "$1" "$2"; }
+source "$(dirname "$0")/harness.sh"
 refused() {  # refused WHAT TEXT: the last job exited 1 and its stderr says TEXT, with no internal error
   check "$1: exit status 1 (status $rc)" test "$rc" -eq 1
   check "$1: stderr says '$2'" has "$2" "$tmp/err"
