@@ -26,7 +26,7 @@ Decoder::Decoder(const Llama& model, KvCache& cache, Group* cp, cp::CpImpl cp_im
       vocab_(tp::vocab_shard(cfg_.vocab_size, model.tp_rank().size, model.tp_rank().rank)),
       scaling_(cfg_.rope()),
       rotate_at_attention_(scaling_.type == RopeType::dynamic),
-      rope_(cfg_.rope_table(cfg_.max_seq_len)),
+      rope_(cfg_.rope_table(scaling_, cfg_.max_seq_len)),
       rope_len_(rope_) {
   const ParamTable& t = model.param_table();
   MT_REQUIRE(!cfg_.moe(), ConfigError, "the cached decoder runs dense models only (this one has ",
@@ -46,7 +46,7 @@ Decoder::Decoder(const Llama& model, KvCache& cache, Group* cp, cp::CpImpl cp_im
 
 const RopeTable& Decoder::rope_for(int64_t seq_len) {
   if (!rotate_at_attention_) return rope_;
-  if (rope_len_.seq_len() != seq_len) rope_len_ = cfg_.rope_table(seq_len);
+  if (rope_len_.seq_len() != seq_len) rope_len_ = cfg_.rope_table(scaling_, seq_len);
   return rope_len_;
 }
 
