@@ -62,9 +62,7 @@ void Decoder::stage_step(std::span<const DecodeRows> entries, const float* hidde
     chunk = chunk || e.n > 1;
     MT_REQUIRE(e.n >= 1 && e.seq >= 0 && e.seq < cache_.batch(), ConfigError, "decode step: sequence ", e.seq,
                " with ", e.n, " tokens is not in the batch of ", cache_.batch());
-    MT_REQUIRE(cache_.length(e.seq) + e.n <= cache_.capacity(), ConfigError, "sequence ", e.seq,
-               " would hold ", cache_.length(e.seq) + e.n, " tokens but the KV cache has room for ",
-               cache_.capacity());
+    cache_.check_room(e.seq, e.n);
     for (int64_t i = 0; i < e.n; ++i) {
       MT_REQUIRE(e.ids[i] >= 0 && e.ids[i] < cfg_.vocab_size, ConfigError, "token id ", e.ids[i],
                  " is outside the model's ", cfg_.vocab_size, "-token vocabulary");
