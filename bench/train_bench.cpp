@@ -135,7 +135,7 @@ BenchResult run(const Options& o) {
   MT_REQUIRE(o.warmup >= 0 && o.profile_steps >= 0, ConfigError, "--warmup (", o.warmup,
              ") and --profile-steps (", o.profile_steps, ") must not be negative");
   MT_REQUIRE(o.threads >= 1, ConfigError, "--threads (", o.threads, ") must be at least 1");
-  const Config cfg = load_config(o.config, {});
+  Config cfg = load_config(o.config, {});
   cfg.validate();
   set_num_threads(o.threads);
 

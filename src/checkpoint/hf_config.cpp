@@ -71,8 +71,7 @@ std::string rope_spec(const Json& obj, const char* key, const std::string& path)
                value.dump());
     set_rope_field(&s, name, value.get<double>(), where);
   }
-  MT_REQUIRE(r.present("factor"), ConfigError, where, ": RoPE scaling '", rope_type_name(s.type),
-             "' needs the field 'factor'");
+  require_rope_factor(s.type, r.present("factor"), where);
   check_rope_scaling(s, where);
   return format_rope_scaling(s);
 }

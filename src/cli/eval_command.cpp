@@ -109,15 +109,21 @@ Config eval_config(const EvalArgs& a, int world_size) {
   return cfg;
 }
 
+// The token file of --data, whose ids must lie inside the model's vocabulary.
+TokenFile open_eval_data(const EvalArgs& a, int64_t vocab_size) {
+  TokenFile file = TokenFile::open(a.data);
+  MT_REQUIRE(file.vocab_size() <= vocab_size, ConfigError, a.data, " was written for a ", file.vocab_size(),
+             "-token vocabulary but the model has ", vocab_size);
+  return file;
+}
+
 int eval_on_layout(const EvalArgs& a, CommRuntime& runtime) {
   Group world = runtime.world();
   Config cfg;
   return run_on_every_rank(
       world, [&] { cfg = eval_config(a, world.size()); },
       [&] {
-        const TokenFile file = TokenFile::open(a.data);
-        MT_REQUIRE(file.vocab_size() <= cfg.model.vocab_size, ConfigError, a.data, " was written for a ",
-                   file.vocab_size(), "-token vocabulary but the model has ", cfg.model.vocab_size);
+        const TokenFile file = open_eval_data(a, cfg.model.vocab_size);
         const RunMesh mesh = make_run_mesh(cfg, &world);
         TrainModel model = load_on_layout(cfg, a.model, a.threads, runtime.local_ranks(), mesh);
         const double loss = validation_loss(model, mesh, cfg.train, file);
@@ -136,9 +142,7 @@ int run_eval_command(const EvalArgs& a) {
   const ModelConfig cfg = read_model_config(a.model);
   const int64_t T = checked_window(a, cfg);
   set_num_threads(a.threads > 0 ? static_cast<int>(a.threads) : hardware_threads());
-  const TokenFile file = TokenFile::open(a.data);
-  MT_REQUIRE(file.vocab_size() <= cfg.vocab_size, ConfigError, a.data, " was written for a ",
-             file.vocab_size(), "-token vocabulary but the model has ", cfg.vocab_size);
+  const TokenFile file = open_eval_data(a, cfg.vocab_size);
   ModelOptions mo;
   mo.max_batch = 4;
   mo.max_seq = T;

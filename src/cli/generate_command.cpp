@@ -269,8 +269,7 @@ void generate_layout_body(const GenerateArgs& a, const Config& cfg, const Job& j
   if (world.rank() == 0 && a.output == "text" && P == 1) stream.emplace(j);
   const std::vector<Generation> mine =
       run_prompts(j, model.first(), P * d / dp, P * (d + 1) / dp, a,
-                  {mesh.pp_group(), mesh.cp_group(), cp::parse_cp_impl(cfg.parallel.cp_impl)}, who,
-                  stream ? &*stream : nullptr);
+                  {mesh.pp_group(), mesh.cp_group(), cfg.parsed().cp_impl}, who, stream ? &*stream : nullptr);
   const bool lead = mesh.tp_rank == 0 && mesh.pp_rank == 0 && mesh.cp_rank == 0;
   const std::vector<Generation> all = gather_replicas(world, mine, lead);
   if (world.rank() != 0) return;

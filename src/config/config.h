@@ -10,6 +10,11 @@
 #include <vector>
 
 #include "model/config.h"
+#include "ops/gemm.h"
+#include "optim/optimizer.h"
+#include "parallel/context_parallel.h"
+#include "parallel/tp2d.h"
+#include "pipeline/schedule.h"
 
 namespace mt {
 
@@ -72,6 +77,21 @@ struct ParallelConfig {
   double io_timeout_s = 3600.0;  // the same for waits on another rank's long local work (save, trace)
 };
 
+// The string-valued keys as typed values: parsed once, by Config::validate at
+// start-up, and read by the run from there (no use site parses a string
+// again). The strings stay in the sections above, so that files, metrics
+// headers, checkpoints and --help keep their spelling.
+struct ParsedKeys {
+  OptimizerKind optimizer = OptimizerKind::adamw;             // train.optimizer
+  MatmulPrecision precision = MatmulPrecision::fp32;          // train.precision
+  pp::ScheduleKind schedule = pp::ScheduleKind::one_f_one_b;  // parallel.schedule
+  cp::CpImpl cp_impl = cp::CpImpl::ring;                      // parallel.cp_impl
+  tp2d::Grid tp_grid;                                         // parallel.tp2d ("": {1, tp})
+  // parallel.stage_layers: layers per virtual stage (pp::stage_layer_counts),
+  // pp x virtual_stages entries; empty without pipeline stages.
+  std::vector<int64_t> stage_layers;
+};
+
 struct Config {
   ModelConfig model;
   TrainConfig train;
@@ -86,7 +106,15 @@ struct Config {
   // Every rule that involves more than one key, checked once at start-up. Each
   // rule is the function the code relying on it calls (tp_dims, check_zigzag,
   // check_sequence_parallel, validate_schedule, ...), not a restatement of it.
-  void validate() const;
+  // Parses the string-valued keys into parsed() on the way; run it again
+  // after changing a key.
+  void validate();
+  // The typed keys of the last validate(); an internal error before any.
+  const ParsedKeys& parsed() const;
+
+ private:
+  ParsedKeys parsed_;
+  bool validated_ = false;
 };
 
 // The keys the user set that have no effect in the chosen layout, one line

@@ -11,6 +11,7 @@
 #include "optim/optimizer.h"
 #include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/tp2d.h"
 #include "parallel/tp_comm.h"
 #include "pipeline/schedule.h"
@@ -24,7 +25,7 @@ void positive(const char* name, int64_t v) {
   MT_REQUIRE(v > 0, ConfigError, name, " (", v, ") must be positive");
 }
 
-void validate_train(const TrainConfig& t, const ModelConfig& model) {
+void validate_train(const TrainConfig& t, const ModelConfig& model, ParsedKeys& keys) {
   positive("train.steps", t.steps);
   positive("train.batch_size", t.batch_size);
   positive("train.microbatch_size", t.microbatch_size);
@@ -41,11 +42,11 @@ void validate_train(const TrainConfig& t, const ModelConfig& model) {
   MT_REQUIRE(t.beta1 >= 0 && t.beta1 < 1, ConfigError, "train.beta1 (", t.beta1, ") must be in [0, 1)");
   MT_REQUIRE(t.beta2 >= 0 && t.beta2 < 1, ConfigError, "train.beta2 (", t.beta2, ") must be in [0, 1)");
   MT_REQUIRE(t.adam_eps > 0, ConfigError, "train.adam_eps (", t.adam_eps, ") must be positive");
-  parse_optimizer(t.optimizer);
-  parse_matmul_precision(t.precision);
+  keys.optimizer = parse_optimizer(t.optimizer);
+  keys.precision = parse_matmul_precision(t.precision);
   MT_REQUIRE(t.momentum >= 0 && t.momentum < 1, ConfigError, "train.momentum (", t.momentum,
              ") must be in [0, 1)");
-  MT_REQUIRE(!t.nesterov || (t.optimizer == "sgd" && t.momentum > 0), ConfigError,
+  MT_REQUIRE(!t.nesterov || (keys.optimizer == OptimizerKind::sgd && t.momentum > 0), ConfigError,
              "train.nesterov needs train.optimizer = sgd and train.momentum > 0 (optimizer ", t.optimizer,
              ", momentum ", t.momentum, ")");
   MT_REQUIRE(t.grad_clip >= 0, ConfigError, "train.grad_clip (", t.grad_clip, ") must not be negative");
@@ -62,44 +63,23 @@ void validate_train(const TrainConfig& t, const ModelConfig& model) {
 
 // The pipeline's rules with the run's numbers (microbatches = batch_size /
 // (dp x microbatch_size)), in the order the model's constructors meet them.
-void validate_pipeline(const Config& c) {
+void validate_pipeline(const Config& c, ParsedKeys& keys) {
   const ParallelConfig& p = c.parallel;
   const auto pp = static_cast<int>(p.pp), v = static_cast<int>(p.virtual_stages);
   pp::check_virtual_stages(pp, v);
   if (pp == 1) return;
   const auto microbatches = static_cast<int>(c.train.batch_size / (p.dp * c.train.microbatch_size));
-  pp::validate_schedule(pp::parse_schedule_kind(p.schedule), pp, v, microbatches, c.model.n_layers);
-  pp::stage_layer_counts(c.model.n_layers, pp, v, p.stage_layers);
-}
-
-// parallel.ep's rules (docs/PARALLELISM.md "Expert parallelism"), and what
-// expert parallelism does not have yet, refused by name.
-void validate_expert_parallel(const Config& c) {
-  const ParallelConfig& p = c.parallel;
-  const int64_t E = c.model.n_experts;
-  positive("parallel.ep", p.ep);
-  if (p.ep == 1) return;
-  MT_REQUIRE(E > 0, ConfigError, "parallel.ep (", p.ep,
-             ") needs a mixture of experts, but model.n_experts is ", E, " (a dense model)");
-  MT_REQUIRE(E % p.ep == 0, ConfigError, "model.n_experts (", E, ") must be divisible by parallel.ep (", p.ep,
-             ")");
-  MT_REQUIRE((p.dp * p.cp) % p.ep == 0, ConfigError, "parallel.ep (", p.ep, ") must divide parallel.dp (",
-             p.dp, ") x parallel.cp (", p.cp, ") = ", p.dp * p.cp);
-  MT_REQUIRE(c.model.capacity_factor == 0, ConfigError, "parallel.ep (", p.ep,
-             ") with model.capacity_factor (", c.model.capacity_factor,
-             "): expert parallelism is dropless only so far");
-  // LAMB sums each tensor's squares over the ranks holding its pieces by one
-  // tensor index per chunk; under ep the ranks of a group hold different experts.
-  MT_REQUIRE(c.train.optimizer != "lamb", ConfigError, "parallel.ep (", p.ep,
-             ") with train.optimizer = lamb: LAMB's per-tensor norms over expert-parallel ranks are not "
-             "built yet (adamw or sgd)");
+  pp::validate_schedule(keys.schedule, pp, v, microbatches, c.model.n_layers);
+  keys.stage_layers = pp::stage_layer_counts(c.model.n_layers, pp, v, p.stage_layers);
 }
 
 // What the mixture of experts does not have yet (docs/PARALLELISM.md "Expert
 // parallelism"): refused by name rather than run with a wrong result.
-void validate_moe_layout(const Config& c) {
+void validate_moe_layout(const Config& c, const ParsedKeys& keys) {
   const ParallelConfig& p = c.parallel;
-  validate_expert_parallel(c);
+  positive("parallel.ep", p.ep);
+  ep::check_expert_parallel(
+      {p.ep, c.model.n_experts, p.dp, p.cp, c.model.capacity_factor, keys.optimizer == OptimizerKind::lamb});
   if (!c.model.moe()) return;
   const bool shared_tokens = p.cp > 1 || (p.tp > 1 && p.sp);  // a microbatch's tokens over several ranks
   MT_REQUIRE(c.model.router_bias_rate == 0 || !shared_tokens, ConfigError, "model.router_bias_rate (",
@@ -115,15 +95,17 @@ void validate_moe_layout(const Config& c) {
 
 }  // namespace
 
-void Config::validate() const {
+void Config::validate() {
+  validated_ = false;
+  ParsedKeys keys;
   model.validate();
-  validate_train(train, model);
+  validate_train(train, model, keys);
   const TrainConfig& t = train;
   const ParallelConfig& p = parallel;
   positive("parallel.dp", p.dp);
   positive("parallel.tp", p.tp);
-  pp::parse_schedule_kind(p.schedule);
-  cp::parse_cp_impl(p.cp_impl);
+  keys.schedule = pp::parse_schedule_kind(p.schedule);
+  keys.cp_impl = cp::parse_cp_impl(p.cp_impl);
   check_zero_stage(p.zero);
   positive("parallel.cp", p.cp);
   if (p.cp > 1) cp::check_zigzag(t.seq_len, static_cast<int>(p.cp));
@@ -138,14 +120,22 @@ void Config::validate() const {
   MT_REQUIRE(!p.tp_overlap || p.tp > 1, ConfigError,
              "parallel.tp_overlap = true needs tensor parallelism: ", "parallel.tp (", p.tp,
              ") must be greater than 1 (there is no TP communication to hide)");
-  tp2d::check(tp2d::parse(p.tp2d, p.tp),
+  keys.tp_grid = tp2d::parse(p.tp2d, p.tp);
+  tp2d::check(keys.tp_grid,
               {p.sp, p.cp, p.pp, model.moe(), model.attention_dropout > 0 || model.hidden_dropout > 0,
                model.n_kv_heads, model.n_heads, model.ffn_hidden, p.tp_overlap});
   MT_REQUIRE(t.batch_size % (p.dp * t.microbatch_size) == 0, ConfigError, "train.batch_size (", t.batch_size,
              ") must be divisible by parallel.dp (", p.dp, ") x train.microbatch_size (", t.microbatch_size,
              ")");
-  validate_pipeline(*this);
-  validate_moe_layout(*this);
+  validate_pipeline(*this, keys);
+  validate_moe_layout(*this, keys);
+  parsed_ = std::move(keys);
+  validated_ = true;
+}
+
+const ParsedKeys& Config::parsed() const {
+  MT_CHECK(validated_, "Config::validate() has not run: the typed keys are not parsed yet");
+  return parsed_;
 }
 
 std::vector<std::string> ineffective_keys(const Config& c) {

@@ -26,7 +26,7 @@ Decoder::Decoder(const Llama& model, KvCache& cache, Group* cp, cp::CpImpl cp_im
       vocab_(tp::vocab_shard(cfg_.vocab_size, model.tp_rank().size, model.tp_rank().rank)),
       scaling_(cfg_.rope()),
       rotate_at_attention_(scaling_.type == RopeType::dynamic),
-      rope_(cfg_.rope_table(cfg_.max_seq_len)),
+      rope_(cfg_.rope_table(scaling_, cfg_.max_seq_len)),
       rope_len_(rope_) {
   const ParamTable& t = model.param_table();
   MT_REQUIRE(!cfg_.moe(), ConfigError, "the cached decoder runs dense models only (this one has ",
@@ -46,7 +46,7 @@ Decoder::Decoder(const Llama& model, KvCache& cache, Group* cp, cp::CpImpl cp_im
 
 const RopeTable& Decoder::rope_for(int64_t seq_len) {
   if (!rotate_at_attention_) return rope_;
-  if (rope_len_.seq_len() != seq_len) rope_len_ = cfg_.rope_table(seq_len);
+  if (rope_len_.seq_len() != seq_len) rope_len_ = cfg_.rope_table(scaling_, seq_len);
   return rope_len_;
 }
 
@@ -62,9 +62,7 @@ void Decoder::stage_step(std::span<const DecodeRows> entries, const float* hidde
     chunk = chunk || e.n > 1;
     MT_REQUIRE(e.n >= 1 && e.seq >= 0 && e.seq < cache_.batch(), ConfigError, "decode step: sequence ", e.seq,
                " with ", e.n, " tokens is not in the batch of ", cache_.batch());
-    MT_REQUIRE(cache_.length(e.seq) + e.n <= cache_.capacity(), ConfigError, "sequence ", e.seq,
-               " would hold ", cache_.length(e.seq) + e.n, " tokens but the KV cache has room for ",
-               cache_.capacity());
+    cache_.check_room(e.seq, e.n);
     for (int64_t i = 0; i < e.n; ++i) {
       MT_REQUIRE(e.ids[i] >= 0 && e.ids[i] < cfg_.vocab_size, ConfigError, "token id ", e.ids[i],
                  " is outside the model's ", cfg_.vocab_size, "-token vocabulary");

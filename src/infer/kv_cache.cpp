@@ -56,11 +56,15 @@ int64_t KvCache::bytes() const {
   return bytes_for(layers_, batch_, slots_, kv_, dim_, dtype_);
 }
 
-void KvCache::advance(int64_t s, int64_t n) {
-  int64_t& len = len_[static_cast<size_t>(s)];
+void KvCache::check_room(int64_t s, int64_t n) const {
+  const int64_t len = len_[static_cast<size_t>(s)];
   MT_REQUIRE(len + n <= cap_, ConfigError, "sequence ", s, " would hold ", len + n,
              " tokens but the KV cache has room for ", cap_);
-  len += n;
+}
+
+void KvCache::advance(int64_t s, int64_t n) {
+  check_room(s, n);
+  len_[static_cast<size_t>(s)] += n;
 }
 
 void KvCache::write(int64_t l, int64_t s, int64_t at, int64_t n, const float* k, const float* v,

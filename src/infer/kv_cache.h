@@ -51,6 +51,8 @@ class KvCache {
   // Tokens cached for sequence s; advance() adds n after every layer wrote them.
   int64_t length(int64_t s) const { return len_[static_cast<size_t>(s)]; }
   void advance(int64_t s, int64_t n);
+  // ConfigError unless sequence s has room for n more tokens (advance's rule).
+  void check_room(int64_t s, int64_t n) const;
 
   // Stores n tokens' keys and values (rows `stride` floats apart) of layer l,
   // sequence s, at positions [at, at + n): those this shard keeps.

@@ -58,8 +58,7 @@ void ModelConfig::validate_moe() const {
              ") must be between 1 and model.n_experts (", n_experts, ")");
 }
 
-RopeTable ModelConfig::rope_table(int64_t seq_len) const {
-  const RopeScaling rs = rope();
+RopeTable ModelConfig::rope_table(const RopeScaling& rs, int64_t seq_len) const {
   return RopeTable(max_seq_len, rope_inv_freq(rs, head_dim(), rope_theta, max_seq_len, seq_len),
                    rope_attention_factor(rs), seq_len);
 }

@@ -58,10 +58,12 @@ struct ModelConfig {
   int64_t n_moe_layers() const { return moe() ? n_layers / moe_every : 0; }
   int64_t expert_hidden() const { return expert_ffn_hidden > 0 ? expert_ffn_hidden : ffn_hidden; }
 
+  // Parses rope_scaling: once, where a model or a run starts (validate, the
+  // model's constructor), which keeps the typed value for its use sites.
   RopeScaling rope() const { return parse_rope_scaling(rope_scaling); }
   // cos/sin of positions [0, max_seq_len) for a sequence of seq_len tokens
-  // (only dynamic scaling depends on seq_len).
-  RopeTable rope_table(int64_t seq_len) const;
+  // under `scaling` (this config's rope(); only dynamic scaling depends on seq_len).
+  RopeTable rope_table(const RopeScaling& scaling, int64_t seq_len) const;
 
   // Throws ConfigError naming the values and the rule that fails.
   void validate() const;

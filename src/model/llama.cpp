@@ -39,7 +39,8 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
                                                           opts.cp != nullptr ? opts.cp->size() : 1},
                               tp_ ? opts.grid : tp2d::Grid{})),
       units_(make_units(table_, cfg)),
-      rope_(cfg.rope_table(cfg.max_seq_len)),
+      rope_scaling_(cfg.rope()),
+      rope_(cfg.rope_table(rope_scaling_, cfg.max_seq_len)),
       store_(store ? std::move(store) : std::make_unique<LocalStore>(units_)),
       buf_(std::make_unique<Buffers>()),
       dispatch_(opts.ep, cfg.n_experts) {
@@ -235,9 +236,9 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
       sl.pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % T);
   }
   dropout_coords(sl);
-  if (cfg_.rope().type == RopeType::dynamic) {  // frequencies of this length (docs/MODEL.md)
+  if (rope_scaling_.type == RopeType::dynamic) {  // frequencies of this length (docs/MODEL.md)
     const int64_t L = T * (cp_ ? cp_->size() : 1);
-    if (rope_.seq_len() != L) rope_ = cfg_.rope_table(L);
+    if (rope_.seq_len() != L) rope_ = cfg_.rope_table(rope_scaling_, L);
   }
   if (two_d()) return forward_2d(sl);
   if (has_embed()) {

@@ -322,6 +322,7 @@ class Llama : public pp::Stage {
   int64_t n_stage_layers_ = 0;
   int64_t norm_rel_ = 0, head_rel_ = 0;  // within the final unit (head: within the embedding unit when tied)
   int head_unit_ = -1;
+  RopeScaling rope_scaling_;  // cfg_.rope_scaling, parsed once
   RopeTable rope_;
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<Buffers> buf_;

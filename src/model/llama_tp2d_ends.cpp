@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "model/llama_internal.h"
 #include "ops/gemm.h"
+#include "parallel/tp2d.h"
 #include "parallel/tp2d_linear.h"
 #include "parallel/tp_comm.h"
 #include "parallel/tp_plan.h"
@@ -33,10 +34,11 @@ void Llama::init_tp2d() {
              ConfigError, "2-D tensor parallelism on a ", g.rows, " x ", g.cols,
              " grid needs its sub-axis groups: tp_r of ", g.rows, " and tp_c of ", g.cols,
              " ranks (ModelOptions::tp_r, tp_c, from tp2d::sub_axes)");
-  MT_REQUIRE(!sp_on() && cp_ == nullptr && !opts_.tp_overlap && !cfg_.moe() && has_embed() && has_head(),
-             ConfigError, "2-D tensor parallelism (", g.rows, " x ", g.cols,
-             ") is built without sequence, context or pipeline parallelism, tp overlap and experts "
-             "(docs/PARALLELISM.md \"2-D tensor parallelism\")");
+  // The start-up rules of 2-D tp, Config::validate's: a stage without both
+  // ends is one of several pipeline stages.
+  tp2d::check(g, {sp_on(), cp_ != nullptr ? cp_->size() : 1, has_embed() && has_head() ? 1 : 2, cfg_.moe(),
+                  cfg_.attention_dropout > 0 || cfg_.hidden_dropout > 0, cfg_.n_kv_heads, cfg_.n_heads,
+                  cfg_.ffn_hidden, opts_.tp_overlap});
   const Widths2d w(cfg_, td_, g);
   const int64_t N = opts_.max_batch * opts_.max_seq;
   const MemKind k = MemKind::activation;

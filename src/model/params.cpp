@@ -13,7 +13,7 @@ namespace mt {
 
 TpDims tp_dims(const ModelConfig& cfg, TpRank tp) {
   const int64_t P = tp.size, t = tp.rank;
-  MT_REQUIRE(P >= 1 && t >= 0 && t < P, ConfigError, "tp rank ", t, " is outside a tp group of ", P);
+  tp::check_tp_rank(static_cast<int>(P), static_cast<int>(t));
   MT_REQUIRE(cfg.n_heads % P == 0, ConfigError, "model.n_heads (", cfg.n_heads,
              ") must be divisible by parallel.tp (", P, "): attention is split by heads");
   MT_REQUIRE(cfg.ffn_hidden % P == 0, ConfigError, "model.ffn_hidden (", cfg.ffn_hidden,

@@ -133,6 +133,11 @@ void set_rope_field(RopeScaling* s, std::string_view key, double value, std::str
   }
 }
 
+void require_rope_factor(RopeType t, bool has_factor, std::string_view where) {
+  MT_REQUIRE(has_factor, ConfigError, where, ": RoPE scaling '", rope_type_name(t),
+             "' needs the field 'factor'");
+}
+
 void check_rope_scaling(const RopeScaling& s, std::string_view where) {
   if (s.type == RopeType::none) return;
   const char* type = rope_type_name(s.type);
@@ -169,8 +174,7 @@ RopeScaling parse_rope_scaling(std::string_view spec, std::string_view where) {
     has_factor = has_factor || item.substr(0, eq) == "factor";
     at = next;
   }
-  MT_REQUIRE(s.type == RopeType::none || has_factor, ConfigError, where, ": RoPE scaling '",
-             rope_type_name(s.type), "' needs the field 'factor'");
+  if (s.type != RopeType::none) require_rope_factor(s.type, has_factor, where);
   check_rope_scaling(s, where);
   return s;
 }

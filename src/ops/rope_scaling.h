@@ -50,6 +50,8 @@ void set_rope_field(RopeScaling* s, std::string_view key, double value, std::str
 // (llama3: low_freq_factor < high_freq_factor; factor ≥ 1, ...); ConfigError
 // naming `where`, the field and the rule.
 void check_rope_scaling(const RopeScaling& s, std::string_view where);
+// ConfigError unless a scaling of type t (not none) was given its factor.
+void require_rope_factor(RopeType t, bool has_factor, std::string_view where);
 
 // The config key's spelling (model.rope_scaling): "none", or the type followed
 // by its fields, e.g. "yarn,factor=8,original_max_position_embeddings=128".

@@ -52,7 +52,8 @@ int64_t DataParallelStore::local_offset_of(const std::string& name, int64_t* n, 
       }
     }
   }
-  MT_THROW(Error, "no parameter named '", name, "' in this store");
+  find_slot(units_, name);  // throws naming `name` when no unit holds it
+  MT_THROW(Error, "parameter '", name, "' lies in no shard of its unit");
 }
 
 float* DataParallelStore::local_grad_of(const std::string& name, int64_t* n) {

@@ -55,6 +55,21 @@ struct RoutePlan {
   int64_t local_rows() const { return loffset.empty() ? 0 : loffset.back(); }
 };
 
+// parallel.ep's rules, each refused with a ConfigError naming the numbers:
+// E experts split over ep ranks (check_expert_split, which ExpertDispatch
+// also calls), ep dividing dp x cp (the ep groups are runs of ep consecutive
+// ranks of the flattened (dp, cp) index), and what expert parallelism is not
+// built with yet: a capacity limit, LAMB. Config::validate calls it.
+struct EpLayout {
+  int64_t ep = 1;
+  int64_t n_experts = 0;  // model.n_experts (0: a dense model)
+  int64_t dp = 1, cp = 1;
+  double capacity_factor = 0;  // model.capacity_factor
+  bool lamb = false;           // train.optimizer = lamb
+};
+void check_expert_parallel(const EpLayout& l);
+void check_expert_split(int64_t n_experts, int64_t ep);
+
 // The capacity of each expert for a group of `tokens` tokens: ceil(factor ·
 // tokens · k / E); −1 (unlimited) when factor is 0 (dropless).
 int64_t expert_capacity(double factor, int64_t tokens, int64_t k, int64_t E);

@@ -80,9 +80,13 @@ TpSlice even(ShardMap map, int64_t dim, int tp, int rank, const char* what) {
 
 }  // namespace
 
-TpSlice tp_slice(Role role, const std::vector<int64_t>& g, int tp, int rank, int64_t head_dim) {
+void check_tp_rank(int tp, int rank) {
   MT_REQUIRE(tp >= 1 && rank >= 0 && rank < tp, ConfigError, "tp rank ", rank, " is outside a tp group of ",
              tp);
+}
+
+TpSlice tp_slice(Role role, const std::vector<int64_t>& g, int tp, int rank, int64_t head_dim) {
+  check_tp_rank(tp, rank);
   TpSlice s;
   if (tp == 1) return s;
   switch (role) {

@@ -74,6 +74,9 @@ struct TpSlice {
 // ConfigError with the numbers when tp does not split the dim evenly (column,
 // row), or neither of tp and the kv head count divides the other. head_dim:
 // rows per kv head (kv_replicated only).
+// ConfigError unless 0 <= rank < tp (tp >= 1): a rank of a tp group.
+void check_tp_rank(int tp, int rank);
+
 TpSlice tp_slice(Role role, const std::vector<int64_t>& global, int tp, int rank, int64_t head_dim = 1);
 
 // Tp rank `rank`'s piece, at (r, c) = (rank / C, rank % C), of a parameter on

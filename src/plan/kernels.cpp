@@ -29,7 +29,7 @@ LayerKernels measure_layer_kernels(const ModelConfig& m, int64_t batch, int64_t 
   std::vector<int32_t> pos(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i)
     pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % seq_len);
-  const RopeTable table = m.rope_table(seq_len);
+  const RopeTable table = m.rope_table(m.rope(), seq_len);
   LayerKernels k;
   k.batch = batch, k.seq_len = seq_len, k.d_model = C, k.ffn_hidden = F, k.heads = m.n_heads;
   k.elementwise_s = seconds_per_call([&] {

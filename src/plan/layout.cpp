@@ -85,6 +85,7 @@ Config to_config(const PlanInput& in, const PlanLayout& l) {
   c.parallel.sp = l.sp;
   c.parallel.virtual_stages = l.v;
   c.parallel.schedule = l.v > 1 ? "interleaved" : "1f1b";
+  c.validate();  // also parses the typed keys the memory estimate reads
   return c;
 }
 
@@ -95,7 +96,7 @@ void check_layout(const PlanInput& in, const PlanLayout& l) {
              ") must divide dp (", l.dp, ")");
   MT_REQUIRE(l.shard == 0 || l.shard == l.dp || l.zero > 0, ConfigError, "shard (", l.shard,
              ") needs a ZeRO stage above 0: HSDP shards the ZeRO state");
-  to_config(in, l).validate();
+  to_config(in, l);  // Config::validate
 }
 
 }  // namespace mt::plan

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "train/memory_model.h"
+#include "train/memory_model_parts.h"
 
 namespace mt {
 
@@ -69,6 +70,13 @@ int64_t floats_per_token_layer(const ModelConfig& m) {
   return checked_add(f, mlp, "activations");
 }
 
+// The optimizer's state as the estimate names it.
+const char* optimizer_state_name(OptimizerKind kind) {
+  return kind == OptimizerKind::sgd    ? "SGD momentum"
+         : kind == OptimizerKind::lamb ? "LAMB state"
+                                       : "AdamW state";
+}
+
 // cos and sin of every position up to max_seq_len and each of head_dim / 2
 // frequencies.
 int64_t rope_table_bytes(const ModelConfig& m) {
@@ -100,10 +108,8 @@ MemoryEstimate coarse_training_memory(const Config& cfg) {
   e.parts.emplace_back("parameters", state(3, kFloat, "the parameters"));
   e.parts.emplace_back("gradients", state(2, kFloat, "the gradients"));
   // adamw and lamb keep two moments per parameter, sgd one momentum buffer (none without momentum).
-  const int64_t states = cfg.train.optimizer != "sgd" ? 2 : cfg.train.momentum != 0 ? 1 : 0;
-  const char* what = cfg.train.optimizer == "sgd"    ? "SGD momentum"
-                     : cfg.train.optimizer == "lamb" ? "LAMB state"
-                                                     : "AdamW state";
+  const int64_t states = memory_model::optimizer_states(cfg);
+  const char* what = optimizer_state_name(cfg.parsed().optimizer);
   e.parts.emplace_back(what, state(1, states * kFloat, what));
   const int64_t tokens = checked_mul(cfg.train.microbatch_size,
                                      cfg.train.seq_len / std::max<int64_t>(1, p.cp), "a microbatch's tokens");
@@ -150,9 +156,7 @@ MemoryEstimate estimate_training_memory(const Config& cfg, MemoryFigure figure) 
   RankMemory worst;
   for (const RankMemory& r : estimate_ranks(cfg, ranks))
     if (sum(r) > sum(worst)) worst = r;
-  const char* optim = cfg.train.optimizer == "sgd"    ? "SGD momentum"
-                      : cfg.train.optimizer == "lamb" ? "LAMB state"
-                                                      : "AdamW state";
+  const char* optim = optimizer_state_name(cfg.parsed().optimizer);
   const char* names[kNumMemKinds] = {"parameters",  "gradients",         optim,
                                      "activations", "scratch",           "communication buffers",
                                      "KV cache",    "checkpoint staging"};

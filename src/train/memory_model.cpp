@@ -94,8 +94,7 @@ int64_t held_grads(const ParamTable& table, const std::vector<UnitSpec>& units) 
 // (parallel/local_store.cpp, parallel/data_parallel.cpp).
 void add_store(const Config& cfg, const ParamTable& table, const std::vector<UnitSpec>& units, Floats& f) {
   const ParallelConfig& p = cfg.parallel;
-  const TrainConfig& tc = cfg.train;
-  const int64_t states = memory_model::optimizer_states(tc);
+  const int64_t states = memory_model::optimizer_states(cfg);
   const int64_t total = units_total(units);
   const int z = static_cast<int>(p.zero);
   if (p.dp * p.cp == 1 && z == 0) {  // the model's own LocalStore
@@ -183,9 +182,8 @@ RankMemory rank_memory(const Config& cfg, const pp::Schedule& s, int64_t rank, S
   const RankCoords c = mesh_coords(p, rank);
   const int v = static_cast<int>(p.virtual_stages);
   const std::vector<StageRange> stages =
-      p.pp * v > 1 ? split_stages(m.n_layers, static_cast<int>(p.pp), v, p.stage_layers)
-                   : std::vector<StageRange>{StageRange{}};
-  const tp2d::Grid grid = tp2d::parse(p.tp2d, p.tp);
+      p.pp * v > 1 ? split_stages(cfg.parsed().stage_layers) : std::vector<StageRange>{StageRange{}};
+  const tp2d::Grid& grid = cfg.parsed().tp_grid;
   const TpDims td = tp_dims(m, {static_cast<int>(p.tp), static_cast<int>(c.tp)}, grid);
   const EpRank ep =
       p.ep > 1 ? EpRank{static_cast<int>(p.ep), static_cast<int>(c.ep), static_cast<int>(p.cp)} : EpRank{};

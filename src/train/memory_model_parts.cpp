@@ -87,7 +87,7 @@ int64_t grid_activation_floats(const Config& cfg, const TpDims& td, const tp2d::
 int64_t chunk_activation_floats(const Config& cfg, const TpDims& td, const StageRange& stage, int64_t slots,
                                 int64_t* scratch) {
   const ModelConfig& m = cfg.model;
-  const tp2d::Grid grid = tp2d::parse(cfg.parallel.tp2d, cfg.parallel.tp);
+  const tp2d::Grid& grid = cfg.parsed().tp_grid;
   *scratch = 0;
   if (grid.two_d()) return grid_activation_floats(cfg, td, grid, slots);
   const Dims d = dims_of(cfg, td);
@@ -135,9 +135,8 @@ pp::Schedule schedule_of(const Config& cfg) {
   const ParallelConfig& p = cfg.parallel;
   const int v = static_cast<int>(p.virtual_stages);
   const int microbatches = microbatches_of(cfg);
-  return p.pp * v > 1
-             ? pp::make_schedule(pp::parse_schedule_kind(p.schedule), static_cast<int>(p.pp), v, microbatches)
-             : pp::one_stage_schedule(microbatches);
+  return p.pp * v > 1 ? pp::make_schedule(cfg.parsed().schedule, static_cast<int>(p.pp), v, microbatches)
+                      : pp::one_stage_schedule(microbatches);
 }
 
 std::vector<int64_t> slots_per_chunk(const Config& cfg, const pp::Schedule& s, int64_t pp_rank) {
@@ -168,7 +167,7 @@ int64_t cp_comm_floats(const Config& cfg, const TpDims& td, int64_t* scratch) {
   if (p.cp <= 1) return 0;
   const int64_t B = cfg.train.microbatch_size, Tk = cfg.train.seq_len / p.cp;
   const int64_t kv = B * Tk * td.kv_heads * cfg.model.head_dim(), numel = 2 * kv + B * Tk;
-  if (p.cp_impl == "allgather") {
+  if (cfg.parsed().cp_impl == cp::CpImpl::allgather) {
     const int64_t P = p.cp;
     return std::max(numel + P * numel + 2 * P * kv, 6 * P * kv + 2 * kv);
   }
@@ -176,8 +175,8 @@ int64_t cp_comm_floats(const Config& cfg, const TpDims& td, int64_t* scratch) {
   return 2 * numel + 6 * kv;
 }
 
-int64_t optimizer_states(const TrainConfig& tc) {
-  return tc.optimizer != "sgd" ? 2 : tc.momentum != 0 ? 1 : 0;
+int64_t optimizer_states(const Config& cfg) {
+  return cfg.parsed().optimizer != OptimizerKind::sgd ? 2 : cfg.train.momentum != 0 ? 1 : 0;
 }
 
 int64_t checkpoint_staging_floats(const Config& cfg, int64_t rank, const ParamTable& chunk) {
@@ -195,7 +194,7 @@ int64_t checkpoint_staging_floats(const Config& cfg, int64_t rank, const ParamTa
     const LocalSlice s = spec_slice(spec, sizes, coords);
     if (s.writer) written += s.numel();
   }
-  return written * (1 + optimizer_states(cfg.train));
+  return written * (1 + optimizer_states(cfg));
 }
 
 }  // namespace mt::memory_model

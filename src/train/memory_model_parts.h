@@ -41,7 +41,7 @@ int64_t cp_comm_floats(const Config& cfg, const TpDims& td, int64_t* scratch);
 
 // The optimizer's state tensors per parameter: AdamW and LAMB 2, SGD 1 with
 // momentum, 0 without (optim/optimizer.cpp).
-int64_t optimizer_states(const TrainConfig& tc);
+int64_t optimizer_states(const Config& cfg);
 
 // Floats of one chunk's part of a checkpoint's staging copy on rank `rank`
 // (train/checkpoint_save.cpp plan_slices), 0 without train.checkpoint_dir:

@@ -38,7 +38,7 @@ std::string describe(const RunMesh& mesh, const Config& cfg, const TrainModel& m
        << " experts per rank, each held by " << mesh.dp * mesh.cp / mesh.ep << " rank(s)\n";
   if (mesh.cp > 1)
     os << "context parallel: cp = " << mesh.cp << " (zigzag, "
-       << (cfg.parallel.cp_impl == "ring" ? "ring" : "all-gather") << " attention)\n";
+       << (cfg.parsed().cp_impl == cp::CpImpl::ring ? "ring" : "all-gather") << " attention)\n";
   if (mesh.tp > 1)
     os << "tensor parallel: tp = " << mesh.tp << ", sequence parallel " << (cfg.parallel.sp ? "on" : "off")
        << ", communication overlap " << (cfg.parallel.tp_overlap ? "on" : "off") << "\n";

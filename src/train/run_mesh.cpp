@@ -19,7 +19,7 @@ RunMesh make_run_mesh(const Config& cfg, const Group* world) {
   m.tp = sizes.tp;
   m.pp = sizes.pp;
   m.cp = sizes.cp;
-  m.grid = tp2d::parse(cfg.parallel.tp2d, m.tp);
+  m.grid = cfg.parsed().tp_grid;
   if (world == nullptr) return m;
   m.world_ = std::make_unique<Group>(*world);
   m.world_size = world->size();

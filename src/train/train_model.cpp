@@ -12,8 +12,7 @@
 
 namespace mt {
 
-std::vector<StageRange> split_stages(int64_t n_layers, int pp, int v, const std::string& explicit_layers) {
-  const std::vector<int64_t> counts = pp::stage_layer_counts(n_layers, pp, v, explicit_layers);
+std::vector<StageRange> split_stages(const std::vector<int64_t>& counts) {
   const int64_t K = static_cast<int64_t>(counts.size());
   std::vector<StageRange> stages;
   int64_t at = 0;
@@ -97,9 +96,9 @@ std::vector<TensorPiece> tensor_pieces(Llama& m, int64_t* n_tensors) {
   return tiled;
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& tc, Llama& m) {
+std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& tc, OptimizerKind kind, Llama& m) {
   OptimizerOptions o;
-  o.kind = parse_optimizer(tc.optimizer);
+  o.kind = kind;
   o.adam = {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay};
   o.momentum = tc.momentum;
   o.nesterov = tc.nesterov;
@@ -116,7 +115,7 @@ ModelOptions model_options(const Config& cfg, const RunOptions& opts, const RunM
   mo.max_batch = cfg.train.microbatch_size;
   mo.max_seq = cfg.train.seq_len / mesh.cp;  // this rank's tokens of each sequence
   mo.cp = mesh.cp_group();
-  mo.cp_impl = cp::parse_cp_impl(cfg.parallel.cp_impl);
+  mo.cp_impl = cfg.parsed().cp_impl;
   mo.tp_kv = mesh.tp_kv_group();
   mo.recompute = cfg.train.recompute;
   mo.profile = opts.profile;
@@ -139,7 +138,7 @@ TrainModel make_train_model(const Config& cfg, const RunOptions& opts, const Run
   const int v = static_cast<int>(cfg.parallel.virtual_stages);
   TrainModel t;
   if (mesh.pp * v > 1)
-    t.stages = split_stages(cfg.model.n_layers, mesh.pp, v, cfg.parallel.stage_layers);
+    t.stages = split_stages(cfg.parsed().stage_layers);
   else
     t.stages = {StageRange{}};
   ModelOptions mo = model_options(cfg, opts, mesh);
@@ -157,12 +156,11 @@ TrainModel make_train_model(const Config& cfg, const RunOptions& opts, const Run
     else
       load_model_dir(opts.init_from, m);
     ParamStore& st = m.store();
-    t.optims.push_back(make_optimizer(tc, m));
+    t.optims.push_back(make_optimizer(tc, cfg.parsed().optimizer, m));
     if (cfg.model.tie_embeddings && (m.has_embed() || m.has_head())) t.tied_store = &st;
   }
   const int microbatches = static_cast<int>(tc.batch_size / (mesh.dp * tc.microbatch_size));
-  pp::Schedule schedule = t.pipelined() ? pp::make_schedule(pp::parse_schedule_kind(cfg.parallel.schedule),
-                                                            mesh.pp, v, microbatches)
+  pp::Schedule schedule = t.pipelined() ? pp::make_schedule(cfg.parsed().schedule, mesh.pp, v, microbatches)
                                         : pp::one_stage_schedule(microbatches);
   std::vector<pp::Stage*> stages;
   for (auto& c : t.chunks)

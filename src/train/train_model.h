@@ -17,9 +17,10 @@
 
 namespace mt {
 
-// The layers of each virtual stage (pp::stage_layer_counts: an even split, or
-// parallel.stage_layers), stage 0 with the embedding, the last with the head.
-std::vector<StageRange> split_stages(int64_t n_layers, int pp, int v, const std::string& explicit_layers);
+// The virtual stages of `counts` layers each (pp::stage_layer_counts: an even
+// split, or parallel.stage_layers; ParsedKeys::stage_layers), stage 0 with
+// the embedding, the last with the head.
+std::vector<StageRange> split_stages(const std::vector<int64_t>& counts);
 
 // One line per virtual stage: "stage 1 (pp rank 1, chunk 0): layers 4-7 + norm, head, loss".
 std::string stage_map(const std::vector<StageRange>& stages, int pp);

@@ -52,7 +52,7 @@ void check_training_data(const Config& cfg) {
   if (cfg.train.eval_every > 0 && fs::exists(val_path)) check_vocab_of(val_path, cfg.model);
 }
 
-std::vector<std::string> validate_run(const Config& cfg, RunOptions& opts, int world_size, int rank) {
+std::vector<std::string> validate_run(Config& cfg, RunOptions& opts, int world_size, int rank) {
   cfg.validate();
   validate_mesh(mesh_sizes(cfg.parallel), world_size);
   check_training_data(cfg);
@@ -183,7 +183,7 @@ void keep_save_timings(const CheckpointSaver& saver, RunResult& result) {
 RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* world) {
   const TrainConfig& tc = cfg.train;
   // Every matrix product of this run, on every thread (docs/MODEL.md "Precision").
-  const MatmulPrecisionGuard precision(parse_matmul_precision(tc.precision));
+  const MatmulPrecisionGuard precision(cfg.parsed().precision);
   set_num_threads(tc.threads > 0 ? static_cast<int>(tc.threads)
                                  : std::max(1, hardware_threads() / std::max(1, opts.local_ranks)));
   const RunMesh mesh = make_run_mesh(cfg, world);

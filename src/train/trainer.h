@@ -86,7 +86,7 @@ void check_training_data(const Config& cfg);
 // reads, and may fall back further). Returns the notices of fields init_allow let through. Runs no
 // collective: every rank calls it before any, so that a bad input ends every
 // rank with one message.
-std::vector<std::string> validate_run(const Config& cfg, RunOptions& opts, int world_size, int rank);
+std::vector<std::string> validate_run(Config& cfg, RunOptions& opts, int world_size, int rank);
 
 // Runs cfg, which has passed validate_run with these opts, to completion: set-up, one
 // train_step per step (train_step.h), the reports (report.h). Throws mt::Error

@@ -13,7 +13,7 @@ namespace mt {
 namespace {
 
 // The ConfigError text of c.validate(), or "" when it passes.
-std::string validate_error(const Config& c) {
+std::string validate_error(Config c) {
   try {
     c.validate();
   } catch (const ConfigError& e) {

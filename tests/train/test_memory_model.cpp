@@ -27,6 +27,12 @@ Config tiny() {
   return c;
 }
 
+// Config::validate's copy of c: the run reads the typed keys it parses.
+Config valid(Config c) {
+  c.validate();
+  return c;
+}
+
 TEST(MemoryModel, RankCoordinatesPutTpInnermostAndDpOutermost) {
   ParallelConfig p;
   p.dp = 2;
@@ -46,11 +52,15 @@ TEST(MemoryModel, PipelineSlotsFollowTheSchedule) {
   c.parallel.pp = 2;
   c.train.batch_size = 4;         // 4 microbatches of 1
   c.parallel.schedule = "gpipe";  // every forward before any backward: all 4 in flight on both stages
-  EXPECT_EQ(memory_model::slots_per_chunk(c, memory_model::schedule_of(c), 0), std::vector<int64_t>{4});
-  EXPECT_EQ(memory_model::slots_per_chunk(c, memory_model::schedule_of(c), 1), std::vector<int64_t>{4});
+  EXPECT_EQ(memory_model::slots_per_chunk(valid(c), memory_model::schedule_of(valid(c)), 0),
+            std::vector<int64_t>{4});
+  EXPECT_EQ(memory_model::slots_per_chunk(valid(c), memory_model::schedule_of(valid(c)), 1),
+            std::vector<int64_t>{4});
   c.parallel.schedule = "1f1b";  // stage s warms up pp − s microbatches
-  EXPECT_EQ(memory_model::slots_per_chunk(c, memory_model::schedule_of(c), 0), std::vector<int64_t>{2});
-  EXPECT_EQ(memory_model::slots_per_chunk(c, memory_model::schedule_of(c), 1), std::vector<int64_t>{1});
+  EXPECT_EQ(memory_model::slots_per_chunk(valid(c), memory_model::schedule_of(valid(c)), 0),
+            std::vector<int64_t>{2});
+  EXPECT_EQ(memory_model::slots_per_chunk(valid(c), memory_model::schedule_of(valid(c)), 1),
+            std::vector<int64_t>{1});
 }
 
 TEST(MemoryModel, OneProcessByHand) {
@@ -59,7 +69,7 @@ TEST(MemoryModel, OneProcessByHand) {
   // A layer: ln1 128, rstd1 4, qkv 256, att 128, lse 16, mid 128, ln2 128,
   // rstd2 4, gate|up 384, h 192 = 1368. The slot: 3 residuals of 128, two
   // layers, final norm 128 + 4, logits 1200, losses and lse 8: 4460.
-  const RankMemory r = estimate_rank_memory(tiny(), 0);
+  const RankMemory r = estimate_rank_memory(valid(tiny()), 0);
   const auto at = [&](MemKind k) { return r.lower[static_cast<size_t>(k)]; };
   EXPECT_EQ(at(MemKind::activation), (1088 + 4460) * 4);
   // Parameters: 2 layers of 7744, embedding and head 2 × 9600, final norm 32.
@@ -72,7 +82,7 @@ TEST(MemoryModel, OneProcessByHand) {
   Config sgd = tiny();
   sgd.train.optimizer = "sgd";
   sgd.train.momentum = 0;
-  EXPECT_EQ(estimate_rank_memory(sgd, 0).lower[static_cast<size_t>(MemKind::optim)], 0);
+  EXPECT_EQ(estimate_rank_memory(valid(sgd), 0).lower[static_cast<size_t>(MemKind::optim)], 0);
   EXPECT_EQ(at(MemKind::ckpt_staging), 0);  // no train.checkpoint_dir
   EXPECT_EQ(at(MemKind::kv_cache), 0);      // training holds no KV cache
 }
@@ -103,7 +113,7 @@ TEST(MemoryModel, CheckpointStagingAddsUpToTheStateOnce) {
     c.parallel.zero = k.zero;
     c.train.batch_size = 2 * k.dp;  // microbatches ≥ pp for 1f1b
     int64_t sum = 0;
-    for (const RankMemory& r : estimate_all_ranks(c)) {
+    for (const RankMemory& r : estimate_all_ranks(valid(c))) {
       const size_t i = static_cast<size_t>(MemKind::ckpt_staging);
       EXPECT_EQ(r.lower[i], r.upper[i]);
       sum += r.lower[i];
@@ -116,8 +126,10 @@ TEST(MemoryModel, CheckpointStagingAddsUpToTheStateOnce) {
   Config c = tiny();
   c.train.checkpoint_dir = "ck";
   c.parallel.dp = 2;
-  EXPECT_EQ(estimate_rank_memory(c, 0).lower[static_cast<size_t>(MemKind::ckpt_staging)], 3 * 34720 * 4);
-  EXPECT_EQ(estimate_rank_memory(c, 1).lower[static_cast<size_t>(MemKind::ckpt_staging)], 0);
+  c.train.batch_size = 2;
+  EXPECT_EQ(estimate_rank_memory(valid(c), 0).lower[static_cast<size_t>(MemKind::ckpt_staging)],
+            3 * 34720 * 4);
+  EXPECT_EQ(estimate_rank_memory(valid(c), 1).lower[static_cast<size_t>(MemKind::ckpt_staging)], 0);
 }
 
 // estimate_training_memory models tp rank 0 of each stage for its whole tp
@@ -133,9 +145,9 @@ TEST(MemoryModel, EveryTpCoordinateOfAStageHasTheSameBytes) {
   c.parallel.dp = 2;
   c.parallel.zero = 3;
   for (int64_t stage = 0; stage < 2; ++stage) {
-    const RankMemory first = estimate_rank_memory(c, stage * 4);
+    const RankMemory first = estimate_rank_memory(valid(c), stage * 4);
     for (int64_t t = 1; t < 4; ++t) {
-      const RankMemory r = estimate_rank_memory(c, stage * 4 + t);
+      const RankMemory r = estimate_rank_memory(valid(c), stage * 4 + t);
       EXPECT_EQ(r.lower, first.lower) << "stage " << stage << ", tp rank " << t;
       EXPECT_EQ(r.upper, first.upper) << "stage " << stage << ", tp rank " << t;
     }
@@ -151,10 +163,10 @@ TEST(MemoryModel, SharedStageTablesGiveEachRanksOwnBytes) {
   c.parallel.pp = 4;
   c.parallel.dp = 2;
   c.parallel.zero = 2;
-  const std::vector<RankMemory> all = estimate_all_ranks(c);
+  const std::vector<RankMemory> all = estimate_all_ranks(valid(c));
   ASSERT_EQ(all.size(), 8u);
   for (int64_t r = 0; r < 8; ++r) {
-    const RankMemory alone = estimate_rank_memory(c, r);
+    const RankMemory alone = estimate_rank_memory(valid(c), r);
     EXPECT_EQ(all[static_cast<size_t>(r)].lower, alone.lower) << "rank " << r;
     EXPECT_EQ(all[static_cast<size_t>(r)].upper, alone.upper) << "rank " << r;
   }

@@ -59,6 +59,12 @@ Config tiny(const fs::path& data) {
   return c;
 }
 
+// Config::validate's copy of c: the run reads the typed keys it parses.
+Config valid(Config c) {
+  c.validate();
+  return c;
+}
+
 std::string file_bytes(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(f), {}};
@@ -70,9 +76,9 @@ TEST(Training, SameConfigTwiceIsBitwiseIdentical) {
   RunOptions o;
   o.quiet = true;
   o.save_dir = (data / "a").string();
-  const RunResult a = run_training(cfg, o);
+  const RunResult a = run_training(valid(cfg), o);
   o.save_dir = (data / "b").string();
-  const RunResult b = run_training(cfg, o);
+  const RunResult b = run_training(valid(cfg), o);
   ASSERT_EQ(a.steps.size(), 4u);
   for (size_t i = 0; i < a.steps.size(); ++i) {
     EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << "step " << i;
@@ -87,9 +93,9 @@ TEST(Training, RecomputeGivesBitwiseTheSameRun) {
   Config cfg = tiny(data);
   RunOptions o;
   o.quiet = true;
-  const RunResult a = run_training(cfg, o);
+  const RunResult a = run_training(valid(cfg), o);
   cfg.train.recompute = true;
-  const RunResult b = run_training(cfg, o);
+  const RunResult b = run_training(valid(cfg), o);
   for (size_t i = 0; i < a.steps.size(); ++i)
     EXPECT_EQ(a.steps[i].loss, b.steps[i].loss);
 }
@@ -101,7 +107,7 @@ TEST(Training, LossFallsOnALearnableCorpus) {
   cfg.train.eval_every = 40;
   RunOptions o;
   o.quiet = true;
-  const RunResult r = run_training(cfg, o);
+  const RunResult r = run_training(valid(cfg), o);
   EXPECT_NEAR(r.steps.front().loss, std::log(61.0), 0.3);  // uniform prediction at initialisation
   EXPECT_LT(r.steps.back().loss, 0.6 * r.steps.front().loss);
   ASSERT_EQ(r.val_losses.size(), 1u);
@@ -114,7 +120,7 @@ TEST(Training, MetricsFileHasOneObjectPerStepAndValidation) {
   RunOptions o;
   o.quiet = true;
   o.metrics_path = (data / "m.jsonl").string();
-  run_training(cfg, o);
+  run_training(valid(cfg), o);
   std::ifstream f(o.metrics_path);
   std::vector<std::string> lines;
   for (std::string l; std::getline(f, l);)
@@ -158,17 +164,17 @@ TEST(Training, InitFromContinuesFromASavedModel) {
   RunOptions o;
   o.quiet = true;
   o.save_dir = (data / "m").string();
-  const RunResult first = run_training(cfg, o);
+  const RunResult first = run_training(valid(cfg), o);
   o.save_dir.clear();
   o.init_from = (data / "m").string();
   cfg.train.steps = 1;
-  const RunResult second = run_training(cfg, o);
+  const RunResult second = run_training(valid(cfg), o);
   // The saved model was trained: its loss is below the fresh initialisation's.
   EXPECT_LT(second.steps[0].loss, first.steps[0].loss);
   // Another model: refused at start-up naming the field, and by the loader naming the tensor.
   cfg.model.d_model = 64;
   EXPECT_THROW(validate_run(cfg, o, 1, 0), ConfigError);
-  EXPECT_THROW(run_training(cfg, o), DataError);
+  EXPECT_THROW(run_training(valid(cfg), o), DataError);
 }
 
 TEST(Training, NonFiniteStepsAreSkippedThenTheRunStops) {
@@ -194,7 +200,7 @@ TEST(Training, NonFiniteStepsAreSkippedThenTheRunStops) {
   o.metrics_path = (data / "nan.jsonl").string();
   o.save_dir = (data / "nan_model").string();
   try {
-    run_training(cfg, o);
+    run_training(valid(cfg), o);
     FAIL() << "expected the run to fail at its end";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("the run diverged: 1 parameter element(s) are not finite"),
@@ -212,7 +218,7 @@ TEST(Training, NonFiniteStepsAreSkippedThenTheRunStops) {
   o.save_dir.clear();
   cfg.train.steps = 5;
   try {
-    run_training(cfg, o);
+    run_training(valid(cfg), o);
     FAIL() << "expected the run to stop";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("stopping at step 2"), std::string::npos) << e.what();
