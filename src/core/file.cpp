@@ -13,6 +13,7 @@
 #include <thread>
 #include <utility>
 
+#include "core/atomic_dir.h"
 #include "core/error.h"
 #include "core/fault_point.h"
 
@@ -100,18 +101,9 @@ void AtomicFile::commit() {
     MT_THROW(IoError, "cannot rename '", tmp_path_, "' to '", path_, "': ", sys_message(errno));
   }
   committed_ = true;
-  // Make the rename itself durable. Some file systems cannot fsync a directory
-  // (EINVAL); the file is complete either way, so only real I/O errors count.
+  // Make the rename itself durable (only real I/O errors count: flush_directory).
   std::filesystem::path dir = std::filesystem::path(path_).parent_path();
-  if (dir.empty()) dir = ".";
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    const int rc = ::fsync(dfd);
-    const int err = errno;
-    ::close(dfd);
-    if (rc != 0 && err == EIO)
-      MT_THROW(IoError, "cannot flush directory '", dir.string(), "': ", sys_message(err));
-  }
+  flush_directory(dir.empty() ? std::string(".") : dir.string());
 }
 
 void write_file_atomic(const std::string& path, const void* data, int64_t bytes) {

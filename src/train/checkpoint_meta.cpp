@@ -45,6 +45,18 @@ std::vector<std::string> checkpoint_states(const TrainModel& model) {
   return states;
 }
 
+uint64_t checked_file_size(const std::string& path, uint64_t listed, const std::string& context) {
+  uint64_t bytes = 0;
+  try {
+    bytes = static_cast<uint64_t>(regular_file_size(path, kMaxMappedFile, "checkpoint file"));
+  } catch (const IoError& e) {
+    MT_THROW(DataError, e.what(), context);
+  }
+  MT_REQUIRE(bytes == listed, DataError, "checkpoint file ", path, " has ", bytes,
+             " bytes but metadata.json says ", listed, bytes < listed ? " (truncated)" : "", context);
+  return bytes;
+}
+
 std::string crc_hex(uint32_t crc) {
   char text[16];
   std::snprintf(text, sizeof(text), "%08x", crc);
@@ -183,15 +195,16 @@ bool compared_on_resume(const std::string& key) {
 // else the one compared key of that name in any section ("max_seq_len",
 // "seed", "ignore_id"); ConfigError naming it when there is none.
 std::string compared_key(const std::string& item) {
+  std::string key;
   if (item.find('.') != std::string::npos) {
-    MT_REQUIRE(compared_on_resume(item), ConfigError, "train.resume_allow names '", item,
-               "', which is not a model, optimizer or data key compared on resume");
-    return item;
+    if (compared_on_resume(item)) key = item;
+  } else {
+    for (const ConfigKey& k : config_keys())
+      if (compared_on_resume(k.name) && k.name.substr(k.name.find('.') + 1) == item) key = k.name;
   }
-  for (const ConfigKey& k : config_keys())
-    if (compared_on_resume(k.name) && k.name.substr(k.name.find('.') + 1) == item) return k.name;
-  MT_THROW(ConfigError, "train.resume_allow names '", item,
-           "', which is not a model, optimizer or data key compared on resume");
+  MT_REQUIRE(!key.empty(), ConfigError, "train.resume_allow names '", item,
+             "', which is not a model, optimizer or data key compared on resume");
+  return key;
 }
 
 // train.resume_allow as full key names ("seed" and "train.seed" alike);

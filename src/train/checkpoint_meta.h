@@ -49,4 +49,9 @@ nlohmann::json read_metadata(const std::string& dir);
 // DataError naming the checkpoint, the field and the rule otherwise.
 void check_metadata_fields(const nlohmann::json& meta, const std::string& dir);
 
+// The size of the checkpoint file `path`, which metadata.json says is
+// `listed` bytes: DataError, ending with `context`, when it is not a regular
+// file or has another size.
+uint64_t checked_file_size(const std::string& path, uint64_t listed, const std::string& context);
+
 }  // namespace mt

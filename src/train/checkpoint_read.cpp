@@ -169,14 +169,7 @@ const SafetensorsFile& CheckpointReader::open(const std::string& file, const std
   const std::string path = (fs::path(dir_) / file).string();
   const FileInfo& info = files_.at(file);
   const std::string reading = " (reading a slice of '" + tensor + "')";
-  uint64_t bytes = 0;
-  try {
-    bytes = static_cast<uint64_t>(regular_file_size(path, kMaxMappedFile, "checkpoint file"));
-  } catch (const IoError& e) {
-    MT_THROW(DataError, e.what(), reading);
-  }
-  MT_REQUIRE(bytes == info.bytes, DataError, "checkpoint file ", path, " has ", bytes,
-             " bytes but metadata.json says ", info.bytes, bytes < info.bytes ? " (truncated)" : "", reading);
+  checked_file_size(path, info.bytes, reading);
   auto opened = std::make_unique<SafetensorsFile>(SafetensorsFile::open(path));
   const std::string crc = crc_hex(crc32c(opened->header_bytes()));
   MT_REQUIRE(crc == info.header_crc, DataError, "checkpoint file ", path, ": CRC32C mismatch in its header (",

@@ -115,15 +115,7 @@ void verify_checkpoint(const std::string& dir) {
     const std::string path = (fs::path(dir) / f.name).string();
     std::error_code ec;
     MT_REQUIRE(fs::exists(path, ec), DataError, "checkpoint file ", path, " is missing", held(f));
-    int64_t bytes = 0;
-    try {
-      bytes = regular_file_size(path, kMaxMappedFile, "checkpoint file");
-    } catch (const IoError& e) {
-      MT_THROW(DataError, e.what(), held(f));
-    }
-    MT_REQUIRE(static_cast<uint64_t>(bytes) == f.bytes, DataError, "checkpoint file ", path, " has ", bytes,
-               " bytes but metadata.json says ", f.bytes,
-               static_cast<uint64_t>(bytes) < f.bytes ? " (truncated)" : "", held(f));
+    checked_file_size(path, f.bytes, held(f));
     if (!f.tensors.empty()) continue;  // a shard file: its slices are checked by the ranks that read them
     const std::string crc = crc_hex(crc32c(read_file(path, kMaxTextFile, "checkpoint file")));
     MT_REQUIRE(crc == f.crc, DataError, "checkpoint file ", path, ": CRC32C mismatch (", crc,

@@ -255,8 +255,7 @@ class TensorSource {
     const std::vector<int64_t>& shape = f_.shape(name);
     const int64_t rows = s.global_shape[0], cols = s.global_shape[1];
     const std::vector<int64_t> want = {shape.empty() ? 0 : shape[0], down ? rows : 2 * rows, cols};
-    MT_REQUIRE(shape.size() == 3 && shape == want && e < shape[0], DataError, f_.path(), ": tensor '", name,
-               "' has the wrong shape for ", s.name);
+    require_shape(shape.size() == 3 && shape == want && e < shape[0], name, s);
     if (name != cached_) {
       cache_.resize(static_cast<size_t>(shape[0] * shape[1] * shape[2]));
       f_.read_f32(name, cache_.data(), static_cast<int64_t>(cache_.size()));
@@ -268,10 +267,12 @@ class TensorSource {
   }
 
  private:
+  void require_shape(bool ok, const std::string& name, const ParamSpec& s) const {
+    MT_REQUIRE(ok, DataError, f_.path(), ": tensor '", name, "' has the wrong shape for ", s.name);
+  }
   bool read_whole(const std::string& name, const ParamSpec& s, std::vector<float>& full) {
     if (!f_.has(name)) return false;
-    MT_REQUIRE(f_.shape(name) == s.global_shape, DataError, f_.path(), ": tensor '", name,
-               "' has the wrong shape for ", s.name);
+    require_shape(f_.shape(name) == s.global_shape, name, s);
     f_.read_f32(name, full.data(), static_cast<int64_t>(full.size()));
     return true;
   }
