@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 
+#include "bounds.h"
 #include "comm/mpi_test.h"
 
 namespace mt::test {
@@ -30,6 +31,17 @@ double rel_err(const std::vector<float>& a, const std::vector<double>& b) {
     scale = std::max(scale, std::abs(b[i]));
   }
   return err / scale;
+}
+
+double dot_tol(int64_t K, const std::vector<double>& want, double prior) {
+  double scale = 1e-30;
+  for (double x : want)
+    scale = std::max(scale, std::abs(x));
+  return testing::gamma_n(static_cast<double>(K + 1)) * (static_cast<double>(K) + prior) / scale;
+}
+
+double layout_tol(double d_one_process, int64_t K) {
+  return 10.0 * std::max(d_one_process, static_cast<double>(K) * testing::kU32);
 }
 
 DeviceMesh tp_mesh(int tp) {

@@ -20,6 +20,19 @@ std::vector<double> to_double(const std::vector<float>& v);
 // max_i |a[i] − b[i]| / max(max_i |b[i]|, 1e-30): the error relative to the tensor's scale.
 double rel_err(const std::vector<float>& a, const std::vector<double>& b);
 
+// The derived bound of rel_err(a, want) when each element of a is an fp32 sum
+// of K products of random_vec factors (|x| ≤ 1) plus a prior of magnitude at
+// most `prior`: |error| ≤ γ_{K+1} · (K + prior) in any order of summation, so
+// on any host and any split over ranks (tests/bounds.h); over want's scale.
+double dot_tol(int64_t K, const std::vector<double>& want, double prior = 0.0);
+
+// A layout's bound from the one-process fp32 run's own distance d from the
+// double reference (docs/PARALLELISM.md "How the bounds are derived"): the
+// layout does the same arithmetic in another order, so its distance is of d's
+// size; 10 · max(d, K·u) allows it 9 times as large, the floor K·u (one sum of
+// K terms) keeps a run that rounds close to exact from setting it.
+double layout_tol(double d_one_process, int64_t K);
+
 // Rows [r0, r0 + nr) and columns [c0, c0 + nc) of a row-major [rows, cols] matrix.
 template <typename T>
 std::vector<T> block(const std::vector<T>& m, int64_t cols, int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
