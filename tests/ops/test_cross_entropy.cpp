@@ -147,10 +147,8 @@ TEST_P(CrossEntropyTest, BackwardMatchesFiniteDifferencesAndReference) {
   {
     const auto b = ce_bounds(logits, t, rlse, rl, dloss, N, V);
     EXPECT_TRUE(within_bound(d, ref_grad, b.grad, "dlogits"));
-    auto b_fd = b.grad;  // |d − fd| ≤ |d − ref| + |ref − fd|
-    for (size_t i = 0; i < b_fd.size(); ++i)
-      b_fd[i] += std::abs(ref_grad[i] - fd[i]);
-    EXPECT_TRUE(within_bound(d, fd, b_fd, "dlogits vs fd"));
+    // Against the finite differences d is then within b.grad + |ref − fd|
+    // (the triangle inequality): a third check would add nothing.
   }
   for (int64_t n = 0; n < N; ++n) {
     if (t[n] != kIgnore) continue;

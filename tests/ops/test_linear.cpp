@@ -30,16 +30,6 @@ std::vector<double> dot_bound(const std::vector<double>& mag, int64_t K,
   return b;
 }
 
-// |fp32 − fd| ≤ |fp32 − exact| + |ref − fd| + |ref − exact|; the reference is
-// double (its rounding is below 1e-12 of the kernel bound), so the kernel bound
-// plus the measured |ref − fd| bounds the distance to the finite differences.
-std::vector<double> plus_fd(std::vector<double> b, const std::vector<double>& ref,
-                            const std::vector<double>& fd) {
-  for (size_t i = 0; i < b.size(); ++i)
-    b[i] += std::abs(ref[i] - fd[i]) + 1e-12 * b[i];
-  return b;
-}
-
 struct LinearShape {
   int64_t N, IC, OC;
 };
@@ -108,14 +98,13 @@ TEST_P(LinearTest, BackwardMatchesFiniteDifferencesAndReference) {
   const auto dw_prior = random_floats(OC * IC, 7);
   std::vector<float> dw = dw_prior;  // accumulated onto
   linear_backward(dinp.data(), dw.data(), r.data(), inp.data(), w.data(), N, IC, OC);
-  EXPECT_TRUE(within_bound(dinp, fd_inp, plus_fd(dot_bound(mag_dinp, OC), ref_dinp, fd_inp), "dinp vs fd"));
   EXPECT_TRUE(within_bound(dinp, ref_dinp, dot_bound(mag_dinp, OC), "dinp: gamma_OC dot"));
   // dw − prior is exact in double, so its error is the accumulation's.
   std::vector<double> dw_delta(dw.size());
   for (size_t i = 0; i < dw.size(); ++i)
     dw_delta[i] = static_cast<double>(dw[i]) - dw_prior[i];
-  EXPECT_TRUE(
-      within_bound(dw_delta, fd_w, plus_fd(dot_bound(mag_dw, N, &dw_prior), ref_dw, fd_w), "dw vs fd"));
+  // Against the finite differences dinp and dw are then within their bounds
+  // plus |ref − fd| (the triangle inequality): a third check would add nothing.
   EXPECT_TRUE(within_bound(dw_delta, ref_dw, dot_bound(mag_dw, N, &dw_prior), "dw: gamma_N+1 dot"));
 
   // Null outputs are skipped.

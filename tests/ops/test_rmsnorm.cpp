@@ -67,13 +67,6 @@ std::vector<double> relative(const std::vector<double>& want, double rel) {
   return b;
 }
 
-std::vector<double> plus_fd(std::vector<double> b, const std::vector<double>& ref,
-                            const std::vector<double>& fd) {
-  for (size_t i = 0; i < b.size(); ++i)  // |got − fd| ≤ |got − ref| + |ref − fd|
-    b[i] += std::abs(ref[i] - fd[i]);
-  return b;
-}
-
 TEST(RmsNorm, HandComputedExample) {
   // x = [2, −2, 2, −2]: mean(x²) = 4, so with eps = 0 rstd = 1/2 and y = x/2 · w.
   const std::vector<float> x = {2, -2, 2, -2}, w = {1, 2, 3, 4};
@@ -144,9 +137,9 @@ TEST_P(RmsNormTest, BackwardMatchesFiniteDifferencesAndReference) {
   for (int64_t c = 0; c < C; ++c)
     dw_delta[c] = static_cast<double>(dw[c]) - dw_prior[c];
   const auto bd = norm_bounds(x, w, r, rrstd, dw_prior, N, C);
-  EXPECT_TRUE(within_bound(dx, fd_x, plus_fd(bd.dx, ref_dx, fd_x), "dx vs fd"));
   EXPECT_TRUE(within_bound(dx, ref_dx, bd.dx, "dx"));
-  EXPECT_TRUE(within_bound(dw_delta, fd_w, plus_fd(bd.dw, ref_dw, fd_w), "dw vs fd"));
+  // Against the finite differences dx and dw are then within their bounds plus
+  // |ref − fd| (the triangle inequality): a third check would add nothing.
   EXPECT_TRUE(within_bound(dw_delta, ref_dw, bd.dw, "dw"));
 }
 

@@ -133,10 +133,8 @@ TEST_P(SwiGluTest, BackwardMatchesFiniteDifferencesAndReference) {
   std::vector<float> dgu(N * 2 * F, -4e20f);  // assigned
   swiglu_backward(dgu.data(), r.data(), gu.data(), N, F);
   const auto b = backward_bound(gu_d, r_d, N, F);
-  auto b_fd = b;  // |dgu − fd| ≤ |dgu − ref| + |ref − fd|
-  for (size_t i = 0; i < b_fd.size(); ++i)
-    b_fd[i] += std::abs(ref_grad[i] - fd[i]);
-  EXPECT_TRUE(within_bound(dgu, fd, b_fd, "dgu vs fd"));
+  // Against the finite differences dgu is then within b + |ref − fd| (the
+  // triangle inequality): a third check would add nothing.
   EXPECT_TRUE(within_bound(dgu, ref_grad, b, "dgu"));
 }
 
