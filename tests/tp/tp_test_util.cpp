@@ -44,6 +44,13 @@ double layout_tol(double d_one_process, int64_t K) {
   return 10.0 * std::max(d_one_process, static_cast<double>(K) * testing::kU32);
 }
 
+::testing::AssertionResult below(double err, double tol, const char* what) {
+  testing::log_ratio(err / tol, what);
+  if (err < tol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << what << ": " << err << " is " << err / tol << " times its bound " << tol;
+}
+
 DeviceMesh tp_mesh(int tp) {
   return DeviceMesh(world(), MeshSizes{.dp = world().size() / tp, .tp = tp});
 }

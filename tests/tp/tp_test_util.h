@@ -3,6 +3,8 @@
 // plan helpers, comparison, the tp ledger since a mark.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,6 +34,9 @@ double dot_tol(int64_t K, const std::vector<double>& want, double prior = 0.0);
 // size; 10 · max(d, K·u) allows it 9 times as large, the floor K·u (one sum of
 // K terms) keeps a run that rounds close to exact from setting it.
 double layout_tol(double d_one_process, int64_t K);
+
+// err < tol, logged as err / tol under MESHTRAIN_BOUNDS_LOG (tests/bounds.h).
+::testing::AssertionResult below(double err, double tol, const char* what);
 
 // Rows [r0, r0 + nr) and columns [c0, c0 + nc) of a row-major [rows, cols] matrix.
 template <typename T>
