@@ -90,6 +90,23 @@ inline std::vector<double> fd_bound(const std::vector<double>& x, const std::vec
   return b;
 }
 
+// A layout's bound from the one-process fp32 run's own distance d from a
+// double reference (docs/PARALLELISM.md "How the bounds are derived"): the
+// layout does the same arithmetic in another order, so its distance is of d's
+// size; 10 · max(d, K·u) allows it 9 times as large, and the floor K·u (one
+// sum of K terms) keeps a run that rounds close to exact from setting it.
+inline double layout_tol(double d_one_process, int64_t K) {
+  return 10.0 * std::max(d_one_process, static_cast<double>(K) * kU32);
+}
+
+// err < tol for a normwise error and its bound, logged as err / tol.
+inline ::testing::AssertionResult below(double err, double tol, const char* what) {
+  log_ratio(err / tol, what);
+  if (err < tol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << what << ": " << err << " is " << err / tol << " times its bound " << tol;
+}
+
 // A bound that is s · bound_i elementwise.
 inline std::vector<double> scaled(std::vector<double> bound, double s) {
   for (double& b : bound)

@@ -135,7 +135,7 @@ TEST(Tp2d, MlpBlockMatchesOneProcessAndItsLedger) {
   for (int64_t i = 0; i < N * d; ++i)
     dX[static_cast<size_t>(i)] += dY[static_cast<size_t>(i)];  // the residual path
   // The same block in double: the one-process fp32 run's distance from it
-  // sets the bounds (test::layout_tol).
+  // sets the bounds (testing::layout_tol).
   const auto Xd = test::to_double(X), Wnd = test::to_double(Wn), Wgud = test::to_double(Wgu),
              Wdd = test::to_double(Wd), dYd = test::to_double(dY);
   std::vector<double> lnD(N * d), rsD(N), guD(N * 2 * F), hD(N * F), YD(N * d), dhD(N * F), dguD(N * 2 * F),
@@ -192,7 +192,7 @@ TEST(Tp2d, MlpBlockMatchesOneProcessAndItsLedger) {
   // run's own distance from double on the same piece (K: the longest sum, F).
   const auto check = [&](const std::vector<float>& got, const std::vector<float>& one,
                          const std::vector<double>& exact, const char* what) {
-    EXPECT_LT(test::rel_err(got, test::to_double(one)), test::layout_tol(test::rel_err(one, exact), F))
+    EXPECT_LT(test::rel_err(got, test::to_double(one)), testing::layout_tol(test::rel_err(one, exact), F))
         << what;
   };
   check(y, cols_of(Y, N, d, {d}, R, r, C, c), cols_of(YD, N, d, {d}, R, r, C, c), "y");
@@ -258,7 +258,7 @@ TEST(Tp2d, AttentionBlockMatchesOneProcess) {
   rmsnorm_backward(dX.data(), dWn.data(), dln.data(), X.data(), Wn.data(), rs.data(), N, d);
   for (int64_t i = 0; i < N * d; ++i)
     dX[static_cast<size_t>(i)] += dY[static_cast<size_t>(i)];
-  // The same block in double (test::layout_tol's reference).
+  // The same block in double (testing::layout_tol's reference).
   const auto Xd = test::to_double(X), Wnd = test::to_double(Wn), Wqkvd = test::to_double(Wqkv),
              Wod = test::to_double(Wo), dYd = test::to_double(dY);
   std::vector<double> lnD(N * d), rsD(N), qkvD(N * QKV), attD(N * Q), lseD(B * H * T), YD(N * d),
@@ -324,7 +324,7 @@ TEST(Tp2d, AttentionBlockMatchesOneProcess) {
   // run's own distance from double on the same piece (K: the longest sum, d).
   const auto check = [&](const std::vector<float>& got, const std::vector<float>& one,
                          const std::vector<double>& exact, const char* what) {
-    EXPECT_LT(test::rel_err(got, test::to_double(one)), test::layout_tol(test::rel_err(one, exact), d))
+    EXPECT_LT(test::rel_err(got, test::to_double(one)), testing::layout_tol(test::rel_err(one, exact), d))
         << what;
   };
   check(y, cols_of(Y, N, d, {d}, R, r, C, c), cols_of(YD, N, d, {d}, R, r, C, c), "y");

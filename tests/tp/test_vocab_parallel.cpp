@@ -71,7 +71,7 @@ TEST_P(VocabParallel, EmbeddingMatchesFull) {
     auto want = block(dtable_ref, C, vs.begin, vs.end - vs.begin, 0, C);
     want.resize(static_cast<size_t>(vs.rows * C), 1.0);  // padding rows untouched
     // A row sums at most N tokens' rows (|dout| ≤ 1) onto 1: test::dot_tol.
-    EXPECT_TRUE(test::below(rel_err(dtable, want), test::dot_tol(N, want, 1.0), "dtable"))
+    EXPECT_TRUE(testing::below(rel_err(dtable, want), test::dot_tol(N, want, 1.0), "dtable"))
         << "V " << V << " sp " << on;
   }
 }
@@ -116,8 +116,8 @@ TEST_P(VocabParallel, CrossEntropyMatchesFull) {
     scale_loss = std::max(scale_loss, std::abs(loss_ref[n]));
     scale_lse = std::max(scale_lse, std::abs(lse_ref[n]));
   }
-  EXPECT_TRUE(test::below(rel_err(loss, loss_ref), e_loss / scale_loss * (1 + 1e-6), "loss"));
-  EXPECT_TRUE(test::below(rel_err(lse, lse_ref), e_lse / scale_lse * (1 + 1e-6), "lse"));
+  EXPECT_TRUE(testing::below(rel_err(loss, loss_ref), e_loss / scale_loss * (1 + 1e-6), "loss"));
+  EXPECT_TRUE(testing::below(rel_err(lse, lse_ref), e_lse / scale_lse * (1 + 1e-6), "lse"));
   EXPECT_EQ(loss[2], 0.0f);
   EXPECT_EQ(loss[5], 0.0f);
   std::vector<double> want(local.size(), 0.0);  // padded columns: zero gradient
@@ -135,7 +135,7 @@ TEST_P(VocabParallel, CrossEntropyMatchesFull) {
       scale_d = std::max(scale_d, std::abs(dlogits_ref[n * V + v]));
     }
   }
-  EXPECT_TRUE(test::below(rel_err(dlocal, want), e_d / scale_d * (1 + 1e-6), "dlogits"));
+  EXPECT_TRUE(testing::below(rel_err(dlocal, want), e_d / scale_d * (1 + 1e-6), "dlogits"));
   for (int64_t c = 0; c < vs.rows; ++c)
     EXPECT_EQ(dlocal[static_cast<size_t>(2 * vs.rows + c)], 0.0f);
 

@@ -40,17 +40,6 @@ double dot_tol(int64_t K, const std::vector<double>& want, double prior) {
   return testing::gamma_n(static_cast<double>(K + 1)) * (static_cast<double>(K) + prior) / scale;
 }
 
-double layout_tol(double d_one_process, int64_t K) {
-  return 10.0 * std::max(d_one_process, static_cast<double>(K) * testing::kU32);
-}
-
-::testing::AssertionResult below(double err, double tol, const char* what) {
-  testing::log_ratio(err / tol, what);
-  if (err < tol) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure()
-         << what << ": " << err << " is " << err / tol << " times its bound " << tol;
-}
-
 DeviceMesh tp_mesh(int tp) {
   return DeviceMesh(world(), MeshSizes{.dp = world().size() / tp, .tp = tp});
 }

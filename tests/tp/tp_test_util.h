@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bounds.h"
 #include "comm/context.h"
 #include "comm/group.h"
 #include "mesh/mesh.h"
@@ -27,16 +28,6 @@ double rel_err(const std::vector<float>& a, const std::vector<double>& b);
 // most `prior`: |error| ≤ γ_{K+1} · (K + prior) in any order of summation, so
 // on any host and any split over ranks (tests/bounds.h); over want's scale.
 double dot_tol(int64_t K, const std::vector<double>& want, double prior = 0.0);
-
-// A layout's bound from the one-process fp32 run's own distance d from the
-// double reference (docs/PARALLELISM.md "How the bounds are derived"): the
-// layout does the same arithmetic in another order, so its distance is of d's
-// size; 10 · max(d, K·u) allows it 9 times as large, the floor K·u (one sum of
-// K terms) keeps a run that rounds close to exact from setting it.
-double layout_tol(double d_one_process, int64_t K);
-
-// err < tol, logged as err / tol under MESHTRAIN_BOUNDS_LOG (tests/bounds.h).
-::testing::AssertionResult below(double err, double tol, const char* what);
 
 // Rows [r0, r0 + nr) and columns [c0, c0 + nc) of a row-major [rows, cols] matrix.
 template <typename T>
