@@ -12,7 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 v3=${V3:-$build-x86-64-v3}
-targets=(ops_tests tp_tests)
+targets=(ops_tests tp_tests tp_seed000_tests cp_tests optim_tests infer_tests infer_cp_tests dist_dp_tests pipeline_tests)
 cmake -S . -B "$v3" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMESHTRAIN_WERROR=ON -DMESHTRAIN_NATIVE=OFF \
   -DCMAKE_CXX_FLAGS=-march=x86-64-v3 -DMESHTRAIN_WITH_CUDA=OFF -DMESHTRAIN_BUILD_BENCH=OFF >/dev/null &&
   cmake --build "$v3" --target "${targets[@]}" >/dev/null || { echo "the x86-64-v3 build failed"; exit 1; }
@@ -25,9 +25,19 @@ else
   echo "note: this host has no AVX-512: the SkylakeX leg is skipped"
 fi
 # name|command (run in the build folder)
+mpi="mpirun --oversubscribe --allow-run-as-root"
 runs=("ops|tests/ops/ops_tests"
-  "tp np2|mpirun --oversubscribe --allow-run-as-root -np 2 tests/tp/tp_tests"
-  "tp np4|mpirun --oversubscribe --allow-run-as-root -np 4 tests/tp/tp_tests")
+  "optim|tests/optim/optim_tests"
+  "infer|tests/infer/infer_tests"
+  "pipeline|tests/pipeline/pipeline_tests"
+  "tp np2|$mpi -np 2 tests/tp/tp_tests"
+  "tp np4|$mpi -np 4 tests/tp/tp_tests"
+  "seed000 np4|$mpi -np 4 tests/tp/tp_seed000_tests"
+  "cp np2|$mpi -np 2 tests/cp/cp_tests"
+  "cp np4|$mpi -np 4 tests/cp/cp_tests"
+  "infer_cp np2|$mpi -np 2 tests/infer/infer_cp_tests"
+  "infer_cp np3|$mpi -np 3 tests/infer/infer_cp_tests"
+  "seed004 np2|$mpi -np 2 tests/dist/dist_dp_tests --gtest_filter=*Seed004.*")
 failed=0
 for leg in "${legs[@]}"; do
   read -r core dir <<<"$leg"
@@ -41,7 +51,7 @@ for leg in "${legs[@]}"; do
     fi
     rc=$?
     worst=$(grep '^bound-ratio' "$log" | awk '{print $NF, $2}' | sort -g | tail -1)
-    printf '%-8s %-22s %-7s %s worst error/bound %s\n' "$core" "$(basename "$dir")" "$name" \
+    printf '%-8s %-18s %-13s %s worst error/bound %s\n' "$core" "$(basename "$dir")" "$name" \
       "$([ $rc -eq 0 ] && echo pass || echo FAIL)" "${worst:-none logged}"
     [ $rc -eq 0 ] || { failed=1; grep -E 'FAILED|Failure' "$log" | head -5; }
     rm -f "$log"
