@@ -5,29 +5,38 @@
 # An AVX2 host skips SkylakeX and says so. Prints, per leg and binary, pass or
 # FAIL and the worst measured error as a fraction of its bound (tests/bounds.h
 # logs each check under MESHTRAIN_BOUNDS_LOG).
-#   scripts/unit_legs.sh [BUILD]
+#   [LEGS="Haswell v3 SkylakeX"] [KEEP=DIR] scripts/unit_legs.sh [BUILD]
+# KEEP: a folder for each run's log (its bound-ratio lines name every check).
 # BUILD: the native build folder (default build); the x86-64-v3 build goes to
 # BUILD-x86-64-v3, or to $V3 (the test targets below only).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 v3=${V3:-$build-x86-64-v3}
-targets=(ops_tests tp_tests tp_seed000_tests cp_tests optim_tests infer_tests infer_cp_tests dist_dp_tests pipeline_tests)
-cmake -S . -B "$v3" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMESHTRAIN_WERROR=ON -DMESHTRAIN_NATIVE=OFF \
-  -DCMAKE_CXX_FLAGS=-march=x86-64-v3 -DMESHTRAIN_WITH_CUDA=OFF -DMESHTRAIN_BUILD_BENCH=OFF >/dev/null &&
-  cmake --build "$v3" --target "${targets[@]}" >/dev/null || { echo "the x86-64-v3 build failed"; exit 1; }
+targets=(ops_tests model_tests tp_tests tp_seed000_tests cp_tests optim_tests infer_tests infer_cp_tests dist_dp_tests pipeline_tests)
+want=${LEGS:-Haswell v3 SkylakeX}  # LEGS: a subset, e.g. LEGS=v3
+if [[ " $want " == *" v3 "* ]]; then
+  cmake -S . -B "$v3" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMESHTRAIN_WERROR=ON -DMESHTRAIN_NATIVE=OFF \
+    -DCMAKE_CXX_FLAGS=-march=x86-64-v3 -DMESHTRAIN_WITH_CUDA=OFF -DMESHTRAIN_BUILD_BENCH=OFF >/dev/null &&
+    cmake --build "$v3" --target "${targets[@]}" >/dev/null || { echo "the x86-64-v3 build failed"; exit 1; }
+fi
 cmake --build "$build" --target "${targets[@]}" >/dev/null || { echo "the $build build failed"; exit 1; }
 
-legs=("Haswell $build" "native $v3")
-if grep -q avx512f /proc/cpuinfo; then
-  legs+=("SkylakeX $build")
-else
-  echo "note: this host has no AVX-512: the SkylakeX leg is skipped"
+legs=()
+[[ " $want " == *" Haswell "* ]] && legs+=("Haswell $build")
+[[ " $want " == *" v3 "* ]] && legs+=("native $v3")
+if [[ " $want " == *" SkylakeX "* ]]; then
+  if grep -q avx512f /proc/cpuinfo; then
+    legs+=("SkylakeX $build")
+  else
+    echo "note: this host has no AVX-512: the SkylakeX leg is skipped"
+  fi
 fi
 # name|command (run in the build folder)
 mpi="mpirun --oversubscribe --allow-run-as-root"
 runs=("ops|tests/ops/ops_tests"
   "optim|tests/optim/optim_tests"
+  "model|tests/model/model_tests"
   "infer|tests/infer/infer_tests"
   "pipeline|tests/pipeline/pipeline_tests"
   "tp np2|$mpi -np 2 tests/tp/tp_tests"
@@ -54,6 +63,7 @@ for leg in "${legs[@]}"; do
     printf '%-8s %-18s %-13s %s worst error/bound %s\n' "$core" "$(basename "$dir")" "$name" \
       "$([ $rc -eq 0 ] && echo pass || echo FAIL)" "${worst:-none logged}"
     [ $rc -eq 0 ] || { failed=1; grep -E 'FAILED|Failure' "$log" | head -5; }
+    [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$log" "$KEEP/$core.${name// /_}.log"
     rm -f "$log"
   done
 done
