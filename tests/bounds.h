@@ -107,11 +107,4 @@ inline ::testing::AssertionResult below(double err, double tol, const char* what
          << what << ": " << err << " is " << err / tol << " times its bound " << tol;
 }
 
-// A bound that is s · bound_i elementwise.
-inline std::vector<double> scaled(std::vector<double> bound, double s) {
-  for (double& b : bound)
-    b *= s;
-  return bound;
-}
-
 }  // namespace mt::testing
