@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_bounds.h"
 #include "attention_problem.h"
 #include "core/error.h"
 #include "core/threads.h"
@@ -45,7 +46,7 @@ TEST_P(AttentionShapes, MatchesDoubleReference) {
   std::vector<double> out_ref, lse_ref;
   fast_forward(p, x, out, lse);
   ref_forward(p, to_double(x), out_ref, lse_ref);
-  const Bounds bd = bounds_of(p, x);  // attention_problem.h: derived, per element
+  const Bounds bd = bounds_of(p, x);  // attention_bounds.h: derived, per element
   expect_within(out, out_ref, bd.out, "out");
   expect_within(lse, lse_ref, bd.lse, "lse");
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "attention_bounds.h"
 #include "attention_problem.h"
 #include "core/error.h"
 #include "ops/dropout.h"
@@ -44,7 +45,7 @@ TEST(AttentionDropout, MatchesDoubleReferenceAcrossTilesAndGqa) {
     std::vector<double> out_ref, lse_ref, gx_ref(gx.size(), 0.0);
     fast_forward(x.p, in, out, lse);
     ref_forward(x.p, to_double(in), out_ref, lse_ref);
-    const Bounds bd = bounds_of(x.p, in);  // attention_problem.h: derived, the mask factors included
+    const Bounds bd = bounds_of(x.p, in);  // attention_bounds.h: derived, the mask factors included
     expect_within(out, out_ref, bd.out, "out");
     expect_within(lse, lse_ref, bd.lse, "lse (the undropped normaliser)");
     fast_backward(x.p, in, dout, out, lse, gx);
