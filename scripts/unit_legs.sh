@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The unit tests whose bounds are derived (docs/PARALLELISM.md "Test bounds")
+# The unit tests whose bounds are derived (docs/MODEL.md "Test bounds")
 # under the summation orders a host can impose: OpenBLAS's AVX2 (Haswell) and
 # AVX-512 (SkylakeX) sgemm kernels, and an x86-64-v3 build (256-bit vectors).
 # An AVX2 host skips SkylakeX and says so. Prints, per leg and binary, pass or
