@@ -13,6 +13,9 @@
 namespace mt::testing {
 
 // d f / d x_i by central differences, for every i. f is evaluated in double.
+// The error is the truncation h²/6·|f‴| plus f's rounding over h, ε·|f|/h
+// (bounds.h fd_bound); h = 1e-5 balances the two near 1e-11 for f and f‴ of
+// order 1, far below the 1e-7 the reference checks allow.
 inline std::vector<double> numeric_grad(const std::function<double(const std::vector<double>&)>& f,
                                         std::vector<double> x, double h = 1e-5) {
   std::vector<double> g(x.size());
@@ -29,7 +32,8 @@ inline std::vector<double> numeric_grad(const std::function<double(const std::ve
 }
 
 // max_i |a_i − b_i| / (atol + |b_i|): ≤ rtol means every element is within
-// rtol relative (or atol·rtol absolute near zero).
+// rtol relative (or atol·rtol absolute near zero). Callers pass atol (a floor
+// tied to the data's scale: test_helpers.h rel_error).
 template <typename A, typename B>
 double max_scaled_error(const A* a, const B* b, int64_t n, double atol = 1e-6) {
   double worst = 0;

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "cp_test_util.h"
+#include "ops/attention.h"
 #include "ops/attention_reference.h"
 
 namespace mt::test {
@@ -80,8 +81,19 @@ CpErrors run_cp_attention(const CpCase& c, CpVariant variant, Group& cp, std::st
   e.bwd = bwd(dx.data() + q_off, dx.data() + k_off, dx.data() + v_off, doutl.data(), out.data(), lse.data(),
               xl.data() + q_off, xl.data() + k_off, xl.data() + v_off, posl.data(), posl.data(), d, cp, site);
 
+  // One process, fp32, the whole sequence (its own prior to accumulate onto).
+  std::vector<float> out1(static_cast<size_t>(B * T * HD)), lse1(static_cast<size_t>(B * H * T));
+  const std::vector<float> prior1 = random_vec(B * T * W, 13);
+  std::vector<float> dx1 = prior1;
+  attention_forward(out1.data(), lse1.data(), x.data() + q_off, x.data() + k_off, x.data() + v_off,
+                    pos.data(), pos.data(), full);
+  attention_backward(dx1.data() + q_off, dx1.data() + k_off, dx1.data() + v_off, dout.data(), out1.data(),
+                     lse1.data(), x.data() + q_off, x.data() + k_off, x.data() + v_off, pos.data(),
+                     pos.data(), full);
+
   // Compare with the oracle's rows.
   std::vector<double> got_out, want_out, got_lse, want_lse, got_d[3], want_d[3];
+  std::vector<double> one_out, one_lse, one_d[3];
   const int64_t col0[3] = {q_off, k_off, v_off}, ncol[3] = {HD, KV * D, KV * D};
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t i = 0; i < Tl; ++i) {
@@ -94,16 +106,20 @@ CpErrors run_cp_attention(const CpCase& c, CpVariant variant, Group& cp, std::st
         }
         got_out.push_back(o);
         want_out.push_back(out_ref[static_cast<size_t>(g * HD + cidx)]);
+        one_out.push_back(out1[static_cast<size_t>(g * HD + cidx)]);
       }
       for (int64_t h = 0; h < H; ++h) {
         got_lse.push_back(lse[static_cast<size_t>((b * H + h) * Tl + i)]);
         want_lse.push_back(lse_ref[static_cast<size_t>((b * H + h) * T + rows[static_cast<size_t>(i)])]);
+        one_lse.push_back(lse1[static_cast<size_t>((b * H + h) * T + rows[static_cast<size_t>(i)])]);
       }
       for (int part = 0; part < 3; ++part) {
         for (int64_t cidx = col0[part]; cidx < col0[part] + ncol[part]; ++cidx) {
           const size_t li = static_cast<size_t>(l * W + cidx);
           got_d[part].push_back(static_cast<double>(dx[li]) - static_cast<double>(prior[li]));
           want_d[part].push_back(dx_ref[static_cast<size_t>(g * W + cidx)]);
+          const size_t gi = static_cast<size_t>(g * W + cidx);
+          one_d[part].push_back(static_cast<double>(dx1[gi]) - static_cast<double>(prior1[gi]));
         }
       }
     }
@@ -113,6 +129,11 @@ CpErrors run_cp_attention(const CpCase& c, CpVariant variant, Group& cp, std::st
   e.dq = rel_err(got_d[0], want_d[0]);
   e.dk = rel_err(got_d[1], want_d[1]);
   e.dv = rel_err(got_d[2], want_d[2]);
+  e.one_out = rel_err(one_out, want_out);
+  e.one_lse = rel_err(one_lse, want_lse);
+  e.one_dq = rel_err(one_d[0], want_d[0]);
+  e.one_dk = rel_err(one_d[1], want_d[1]);
+  e.one_dv = rel_err(one_d[2], want_d[2]);
   return e;
 }
 

@@ -24,7 +24,10 @@ enum class CpVariant { ring, allgather };
 
 struct CpErrors {
   double out = 0, lse = 0, dq = 0, dk = 0, dv = 0;  // relative to the oracle's scale
-  bool out_padding_kept = true;                     // the columns of out beyond H·D untouched
+  // The same for the one-process fp32 kernels on the whole sequence (on this
+  // rank's rows): the bounds' reference, testing::layout_tol (tests/bounds.h).
+  double one_out = 0, one_lse = 0, one_dq = 0, one_dk = 0, one_dv = 0;
+  bool out_padding_kept = true;  // the columns of out beyond H·D untouched
   cp::CpStats fwd, bwd;
 };
 

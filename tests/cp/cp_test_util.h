@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bounds.h"
 #include "comm/context.h"
 #include "comm/group.h"
 #include "comm/mpi_test.h"

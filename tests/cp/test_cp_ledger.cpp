@@ -97,8 +97,10 @@ TEST(CpLedger, RingExchangesOneBlockPerStep) {
       }
       EXPECT_EQ(e.fwd.exchanges, cp - 1);
       EXPECT_EQ(e.bwd.exchanges, 2 * (cp - 1));
-      EXPECT_LT(e.out, 1e-5);  // skipping a block does not change the result
-      EXPECT_LT(e.dk, 1e-5);
+      // Skipping a block does not change the result: within 10× the
+      // one-process kernels' distance from the oracle (testing::layout_tol).
+      EXPECT_TRUE(testing::below(e.out, testing::layout_tol(e.one_out, c.T), "out"));
+      EXPECT_TRUE(testing::below(e.dk, testing::layout_tol(e.one_dk, c.T), "dk"));
     }
   }
 }

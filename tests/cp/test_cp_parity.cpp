@@ -1,7 +1,7 @@
 // Ring and all-gather attention on a cp group against the whole sequence's
 // attention by the double reference (one process): this rank's out and lse,
 // dq, and dk/dv equal to the rows of the full dK/dV for this rank's tokens,
-// within 1e-5 of the tensor's scale. On np 2: cp 2; on np 4: cp 2 (two dp
+// within 10× the one-process fp32 kernels' distance from the reference. On np 2: cp 2; on np 4: cp 2 (two dp
 // replicas side by side) and cp 4.
 #include <gtest/gtest.h>
 
@@ -17,8 +17,6 @@ namespace {
 
 using test::CpCase;
 using test::CpVariant;
-
-constexpr double kTol = 1e-5;
 
 std::vector<int> cp_sizes() {
   std::vector<int> out;
@@ -45,11 +43,16 @@ void expect_parity(CpVariant variant) {
     for (const CpCase& c : cases(cp)) {
       SCOPED_TRACE(c.str(cp));
       const test::CpErrors e = test::run_cp_attention(c, variant, g);
-      EXPECT_LT(e.out, kTol);
-      EXPECT_LT(e.lse, kTol);
-      EXPECT_LT(e.dq, kTol);
-      EXPECT_LT(e.dk, kTol);
-      EXPECT_LT(e.dv, kTol);
+      // Bounds: 10× the one-process fp32 kernels' own distance from the
+      // double oracle on the same rows, floor a sum of T terms
+      // (testing::layout_tol): ring and all-gather do the same sums in
+      // another order (key blocks merged by their lse).
+      const int64_t K = std::max(c.T, c.D);
+      EXPECT_TRUE(testing::below(e.out, testing::layout_tol(e.one_out, K), "out"));
+      EXPECT_TRUE(testing::below(e.lse, testing::layout_tol(e.one_lse, K), "lse"));
+      EXPECT_TRUE(testing::below(e.dq, testing::layout_tol(e.one_dq, K), "dq"));
+      EXPECT_TRUE(testing::below(e.dk, testing::layout_tol(e.one_dk, K), "dk"));
+      EXPECT_TRUE(testing::below(e.dv, testing::layout_tol(e.one_dv, K), "dv"));
       EXPECT_TRUE(e.out_padding_kept);
       worst = std::max({worst, e.out, e.lse, e.dq, e.dk, e.dv});
     }

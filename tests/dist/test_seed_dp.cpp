@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bounds.h"
 #include "comm/mpi_test.h"
 #include "ops/gemm.h"
 #include "parallel/data_parallel.h"
@@ -164,23 +165,36 @@ TEST_P(Seed004, UnequalCountsNeedTheGlobalNormalisation) {
 
   // One process with all three samples, computed here.
   std::vector<float> one(2, 0.0f);
-  EXPECT_NEAR(local_grad({1, 2, 3, 4, 5, 6}, {1, 3, 2}, 3.0, kW.data(), one.data()), 1.0, 1e-12);
-  EXPECT_NEAR(one[0], 2.0f, 1e-6);
-  EXPECT_NEAR(one[1], 2.0f, 1e-6);
+  // Bounds: ŷ and the residuals are exact (small integers); dŷ = fl(r/3)
+  // rounds once, each product dŷ·x once, and G_W sums 3 terms (on one rank or
+  // over two): γ_5 · Σ|r·x|/3 = γ_5 · (14/3, 6). The loss sums 3 exact-input
+  // terms r²/6 in double (and over ranks): γ^double_5 · 1.
+  const double b_dw[2] = {testing::gamma_n(5) * 14.0 / 3.0, testing::gamma_n(5) * 6.0};
+  const double b_loss = testing::gamma_n(5, testing::kU64);
+  EXPECT_TRUE(testing::within_bound(local_grad({1, 2, 3, 4, 5, 6}, {1, 3, 2}, 3.0, kW.data(), one.data()),
+                                    1.0, b_loss, "loss, one process"));
+  EXPECT_TRUE(testing::within_bound(one[0], 2.0, b_dw[0], "dW0, one process"));
+  EXPECT_TRUE(testing::within_bound(one[1], 2.0, b_dw[1], "dW1, one process"));
 
   const Reduced g = reduce_through_store(zero(), X, Y, static_cast<double>(count));
   for (size_t i = 0; i < g.dW.size(); ++i) {
-    EXPECT_NEAR(g.dW[i], 2.0f, 1e-6) << i;
-    EXPECT_NEAR(g.dW[i], one[i], 1e-6) << i;
+    EXPECT_TRUE(testing::within_bound(g.dW[i], 2.0, b_dw[i], "dW, dp 2")) << i;
+    EXPECT_TRUE(testing::within_bound(g.dW[i], one[i], 2 * b_dw[i], "dW, dp 2 vs one"))
+        << i;  // both within b
   }
-  EXPECT_NEAR(g.sum_squares, 8.0, 1e-5);
-  EXPECT_NEAR(g.loss, 1.0, 1e-12);
+  // Σ dW² in double of the fp32 dW: |Σ dW² − 8| ≤ Σ (2·2 + b)·b + the double sum's rounding.
+  EXPECT_TRUE(testing::within_bound(
+      g.sum_squares, 8.0,
+      (4 + b_dw[0]) * b_dw[0] + (4 + b_dw[1]) * b_dw[1] + 8 * testing::gamma_n(2, testing::kU64),
+      "sum of squares"));
+  EXPECT_TRUE(testing::within_bound(g.loss, 1.0, b_loss, "loss, dp 2"));
 
   std::vector<float> averaged = reduce_through_store(zero(), X, Y, static_cast<double>(Y.size())).dW;
   for (float& v : averaged)
     v /= static_cast<float>(world().size());
-  EXPECT_NEAR(averaged[0], 1.25f, 1e-6);
-  EXPECT_NEAR(averaged[1], 1.0f, 1e-6);
+  // Norms 1 and 2: every residual, quotient and sum here is a dyadic: exact.
+  EXPECT_EQ(averaged[0], 1.25f);
+  EXPECT_EQ(averaged[1], 1.0f);
   EXPECT_GT(std::abs(averaged[0] - one[0]) + std::abs(averaged[1] - one[1]), 0.5f)
       << "averaging local means should differ from the global gradient when counts differ";
 }

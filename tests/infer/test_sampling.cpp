@@ -62,6 +62,9 @@ TEST(Sampling, CandidateGatheringEqualsTheWholeSortedVocabulary) {
         const int32_t want = reference_token(z, o, 3, pos);
         mismatches += s.token != want ? 1 : 0;
         ++draws;
+        // Both in double from the same fp32 logits: each lse within
+        // γ^double_{V+2}·(|lse| + max|z|) of exact (a sum of V exps, a log),
+        // ≈ 3e-13 here; 1e-9 is that with a plain margin, not a host's rounding.
         EXPECT_NEAR(s.logprob, z[static_cast<size_t>(s.token)] - lse, 1e-9);
         std::vector<float> sorted = z;
         std::sort(sorted.begin(), sorted.end(), std::greater<>());

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bounds.h"
 #include "core/error.h"
 #include "model/llama.h"
 #include "reference_io.h"
@@ -58,6 +59,35 @@ Batch make_batch(int64_t vocab) {
 using testing_ref::read_f64;
 using testing_ref::rel_l2;
 
+// Runs tests/python/llama_reference.py on the model and the batch (PyTorch in
+// float64) into DIR/out; false when torch is missing (a failure under CI=true).
+bool run_torch_reference(Llama& model, const Batch& b, const fs::path& dir) {
+  fs::create_directories(dir);
+  save_model_dir((dir / "model").string(), model);
+  {
+    std::ofstream f(dir / "tokens.i32", std::ios::binary);
+    f.write(reinterpret_cast<const char*>(b.inputs.data()),
+            static_cast<std::streamsize>(b.inputs.size() * 4));
+    f.write(reinterpret_cast<const char*>(b.targets.data()),
+            static_cast<std::streamsize>(b.targets.size() * 4));
+  }
+  const std::string cmd = "/usr/bin/python3 " MT_PYTHON_DIR "/llama_reference.py " +
+                          (dir / "model").string() + " " + (dir / "tokens.i32").string() + " " +
+                          std::to_string(b.B) + " " + std::to_string(b.T) + " " + (dir / "out").string();
+  const int status = std::system(cmd.c_str());
+  if (!fs::exists("/usr/bin/python3") || (WIFEXITED(status) && WEXITSTATUS(status) == 3)) {
+    const char* ci = std::getenv("CI");
+    if (ci != nullptr && std::string(ci) == "true") {
+      ADD_FAILURE()
+          << "torch is missing: /usr/bin/python3 cannot import torch, and CI=true requires the PyTorch "
+             "cross-check (Debian: apt-get install python3-torch; scripts/install-deps.sh installs it)";
+    }
+    return false;
+  }
+  EXPECT_EQ(status, 0) << cmd;
+  return status == 0;
+}
+
 void check_against_pytorch(bool tied, bool recompute, const std::string& rope_scaling = "none") {
   ModelConfig cfg = tiny_config(tied);
   cfg.rope_scaling = rope_scaling;
@@ -79,38 +109,28 @@ void check_against_pytorch(bool tied, bool recompute, const std::string& rope_sc
   const fs::path dir =
       fs::path(::testing::TempDir()) / ("llama_ref_" + std::to_string(tied) + std::to_string(recompute) +
                                         rope_scaling.substr(0, rope_scaling.find(',')));
-  fs::create_directories(dir);
-  save_model_dir((dir / "model").string(), model);
-  {
-    std::ofstream f(dir / "tokens.i32", std::ios::binary);
-    f.write(reinterpret_cast<const char*>(b.inputs.data()),
-            static_cast<std::streamsize>(b.inputs.size() * 4));
-    f.write(reinterpret_cast<const char*>(b.targets.data()),
-            static_cast<std::streamsize>(b.targets.size() * 4));
-  }
-  const std::string cmd = "/usr/bin/python3 " MT_PYTHON_DIR "/llama_reference.py " +
-                          (dir / "model").string() + " " + (dir / "tokens.i32").string() + " " +
-                          std::to_string(b.B) + " " + std::to_string(b.T) + " " + (dir / "out").string();
-  const int status = std::system(cmd.c_str());
-  if (!fs::exists("/usr/bin/python3") || (WIFEXITED(status) && WEXITSTATUS(status) == 3)) {
-    const char* ci = std::getenv("CI");
-    if (ci != nullptr && std::string(ci) == "true") {
-      FAIL() << "torch is missing: /usr/bin/python3 cannot import torch, and CI=true requires the PyTorch "
-                "cross-check (Debian: apt-get install python3-torch; scripts/install-deps.sh installs it)";
-    }
+  if (!run_torch_reference(model, b, dir)) {
     GTEST_SKIP() << "Debian's python3-torch is not installed (scripts/install-deps.sh installs it)";
   }
-  ASSERT_EQ(status, 0) << cmd;
 
+  // Stated bounds, not derived (left): the whole model against PyTorch float64
+  // needs an a priori error propagation through every layer, which this test
+  // does not compute, and 10× a second fp32 run's own distance would move with
+  // a model bug as much as the run does. scripts/unit_legs.sh records the
+  // measured distances under each leg (docs/MODEL.md "Test bounds").
   const double ref_loss = read_f64(dir / "out" / "loss.f64").at(0);
   EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
   const std::vector<double> ref_logits = read_f64(dir / "out" / "logits.f64");
   ASSERT_EQ(ref_logits.size(), logits.size());
-  EXPECT_LT(rel_l2(logits.data(), ref_logits.data(), static_cast<int64_t>(logits.size())), 1e-5);
+  const double d_logits = rel_l2(logits.data(), ref_logits.data(), static_cast<int64_t>(logits.size()));
+  testing::log_ratio(d_logits / 1e-5, "logits vs torch f64 (of the stated 1e-5)");
+  EXPECT_LT(d_logits, 1e-5);
   const std::vector<double> ref_grads = read_f64(dir / "out" / "grads.f64");
   ASSERT_EQ(static_cast<int64_t>(ref_grads.size()), model.num_params());
   for (const auto& s : model.param_table().specs) {
-    EXPECT_LT(rel_l2(model.grads() + s.offset, ref_grads.data() + s.offset, s.numel), 1e-4) << s.name;
+    const double d = rel_l2(model.grads() + s.offset, ref_grads.data() + s.offset, s.numel);
+    testing::log_ratio(d / 1e-4, "gradient vs torch f64 (of the stated 1e-4)");
+    EXPECT_LT(d, 1e-4) << s.name;
   }
 }
 
@@ -179,14 +199,33 @@ TEST(Llama, GradientAccumulationOverMicrobatchesEqualsOneBatch) {
     l2 += parts.forward(b.inputs.data() + r * b.T, b.targets.data() + r * b.T, 1, b.T);
     parts.backward(dloss);
   }
-  EXPECT_NEAR(l1, l2, 1e-9 * std::abs(l1) + 1e-4);
+  // Two fp32 runs in other orders: with PyTorch's float64 run of the same
+  // batch, 10× the whole batch's own distance from it (testing::layout_tol,
+  // floor a sum of B·T tokens' terms), which a microbatching bug does not move;
+  // without torch the stated 1e-4 (loss, absolute on a sum of ~80) and 1e-5.
+  const fs::path dir = fs::path(::testing::TempDir()) / "llama_ref_accumulation";
+  const bool f64 = run_torch_reference(whole, b, dir);
+  const int64_t K = b.B * b.T;
+  const std::vector<double> ref_grads = f64 ? read_f64(dir / "out" / "grads.f64") : std::vector<double>{};
+  if (f64) {
+    const double ref_sum = read_f64(dir / "out" / "loss.f64").at(0) * static_cast<double>(valid);
+    const double d = std::abs(l1 - ref_sum) / std::abs(ref_sum);
+    EXPECT_TRUE(
+        testing::below(std::abs(l1 - l2), testing::layout_tol(d, K) * std::abs(ref_sum), "summed loss"));
+  } else {
+    EXPECT_NEAR(l1, l2, 1e-9 * std::abs(l1) + 1e-4);
+  }
   for (const auto& s : whole.param_table().specs) {
     double num = 0, den = 0;
     for (int64_t i = s.offset; i < s.offset + s.numel; ++i) {
       num += std::pow(whole.grads()[i] - parts.grads()[i], 2);
       den += std::pow(whole.grads()[i], 2);
     }
-    EXPECT_LT(std::sqrt(num / den), 1e-5) << s.name;
+    // The reference's gradients are of the mean loss; these of dloss·sum, the same.
+    const double tol =
+        f64 ? testing::layout_tol(rel_l2(whole.grads() + s.offset, ref_grads.data() + s.offset, s.numel), K)
+            : 1e-5;
+    EXPECT_TRUE(testing::below(std::sqrt(num / den), tol, "accumulated gradient")) << s.name;
   }
 }
 

@@ -100,6 +100,7 @@ TEST(LlamaVsPyTorch, Bf16MatmulsLossAndLogits) {
   const std::vector<double> ref_logits = read_f64(dir / "out" / "logits.f64");
   ASSERT_EQ(ref_logits.size(), bf.logits.size());
   const auto n = static_cast<int64_t>(ref_logits.size());
+  // bf16's own stated tolerance (docs/MODEL.md "Precision"; issue 23 leaves bf16 out).
   EXPECT_NEAR(bf.loss, ref_loss, 1e-6 * ref_loss);
   EXPECT_LT(rel_l2(bf.logits.data(), ref_logits.data(), n), 1e-5);
   // The fp32 forward is not the bf16 rule.

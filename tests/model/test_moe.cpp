@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bounds.h"
 #include "config/config.h"
 #include "core/error.h"
 #include "model/llama.h"
@@ -112,13 +113,20 @@ void check_against_pytorch(const ModelConfig& cfg, bool recompute, const std::st
   // Near-ties would let float32 and float64 route differently: say how close the closest was.
   const double margin = model.moe_stats().min_topk_margin;
   SCOPED_TRACE("smallest top-k margin " + std::to_string(margin));
+  // Stated bounds, not derived (left): the whole model against PyTorch float64
+  // (and MoE's discontinuous routing) needs an a priori error propagation through every layer, which this
+  // test does not compute, and 10× a second fp32 run's own distance would move with a model bug as much as
+  // the run does. scripts/unit_legs.sh records the measured distances under each leg (docs/MODEL.md "Test
+  // bounds").
   EXPECT_NEAR(ce, read_f64(dir / "out" / "loss.f64").at(0), 1e-5 * ce);
   const std::vector<double> router = read_f64(dir / "out" / "router.f64");
   EXPECT_NEAR(aux, router.at(0), 1e-6);
   EXPECT_NEAR(z, router.at(1), 1e-6 * std::max(1.0, router.at(1)));
   const std::vector<double> ref_logits = read_f64(dir / "out" / "logits.f64");
   ASSERT_EQ(ref_logits.size(), logits.size());
-  EXPECT_LT(rel_l2(logits.data(), ref_logits.data(), static_cast<int64_t>(logits.size())), 1e-5);
+  const double d_logits = rel_l2(logits.data(), ref_logits.data(), static_cast<int64_t>(logits.size()));
+  testing::log_ratio(d_logits / 1e-5, "logits vs torch f64 (of the stated 1e-5)");
+  EXPECT_LT(d_logits, 1e-5);
   const std::vector<double> ref_grads = read_f64(dir / "out" / "grads.f64");
   ASSERT_EQ(static_cast<int64_t>(ref_grads.size()), model.num_params());
   for (const auto& s : model.param_table().specs) {
@@ -130,7 +138,9 @@ void check_against_pytorch(const ModelConfig& cfg, bool recompute, const std::st
         EXPECT_EQ(model.grads()[s.offset + i], 0.0f) << s.name;
       continue;
     }
-    EXPECT_LT(rel_l2(model.grads() + s.offset, ref_grads.data() + s.offset, s.numel), 1e-4) << s.name;
+    const double d = rel_l2(model.grads() + s.offset, ref_grads.data() + s.offset, s.numel);
+    testing::log_ratio(d / 1e-4, "gradient vs torch f64 (of the stated 1e-4)");
+    EXPECT_LT(d, 1e-4) << s.name;
   }
 }
 

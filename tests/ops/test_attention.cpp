@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_bounds.h"
 #include "attention_problem.h"
 #include "core/error.h"
 #include "core/threads.h"
@@ -45,14 +46,16 @@ TEST_P(AttentionShapes, MatchesDoubleReference) {
   std::vector<double> out_ref, lse_ref;
   fast_forward(p, x, out, lse);
   ref_forward(p, to_double(x), out_ref, lse_ref);
-  expect_close(out, out_ref, 5e-5, "out");
-  expect_close(lse, lse_ref, 5e-6, "lse");
+  const Bounds bd = bounds_of(p, x);  // attention_bounds.h: derived, per element
+  expect_within(out, out_ref, bd.out, "out");
+  expect_within(lse, lse_ref, bd.lse, "lse");
 
   std::vector<float> gx = prefill;
   std::vector<double> gx_ref = to_double(prefill);
   fast_backward(p, x, dout, out, lse, gx);
   ref_backward(p, to_double(x), to_double(dout), out_ref, lse_ref, gx_ref);
-  expect_close(gx, gx_ref, 5e-5, "dq, dk, dv");
+  expect_within(gx, gx_ref, backward_bound(p, x, dout, out_ref, lse_ref, bd.out, bd.lse, prefill),
+                "dq, dk, dv");
 }
 
 INSTANTIATE_TEST_SUITE_P(Attention, AttentionShapes,
@@ -92,12 +95,19 @@ void check_against_finite_differences(const Problem& p) {
   fast_forward(p, x, out, lse);
   std::vector<float> gx = prefill;
   fast_backward(p, x, r, out, lse, gx);
-  expect_close(gx, expected, 5e-5, "fast backward vs finite differences");
-
   std::vector<double> out_ref, lse_ref;
   ref_forward(p, to_double(x), out_ref, lse_ref);
   std::vector<double> gx_ref = to_double(prefill);
   ref_backward(p, to_double(x), rd, out_ref, lse_ref, gx_ref);
+  const Bounds bd = bounds_of(p, x);
+  expect_within(gx, gx_ref, backward_bound(p, x, r, out_ref, lse_ref, bd.out, bd.lse, prefill),
+                "fast backward");
+
+  // Double against double, so no host's rounding: central differences'
+  // truncation h²/6·|f‴| (≈ 1e-10 for scores of O(1)) and f's rounding over h
+  // (≈ 1e-16·Σ|r·out|/1e-5 ≤ 1e-10) are far below 1e-7 of the floor (1e-2 of
+  // the largest gradient). The fast backward is then within its bound plus
+  // |ref − fd| of the finite differences (the triangle inequality).
   expect_close(gx_ref, expected, 1e-7, "reference backward vs finite differences");
 }
 
@@ -125,15 +135,17 @@ TEST(Attention, QueriesAfterKeysMatchReference) {
   std::vector<double> out_ref, lse_ref;
   fast_forward(p, x, out, lse);
   ref_forward(p, to_double(x), out_ref, lse_ref);
-  expect_close(out, out_ref, 5e-5, "out");
-  expect_close(lse, lse_ref, 5e-6, "lse");
+  const Bounds bd = bounds_of(p, x);
+  expect_within(out, out_ref, bd.out, "out");
+  expect_within(lse, lse_ref, bd.lse, "lse");
   const std::vector<float> dout = random_vec(p.n_out(), 22);
   const std::vector<float> prefill = random_vec(p.n_in, 23);
   std::vector<float> gx = prefill;
   std::vector<double> gx_ref = to_double(prefill);
   fast_backward(p, x, dout, out, lse, gx);
   ref_backward(p, to_double(x), to_double(dout), out_ref, lse_ref, gx_ref);
-  expect_close(gx, gx_ref, 5e-5, "dq, dk, dv");
+  expect_within(gx, gx_ref, backward_bound(p, x, dout, out_ref, lse_ref, bd.out, bd.lse, prefill),
+                "dq, dk, dv");
 }
 
 TEST(Attention, QueryThatSeesNoKey) {
@@ -144,8 +156,9 @@ TEST(Attention, QueryThatSeesNoKey) {
   fast_forward(p, x, out, lse);
   std::vector<double> out_ref, lse_ref;
   ref_forward(p, to_double(x), out_ref, lse_ref);
-  expect_close(out, out_ref, 5e-5, "out");
-  expect_close(lse, lse_ref, 5e-6, "lse");
+  const Bounds bd = bounds_of(p, x);
+  expect_within(out, out_ref, bd.out, "out");
+  expect_within(lse, lse_ref, bd.lse, "lse");
   for (int64_t b = 0; b < 2; ++b) {
     for (int64_t h = 0; h < 4; ++h) {
       for (int64_t i = 0; i < 3; ++i) {
@@ -213,12 +226,48 @@ TEST(Attention, KeyBlocksMergeAndAccumulateToFullAttention) {
                       p.q_pos.data(), blk.pos.data(), blk.d);
     blocks.push_back(std::move(blk));
   }
+  // The merge's bound from the blocks' own (forward_bound on each block):
+  // with w_k = exp(L_k − L), L off by Σ w_k·δL_k + Σ w_k·(3u + u·|L_k − mx|) +
+  // 2u·|L − mx| + u·|L| (the two exps, their sum, the log, the add; float
+  // std::exp and std::log within 1 ulp), each w_k by δL_k + δL + u·|L_k − L| +
+  // 2u relatively, out = Σ o_k·w_k by Σ w_k·(δo_k + |o_k|·δw_k) + 2u·Σ|o_k w_k|.
+  std::vector<double> bo[2], bl[2];
+  for (int k = 0; k < 2; ++k)
+    forward_bound(x.data() + p.q_off, blocks[k].k.data(), blocks[k].v.data(), p.q_pos.data(),
+                  blocks[k].pos.data(), blocks[k].d, bo[k], bl[k]);
+  std::vector<double> b_out(out_ref.size(), 1e-300), b_lse(lse_ref.size(), 1e-300);
+  const double u = testing::kU32;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        const size_t li = size_t((b * H + h) * T + i);
+        const double L0 = blocks[0].lse[li], L1 = blocks[1].lse[li], L = lse_ref[li];
+        if (L == -INFINITY) continue;
+        const double Lk[2] = {L0, L1}, mx = std::max(L0, L1);
+        double dL = 2 * u * std::abs(L - mx) + u * std::abs(L), wk[2] = {0, 0};
+        for (int k = 0; k < 2; ++k) {
+          if (Lk[k] == -INFINITY) continue;
+          wk[k] = std::exp(Lk[k] - L);
+          dL += wk[k] * (bl[k][li] + 3 * u + u * std::abs(Lk[k] - mx));
+        }
+        b_lse[li] = 1.01 * dL;
+        for (int64_t c = 0; c < D; ++c) {
+          const size_t oi = size_t((b * T + i) * p.d.out_stride + h * D + c);
+          double e = 0;
+          for (int k = 0; k < 2; ++k) {
+            if (Lk[k] == -INFINITY) continue;
+            const double o = blocks[k].out[oi], dw = bl[k][li] + dL + u * std::abs(Lk[k] - L) + 2 * u;
+            e += wk[k] * (bo[k][oi] + std::abs(o) * dw) + 2 * u * std::abs(o * wk[k]);
+          }
+          b_out[oi] = 1.01 * e + 1e-300;
+        }
+      }
 
   for (int first : {0, 1}) {  // the second block is invisible to the first 68 queries: −inf on either side
     std::vector<float> out = blocks[first].out, lse = blocks[first].lse;
     attention_merge(out.data(), lse.data(), blocks[1 - first].out.data(), blocks[1 - first].lse.data(), p.d);
-    expect_close(out, out_ref, 5e-5, "merged out, first block " + std::to_string(first));
-    expect_close(lse, lse_ref, 5e-6, "merged lse, first block " + std::to_string(first));
+    expect_within(out, out_ref, b_out, "merged out, first block " + std::to_string(first));
+    expect_within(lse, lse_ref, b_lse, "merged lse, first block " + std::to_string(first));
   }
 
   std::vector<float> out, lse;
@@ -236,7 +285,9 @@ TEST(Attention, KeyBlocksMergeAndAccumulateToFullAttention) {
       }
     }
   }
-  expect_close(gx, gx_ref, 5e-5, "blockwise dq, dk, dv");
+  const Bounds bd = bounds_of(p, x);  // the blocks' backward is fed the full forward's out and lse
+  expect_within(gx, gx_ref, backward_bound(p, x, dout, out_ref, lse_ref, bd.out, bd.lse, prefill),
+                "blockwise dq, dk, dv");
 }
 
 // The backward picks one task per (batch, kv head) when there are enough, else
@@ -265,7 +316,11 @@ TEST(Attention, SameBitsForAnyThreadCount) {
   ref_forward(p, to_double(x), out_ref, lse_ref);
   std::vector<double> gx_ref(static_cast<size_t>(p.n_in), 0.5);
   ref_backward(p, to_double(x), to_double(dout), out_ref, lse_ref, gx_ref);
-  expect_close(grads[0], gx_ref, 5e-5, "dq, dk, dv");
+  const Bounds bd = bounds_of(p, x);
+  expect_within(
+      grads[0], gx_ref,
+      backward_bound(p, x, dout, out_ref, lse_ref, bd.out, bd.lse, std::vector<float>(gx_ref.size(), 0.5f)),
+      "dq, dk, dv");
 }
 
 TEST(Attention, MergeOfTwoEmptyPartsStaysEmpty) {
@@ -281,9 +336,14 @@ TEST(Attention, MergeOfTwoEmptyPartsStaysEmpty) {
   float out2[2] = {1.0f, 3.0f}, lse2[1] = {1.0f};
   const float part2[2] = {3.0f, 5.0f}, lse_part2[1] = {1.0f};
   attention_merge(out2, lse2, part2, lse_part2, d);
-  EXPECT_NEAR(lse2[0], 1.0 + std::log(2.0), 1e-6);
-  EXPECT_NEAR(out2[0], 2.0f, 1e-6);
-  EXPECT_NEAR(out2[1], 4.0f, 1e-6);
+  // The merge bound of KeyBlocksMerge… with exact parts: L = 1 + log 2 off by
+  // 2·(3u)·½ + 2u·log 2 + u·(1 + log 2); each w = ½ by δL + u·log 2 + 2u; out
+  // by Σ|o_k|·½·δw + 2u·Σ|o_k|·½.
+  const double u = testing::kU32, dL = 3 * u + 2 * u * std::log(2.0) + u * (1 + std::log(2.0));
+  const double dw = dL + u * std::log(2.0) + 2 * u;
+  EXPECT_TRUE(testing::within_bound(lse2[0], 1.0 + std::log(2.0), dL, "hand merge lse"));
+  EXPECT_TRUE(testing::within_bound(out2[0], 2.0, (1 + 3) * 0.5 * (dw + 2 * u), "hand merge out"));
+  EXPECT_TRUE(testing::within_bound(out2[1], 4.0, (3 + 5) * 0.5 * (dw + 2 * u), "hand merge out"));
 }
 
 TEST(Attention, RejectsBadDims) {

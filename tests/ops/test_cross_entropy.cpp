@@ -1,8 +1,10 @@
 // Softmax cross-entropy with an ignore index.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
+#include "bounds.h"
 #include "core/error.h"
 #include "ops/cross_entropy.h"
 #include "ops/reference.h"
@@ -16,7 +18,43 @@ using testing::random_ints;
 using testing::rel_error;
 using testing::to_double;
 
+using testing::gamma_n;
+using testing::kU32;
+using testing::within_bound;
+
 constexpr int32_t kIgnore = -100;
+constexpr double kExpRel = 0x1p-22;  // exp_vec's relative error, 2 ulp (test_vec_math.cpp)
+
+// Bounds of the fp32 kernel, per row with range R = max − min of its logits:
+// each exp(x_v − m) is off by u·R (the rounded argument) + kExpRel, the block
+// sums of up to 256 positive terms by γ_256 (relative, any order), so log s
+// and lse are off by δ = u·R + kExpRel + γ_min(V,256) + u|lse| absolutely, and
+// a loss l − x_t by δ + u|loss|. The gradient dloss·p_v is off by p_v·(δ_lse
+// + u|x_v − lse| + kExpRel + 2u) (argument, exp, product, dloss's rounding);
+// at the target dloss·(p_t − 1) also by 2u·|p_t − 1|.
+struct CeBounds {
+  std::vector<double> loss, lse, grad;
+};
+CeBounds ce_bounds(const std::vector<float>& x, const std::vector<int32_t>& t, const std::vector<double>& lse,
+                   const std::vector<double>& loss, double dloss, int64_t N, int64_t V) {
+  CeBounds b{std::vector<double>(N), std::vector<double>(N), std::vector<double>(N * V)};
+  for (int64_t n = 0; n < N; ++n) {
+    const auto row = x.begin() + n * V;
+    const double R = double(*std::max_element(row, row + V)) - double(*std::min_element(row, row + V));
+    const double d_lse =
+        kU32 * R + kExpRel + gamma_n(double(std::min<int64_t>(V, 256))) + kU32 * std::abs(lse[n]);
+    b.lse[n] = d_lse;
+    b.loss[n] = d_lse + kU32 * std::abs(loss[n]) + 1e-300;
+    for (int64_t v = 0; v < V; ++v) {
+      const double p = std::exp(double(row[v]) - lse[n]);
+      double e =
+          std::abs(dloss) * p * (d_lse + kU32 * std::abs(double(row[v]) - lse[n]) + kExpRel + 2 * kU32);
+      if (v == t[n]) e += std::abs(dloss) * 2 * kU32 * std::abs(p - 1.0);
+      b.grad[n * V + v] = t[n] == kIgnore ? 1e-300 : e * (1 + 1e-6);
+    }
+  }
+  return b;
+}
 
 TEST(CrossEntropy, HandComputedValues) {
   // Equal logits: loss = log V whatever the target.
@@ -24,18 +62,24 @@ TEST(CrossEntropy, HandComputedValues) {
   const int32_t t2 = 2;
   float loss = 0, lse = 0;
   cross_entropy_forward(&loss, &lse, flat.data(), &t2, 1, 4, kIgnore);
-  EXPECT_NEAR(loss, 1.3862943611198906, 1e-6);
-  EXPECT_NEAR(lse, 0.3 + 1.3862943611198906, 1e-6);
+  // The ce_bounds derivation with R = 0 and V = 4; 0.3f is 0.3 within u·0.3.
+  const double d = kExpRel + gamma_n(4) + kU32 * 1.7;
+  EXPECT_TRUE(within_bound(loss, 1.3862943611198906, d + kU32 * (1.39 + 0.3), "hand loss"));
+  EXPECT_TRUE(within_bound(lse, 0.3 + 1.3862943611198906, d + kU32 * 0.3, "hand lse"));
 
   // logits [0, ln 3]: softmax = [1/4, 3/4]; target 0 → loss ln 4, dlogits = dloss · [−3/4, 3/4].
   const std::vector<float> logits = {0.0f, static_cast<float>(std::log(3.0))};
   const int32_t t0 = 0;
   cross_entropy_forward(&loss, &lse, logits.data(), &t0, 1, 2, kIgnore);
-  EXPECT_NEAR(loss, 1.3862943611198906, 1e-6);
-  std::vector<float> d(2);
-  cross_entropy_backward(d.data(), logits.data(), &lse, &t0, 2.0f, 1, 2, kIgnore);
-  EXPECT_NEAR(d[0], -1.5, 1e-6);
-  EXPECT_NEAR(d[1], 1.5, 1e-6);
+  // R = ln 3, V = 2; float(ln 3) is ln 3 within u·ln 3, which moves the loss by at most that.
+  const double d2 = kU32 * 1.1 + kExpRel + gamma_n(2) + kU32 * 1.39 + kU32 * 1.1;
+  EXPECT_TRUE(within_bound(loss, 1.3862943611198906, d2 + kU32 * 1.39, "hand loss 2"));
+  std::vector<float> g(2);
+  cross_entropy_backward(g.data(), logits.data(), &lse, &t0, 2.0f, 1, 2, kIgnore);
+  // 2·p_v·(δ_lse + u·|x_v − lse| + kExpRel + 2u) (dloss = 2 is exact), + 2·2u·|p_t − 1| at the target.
+  EXPECT_TRUE(within_bound(g[0], -1.5, 2 * 0.25 * (d2 + kU32 * 1.39 + kExpRel + 2 * kU32) + 4 * kU32 * 0.75,
+                           "hand dlogits target"));
+  EXPECT_TRUE(within_bound(g[1], 1.5, 2 * 0.75 * (d2 + kU32 * 0.3 + kExpRel + 2 * kU32), "hand dlogits"));
 }
 
 struct Shape {
@@ -62,8 +106,9 @@ TEST_P(CrossEntropyTest, ForwardMatchesReference) {
   cross_entropy_forward(losses.data(), lse.data(), logits.data(), t.data(), N, V, kIgnore);
   std::vector<double> el(N), expect_lse(N);
   ref::cross_entropy_forward(el.data(), expect_lse.data(), to_double(logits).data(), t.data(), N, V, kIgnore);
-  EXPECT_LE(rel_error(losses, el), 1e-6);
-  EXPECT_LE(rel_error(lse, expect_lse), 1e-6);
+  const auto b = ce_bounds(logits, t, expect_lse, el, 1.0, N, V);
+  EXPECT_TRUE(within_bound(losses, el, b.loss, "loss"));
+  EXPECT_TRUE(within_bound(lse, expect_lse, b.lse, "lse"));
   for (int64_t n = 0; n < N; ++n) {
     if (t[n] == kIgnore) {
       EXPECT_EQ(losses[n], 0.0f);
@@ -89,14 +134,22 @@ TEST_P(CrossEntropyTest, BackwardMatchesFiniteDifferencesAndReference) {
   ref::cross_entropy_forward(rl.data(), rlse.data(), to_double(logits).data(), t.data(), N, V, kIgnore);
   ref::cross_entropy_backward(ref_grad.data(), to_double(logits).data(), rlse.data(), t.data(), dloss, N, V,
                               kIgnore);
+  // Both double, so no host's rounding: central differences' truncation
+  // h²/6·|f‴| with |∂³ lse| ≤ 1 per row is 1.7e-11·dloss, the rounding of f
+  // ≈ 1e-16·Σ|loss|/h ≤ 1e-9; 1e-7 relative to 1e-2 of the largest gradient
+  // (rel_error's floor) is ≥ 1e-9 absolute, and a wrong formula is O(1).
   EXPECT_LE(rel_error(ref_grad, fd), 1e-7);
 
   std::vector<float> losses(N), lse(N), d(N * V, 5e20f);  // assigned
   cross_entropy_forward(losses.data(), lse.data(), logits.data(), t.data(), N, V, kIgnore);
   cross_entropy_backward(d.data(), logits.data(), lse.data(), t.data(), static_cast<float>(dloss), N, V,
                          kIgnore);
-  EXPECT_LE(rel_error(d, fd), 1e-5);
-  EXPECT_LE(rel_error(d, ref_grad), 1e-5);
+  {
+    const auto b = ce_bounds(logits, t, rlse, rl, dloss, N, V);
+    EXPECT_TRUE(within_bound(d, ref_grad, b.grad, "dlogits"));
+    // Against the finite differences d is then within b.grad + |ref − fd|
+    // (the triangle inequality): a third check would add nothing.
+  }
   for (int64_t n = 0; n < N; ++n) {
     if (t[n] != kIgnore) continue;
     for (int64_t v = 0; v < V; ++v)
@@ -124,8 +177,9 @@ TEST(CrossEntropy, LargeVocabularyMatchesReference) {
   ref::cross_entropy_forward(el.data(), expect_lse.data(), to_double(logits).data(), t.data(), N, V, kIgnore);
   ref::cross_entropy_backward(ed.data(), to_double(logits).data(), expect_lse.data(), t.data(), 1.0, N, V,
                               kIgnore);
-  EXPECT_LE(rel_error(losses, el), 1e-6);
-  EXPECT_LE(rel_error(d, ed), 1e-5);
+  const auto b = ce_bounds(logits, t, expect_lse, el, 1.0, N, V);
+  EXPECT_TRUE(within_bound(losses, el, b.loss, "loss, V 5000"));
+  EXPECT_TRUE(within_bound(d, ed, b.grad, "dlogits, V 5000"));
 }
 
 TEST(CrossEntropy, AllIgnoredGivesZeroLossAndZeroGradient) {

@@ -2,6 +2,7 @@
 // finite differences.
 #include <gtest/gtest.h>
 
+#include "bounds.h"
 #include "ops/gemm.h"
 #include "ops/reference.h"
 #include "test_helpers.h"
@@ -9,10 +10,25 @@
 namespace mt {
 namespace {
 
+using testing::abs_of;
+using testing::gamma_n;
 using testing::project;
 using testing::random_floats;
-using testing::rel_error;
 using testing::to_double;
+using testing::within_bound;
+
+// Bounds: each output element is an fp32 dot product of K terms, so it is
+// within γ_K · Σ_k |a_k b_k| of the exact value (tests/bounds.h) whatever the
+// BLAS kernel's order; Σ|a_k b_k| is the reference run on |inputs|. With
+// Out::add the prior value is one more term: γ_{K+1} · (Σ|a_k b_k| + |prior|).
+std::vector<double> dot_bound(const std::vector<double>& mag, int64_t K,
+                              const std::vector<float>* prior = nullptr) {
+  std::vector<double> b(mag.size());
+  for (size_t i = 0; i < mag.size(); ++i)
+    b[i] = prior ? gamma_n(double(K + 1)) * (mag[i] + std::abs(double((*prior)[i])))
+                 : gamma_n(double(K)) * mag[i];
+  return b;
+}
 
 struct LinearShape {
   int64_t N, IC, OC;
@@ -27,16 +43,19 @@ TEST_P(LinearTest, ForwardMatchesReferenceAssignAndAdd) {
   std::vector<double> expect(N * OC);
   ref::linear_forward(expect.data(), to_double(inp).data(), to_double(w).data(), N, IC, OC);
 
+  std::vector<double> mag(N * OC);
+  ref::linear_forward(mag.data(), abs_of(to_double(inp)).data(), abs_of(to_double(w)).data(), N, IC, OC);
+
   std::vector<float> out(N * OC, 1e30f);  // garbage: assign must overwrite
   linear_forward(out.data(), inp.data(), w.data(), N, IC, OC);
-  EXPECT_LE(rel_error(out, expect), 1e-5);
+  EXPECT_TRUE(within_bound(out, expect, dot_bound(mag, IC), "assign: gamma_IC dot"));
 
   const auto prior = random_floats(N * OC, 3);
   std::vector<float> acc = prior;
   linear_forward(acc.data(), inp.data(), w.data(), N, IC, OC, Out::add);
   for (size_t i = 0; i < expect.size(); ++i)
     expect[i] += prior[i];
-  EXPECT_LE(rel_error(acc, expect), 1e-5);
+  EXPECT_TRUE(within_bound(acc, expect, dot_bound(mag, IC, &prior), "add: gamma_IC+1 dot"));
 }
 
 TEST_P(LinearTest, BackwardMatchesFiniteDifferencesAndReference) {
@@ -59,22 +78,34 @@ TEST_P(LinearTest, BackwardMatchesFiniteDifferencesAndReference) {
   const auto fd_inp = testing::numeric_grad(loss_of_inp, inp_d);
   const auto fd_w = testing::numeric_grad(loss_of_w, w_d);
 
-  // The reference backward is itself checked against finite differences.
+  // The reference backward is itself checked against finite differences: f is
+  // linear in each argument, so they have no truncation error, only f's own
+  // double rounding, at most γ_{IC + N·OC} · Σ|r|·|x|·|w| (IC-term products,
+  // then an N·OC-term projection), over h.
   std::vector<double> ref_dinp(N * IC), ref_dw(OC * IC, 0.0);
   ref::linear_backward(ref_dinp.data(), ref_dw.data(), r_d.data(), inp_d.data(), w_d.data(), N, IC, OC);
-  EXPECT_LE(rel_error(ref_dinp, fd_inp), 1e-7);
-  EXPECT_LE(rel_error(ref_dw, fd_w), 1e-7);
+  std::vector<double> mag_y(N * OC);
+  ref::linear_forward(mag_y.data(), abs_of(inp_d).data(), abs_of(w_d).data(), N, IC, OC);
+  const double df = gamma_n(double(IC + N * OC), testing::kU64) * project(abs_of(r_d), mag_y);
+  EXPECT_TRUE(within_bound(ref_dinp, fd_inp, testing::fd_bound(inp_d, ref_dinp, df), "ref dinp vs fd"));
+  EXPECT_TRUE(within_bound(ref_dw, fd_w, testing::fd_bound(w_d, ref_dw, df), "ref dw vs fd"));
+  // Magnitudes: dinp sums OC terms, dw sums N terms (plus the prior).
+  std::vector<double> mag_dinp(N * IC), mag_dw(OC * IC, 0.0);
+  ref::linear_backward(mag_dinp.data(), mag_dw.data(), abs_of(r_d).data(), abs_of(inp_d).data(),
+                       abs_of(w_d).data(), N, IC, OC);
 
   std::vector<float> dinp(N * IC, -7e20f);  // assigned: garbage must vanish
   const auto dw_prior = random_floats(OC * IC, 7);
   std::vector<float> dw = dw_prior;  // accumulated onto
   linear_backward(dinp.data(), dw.data(), r.data(), inp.data(), w.data(), N, IC, OC);
-  EXPECT_LE(rel_error(dinp, fd_inp), 1e-5);
-  EXPECT_LE(rel_error(dinp, ref_dinp), 1e-5);
+  EXPECT_TRUE(within_bound(dinp, ref_dinp, dot_bound(mag_dinp, OC), "dinp: gamma_OC dot"));
+  // dw − prior is exact in double, so its error is the accumulation's.
   std::vector<double> dw_delta(dw.size());
   for (size_t i = 0; i < dw.size(); ++i)
     dw_delta[i] = static_cast<double>(dw[i]) - dw_prior[i];
-  EXPECT_LE(rel_error(dw_delta, fd_w), 1e-5);
+  // Against the finite differences dinp and dw are then within their bounds
+  // plus |ref − fd| (the triangle inequality): a third check would add nothing.
+  EXPECT_TRUE(within_bound(dw_delta, ref_dw, dot_bound(mag_dw, N, &dw_prior), "dw: gamma_N+1 dot"));
 
   // Null outputs are skipped.
   std::vector<float> dinp2(N * IC, 0.0f);
@@ -104,13 +135,16 @@ TEST(Sgemm, AllTransposesWithPaddedStrides) {
       sgemm(ta, tb, M, N, K, A.data(), lda, B.data(), ldb, C.data(), ldc, Out::add);
       for (int64_t i = 0; i < M; ++i) {
         for (int64_t j = 0; j < N; ++j) {
-          double sum = 5.0;
+          double sum = 5.0, mag = 5.0;
           for (int64_t k = 0; k < K; ++k) {
             const double a = ta == Trans::no ? A[i * lda + k] : A[k * lda + i];
             const double b = tb == Trans::no ? B[k * ldb + j] : B[j * ldb + k];
             sum += a * b;
+            mag += std::abs(a * b);
           }
-          EXPECT_NEAR(C[i * ldc + j], sum, 1e-5 * (1 + std::abs(sum))) << i << "," << j;
+          // C + Σ_k a_k b_k: K + 1 terms, γ_{K+1} · Σ|terms| in any order.
+          EXPECT_TRUE(within_bound(C[i * ldc + j], sum, gamma_n(double(K + 1)) * mag, "sgemm: gamma_K+1 dot"))
+              << i << "," << j;
         }
         for (int64_t j = N; j < ldc; ++j)
           EXPECT_EQ(C[i * ldc + j], 5.0f) << "padding was written";

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "bounds.h"
 #include "core/error.h"
 #include "ops/reference.h"
 #include "ops/rope.h"
@@ -13,10 +14,44 @@ namespace {
 
 using testing::project;
 using testing::random_floats;
-using testing::rel_error;
 using testing::to_double;
 
+using testing::gamma_n;
+using testing::kU32;
+using testing::kU64;
+using testing::within_bound;
+
 constexpr double kTheta = 10000.0;
+
+// Bounds (no sums, so no order to depend on): a table entry is the double
+// cos or sin rounded once, u·|value|, plus the angle p·freq's own double error
+// (the frequency by pow or by rope_inv_freq, then the product: 16·u64·|angle|
+// covers both). A rotated pair (a·c − b·s, b·c + a·s) adds two products and
+// a sum: γ_3 · (|a·c| + |b·s|) + (|a| + |b|) · 16·u64·|angle| per element.
+double angle_error(double angle) {
+  return 16 * kU64 * std::abs(angle);
+}
+
+// The bound of each element of x (N rows of `stride`, H heads of D) rotated
+// by the angles of pos; padding gets none (it must be unchanged).
+std::vector<double> rotation_bound(const std::vector<float>& x, const std::vector<int32_t>& pos, int64_t D,
+                                   int64_t H, int64_t stride) {
+  std::vector<double> b(x.size(), 1e-300);
+  const int64_t half = D / 2;
+  for (size_t n = 0; n < pos.size(); ++n) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = pos[n] * std::pow(kTheta, -2.0 * double(i) / double(D));
+        const size_t lo = n * size_t(stride) + size_t(h * D + i), hi = lo + size_t(half);
+        const double a = x[lo], bb = x[hi], c = std::abs(std::cos(angle)), s_ = std::abs(std::sin(angle));
+        const double extra = (std::abs(a) + std::abs(bb)) * angle_error(angle);
+        b[lo] = gamma_n(3) * (std::abs(a) * c + std::abs(bb) * s_) + extra;
+        b[hi] = gamma_n(3) * (std::abs(bb) * c + std::abs(a) * s_) + extra;
+      }
+    }
+  }
+  return b;
+}
 
 TEST(Rope, TableHoldsCosAndSinOfPositionTimesFrequency) {
   const RopeTable table(1001, 6, kTheta);
@@ -26,8 +61,9 @@ TEST(Rope, TableHoldsCosAndSinOfPositionTimesFrequency) {
   const double freq[3] = {1.0, std::pow(10000.0, -1.0 / 3.0), std::pow(10000.0, -2.0 / 3.0)};
   for (int64_t p : {0, 1, 7, 1000}) {
     for (int i = 0; i < 3; ++i) {
-      EXPECT_NEAR(table.cos_row(p)[i], std::cos(static_cast<double>(p) * freq[i]), 1e-7) << p << " " << i;
-      EXPECT_NEAR(table.sin_row(p)[i], std::sin(static_cast<double>(p) * freq[i]), 1e-7) << p << " " << i;
+      const double a = static_cast<double>(p) * freq[i], c = std::cos(a), sn = std::sin(a);
+      EXPECT_TRUE(within_bound(table.cos_row(p)[i], c, kU32 * std::abs(c) + angle_error(a), "cos: u")) << p;
+      EXPECT_TRUE(within_bound(table.sin_row(p)[i], sn, kU32 * std::abs(sn) + angle_error(a), "sin: u")) << p;
     }
   }
 }
@@ -39,10 +75,11 @@ TEST(Rope, HandComputedRotateHalf) {
   const int32_t pos = 2;
   rope_forward(x.data(), &pos, table, 1, 1, 4);
   const double a0 = 2.0, a1 = 0.02;
-  EXPECT_NEAR(x[0], 1 * std::cos(a0) - 3 * std::sin(a0), 1e-6);
-  EXPECT_NEAR(x[2], 3 * std::cos(a0) + 1 * std::sin(a0), 1e-6);
-  EXPECT_NEAR(x[1], 2 * std::cos(a1) - 4 * std::sin(a1), 1e-6);
-  EXPECT_NEAR(x[3], 4 * std::cos(a1) + 2 * std::sin(a1), 1e-6);
+  const auto b = rotation_bound({1, 2, 3, 4}, {pos}, 4, 1, 4);
+  EXPECT_TRUE(within_bound(x[0], 1 * std::cos(a0) - 3 * std::sin(a0), b[0], "hand rotation"));
+  EXPECT_TRUE(within_bound(x[2], 3 * std::cos(a0) + 1 * std::sin(a0), b[2], "hand rotation"));
+  EXPECT_TRUE(within_bound(x[1], 2 * std::cos(a1) - 4 * std::sin(a1), b[1], "hand rotation"));
+  EXPECT_TRUE(within_bound(x[3], 4 * std::cos(a1) + 2 * std::sin(a1), b[3], "hand rotation"));
 }
 
 TEST(Rope, PositionZeroIsTheIdentity) {
@@ -75,7 +112,7 @@ TEST_P(RopeTest, ForwardMatchesReferenceAndLeavesPaddingAlone) {
   rope_forward(x.data(), pos_.data(), table, N(), H, stride());
   auto expect = to_double(x0);
   ref::rope_forward(expect.data(), pos_.data(), N(), H, D, stride(), kTheta);
-  EXPECT_LE(rel_error(x, expect), 1e-6);
+  EXPECT_TRUE(within_bound(x, expect, rotation_bound(x0, pos_, D, H, stride()), "rotation"));
   for (int64_t n = 0; n < N(); ++n) {
     for (int64_t c = H * D; c < stride(); ++c)
       EXPECT_EQ(x[n * stride() + c], x0[n * stride() + c]);
@@ -95,12 +132,20 @@ TEST_P(RopeTest, BackwardMatchesFiniteDifferencesAndReference) {
   const auto fd = testing::numeric_grad(loss, to_double(x));
   auto ref_grad = r_d;
   ref::rope_backward(ref_grad.data(), pos_.data(), N(), H, D, stride(), kTheta);
-  EXPECT_LE(rel_error(ref_grad, fd), 1e-7);
+  // f is linear in x: central differences have no truncation error, only
+  // f's double rounding (γ^double_{2 + N·stride} · Σ|r|·(|a| + |b|)) over h.
+  double mag = 0.0;
+  for (size_t i = 0; i < x.size(); ++i)
+    mag += std::abs(r_d[i]) * 2 * 2;  // |a| + |b| ≤ 4 for inputs in [−2, 2]
+  const double df = gamma_n(double(2 + N() * stride()), kU64) * mag;
+  EXPECT_TRUE(within_bound(ref_grad, fd, testing::fd_bound(to_double(x), ref_grad, df), "ref vs fd"));
 
   auto dx = r;
   rope_backward(dx.data(), pos_.data(), table, N(), H, stride());
-  EXPECT_LE(rel_error(dx, fd), 1e-5);
-  EXPECT_LE(rel_error(dx, ref_grad), 1e-5);
+  auto b = rotation_bound(r, pos_, D, H, stride());
+  EXPECT_TRUE(within_bound(dx, ref_grad, b, "backward rotation"));
+  // Against the finite differences dx is then within b + |ref − fd| (the
+  // triangle inequality): a third check would add nothing.
 }
 
 TEST_P(RopeTest, BackwardUndoesForward) {
@@ -110,7 +155,18 @@ TEST_P(RopeTest, BackwardUndoesForward) {
   auto x = x0;
   rope_forward(x.data(), pos_.data(), table, N(), H, stride());
   rope_backward(x.data(), pos_.data(), table, N(), H, stride());
-  EXPECT_LE(rel_error(x, x0), 1e-6);
+  // Each rotation is off by at most γ_3·(|a| + |b|) per element (table
+  // entries within u), the exact rotations are orthogonal and |a'| + |b'| ≤
+  // √2·(|a| + |b|): |x'' − x| ≤ (2 + √2)·γ_3·(|a| + |b|)·(1 + γ_3) per element.
+  std::vector<double> b(x0.size(), 1e-300);
+  for (int64_t n = 0; n < N(); ++n)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < D / 2; ++i) {
+        const size_t lo = size_t(n * stride() + h * D + i), hi = lo + size_t(D / 2);
+        b[lo] = b[hi] =
+            (2 + std::sqrt(2.0)) * gamma_n(3) * (std::abs(x0[lo]) + std::abs(x0[hi])) * (1 + gamma_n(3));
+      }
+  EXPECT_TRUE(within_bound(x, to_double(x0), b, "round trip"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, RopeTest, ::testing::Values(Case{2, 1}, Case{2, 3}, Case{6, 3}, Case{64, 2}));

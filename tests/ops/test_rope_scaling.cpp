@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bounds.h"
 #include "core/error.h"
 #include "ops/rope.h"
 #include "ops/rope_scaling.h"
@@ -62,6 +63,11 @@ std::vector<double> ref_llama3(int D, double theta, double factor, double lo_f, 
   return f;
 }
 
+// Double against double, the same formulas written twice (no sums, so no
+// order a host could change): each evaluation is a few correctly rounded
+// operations and a pow, whose error is ≈ |ln θ| · u64 (θ ≤ 5e5: 13 u64); a
+// few ulps each, 1e-13 ≈ 450 u64 covers both with a margin, and a wrong ramp
+// or factor is off by 1e-2 or more.
 void expect_near_rel(const std::vector<double>& got, const std::vector<double>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i)
@@ -104,8 +110,9 @@ TEST(RopeScaling, YarnRampsAndScalesCosAndSin) {
   const std::vector<double> plain = ref_default(128, 500000.0);
   EXPECT_EQ(got.front(), plain.front());
   EXPECT_NEAR(got.back(), plain.back() / kFactor, 1e-13 * plain.back());
-  EXPECT_NEAR(rope_attention_factor(s), 0.1 * std::log(7.8125) + 1.0, 1e-15);
-  EXPECT_NEAR(rope_attention_factor(s), 1.2055725, 1e-7);
+  EXPECT_NEAR(rope_attention_factor(s), 0.1 * std::log(7.8125) + 1.0,
+              1e-15);                                      // the same double formula: ≤ 4 u64
+  EXPECT_NEAR(rope_attention_factor(s), 1.2055725, 1e-7);  // the literal's 8 digits: within 5e-8
   // Given fields win over the defaults.
   const RopeScaling t = parse_rope_scaling("yarn,factor=4,beta_fast=16,beta_slow=2,attention_factor=1.5");
   expect_near_rel(rope_inv_freq(t, 64, 10000.0, 4096, 4096), ref_yarn(64, 10000.0, 4, 4096.0, 16, 2));
@@ -115,8 +122,16 @@ TEST(RopeScaling, YarnRampsAndScalesCosAndSin) {
   for (int64_t p : {int64_t{0}, int64_t{1}, int64_t{299}}) {
     for (int64_t i : {int64_t{0}, int64_t{20}, int64_t{63}}) {
       const double a = static_cast<double>(p) * got[static_cast<size_t>(i)];
-      EXPECT_NEAR(table.cos_row(p)[i], std::cos(a) * 1.2055725, 2e-7);
-      EXPECT_NEAR(table.sin_row(p)[i], std::sin(a) * 1.2055725, 2e-7);
+      // One rounding of the double value (u·|value|), the literal factor's 8
+      // digits (5e-8·|cos|), the angle's double error (16 u64·|a|).
+      const double c = std::cos(a) * 1.2055725, sn = std::sin(a) * 1.2055725;
+      const double e = 16 * testing::kU64 * std::abs(a);
+      EXPECT_TRUE(testing::within_bound(table.cos_row(p)[i], c,
+                                        testing::kU32 * std::abs(c) + 5e-8 * std::abs(std::cos(a)) + e,
+                                        "yarn cos"));
+      EXPECT_TRUE(testing::within_bound(table.sin_row(p)[i], sn,
+                                        testing::kU32 * std::abs(sn) + 5e-8 * std::abs(std::sin(a)) + e,
+                                        "yarn sin"));
     }
   }
 }

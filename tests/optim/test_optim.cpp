@@ -7,6 +7,7 @@
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "optim_bounds.h"
 
 namespace mt {
 namespace {
@@ -19,9 +20,19 @@ TEST(AdamW, Seed004FirstStepMovesBothCoordinatesEqually) {
   Optimizer adam(2, o, {{0, 2, true}});
   std::vector<float> p = {1.0f, 1.0f}, g = {100.0f, 1.0f};
   adam.step(p.data(), g.data(), /*lr=*/0.1);
-  EXPECT_NEAR(1.0f - p[0], 0.1f, 1e-6);
-  EXPECT_NEAR(1.0f - p[1], 0.1f, 1e-6);
-  EXPECT_NEAR(p[0], p[1], 1e-6);
+  // Exactly: θ = 1 − 0.1 · |g| / (|g| + 1e-8); within optim_bounds.h's bound
+  // of the fp32 direction plus the update's roundings (lr·(δdir + 2u·|dir|)
+  // + u·|θ|), so also within the sum of the two of each other.
+  testing::AdamDirectionBound dir(2, 0.9, 0.99, 1e-8);
+  double bound[2], want[2];
+  for (size_t i = 0; i < 2; ++i) {
+    const auto [d, dd] = dir.step(i, g[i], 1);
+    want[i] = 1.0 - 0.1 * d;
+    bound[i] = 1.01 * (0.1 * (dd + 2 * testing::kU32 * std::abs(d)) + testing::kU32 * std::abs(want[i]));
+  }
+  EXPECT_TRUE(testing::within_bound(p[0], want[0], bound[0], "seed 004 x"));
+  EXPECT_TRUE(testing::within_bound(p[1], want[1], bound[1], "seed 004 y"));
+  EXPECT_TRUE(testing::within_bound(p[0], p[1], bound[0] + bound[1] + std::abs(want[0] - want[1]), "x vs y"));
   // SGD at the same rate overshoots x: the seed's [-9, 0.9].
   o.kind = OptimizerKind::sgd;
   Optimizer sgd(2, o, {{0, 2, true}});
@@ -42,6 +53,8 @@ TEST(AdamW, MatchesDoubleReferenceOverStepsWithDecayRanges) {
   OptimizerOptions o;
   o.adam = {0.9, 0.95, 1e-8, 0.1};
   Optimizer opt(n, o, {{0, 4, false}, {4, 6, true}});
+  testing::AdamDirectionBound bound(n, 0.9, 0.95, 1e-8);
+  std::vector<double> dp(n, 0.0);
   for (int t = 1; t <= 5; ++t) {
     for (int64_t i = 0; i < n; ++i)
       g[i] = std::sin(static_cast<float>(i * t)) * (i % 3 == 0 ? 10.0f : 0.01f);
@@ -52,11 +65,19 @@ TEST(AdamW, MatchesDoubleReferenceOverStepsWithDecayRanges) {
       rm[i] = 0.9 * rm[i] + 0.1 * g[i];
       rv[i] = 0.95 * rv[i] + 0.05 * static_cast<double>(g[i]) * g[i];
       const double mh = rm[i] / (1 - std::pow(0.9, t)), vh = rv[i] / (1 - std::pow(0.95, t));
+      // θ − decay·θ − lr·dir in fp32: decay = fl(lr·λ) and its product (2u),
+      // the difference (u), lr's rounding and its product (2u on lr·|dir|),
+      // the last difference (u·|θ_new|); an earlier error carries (1 − lr·λ).
+      const auto [dir, d_dir] = bound.step(size_t(i), g[i], t);
+      const double u = testing::kU32, decay = lr * wd, p_old = rp[i];
       rp[i] = rp[i] - lr * wd * rp[i] - lr * mh / (std::sqrt(vh) + 1e-8);
+      dp[i] = dp[i] * (1 + decay) + 2 * u * std::abs(decay * p_old) + u * std::abs(p_old - decay * p_old) +
+              lr * (d_dir + 2 * u * std::abs(dir)) + u * std::abs(rp[i]);
     }
   }
   for (int64_t i = 0; i < n; ++i)
-    EXPECT_NEAR(p[i], rp[i], 1e-6) << "element " << i;
+    EXPECT_TRUE(testing::within_bound(p[i], rp[i], 1.01 * dp[i] + 1e-300, "adamw 5 steps"))
+        << "element " << i;
   EXPECT_EQ(opt.steps_taken(), 5);
 }
 
@@ -64,7 +85,9 @@ TEST(LrSchedule, WarmupThenCosineToMin) {
   LrSchedule s{1.0, 0.1, 4, 14};
   EXPECT_DOUBLE_EQ(s.at(0), 0.25);
   EXPECT_DOUBLE_EQ(s.at(3), 1.0);
-  EXPECT_DOUBLE_EQ(s.at(4), 1.0);     // start of decay
+  EXPECT_DOUBLE_EQ(s.at(4), 1.0);  // start of decay
+  // Double against double (a cos and a few roundings of O(1) values, within
+  // 1e-15): 1e-12 is a plain margin; a wrong phase is off by 1e-2.
   EXPECT_NEAR(s.at(13), 0.1, 1e-12);  // last step reaches min_lr
   const double mid = 0.1 + 0.45 * (1 + std::cos(std::numbers::pi * 4.0 / 9.0));
   EXPECT_NEAR(s.at(8), mid, 1e-12);
@@ -79,13 +102,18 @@ TEST(Clip, SumSquaresAndScale) {
     g[i] = static_cast<float>((i % 7) - 3) * 0.5f;
     ref += static_cast<double>(g[i]) * g[i];
   }
-  EXPECT_NEAR(sum_squares(g.data(), 10001), ref, 1e-9 * ref);
+  // Every g² is a multiple of 1/4 and every partial sum below 2⁵³/4: exact in
+  // double in any order.
+  EXPECT_EQ(sum_squares(g.data(), 10001), ref);
   const double norm = std::sqrt(ref);
   EXPECT_DOUBLE_EQ(clip_by_norm(g.data(), 10001, norm, 0.0), 1.0);
   EXPECT_DOUBLE_EQ(clip_by_norm(g.data(), 10001, norm, norm * 2), 1.0);
   const double f = clip_by_norm(g.data(), 10001, norm, 1.0);
-  EXPECT_NEAR(f, 1.0 / norm, 1e-9);
-  EXPECT_NEAR(std::sqrt(sum_squares(g.data(), 10001)), 1.0, 1e-5);
+  EXPECT_EQ(f, 1.0 / (norm + 1e-6));  // max_norm / (norm + 1e-6), the same double expression
+  // Each g·fl(f) is off by 2u relatively (f's rounding, the product), so the
+  // norm is off by 2u at most, and f itself is 1/norm within 1e-6/norm.
+  EXPECT_TRUE(testing::within_bound(std::sqrt(sum_squares(g.data(), 10001)), 1.0,
+                                    2 * testing::kU32 + 1e-6 / norm + 1e-15, "clipped norm"));
 }
 
 }  // namespace

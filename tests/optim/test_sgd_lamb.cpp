@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
+#include "optim_bounds.h"
 #include "parallel/local_store.h"
 
 namespace mt {
@@ -34,7 +35,7 @@ TEST(Sgd, MatchesTorchAlgorithmWithMomentumNesterovAndDecayRanges) {
     ASSERT_EQ(opt.state_count(), 1);
     EXPECT_STREQ(opt.state_suffix(0), ".momentum_buffer");
     std::vector<float> p(n), g(n);
-    std::vector<double> rp(n), buf(n, 0.0);
+    std::vector<double> rp(n), buf(n, 0.0), dp(n, 0.0), dbuf(n, 0.0);
     for (int64_t i = 0; i < n; ++i)
       rp[i] = p[i] = 0.3f - 0.07f * static_cast<float>(i);
     for (int t = 1; t <= 6; ++t) {
@@ -43,38 +44,79 @@ TEST(Sgd, MatchesTorchAlgorithmWithMomentumNesterovAndDecayRanges) {
       const double lr = 0.02 * t;
       opt.step(p.data(), g.data(), lr);
       for (int64_t i = 0; i < n; ++i) {  // torch.optim.SGD, dampening 0
-        double d = g[i] + (i < 3 ? 0.0 : 0.05) * rp[i];
+        // The fp32 errors, step by step (optim_bounds.h): d = g + λ·θ (λ's
+        // rounding, the product, the sum), b = μ·b + d (μ's rounding, the
+        // product, the sum; exactly d at step 1), Nesterov's d + μ·b likewise,
+        // θ −= lr·d (lr's rounding, the product, the difference).
+        const double u = testing::kU32, wd = i < 3 ? 0.0 : 0.05, mu = 0.9, e_wd = testing::f32_rel(wd);
+        double d = g[i] + wd * rp[i];
+        double dd = wd * dp[i] + (e_wd + u) * std::abs(wd * rp[i]) + u * std::abs(d);
+        const double b_old = buf[i];
         buf[i] = t == 1 ? d : 0.9 * buf[i] + d;
-        d = nesterov ? d + 0.9 * buf[i] : buf[i];
+        dbuf[i] = t == 1 ? dd
+                         : mu * dbuf[i] + (testing::f32_rel(mu) + u) * mu * std::abs(b_old) + dd +
+                               u * std::abs(buf[i]);
+        if (nesterov) {
+          dd = dd + mu * dbuf[i] + (testing::f32_rel(mu) + u) * mu * std::abs(buf[i]) +
+               u * std::abs(d + 0.9 * buf[i]);
+          d = d + 0.9 * buf[i];
+        } else {
+          d = buf[i];
+          dd = dbuf[i];
+        }
         rp[i] -= lr * d;
+        dp[i] += lr * (dd + (testing::f32_rel(lr) + u) * std::abs(d)) + u * std::abs(rp[i]);
       }
     }
     for (int64_t i = 0; i < n; ++i)
-      EXPECT_NEAR(p[i], rp[i], 2e-6) << "element " << i << (nesterov ? " (nesterov)" : "");
+      EXPECT_TRUE(testing::within_bound(p[i], rp[i], 1.01 * dp[i] + 1e-300, "sgd 6 steps"))
+          << "element " << i << (nesterov ? " (nesterov)" : "");
   }
 }
 
 // LAMB in double for whole tensors [begin, end): the same order of operations.
+// dp bounds the fp32 optimizer's error per element (optim_bounds.h): the
+// direction r = dir + λ·θ off by δdir + λ·δθ + (λ's rounding + u)·|λθ| +
+// u·|r|; the trust ratio √(Σθ²/Σr²) by Σ|θ|δθ/Σθ² + Σ|r|δr/Σr² relatively
+// (first order) plus its double sums' rounding in any order over the shards
+// (4·γ^double_n); θ −= fl(lr·trust)·r by lr·trust·(|r|·(δtrust + 2u) + δr)
+// and u·|θ_new|.
 struct LambRef {
-  std::vector<double> p, m, v;
+  std::vector<double> p, m, v, dp = {};
+  testing::AdamDirectionBound dir{0, 0.9, 0.99, 1e-6};
   void step(const std::vector<float>& g, const std::vector<std::pair<int64_t, int64_t>>& tensors,
             const std::vector<bool>& decay, double lr, int t) {
-    std::vector<double> r(p.size());
+    const double u = testing::kU32;
+    if (dp.empty()) {
+      dp.assign(p.size(), 0.0);
+      dir = testing::AdamDirectionBound(static_cast<int64_t>(p.size()), 0.9, 0.99, 1e-6);
+    }
+    std::vector<double> r(p.size()), dr(p.size());
     for (size_t i = 0; i < p.size(); ++i) {
       m[i] = 0.9 * m[i] + 0.1 * g[i];
       v[i] = 0.99 * v[i] + 0.01 * static_cast<double>(g[i]) * g[i];
       const double mh = m[i] / (1 - std::pow(0.9, t)), vh = v[i] / (1 - std::pow(0.99, t));
-      r[i] = mh / (std::sqrt(vh) + 1e-6) + (decay[i] ? 0.01 : 0.0) * p[i];
+      const double wd = decay[i] ? 0.01 : 0.0;
+      r[i] = mh / (std::sqrt(vh) + 1e-6) + wd * p[i];
+      const auto [d, d_dir] = dir.step(i, g[i], t);
+      dr[i] = d_dir + wd * dp[i] + (testing::f32_rel(wd) + u) * std::abs(wd * p[i]) + u * std::abs(r[i]);
     }
     for (const auto& [b, e] : tensors) {
-      double ps = 0, rs = 0;
+      double ps = 0, rs = 0, pe = 0, re = 0;
       for (int64_t i = b; i < e; ++i) {
         ps += p[i] * p[i];
         rs += r[i] * r[i];
+        pe += std::abs(p[i]) * dp[i];
+        re += std::abs(r[i]) * dr[i];
       }
-      const double trust = ps > 0 && rs > 0 ? std::sqrt(ps / rs) : 1.0;
-      for (int64_t i = b; i < e; ++i)
+      const bool ratio = ps > 0 && rs > 0;
+      const double trust = ratio ? std::sqrt(ps / rs) : 1.0;
+      const double d_trust =
+          ratio ? pe / ps + re / rs + 4 * testing::gamma_n(double(e - b), testing::kU64) : 0.0;
+      for (int64_t i = b; i < e; ++i) {
         p[i] -= lr * trust * r[i];
+        dp[i] += lr * trust * (std::abs(r[i]) * (d_trust + 2 * u) + dr[i]) + u * std::abs(p[i]);
+      }
     }
   }
 };
@@ -107,7 +149,8 @@ TEST(Lamb, MatchesDoubleReferencePerTensorWithAZeroTensor) {
     opt.step(p.data(), g.data(), 0.01);
   }
   for (int64_t i = 0; i < n; ++i)
-    EXPECT_NEAR(p[i], ref.p[i], 1e-6) << "element " << i;
+    EXPECT_TRUE(testing::within_bound(p[i], ref.p[i], 1.01 * ref.dp[i] + 1e-300, "lamb 4 steps"))
+        << "element " << i;
   EXPECT_DOUBLE_EQ(lamb_trust_ratio(0.0, 4.0), 1.0);
   EXPECT_DOUBLE_EQ(lamb_trust_ratio(4.0, 0.0), 1.0);
   EXPECT_DOUBLE_EQ(lamb_trust_ratio(9.0, 4.0), 1.5);
@@ -143,9 +186,14 @@ TEST(Lamb, TensorSplitUnevenlyOverThreeShardsEqualsTheUnsplitUpdate) {
   }
   std::vector<std::vector<double>> posted(3);
   std::barrier sync(3);
+  // Both runs are within LambRef's bound of the exact update, so within twice
+  // it of each other.
+  LambRef ref{std::vector<double>(full.begin(), full.end()), std::vector<double>(n, 0.0),
+              std::vector<double>(n, 0.0)};
   for (int t = 1; t <= 3; ++t) {
     for (int64_t i = 0; i < n; ++i)
       g[i] = grad_at(i, t);
+    ref.step(g, {{0, 11}, {11, 20}}, std::vector<bool>(n, true), 0.02, t);
     std::vector<float> g_one = g;  // LAMB overwrites its gradients with the update
     one.step(whole.data(), g_one.data(), 0.02);
     std::vector<std::thread> threads;
@@ -167,7 +215,9 @@ TEST(Lamb, TensorSplitUnevenlyOverThreeShardsEqualsTheUnsplitUpdate) {
   }
   for (size_t r = 0; r < 3; ++r)
     for (int64_t i = shards[r].begin; i < shards[r].end; ++i)
-      EXPECT_NEAR(local[r][i - shards[r].begin], whole[i], 1e-6) << "element " << i << " on shard " << r;
+      EXPECT_TRUE(testing::within_bound(local[r][i - shards[r].begin], whole[i],
+                                        2 * 1.01 * ref.dp[i] + 1e-300, "lamb shards"))
+          << "element " << i << " on shard " << r;
   EXPECT_FLOAT_EQ(local[2].back(), 0.0f);  // padding stays 0
   // Without the reducer each shard would use its own piece's ratio: different.
   Optimizer alone(4, lamb_options(), {{0, 4, true}}, {{0, 4, 0, true}}, 2);
@@ -177,7 +227,7 @@ TEST(Lamb, TensorSplitUnevenlyOverThreeShardsEqualsTheUnsplitUpdate) {
                      2);
   alone.step(a.data(), ga.data(), 0.02);
   one_more.step(w.data(), gw.data(), 0.02);
-  EXPECT_GT(std::abs(a[0] - w[0]), 1e-5);
+  EXPECT_GT(std::abs(a[0] - w[0]), 1e-5);  // not a rounding bound: 1e-5 is > 100 of one step's (≈ 1e-8)
 }
 
 TEST(Optimizer, Seed004LinearExampleThroughTheStoreAndSgd) {
@@ -224,7 +274,7 @@ TEST(Optimizer, UnknownNameIsRefused) {
     parse_optimizer("adam");
     FAIL() << "expected a ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), testing::HasSubstr("train.optimizer 'adam' must be adamw, sgd or lamb"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("train.optimizer 'adam' must be adamw, sgd or lamb"));
   }
 }
 

@@ -217,10 +217,10 @@ TEST(ScheduleSweepTest, EveryValidScheduleSimulatesAndMatchesTheTheory) {
     EXPECT_EQ(r.makespan, 3 * (c.v * c.m + c.pp - 1));
     for (int rank = 0; rank < c.pp; ++rank) {
       EXPECT_EQ(r.busy[rank], 3 * c.m * c.v);
-      // idle = 3(pp−1) over makespan = 3(v·m+pp−1): the theory's ratio exactly (in integers; the
-      // doubles agree to rounding).
+      // idle = 3(pp−1) over makespan = 3(v·m+pp−1): the theory's ratio exactly (in integers; each
+      // double is one correctly rounded division of the same rational, so they are equal).
       EXPECT_EQ(r.makespan - r.busy[rank], 3 * (c.pp - 1));
-      EXPECT_NEAR(r.bubble[rank], ideal_bubble(c.pp, c.v, c.m), 1e-15);
+      EXPECT_EQ(r.bubble[rank], ideal_bubble(c.pp, c.v, c.m));
       int want_peak = 0;
       if (c.kind == ScheduleKind::gpipe) want_peak = c.m;
       if (c.kind == ScheduleKind::one_f_one_b) want_peak = std::min(c.pp - rank, c.m);

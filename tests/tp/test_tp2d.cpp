@@ -13,7 +13,9 @@
 
 #include "comm/mpi_test.h"
 #include "ops/attention.h"
+#include "ops/attention_reference.h"
 #include "ops/gemm.h"
+#include "ops/reference.h"
 #include "ops/rmsnorm.h"
 #include "ops/swiglu.h"
 #include "parallel/tp2d_linear.h"
@@ -26,10 +28,10 @@ namespace {
 // Columns of each block of a [rows, k] matrix whose feature dim is split
 // first over `outer` ranks (block o), then over `inner` (block i of it);
 // fused blocks (sizes) are cut one by one and stacked.
-std::vector<float> cols_of(const std::vector<float>& m, int64_t rows, int64_t k,
-                           const std::vector<int64_t>& blocks, int64_t outer, int64_t o, int64_t inner,
-                           int64_t i) {
-  std::vector<float> out;
+template <typename T>
+std::vector<T> cols_of(const std::vector<T>& m, int64_t rows, int64_t k, const std::vector<int64_t>& blocks,
+                       int64_t outer, int64_t o, int64_t inner, int64_t i) {
+  std::vector<T> out;
   for (int64_t r = 0; r < rows; ++r) {
     int64_t off = 0;
     for (int64_t s : blocks) {
@@ -43,9 +45,10 @@ std::vector<float> cols_of(const std::vector<float>& m, int64_t rows, int64_t k,
 }
 
 // Rows of a [rows, cols] weight split over `g` ranks (block j of each fused block), stacked.
-std::vector<float> rows_of(const std::vector<float>& m, int64_t cols, const std::vector<int64_t>& blocks,
-                           int64_t g, int64_t j) {
-  std::vector<float> out;
+template <typename T>
+std::vector<T> rows_of(const std::vector<T>& m, int64_t cols, const std::vector<int64_t>& blocks, int64_t g,
+                       int64_t j) {
+  std::vector<T> out;
   int64_t off = 0;
   for (int64_t s : blocks) {
     const auto b = test::block(m, cols, off + j * (s / g), s / g, 0, cols);
@@ -57,8 +60,9 @@ std::vector<float> rows_of(const std::vector<float>& m, int64_t cols, const std:
 
 // A [rows, cols] weight's block: rows split over gr ranks (block jr, by fused
 // row blocks), columns over gc ranks (block jc).
-std::vector<float> block2d(const std::vector<float>& m, int64_t cols, const std::vector<int64_t>& row_blocks,
-                           int64_t gr, int64_t jr, int64_t gc, int64_t jc) {
+template <typename T>
+std::vector<T> block2d(const std::vector<T>& m, int64_t cols, const std::vector<int64_t>& row_blocks,
+                       int64_t gr, int64_t jr, int64_t gc, int64_t jc) {
   const auto r = rows_of(m, cols, row_blocks, gr, jr);
   const int64_t nrows = static_cast<int64_t>(r.size()) / cols;
   return test::block(r, cols, 0, nrows, jc * (cols / gc), cols / gc);
@@ -130,6 +134,24 @@ TEST(Tp2d, MlpBlockMatchesOneProcessAndItsLedger) {
   rmsnorm_backward(dX.data(), dWn.data(), dln.data(), X.data(), Wn.data(), rs.data(), N, d);
   for (int64_t i = 0; i < N * d; ++i)
     dX[static_cast<size_t>(i)] += dY[static_cast<size_t>(i)];  // the residual path
+  // The same block in double: the one-process fp32 run's distance from it
+  // sets the bounds (testing::layout_tol).
+  const auto Xd = test::to_double(X), Wnd = test::to_double(Wn), Wgud = test::to_double(Wgu),
+             Wdd = test::to_double(Wd), dYd = test::to_double(dY);
+  std::vector<double> lnD(N * d), rsD(N), guD(N * 2 * F), hD(N * F), YD(N * d), dhD(N * F), dguD(N * 2 * F),
+      dlnD(N * d), dXD(N * d), dWnD(d, 0.0), dWguD(2 * F * d, 0.0), dWdD(d * F, 0.0);
+  ref::rmsnorm_forward(lnD.data(), rsD.data(), Xd.data(), Wnd.data(), N, d, eps);
+  ref::linear_forward(guD.data(), lnD.data(), Wgud.data(), N, d, 2 * F);
+  ref::swiglu_forward(hD.data(), guD.data(), N, F);
+  ref::linear_forward(YD.data(), hD.data(), Wdd.data(), N, F, d);
+  ref::linear_backward(dhD.data(), dWdD.data(), dYd.data(), hD.data(), Wdd.data(), N, F, d);
+  ref::swiglu_backward(dguD.data(), dhD.data(), guD.data(), N, F);
+  ref::linear_backward(dlnD.data(), dWguD.data(), dguD.data(), lnD.data(), Wgud.data(), N, d, 2 * F);
+  ref::rmsnorm_backward(dXD.data(), dWnD.data(), dlnD.data(), Xd.data(), Wnd.data(), rsD.data(), N, d);
+  for (int64_t i = 0; i < N * d; ++i) {
+    YD[static_cast<size_t>(i)] += Xd[static_cast<size_t>(i)];
+    dXD[static_cast<size_t>(i)] += dYd[static_cast<size_t>(i)];
+  }
 
   // This rank's pieces: the residual stream's features, block r over R then c over C.
   const auto x = cols_of(X, N, d, {d}, R, r, C, c), dy = cols_of(dY, N, d, {d}, R, r, C, c);
@@ -166,12 +188,18 @@ TEST(Tp2d, MlpBlockMatchesOneProcessAndItsLedger) {
   for (size_t i = 0; i < dx.size(); ++i)
     dx[i] += dy[i];
 
-  const double tol = 1e-5;
-  EXPECT_LT(test::rel_err(y, test::to_double(cols_of(Y, N, d, {d}, R, r, C, c))), tol);
-  EXPECT_LT(test::rel_err(dx, test::to_double(cols_of(dX, N, d, {d}, R, r, C, c))), tol);
-  EXPECT_LT(test::rel_err(dwn, test::to_double(cols_of(dWn, 1, d, {d}, R, r, C, c))), tol);
-  EXPECT_LT(test::rel_err(dwgu, test::to_double(block2d(dWgu, d, {F, F}, C, c, R, r))), tol);
-  EXPECT_LT(test::rel_err(dwd, test::to_double(block2d(dWd, F, {d}, R, r, C, c))), tol);
+  // Each piece against the one-process run's, within layout_tol of that
+  // run's own distance from double on the same piece (K: the longest sum, F).
+  const auto check = [&](const std::vector<float>& got, const std::vector<float>& one,
+                         const std::vector<double>& exact, const char* what) {
+    EXPECT_LT(test::rel_err(got, test::to_double(one)), testing::layout_tol(test::rel_err(one, exact), F))
+        << what;
+  };
+  check(y, cols_of(Y, N, d, {d}, R, r, C, c), cols_of(YD, N, d, {d}, R, r, C, c), "y");
+  check(dx, cols_of(dX, N, d, {d}, R, r, C, c), cols_of(dXD, N, d, {d}, R, r, C, c), "dx");
+  check(dwn, cols_of(dWn, 1, d, {d}, R, r, C, c), cols_of(dWnD, 1, d, {d}, R, r, C, c), "dwn");
+  check(dwgu, block2d(dWgu, d, {F, F}, C, c, R, r), block2d(dWguD, d, {F, F}, C, c, R, r), "dwgu");
+  check(dwd, block2d(dWd, F, {d}, R, r, C, c), block2d(dWdD, F, {d}, R, r, C, c), "dwd");
 
   // The ledger: one all-gather and one reduce-scatter per linear layer each
   // way (an all-gather counts this rank's block, a reduce-scatter the whole
@@ -230,6 +258,27 @@ TEST(Tp2d, AttentionBlockMatchesOneProcess) {
   rmsnorm_backward(dX.data(), dWn.data(), dln.data(), X.data(), Wn.data(), rs.data(), N, d);
   for (int64_t i = 0; i < N * d; ++i)
     dX[static_cast<size_t>(i)] += dY[static_cast<size_t>(i)];
+  // The same block in double (testing::layout_tol's reference).
+  const auto Xd = test::to_double(X), Wnd = test::to_double(Wn), Wqkvd = test::to_double(Wqkv),
+             Wod = test::to_double(Wo), dYd = test::to_double(dY);
+  std::vector<double> lnD(N * d), rsD(N), qkvD(N * QKV), attD(N * Q), lseD(B * H * T), YD(N * d),
+      dattD(N * Q), dqkvD(N * QKV, 0.0), dlnD(N * d), dXD(N * d), dWnD(d, 0.0), dWqkvD(QKV * d, 0.0),
+      dWoD(d * Q, 0.0);
+  ref::rmsnorm_forward(lnD.data(), rsD.data(), Xd.data(), Wnd.data(), N, d, eps);
+  ref::linear_forward(qkvD.data(), lnD.data(), Wqkvd.data(), N, d, QKV);
+  ref::attention_forward(attD.data(), lseD.data(), qkvD.data(), qkvD.data() + Q, qkvD.data() + Q + K,
+                         pos.data(), pos.data(), full);
+  ref::linear_forward(YD.data(), attD.data(), Wod.data(), N, Q, d);
+  ref::linear_backward(dattD.data(), dWoD.data(), dYd.data(), attD.data(), Wod.data(), N, Q, d);
+  ref::attention_backward(dqkvD.data(), dqkvD.data() + Q, dqkvD.data() + Q + K, dattD.data(), attD.data(),
+                          lseD.data(), qkvD.data(), qkvD.data() + Q, qkvD.data() + Q + K, pos.data(),
+                          pos.data(), full);
+  ref::linear_backward(dlnD.data(), dWqkvD.data(), dqkvD.data(), lnD.data(), Wqkvd.data(), N, d, QKV);
+  ref::rmsnorm_backward(dXD.data(), dWnD.data(), dlnD.data(), Xd.data(), Wnd.data(), rsD.data(), N, d);
+  for (int64_t i = 0; i < N * d; ++i) {
+    YD[static_cast<size_t>(i)] += Xd[static_cast<size_t>(i)];
+    dXD[static_cast<size_t>(i)] += dYd[static_cast<size_t>(i)];
+  }
 
   const auto x = cols_of(X, N, d, {d}, R, r, C, c), dy = cols_of(dY, N, d, {d}, R, r, C, c);
   const auto wn = cols_of(Wn, 1, d, {d}, R, r, C, c);
@@ -271,14 +320,20 @@ TEST(Tp2d, AttentionBlockMatchesOneProcess) {
   for (size_t i = 0; i < dx.size(); ++i)
     dx[i] += dy[i];
 
-  const double tol = 1e-5;
-  EXPECT_LT(test::rel_err(y, test::to_double(cols_of(Y, N, d, {d}, R, r, C, c))), tol);
+  // Each piece against the one-process run's, within layout_tol of that
+  // run's own distance from double on the same piece (K: the longest sum, d).
+  const auto check = [&](const std::vector<float>& got, const std::vector<float>& one,
+                         const std::vector<double>& exact, const char* what) {
+    EXPECT_LT(test::rel_err(got, test::to_double(one)), testing::layout_tol(test::rel_err(one, exact), d))
+        << what;
+  };
+  check(y, cols_of(Y, N, d, {d}, R, r, C, c), cols_of(YD, N, d, {d}, R, r, C, c), "y");
   // This rank's heads, as q|k|v: block c·R + r of each of q, k, v.
-  EXPECT_LT(test::rel_err(q, test::to_double(cols_of(qkv, N, QKV, {Q, K, K}, C, c, R, r))), tol);
-  EXPECT_LT(test::rel_err(dx, test::to_double(cols_of(dX, N, d, {d}, R, r, C, c))), tol);
-  EXPECT_LT(test::rel_err(dwn, test::to_double(cols_of(dWn, 1, d, {d}, R, r, C, c))), tol);
-  EXPECT_LT(test::rel_err(dwqkv, test::to_double(block2d(dWqkv, d, {Q, K, K}, C, c, R, r))), tol);
-  EXPECT_LT(test::rel_err(dwo, test::to_double(block2d(dWo, Q, {d}, R, r, C, c))), tol);
+  check(q, cols_of(qkv, N, QKV, {Q, K, K}, C, c, R, r), cols_of(qkvD, N, QKV, {Q, K, K}, C, c, R, r), "qkv");
+  check(dx, cols_of(dX, N, d, {d}, R, r, C, c), cols_of(dXD, N, d, {d}, R, r, C, c), "dx");
+  check(dwn, cols_of(dWn, 1, d, {d}, R, r, C, c), cols_of(dWnD, 1, d, {d}, R, r, C, c), "dwn");
+  check(dwqkv, block2d(dWqkv, d, {Q, K, K}, C, c, R, r), block2d(dWqkvD, d, {Q, K, K}, C, c, R, r), "dwqkv");
+  check(dwo, block2d(dWo, Q, {d}, R, r, C, c), block2d(dWoD, Q, {d}, R, r, C, c), "dwo");
   expect_ledger(tp, mark, mid,
                 {{"all_reduce", "tp", N},
                  {"all_gather", "tp_c", N * dl},

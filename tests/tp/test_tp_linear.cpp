@@ -7,6 +7,7 @@
 // accumulate.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -23,12 +24,12 @@ namespace mt {
 namespace {
 
 using test::block;
+using test::dot_tol;
 using test::random_vec;
 using test::rel_err;
 using test::to_double;
 using tp::SequenceParallel;
 
-constexpr double kTol = 2e-6;
 constexpr int64_t N = 8;  // tokens: divisible by 2 and 4 (SP)
 
 std::vector<double> plus_one(std::vector<double> v) {
@@ -120,7 +121,9 @@ TEST_P(TpLinear, ColumnMatchesFull) {
   const tp::TpLayer layer{&g, "test column", sp};
   tp::column_parallel_forward(out.data(), on ? inp_full.data() : nullptr, inp.data(), w.data(), N, IC, OCl,
                               layer);
-  EXPECT_LT(rel_err(out, block(Y, OC, 0, N, t * OCl, OCl)), kTol);
+  // Bounds: dot_tol's γ_{K+1}·(K + prior) with K the length of each sum.
+  EXPECT_TRUE(testing::below(rel_err(out, block(Y, OC, 0, N, t * OCl, OCl)),
+                             dot_tol(IC, block(Y, OC, 0, N, t * OCl, OCl)), "out"));
   if (on) {
     EXPECT_EQ(inp_full, X);
   }
@@ -129,8 +132,10 @@ TEST_P(TpLinear, ColumnMatchesFull) {
   std::vector<float> dinp(inp.size()), dw(w.size(), 1.0f);
   tp::column_parallel_backward(dinp.data(), dw.data(), test::scratch(), dout.data(),
                                on ? inp_full.data() : X.data(), w.data(), N, IC, OCl, layer);
-  EXPECT_LT(rel_err(dinp, on ? block(dX, IC, t * Nl, Nl, 0, IC) : dX), kTol);
-  EXPECT_LT(rel_err(dw, plus_one(block(dW, IC, t * OCl, OCl, 0, IC))), kTol);
+  EXPECT_TRUE(testing::below(rel_err(dinp, on ? block(dX, IC, t * Nl, Nl, 0, IC) : dX),
+                             dot_tol(OC, on ? block(dX, IC, t * Nl, Nl, 0, IC) : dX), "dinp"));
+  EXPECT_TRUE(testing::below(rel_err(dw, plus_one(block(dW, IC, t * OCl, OCl, 0, IC))),
+                             dot_tol(N, plus_one(block(dW, IC, t * OCl, OCl, 0, IC)), 1.0), "dw"));
 }
 
 TEST_P(TpLinear, RowMatchesFull) {
@@ -152,14 +157,19 @@ TEST_P(TpLinear, RowMatchesFull) {
   std::vector<float> out((on ? Nl : N) * OC);
   const tp::TpLayer layer{&g, "test row", sp};
   tp::row_parallel_forward(out.data(), test::scratch(), inp.data(), w.data(), N, ICl, OC, layer);
-  EXPECT_LT(rel_err(out, on ? block(Y, OC, t * Nl, Nl, 0, OC) : Y), kTol);
+  // Bounds: dot_tol's γ_{K+1}·(K + prior); the rank partials and their
+  // all-reduce or reduce-scatter are one sum of IC terms in another order.
+  EXPECT_TRUE(testing::below(rel_err(out, on ? block(Y, OC, t * Nl, Nl, 0, OC) : Y),
+                             dot_tol(IC, on ? block(Y, OC, t * Nl, Nl, 0, OC) : Y), "out"));
 
   const auto dout = on ? block(dY, OC, t * Nl, Nl, 0, OC) : dY;
   std::vector<float> dinp(inp.size()), dw(w.size(), 1.0f);
   tp::row_parallel_backward(dinp.data(), dw.data(), test::scratch(), dout.data(), inp.data(), w.data(), N,
                             ICl, OC, layer);
-  EXPECT_LT(rel_err(dinp, block(dX, IC, 0, N, t * ICl, ICl)), kTol);
-  EXPECT_LT(rel_err(dw, plus_one(block(dW, IC, 0, OC, t * ICl, ICl))), kTol);
+  EXPECT_TRUE(testing::below(rel_err(dinp, block(dX, IC, 0, N, t * ICl, ICl)),
+                             dot_tol(OC, block(dX, IC, 0, N, t * ICl, ICl)), "dinp"));
+  EXPECT_TRUE(testing::below(rel_err(dw, plus_one(block(dW, IC, 0, OC, t * ICl, ICl))),
+                             dot_tol(N, plus_one(block(dW, IC, 0, OC, t * ICl, ICl)), 1.0), "dw"));
 }
 
 // gate|up fused [2F, C] column-parallel, SwiGLU on the local hidden slice,
@@ -185,6 +195,22 @@ TEST_P(TpLinear, SwiGluMlpMatchesFull) {
   ref::linear_backward(dX.data(), dWgu.data(), dgu.data(), to_double(X).data(), to_double(Wgu).data(), N, C,
                        2 * F);
 
+  // One process, fp32: its distance from the double run sets the layout's
+  // bound (testing::layout_tol; K = the longest sum, C, F or N).
+  std::vector<float> gu1(N * 2 * F), h1(N * F), y1(N * C), dh1(N * F), dgu1(N * 2 * F), dx1(N * C),
+      dwgu1(2 * F * C, 1.0f), dwd1(C * F, 1.0f);
+  linear_forward(gu1.data(), X.data(), Wgu.data(), N, C, 2 * F);
+  swiglu_forward(h1.data(), gu1.data(), N, F);
+  linear_forward(y1.data(), h1.data(), Wd.data(), N, F, C);
+  linear_backward(dh1.data(), dwd1.data(), dY.data(), h1.data(), Wd.data(), N, F, C);
+  swiglu_backward(dgu1.data(), dh1.data(), gu1.data(), N, F);
+  linear_backward(dx1.data(), dwgu1.data(), dgu1.data(), X.data(), Wgu.data(), N, C, 2 * F);
+  const int64_t K = std::max({C, F, N});
+  const double tol_y = testing::layout_tol(rel_err(y1, Y), K),
+               tol_dx = testing::layout_tol(rel_err(dx1, dX), K),
+               tol_dwd = testing::layout_tol(rel_err(dwd1, plus_one(dWd)), K),
+               tol_dwgu = testing::layout_tol(rel_err(dwgu1, plus_one(dWgu)), K);
+
   // tp ranks.
   const tp::WeightSplit gate_up{tp::Split::column, {F, F}}, down{tp::Split::row, {}};
   const auto wgu = tp::shard_weight(Wgu.data(), 2 * F, C, gate_up, t, P);
@@ -195,7 +221,7 @@ TEST_P(TpLinear, SwiGluMlpMatchesFull) {
   tp::column_parallel_forward(gul.data(), x_full.data(), x.data(), wgu.data(), N, C, 2 * Fl, up);
   swiglu_forward(hl.data(), gul.data(), N, Fl);
   tp::row_parallel_forward(y.data(), test::scratch(), hl.data(), wd.data(), N, Fl, C, dn);
-  EXPECT_LT(rel_err(y, on ? block(Y, C, t * Nl, Nl, 0, C) : Y), kTol);
+  EXPECT_TRUE(testing::below(rel_err(y, on ? block(Y, C, t * Nl, Nl, 0, C) : Y), tol_y, "y"));
 
   const auto dy = on ? block(dY, C, t * Nl, Nl, 0, C) : dY;
   std::vector<float> dhl(N * Fl), dgul(N * 2 * Fl), dx(x.size()), dwgu(wgu.size(), 1.0f),
@@ -205,13 +231,13 @@ TEST_P(TpLinear, SwiGluMlpMatchesFull) {
   swiglu_backward(dgul.data(), dhl.data(), gul.data(), N, Fl);
   tp::column_parallel_backward(dx.data(), dwgu.data(), test::scratch(), dgul.data(),
                                on ? x_full.data() : X.data(), wgu.data(), N, C, 2 * Fl, up);
-  EXPECT_LT(rel_err(dx, on ? block(dX, C, t * Nl, Nl, 0, C) : dX), kTol);
-  EXPECT_LT(rel_err(dwd, plus_one(block(dWd, F, 0, C, t * Fl, Fl))), kTol);
+  EXPECT_TRUE(testing::below(rel_err(dx, on ? block(dX, C, t * Nl, Nl, 0, C) : dX), tol_dx, "dx"));
+  EXPECT_TRUE(testing::below(rel_err(dwd, plus_one(block(dWd, F, 0, C, t * Fl, Fl))), tol_dwd, "dwd"));
   // This rank's gate rows, then its up rows, of the full gradient.
   auto want = block(dWgu, C, t * Fl, Fl, 0, C);
   const auto up_rows = block(dWgu, C, F + t * Fl, Fl, 0, C);
   want.insert(want.end(), up_rows.begin(), up_rows.end());
-  EXPECT_LT(rel_err(dwgu, plus_one(want)), kTol);
+  EXPECT_TRUE(testing::below(rel_err(dwgu, plus_one(want)), tol_dwgu, "dwgu"));
 }
 
 // The fused residual mode: out = resid + the row layer's reduced output.
@@ -233,7 +259,9 @@ TEST_P(TpLinear, RowWithResidualAddsItOnce) {
   std::vector<float> out(No * OC);
   tp::row_parallel_forward(out.data(), test::scratch(), inp.data(), w.data(), N, ICl, OC,
                            {&g, "test row resid", GetParam()}, resid.data());
-  EXPECT_LT(rel_err(out, on ? block(Y, OC, t * Nl, Nl, 0, OC) : Y), kTol);
+  EXPECT_TRUE(testing::below(rel_err(out, on ? block(Y, OC, t * Nl, Nl, 0, OC) : Y),
+                             dot_tol(IC, on ? block(Y, OC, t * Nl, Nl, 0, OC) : Y, 1.0),
+                             "out"));  // + |resid| ≤ 1
 }
 
 INSTANTIATE_TEST_SUITE_P(Sp, TpLinear, ::testing::Values(SequenceParallel::off, SequenceParallel::on),
@@ -288,7 +316,8 @@ TEST(TpLinearReplicated, ReplicatedRowsAreSummedOverTheirGroup) {
   const tp::ReplicatedRows rep{&g, first, count, IC, rep_scratch.data(), "test kv"};
   tp::column_parallel_backward(nullptr, dw.data(), nullptr, dY.data(), X.data(), W.data(), N, IC, OC,
                                {&g, "test column"}, rep);
-  EXPECT_LT(rel_err(dw, want), kTol);
+  EXPECT_TRUE(testing::below(rel_err(dw, want), dot_tol(P * N, want, 1.0),
+                             "dw"));  // N terms on each of P ranks, + the prior 1
 }
 
 }  // namespace

@@ -68,6 +68,7 @@ TEST(RankedSum, AllReduceIsTheRankOrderSumWithinTheDoubleBound) {
       double mag = 0;
       for (int r = 0; r < P; ++r)
         mag += std::fabs(part_value(r, k, 0));
+      // A sum of P terms: within γ_{P−1}·Σ|terms| ≤ P·u·Σ|terms| (u ≈ 5.96e-8).
       EXPECT_LE(std::fabs(got - double_sum(P, k, 0)), P * 6e-8 * mag) << "k=" << k;
     }
   }

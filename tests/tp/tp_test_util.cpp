@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 
+#include "bounds.h"
 #include "comm/mpi_test.h"
 
 namespace mt::test {
@@ -30,6 +31,13 @@ double rel_err(const std::vector<float>& a, const std::vector<double>& b) {
     scale = std::max(scale, std::abs(b[i]));
   }
   return err / scale;
+}
+
+double dot_tol(int64_t K, const std::vector<double>& want, double prior) {
+  double scale = 1e-30;
+  for (double x : want)
+    scale = std::max(scale, std::abs(x));
+  return testing::gamma_n(static_cast<double>(K + 1)) * (static_cast<double>(K) + prior) / scale;
 }
 
 DeviceMesh tp_mesh(int tp) {

@@ -3,10 +3,13 @@
 // plan helpers, comparison, the tp ledger since a mark.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "bounds.h"
 #include "comm/context.h"
 #include "comm/group.h"
 #include "mesh/mesh.h"
@@ -19,6 +22,12 @@ std::vector<double> to_double(const std::vector<float>& v);
 
 // max_i |a[i] − b[i]| / max(max_i |b[i]|, 1e-30): the error relative to the tensor's scale.
 double rel_err(const std::vector<float>& a, const std::vector<double>& b);
+
+// The derived bound of rel_err(a, want) when each element of a is an fp32 sum
+// of K products of random_vec factors (|x| ≤ 1) plus a prior of magnitude at
+// most `prior`: |error| ≤ γ_{K+1} · (K + prior) in any order of summation, so
+// on any host and any split over ranks (tests/bounds.h); over want's scale.
+double dot_tol(int64_t K, const std::vector<double>& want, double prior = 0.0);
 
 // Rows [r0, r0 + nr) and columns [c0, c0 + nc) of a row-major [rows, cols] matrix.
 template <typename T>
