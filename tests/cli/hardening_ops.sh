@@ -52,15 +52,7 @@ case $case_name in
     ;;
   generate_nonfinite)  # fault 6: a model whose logits are NaN ends generation with an error
     "${one[@]}" --save "$tmp/x" || fail=1
-    /usr/bin/python3 - "$tmp/x/model.safetensors" <<'PY'
-import struct, sys
-p = sys.argv[1]
-b = bytearray(open(p, "rb").read())
-n = struct.unpack("<Q", b[:8])[0]
-for i in range(8 + n, len(b), 4):
-    b[i:i + 4] = struct.pack("<f", float("nan"))
-open(p, "wb").write(b)
-PY
+    nan_weights "$tmp/x"
     gen=(generate --model "$tmp/x" --tokenizer "$tmp/data/tokenizer.model" --prompt "the quick" --threads 1
       --max-new-tokens 3)
     job 30 "$bin" "${gen[@]}" --output jsonl --logprobs

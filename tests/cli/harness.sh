@@ -31,3 +31,15 @@ job() {
 }
 has() { grep -qF -- "$1" "$2"; }
 count() { grep -cF -- "$1" "$2"; }
+# nan_weights MODEL_DIR: every weight of its model.safetensors NaN (the trainer refuses to save such a model).
+nan_weights() {
+  /usr/bin/python3 - "$1/model.safetensors" <<'PY'
+import struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+for i in range(8 + n, len(b), 4):
+    b[i:i + 4] = struct.pack("<f", float("nan"))
+open(p, "wb").write(b)
+PY
+}

@@ -64,17 +64,8 @@ using testing_ref::rel_l2;
 bool run_torch_reference(Llama& model, const Batch& b, const fs::path& dir) {
   fs::create_directories(dir);
   save_model_dir((dir / "model").string(), model);
-  {
-    std::ofstream f(dir / "tokens.i32", std::ios::binary);
-    f.write(reinterpret_cast<const char*>(b.inputs.data()),
-            static_cast<std::streamsize>(b.inputs.size() * 4));
-    f.write(reinterpret_cast<const char*>(b.targets.data()),
-            static_cast<std::streamsize>(b.targets.size() * 4));
-  }
-  const std::string cmd = "/usr/bin/python3 " MT_PYTHON_DIR "/llama_reference.py " +
-                          (dir / "model").string() + " " + (dir / "tokens.i32").string() + " " +
-                          std::to_string(b.B) + " " + std::to_string(b.T) + " " + (dir / "out").string();
-  const int status = std::system(cmd.c_str());
+  const int status =
+      testing_ref::run_reference(MT_PYTHON_DIR, "llama_reference.py", dir, b.inputs, b.targets, b.B, b.T);
   if (!fs::exists("/usr/bin/python3") || (WIFEXITED(status) && WEXITSTATUS(status) == 3)) {
     const char* ci = std::getenv("CI");
     if (ci != nullptr && std::string(ci) == "true") {
@@ -84,7 +75,7 @@ bool run_torch_reference(Llama& model, const Batch& b, const fs::path& dir) {
     }
     return false;
   }
-  EXPECT_EQ(status, 0) << cmd;
+  EXPECT_EQ(status, 0) << "llama_reference.py failed in " << dir;
   return status == 0;
 }
 

@@ -79,22 +79,14 @@ TEST(LlamaVsPyTorch, Bf16MatmulsLossAndLogits) {
   const fs::path dir = fs::path(::testing::TempDir()) / "llama_ref_bf16";
   fs::create_directories(dir);
   save_model_dir((dir / "model").string(), model);
-  {
-    std::ofstream f(dir / "tokens.i32", std::ios::binary);
-    f.write(reinterpret_cast<const char*>(inputs.data()), static_cast<std::streamsize>(inputs.size() * 4));
-    f.write(reinterpret_cast<const char*>(targets.data()), static_cast<std::streamsize>(targets.size() * 4));
-  }
-  const std::string cmd = "/usr/bin/python3 " MT_PYTHON_DIR "/llama_reference.py " +
-                          (dir / "model").string() + " " + (dir / "tokens.i32").string() + " " +
-                          std::to_string(B) + " " + std::to_string(T) + " " + (dir / "out").string() +
-                          " bf16";
-  const int status = std::system(cmd.c_str());
+  const int status =
+      testing_ref::run_reference(MT_PYTHON_DIR, "llama_reference.py", dir, inputs, targets, B, T, "bf16");
   if (!fs::exists("/usr/bin/python3") || (WIFEXITED(status) && WEXITSTATUS(status) == 3)) {
     const char* ci = std::getenv("CI");
     if (ci != nullptr && std::string(ci) == "true") FAIL() << "torch is missing and CI=true";
     GTEST_SKIP() << "Debian's python3-torch is not installed (scripts/install-deps.sh installs it)";
   }
-  ASSERT_EQ(status, 0) << cmd;
+  ASSERT_EQ(status, 0) << "llama_reference.py bf16 failed in " << dir;
 
   const double ref_loss = read_f64(dir / "out" / "loss.f64").at(0);
   const std::vector<double> ref_logits = read_f64(dir / "out" / "logits.f64");

@@ -92,24 +92,15 @@ void check_against_pytorch(const ModelConfig& cfg, bool recompute, const std::st
   const fs::path dir = fs::path(::testing::TempDir()) / ("mixtral_ref_" + name);
   fs::create_directories(dir);
   save_model_dir((dir / "model").string(), model);
-  {
-    std::ofstream f(dir / "tokens.i32", std::ios::binary);
-    f.write(reinterpret_cast<const char*>(b.inputs.data()),
-            static_cast<std::streamsize>(b.inputs.size() * 4));
-    f.write(reinterpret_cast<const char*>(b.targets.data()),
-            static_cast<std::streamsize>(b.targets.size() * 4));
-  }
-  const std::string cmd = "/usr/bin/python3 " MT_PYTHON_DIR "/mixtral_reference.py " +
-                          (dir / "model").string() + " " + (dir / "tokens.i32").string() + " " +
-                          std::to_string(b.B) + " " + std::to_string(b.T) + " " + (dir / "out").string();
-  const int status = std::system(cmd.c_str());
+  const int status =
+      testing_ref::run_reference(MT_PYTHON_DIR, "mixtral_reference.py", dir, b.inputs, b.targets, b.B, b.T);
   if (!fs::exists("/usr/bin/python3") || (WIFEXITED(status) && WEXITSTATUS(status) == 3)) {
     const char* ci = std::getenv("CI");
     if (ci != nullptr && std::string(ci) == "true")
       FAIL() << "torch is missing: /usr/bin/python3 cannot import torch";
     GTEST_SKIP() << "Debian's python3-torch is not installed (scripts/install-deps.sh installs it)";
   }
-  ASSERT_EQ(status, 0) << cmd;
+  ASSERT_EQ(status, 0) << "mixtral_reference.py failed in " << dir;
   // Near-ties would let float32 and float64 route differently: say how close the closest was.
   const double margin = model.moe_stats().min_topk_margin;
   SCOPED_TRACE("smallest top-k margin " + std::to_string(margin));
