@@ -104,24 +104,38 @@ void check_against_pytorch(bool tied, bool recompute, const std::string& rope_sc
     GTEST_SKIP() << "Debian's python3-torch is not installed (scripts/install-deps.sh installs it)";
   }
 
-  // Stated bounds, not derived (left): the whole model against PyTorch float64
-  // needs an a priori error propagation through every layer, which this test
-  // does not compute, and 10× a second fp32 run's own distance would move with
-  // a model bug as much as the run does. scripts/unit_legs.sh records the
-  // measured distances under each leg (docs/MODEL.md "Test bounds").
-  const double ref_loss = read_f64(dir / "out" / "loss.f64").at(0);
-  EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
-  const std::vector<double> ref_logits = read_f64(dir / "out" / "logits.f64");
+  // Derived bounds: PyTorch's float32 run of the same model is an fp32
+  // implementation of the same math in another summation order, so its
+  // distance d32 from the float64 run is this problem's fp32 rounding error on
+  // this host; ours may be 9 times as far (10 · max(d32, N·u), N = B·T tokens,
+  // the floor of one sum over the batch: tests/dist/common.sh's rule). A model
+  // bug moves our run, not PyTorch's fp32 one.
+  const fs::path out = dir / "out";
+  const double floor = static_cast<double>(b.B * b.T) * std::ldexp(1.0, -24);
+  auto bound = [&](double d32) { return 10.0 * std::max(d32, floor); };
+  const double ref_loss = read_f64(out / "loss.f64").at(0), loss32 = read_f64(out / "loss32.f64").at(0);
+  const double loss_bound = bound(std::abs(loss32 - ref_loss) / std::abs(ref_loss));
+  testing::log_ratio(std::abs(loss - ref_loss) / std::abs(ref_loss) / loss_bound, "loss vs torch f64");
+  EXPECT_NEAR(loss, ref_loss, loss_bound * std::abs(ref_loss));
+  const std::vector<double> ref_logits = read_f64(out / "logits.f64"),
+                            logits32 = read_f64(out / "logits32.f64");
   ASSERT_EQ(ref_logits.size(), logits.size());
+  ASSERT_EQ(logits32.size(), logits.size());
+  const std::vector<float> logits32_f(logits32.begin(), logits32.end());  // exact: fp32 values
   const double d_logits = rel_l2(logits.data(), ref_logits.data(), static_cast<int64_t>(logits.size()));
-  testing::log_ratio(d_logits / 1e-5, "logits vs torch f64 (of the stated 1e-5)");
-  EXPECT_LT(d_logits, 1e-5);
-  const std::vector<double> ref_grads = read_f64(dir / "out" / "grads.f64");
+  const double logits_bound =
+      bound(rel_l2(logits32_f.data(), ref_logits.data(), static_cast<int64_t>(logits.size())));
+  testing::log_ratio(d_logits / logits_bound, "logits vs torch f64");
+  EXPECT_LT(d_logits, logits_bound);
+  const std::vector<double> ref_grads = read_f64(out / "grads.f64"), grads32 = read_f64(out / "grads32.f64");
   ASSERT_EQ(static_cast<int64_t>(ref_grads.size()), model.num_params());
+  ASSERT_EQ(grads32.size(), ref_grads.size());
+  const std::vector<float> grads32_f(grads32.begin(), grads32.end());
   for (const auto& s : model.param_table().specs) {
     const double d = rel_l2(model.grads() + s.offset, ref_grads.data() + s.offset, s.numel);
-    testing::log_ratio(d / 1e-4, "gradient vs torch f64 (of the stated 1e-4)");
-    EXPECT_LT(d, 1e-4) << s.name;
+    const double g_bound = bound(rel_l2(grads32_f.data() + s.offset, ref_grads.data() + s.offset, s.numel));
+    testing::log_ratio(d / g_bound, "gradient vs torch f64");
+    EXPECT_LT(d, g_bound) << s.name;
   }
 }
 

@@ -10,7 +10,8 @@ usage: llama_reference.py MODEL_DIR TOKENS_FILE B T OUT_DIR [bf16]
   TOKENS_FILE holds int32 inputs [B, T] then int32 targets [B, T].
   Writes OUT_DIR/loss.f64 (1 value), OUT_DIR/logits.f64 ([B, T, V]) and
   OUT_DIR/grads.f64 (every parameter's gradient, in the file order of
-  model.safetensors, flattened and concatenated).
+  model.safetensors, flattened and concatenated), and loss32.f64,
+  logits32.f64 and grads32.f64: the same from the model in float32.
   With bf16, the forward only (loss and logits) under docs/MODEL.md's
   "Precision" rule: every matrix product's two operands rounded to bf16
   (through float32, as the C++ side holds them, then torch's round-to-nearest-
@@ -99,8 +100,9 @@ def rope(x, inv, scale):
     T, D = x.shape[-2], x.shape[-1]
     freqs = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
     emb = torch.cat([freqs, freqs], dim=-1)
+    cos, sin = (emb.cos() * scale).to(x.dtype), (emb.sin() * scale).to(x.dtype)  # tables in float64, as ours
     x1, x2 = x[..., : D // 2], x[..., D // 2:]
-    return x * (emb.cos() * scale) + torch.cat([-x2, x1], dim=-1) * (emb.sin() * scale)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
 def to_bf16(x):
@@ -162,6 +164,18 @@ def forward(cfg, p, inputs, mm=matmul64, attend=attend64, drop=None):
     return mm(x, head.T)
 
 
+def loss_and_logits(cfg, params, inputs, targets, mm=matmul64, attend=attend64):
+    logits = forward(cfg, params, inputs, mm, attend)
+    V = logits.shape[-1]
+    valid = int((targets != -1).sum())
+    loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1, reduction="sum") / valid
+    return loss, logits
+
+
+def write_f64(out_dir, name, values):
+    np.asarray(values, dtype="<f8").tofile(os.path.join(out_dir, name))
+
+
 def main():
     model_dir, tokens_path, B, T, out_dir = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     with open(os.path.join(model_dir, "config.json")) as f:
@@ -171,18 +185,23 @@ def main():
     inputs = torch.tensor(tok[: B * T].reshape(B, T), dtype=torch.long)
     targets = torch.tensor(tok[B * T: 2 * B * T].reshape(B, T), dtype=torch.long)
     bf16 = len(sys.argv) > 6 and sys.argv[6] == "bf16"
-    logits = forward(cfg, params, inputs, *((matmul_bf16, attend_bf16) if bf16 else (matmul64, attend64)))
-    V = logits.shape[-1]
-    valid = int((targets != -1).sum())
-    loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1, reduction="sum") / valid
+    loss, logits = loss_and_logits(cfg, params, inputs, targets, *((matmul_bf16, attend_bf16) if bf16 else ()))
     os.makedirs(out_dir, exist_ok=True)
-    np.array([loss.item()], dtype="<f8").tofile(os.path.join(out_dir, "loss.f64"))
-    logits.detach().numpy().astype("<f8").tofile(os.path.join(out_dir, "logits.f64"))
+    write_f64(out_dir, "loss.f64", [loss.item()])
+    write_f64(out_dir, "logits.f64", logits.detach().numpy())
     if bf16:
         return
     loss.backward()
-    np.concatenate([params[n].grad.numpy().reshape(-1) for n in order]).astype("<f8").tofile(
-        os.path.join(out_dir, "grads.f64"))
+    write_f64(out_dir, "grads.f64", np.concatenate([params[n].grad.numpy().reshape(-1) for n in order]))
+    # The same model in float32, PyTorch's own kernels: its distance from the
+    # float64 run is the problem's rounding error at fp32, from which the
+    # caller derives its bounds (an fp32 implementation of the same math).
+    p32 = {n: params[n].detach().to(torch.float32).requires_grad_(True) for n in order}
+    loss32, logits32 = loss_and_logits(cfg, p32, inputs, targets)
+    loss32.backward()
+    write_f64(out_dir, "loss32.f64", [loss32.item()])
+    write_f64(out_dir, "logits32.f64", logits32.detach().numpy())
+    write_f64(out_dir, "grads32.f64", np.concatenate([p32[n].grad.numpy().reshape(-1) for n in order]))
 
 
 if __name__ == "__main__":
