@@ -104,22 +104,41 @@ void check_against_pytorch(const ModelConfig& cfg, bool recompute, const std::st
   // Near-ties would let float32 and float64 route differently: say how close the closest was.
   const double margin = model.moe_stats().min_topk_margin;
   SCOPED_TRACE("smallest top-k margin " + std::to_string(margin));
-  // Stated bounds, not derived (left): the whole model against PyTorch float64
-  // (and MoE's discontinuous routing) needs an a priori error propagation through every layer, which this
-  // test does not compute, and 10× a second fp32 run's own distance would move with a model bug as much as
-  // the run does. scripts/unit_legs.sh records the measured distances under each leg (docs/MODEL.md "Test
-  // bounds").
-  EXPECT_NEAR(ce, read_f64(dir / "out" / "loss.f64").at(0), 1e-5 * ce);
-  const std::vector<double> router = read_f64(dir / "out" / "router.f64");
-  EXPECT_NEAR(aux, router.at(0), 1e-6);
-  EXPECT_NEAR(z, router.at(1), 1e-6 * std::max(1.0, router.at(1)));
-  const std::vector<double> ref_logits = read_f64(dir / "out" / "logits.f64");
+  // Derived bounds, as test_llama.cpp's: PyTorch's float32 run of the same
+  // model (mixtral_reference.py's files with a 32) is another fp32 summation
+  // order of the same math, so its distance from float64 is this problem's
+  // fp32 rounding error here; ours may be 10 · max(that, B·T·u) (a scalar's
+  // floor relative to max(|value|, 1)). A near-tie that routes float32 and
+  // float64 differently widens the bound rather than failing it.
+  const fs::path out = dir / "out";
+  const double floor = static_cast<double>(b.B * b.T) * std::ldexp(1.0, -24);
+  auto bound = [&](double d32) { return 10.0 * std::max(d32, floor); };
+  auto near = [&](double got, double want, double want32, const char* what) {
+    const double scale = std::max(std::abs(want), 1.0);
+    const double tol = bound(std::abs(want32 - want) / scale) * scale;
+    testing::log_ratio(std::abs(got - want) / tol, what);
+    EXPECT_NEAR(got, want, tol) << what;
+  };
+  near(ce, read_f64(out / "loss.f64").at(0), read_f64(out / "loss32.f64").at(0),
+       "cross-entropy vs torch f64");
+  const std::vector<double> router = read_f64(out / "router.f64"), router32 = read_f64(out / "router32.f64");
+  near(aux, router.at(0), router32.at(0), "aux loss vs torch f64");
+  near(z, router.at(1), router32.at(1), "z-loss vs torch f64");
+  const std::vector<double> ref_logits = read_f64(out / "logits.f64"),
+                            logits64_32 = read_f64(out / "logits32.f64");
   ASSERT_EQ(ref_logits.size(), logits.size());
-  const double d_logits = rel_l2(logits.data(), ref_logits.data(), static_cast<int64_t>(logits.size()));
-  testing::log_ratio(d_logits / 1e-5, "logits vs torch f64 (of the stated 1e-5)");
-  EXPECT_LT(d_logits, 1e-5);
-  const std::vector<double> ref_grads = read_f64(dir / "out" / "grads.f64");
+  ASSERT_EQ(logits64_32.size(), logits.size());
+  const std::vector<float> logits32(logits64_32.begin(), logits64_32.end());  // exact: fp32 values
+  const auto n_logits = static_cast<int64_t>(logits.size());
+  const double d_logits = rel_l2(logits.data(), ref_logits.data(), n_logits);
+  const double logits_bound = bound(rel_l2(logits32.data(), ref_logits.data(), n_logits));
+  testing::log_ratio(d_logits / logits_bound, "logits vs torch f64");
+  EXPECT_LT(d_logits, logits_bound);
+  const std::vector<double> ref_grads = read_f64(out / "grads.f64"),
+                            grads64_32 = read_f64(out / "grads32.f64");
   ASSERT_EQ(static_cast<int64_t>(ref_grads.size()), model.num_params());
+  ASSERT_EQ(grads64_32.size(), ref_grads.size());
+  const std::vector<float> grads32(grads64_32.begin(), grads64_32.end());
   for (const auto& s : model.param_table().specs) {
     double ref_norm = 0;
     for (int64_t i = 0; i < s.numel; ++i)
@@ -130,8 +149,9 @@ void check_against_pytorch(const ModelConfig& cfg, bool recompute, const std::st
       continue;
     }
     const double d = rel_l2(model.grads() + s.offset, ref_grads.data() + s.offset, s.numel);
-    testing::log_ratio(d / 1e-4, "gradient vs torch f64 (of the stated 1e-4)");
-    EXPECT_LT(d, 1e-4) << s.name;
+    const double g_bound = bound(rel_l2(grads32.data() + s.offset, ref_grads.data() + s.offset, s.numel));
+    testing::log_ratio(d / g_bound, "gradient vs torch f64");
+    EXPECT_LT(d, g_bound) << s.name;
   }
 }
 

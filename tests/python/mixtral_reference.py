@@ -17,7 +17,8 @@ and drops the rest (docs/MODEL.md "Capacity").
 usage: mixtral_reference.py MODEL_DIR TOKENS_FILE B T OUT_DIR
   Writes loss.f64 (the cross-entropy), router.f64 (aux loss, z-loss, each
   unscaled), logits.f64 and grads.f64 (the gradient of cross-entropy +
-  router_aux_loss_coef * aux + router_z_loss_coef * z, in file order).
+  router_aux_loss_coef * aux + router_z_loss_coef * z, in file order), and
+  the same four with "32" (loss32.f64, ...) from the model in float32.
 Exit status 3 when torch is not installed (the caller skips).
 """
 import json
@@ -113,10 +114,23 @@ def router_losses(cfg, router_logits):
     E, k = cfg["num_local_experts"], cfg["num_experts_per_tok"]
     logits = torch.cat(router_logits, dim=0)
     probs = logits.softmax(-1)
-    mask = F.one_hot(top_k(probs, k), E).double()  # [rows, k, E]
+    mask = F.one_hot(top_k(probs, k), E).to(probs.dtype)  # [rows, k, E]
     aux = E * (mask.mean(0) * probs.mean(0).unsqueeze(0)).sum()
     z = (torch.logsumexp(logits, dim=-1) ** 2).mean()
     return aux, z
+
+
+def run(cfg, params, order, inputs, targets):
+    """Cross-entropy, aux loss, z-loss, logits and the gradients of the total, in the params' dtype."""
+    logits, router_logits = forward(cfg, params, inputs)
+    V = logits.shape[-1]
+    valid = int((targets != -1).sum())
+    ce = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1, reduction="sum") / valid
+    aux, z = router_losses(cfg, router_logits)
+    total = ce + cfg.get("router_aux_loss_coef", 0.0) * aux + cfg.get("router_z_loss_coef", 0.0) * z
+    total.backward()
+    grads = [params[n].grad if params[n].grad is not None else torch.zeros_like(params[n]) for n in order]
+    return ce, aux, z, logits, np.concatenate([g.detach().numpy().reshape(-1) for g in grads])
 
 
 def main():
@@ -127,20 +141,17 @@ def main():
     tok = np.fromfile(tokens_path, dtype="<i4")
     inputs = torch.tensor(tok[: B * T].reshape(B, T), dtype=torch.long)
     targets = torch.tensor(tok[B * T: 2 * B * T].reshape(B, T), dtype=torch.long)
-    logits, router_logits = forward(cfg, params, inputs)
-    V = logits.shape[-1]
-    valid = int((targets != -1).sum())
-    ce = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1, reduction="sum") / valid
-    aux, z = router_losses(cfg, router_logits)
-    total = ce + cfg.get("router_aux_loss_coef", 0.0) * aux + cfg.get("router_z_loss_coef", 0.0) * z
-    total.backward()
     os.makedirs(out_dir, exist_ok=True)
-    np.array([ce.item()], dtype="<f8").tofile(os.path.join(out_dir, "loss.f64"))
-    np.array([aux.item(), z.item()], dtype="<f8").tofile(os.path.join(out_dir, "router.f64"))
-    logits.detach().numpy().astype("<f8").tofile(os.path.join(out_dir, "logits.f64"))
-    grads = [params[n].grad if params[n].grad is not None else torch.zeros_like(params[n]) for n in order]
-    np.concatenate([g.detach().numpy().reshape(-1) for g in grads]).astype("<f8").tofile(
-        os.path.join(out_dir, "grads.f64"))
+    # The float64 run, then the same model in float32 with PyTorch's own
+    # kernels (files with a 32): the caller derives its bounds from the
+    # float32 run's distance from the float64 one.
+    p32 = {n: params[n].detach().to(torch.float32).requires_grad_(True) for n in order}
+    for suffix, p in (("", params), ("32", p32)):
+        ce, aux, z, logits, grads = run(cfg, p, order, inputs, targets)
+        np.array([ce.item()], dtype="<f8").tofile(os.path.join(out_dir, "loss%s.f64" % suffix))
+        np.array([aux.item(), z.item()], dtype="<f8").tofile(os.path.join(out_dir, "router%s.f64" % suffix))
+        logits.detach().numpy().astype("<f8").tofile(os.path.join(out_dir, "logits%s.f64" % suffix))
+        grads.astype("<f8").tofile(os.path.join(out_dir, "grads%s.f64" % suffix))
 
 
 if __name__ == "__main__":
