@@ -20,15 +20,15 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_read.h"
+#include "ckpt/checkpoint_slices.h"
 #include "comm/runtime.h"
 #include "config/config.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/threads.h"
 #include "core/timer.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_read.h"
-#include "train/checkpoint_slices.h"
 #include "train/run_mesh.h"
 #include "train/train_model.h"
 

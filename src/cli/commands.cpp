@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "ckpt/checkpoint.h"
 #include "comm/context.h"
 #include "comm/runtime.h"
 #include "config/config.h"
@@ -16,7 +17,6 @@
 #include "pipeline/render.h"
 #include "pipeline/schedule.h"
 #include "pipeline/simulate.h"
-#include "train/checkpoint.h"
 #include "train/evaluate.h"
 #include "train/memory_estimate.h"
 #include "train/model_io.h"

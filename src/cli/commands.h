@@ -59,7 +59,7 @@ int run_schedule_command(const ScheduleArgs& args);
 struct ExportArgs {
   std::string checkpoint, out;
 };
-// Writes the checkpoint's model as a Hugging Face directory (train/checkpoint.h export_checkpoint).
+// Writes the checkpoint's model as a Hugging Face directory (train/model_io.h export_checkpoint).
 int run_export_command(const ExportArgs& args);
 
 struct PlanArgs {

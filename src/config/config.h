@@ -43,7 +43,7 @@ struct TrainConfig {
   int64_t log_every = 1;
   int64_t threads = 0;            // 0: all cores (divided among the ranks on this machine)
   std::string init_allow;         // --init-from: model fields that may differ from the saved config.json
-  std::string checkpoint_dir;     // training checkpoints (train/checkpoint.h); empty: none
+  std::string checkpoint_dir;     // training checkpoints (ckpt/checkpoint.h); empty: none
   int64_t checkpoint_every = 0;   // steps between checkpoints (0: only the last step's)
   int64_t keep_checkpoints = 0;   // newest checkpoints kept (0: all)
   bool async_checkpoint = false;  // write checkpoints on a background thread while training goes on

@@ -64,7 +64,7 @@ void flush_directory(const std::string& dir);
 // Renames the complete directory `from` to `to` (which must not exist) in one
 // step and flushes their parent, so that after a crash either `to` is whole or
 // it does not exist. For directories several processes fill together (the
-// checkpoints of train/checkpoint.h), which AtomicDir's per-process staging
+// checkpoints of ckpt/checkpoint.h), which AtomicDir's per-process staging
 // cannot serve. IoError naming both paths on failure.
 void publish_dir(const std::string& from, const std::string& to);
 

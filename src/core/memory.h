@@ -20,7 +20,7 @@ enum class MemKind : int {
   scratch,       // temporary workspace
   comm,          // communication buffers
   kv_cache,      // generation's key/value cache (infer/kv_cache.h)
-  ckpt_staging,  // a checkpoint's host copy of the state it saves (train/checkpoint.h)
+  ckpt_staging,  // a checkpoint's host copy of the state it saves (ckpt/checkpoint.h)
   count_
 };
 

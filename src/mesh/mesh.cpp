@@ -4,8 +4,10 @@
 
 namespace mt {
 
-DeviceMesh::DeviceMesh(const Group& world, MeshSizes sizes) : world_(world), sizes_(sizes) {
+DeviceMesh::DeviceMesh(const Group& world, MeshSizes sizes, SubAxisSizes sub)
+    : world_(world), sizes_(sizes), sub_(sub) {
   validate_mesh(sizes_, world_.size());
+  validate_sub_axes(sizes_, sub_);
   coords_ = mesh_coords_of(world_.rank(), sizes_);
   // One split per set of axes, in the same order on every rank. Color: the
   // rank of the group's first member (coordinates in the set zeroed); key: the
@@ -16,6 +18,14 @@ DeviceMesh::DeviceMesh(const Group& world, MeshSizes sizes) : world_(world), siz
       if (set & axis_bit(a)) leader[axis_index(a)] = 0;
     }
     groups_[set] = world_.split(mesh_rank_of(leader, sizes_), world_.rank(), axis_set_name(set));
+  }
+  // Each sub-axis splits its parent group (sub_axes.h), in kAllSubAxes order.
+  for (SubAxis s : kAllSubAxes) {
+    if (!sub_axis_built(s, sizes_, sub_)) continue;
+    const Group& parent = groups_[sub_axis_parent(s)];
+    const SubAxisSplit at = sub_axis_split(s, parent.rank(), parent.size(), sub_);
+    Group g = parent.split(at.color, at.key, sub_axis_name(s));
+    if (at.keep) sub_groups_[static_cast<size_t>(s)] = std::move(g);
   }
 }
 

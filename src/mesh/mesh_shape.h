@@ -29,11 +29,10 @@ inline constexpr std::array<Axis, kNumAxes> kAllAxes = {Axis::pp, Axis::dp, Axis
 inline constexpr std::array<Axis, kNumAxes> kRankOrder = {Axis::dp, Axis::pp, Axis::cp, Axis::tp};
 
 // The size of each axis; fields in rank order (dp outermost, tp innermost).
-// Room for the axes to come: expert parallelism is carved out of dp × cp and
-// 2-D tensor parallelism splits tp into two sub-axes, both as blocks of
-// adjacent coordinates inside existing axes (as the kv-replica group already
-// is inside tp: parallel/tp_plan.h kv_replica_group), so neither adds a rank
-// axis here.
+// Expert parallelism (ep, ep_replicas inside dp × cp), the 2-D tp grid (tp_r,
+// tp_c), the kv-replica group (tp_kv) and the tied-embedding group (pp_tied)
+// are sub-axes: blocks of coordinates inside these axes (sub_axes.h), so none
+// adds a rank axis here.
 struct MeshSizes {
   // Only named fields: a positional {2, 2, 1, 2} does not compile (the axis
   // order is easy to get wrong, and a wrong one still multiplies to the world).

@@ -12,7 +12,7 @@ int64_t expert_capacity(double factor, int64_t tokens, int64_t k, int64_t E) {
   return static_cast<int64_t>(std::ceil(factor * static_cast<double>(tokens * k) / static_cast<double>(E)));
 }
 
-void check_expert_split(int64_t n_experts, int64_t ep) {
+void check_experts_divide(int64_t n_experts, int64_t ep) {
   MT_REQUIRE(n_experts % ep == 0, ConfigError, "model.n_experts (", n_experts,
              ") must be divisible by parallel.ep (", ep, ")");
 }
@@ -21,7 +21,7 @@ void check_expert_parallel(const EpLayout& l) {
   if (l.ep == 1) return;
   MT_REQUIRE(l.n_experts > 0, ConfigError, "parallel.ep (", l.ep,
              ") needs a mixture of experts, but model.n_experts is ", l.n_experts, " (a dense model)");
-  check_expert_split(l.n_experts, l.ep);
+  check_experts_divide(l.n_experts, l.ep);
   MT_REQUIRE((l.dp * l.cp) % l.ep == 0, ConfigError, "parallel.ep (", l.ep, ") must divide parallel.dp (",
              l.dp, ") x parallel.cp (", l.cp, ") = ", l.dp * l.cp);
   MT_REQUIRE(l.capacity_factor == 0, ConfigError, "parallel.ep (", l.ep, ") with model.capacity_factor (",
@@ -34,7 +34,7 @@ void check_expert_parallel(const EpLayout& l) {
 }
 
 ExpertDispatch::ExpertDispatch(Group* group, int64_t n_experts) : group_(group), E_(n_experts) {
-  if (distributed()) check_expert_split(E_, group_->size());
+  if (distributed()) check_experts_divide(E_, group_->size());
 }
 
 void ExpertDispatch::plan(RoutePlan& p, const int32_t* expert_of, int64_t choices, int64_t capacity,

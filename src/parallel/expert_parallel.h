@@ -56,7 +56,7 @@ struct RoutePlan {
 };
 
 // parallel.ep's rules, each refused with a ConfigError naming the numbers:
-// E experts split over ep ranks (check_expert_split, which ExpertDispatch
+// E experts split over ep ranks (check_experts_divide, which ExpertDispatch
 // also calls), ep dividing dp x cp (the ep groups are runs of ep consecutive
 // ranks of the flattened (dp, cp) index), and what expert parallelism is not
 // built with yet: a capacity limit, LAMB. Config::validate calls it.
@@ -68,7 +68,7 @@ struct EpLayout {
   bool lamb = false;           // train.optimizer = lamb
 };
 void check_expert_parallel(const EpLayout& l);
-void check_expert_split(int64_t n_experts, int64_t ep);
+void check_experts_divide(int64_t n_experts, int64_t ep);
 
 // The capacity of each expert for a group of `tokens` tokens: ceil(factor ·
 // tokens · k / E); −1 (unlimited) when factor is 0 (dropless).

@@ -10,16 +10,6 @@
 
 namespace mt::tp2d {
 
-SubAxes sub_axes(Group& tp, const Grid& grid) {
-  MT_REQUIRE(grid.rows * grid.cols == tp.size(), ConfigError, "the tp grid ", grid.rows, " x ", grid.cols,
-             " does not hold the tp group's ", tp.size(), " ranks");
-  const int C = static_cast<int>(grid.cols), t = tp.rank();
-  SubAxes s;
-  s.tp_c = std::make_unique<Group>(tp.split(t / C, t % C, "tp_c"));
-  s.tp_r = std::make_unique<Group>(tp.split(t % C, t / C, "tp_r"));
-  return s;
-}
-
 namespace {
 
 // The fused blocks of a k-wide feature dim, each checked to split over g ranks.

@@ -37,13 +37,9 @@
 
 namespace mt::tp2d {
 
-// The two sub-axis groups of one tp group: tp rank t = r·C + c; tp_c holds
-// the ranks of grid row r (size C), tp_r those of grid column c (size R).
-// Collective over tp (two splits).
-struct SubAxes {
-  std::unique_ptr<Group> tp_r, tp_c;
-};
-SubAxes sub_axes(Group& tp, const Grid& grid);
+// The two sub-axis groups, tp rank t = r·C + c: tp_c holds the ranks of grid
+// row r (size C), tp_r those of grid column c (size R). The mesh builds them
+// (DeviceMesh::sub_group, mesh/sub_axes.h).
 
 // Sizes of fused blocks along a feature dim; empty = one block of all `k` features.
 using Blocks = std::vector<int64_t>;

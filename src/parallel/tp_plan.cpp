@@ -208,12 +208,11 @@ Layout tp2d_layout(Role role, std::vector<int64_t> global, const tp2d::Grid& gri
   return l.with(Axis::tp, Placement::shard(c_dim));
 }
 
-std::unique_ptr<Group> kv_replica_group(Group* tp, int64_t n_kv_heads) {
-  if (tp == nullptr || tp->size() <= n_kv_heads) return nullptr;
-  MT_REQUIRE(tp->size() % n_kv_heads == 0, ConfigError, "parallel.tp (", tp->size(),
+int kv_replicas(int tp, int64_t n_kv_heads) {
+  if (tp <= n_kv_heads) return 1;
+  MT_REQUIRE(tp % n_kv_heads == 0, ConfigError, "parallel.tp (", tp,
              ") must be a multiple of model.n_kv_heads (", n_kv_heads, ") when it exceeds it");
-  const int replicas = static_cast<int>(tp->size() / n_kv_heads);
-  return std::make_unique<Group>(tp->split(tp->rank() / replicas, tp->rank(), "tp_kv"));
+  return static_cast<int>(tp / n_kv_heads);
 }
 
 // ---- weights given whole ----

@@ -101,11 +101,11 @@ Layout tp_layout(Role role, std::vector<int64_t> global, int holders = 1);
 // norm weight Shard(0) over all of tp (block t = r·C + c). R = 1: tp_layout.
 Layout tp2d_layout(Role role, std::vector<int64_t> global, const tp2d::Grid& grid);
 
-// The ranks of `tp` holding the same kv heads when tp > n_kv_heads: blocks of
-// tp / n_kv_heads adjacent tp ranks (a sub-axis of tp), a group named "tp_kv"
-// over which a replicated kv head's gradient is summed. Null when no kv head
-// is replicated (or tp is null). Collective over tp.
-std::unique_ptr<Group> kv_replica_group(Group* tp, int64_t n_kv_heads);
+// How many tp ranks hold the same kv heads: tp / n_kv_heads when tp >
+// n_kv_heads (ConfigError unless it divides), else 1. The mesh's sub-axis tp_kv
+// (mesh/sub_axes.h) is built from it: blocks of that many adjacent tp ranks,
+// over which a replicated kv head's gradient is summed.
+int kv_replicas(int tp, int64_t n_kv_heads);
 
 // Calls f(local_begin, global_begin, n) for each run of the local elements
 // [first, first + n) of a piece (local shape `cols` columns, full tensor

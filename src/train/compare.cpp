@@ -7,9 +7,9 @@
 #include <sstream>
 #include <vector>
 
-#include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "formats/safetensors.h"
 
 namespace mt {
 

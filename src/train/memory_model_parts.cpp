@@ -2,10 +2,10 @@
 
 #include <algorithm>
 
+#include "ckpt/checkpoint_slices.h"
 #include "parallel/tp2d.h"
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
-#include "train/checkpoint_slices.h"
 #include "train/run_mesh.h"
 
 namespace mt::memory_model {

@@ -5,16 +5,16 @@
 #include <set>
 #include <sstream>
 
-#include "checkpoint/hf_config.h"
-#include "checkpoint/safetensors.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_meta.h"
+#include "ckpt/checkpoint_read.h"
 #include "core/atomic_dir.h"
 #include "core/error.h"
+#include "formats/hf_config.h"
+#include "formats/safetensors.h"
 #include "mesh/layout.h"
 #include "mesh/mesh.h"
 #include "model/params.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_meta.h"
-#include "train/checkpoint_read.h"
 
 namespace mt {
 
@@ -326,6 +326,11 @@ void load_model_dir(const std::string& dir, Llama& model) {
     copy_to_local(s.layout, sizes, tp_coords(model.tp_rank().rank), full.data(), local.data() + s.offset);
   }
   model.store().scatter_full_params(local.data());  // each dp rank keeps its share
+}
+
+void export_checkpoint(const std::string& dir, const std::string& out) {
+  const CheckpointModel m = read_checkpoint_model(dir);
+  write_model_dir(out, m.cfg, m.full.data());
 }
 
 }  // namespace mt

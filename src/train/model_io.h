@@ -59,4 +59,11 @@ void load_model_dir(const std::string& dir, Llama& model);
 // the config's sizes have passed the run's checks.
 void check_model_tensors(const std::string& dir, const ModelConfig& cfg);
 
+// `meshtrain export`: writes the Hugging Face model directory that `--save`
+// writes from the training checkpoint `dir` (ckpt/checkpoint.h
+// read_checkpoint_model: every slice's checksums checked); one process.
+// DataError naming the path if `dir` is not a checkpoint or a file is
+// corrupt, IoError if `out` cannot be written.
+void export_checkpoint(const std::string& dir, const std::string& out);
+
 }  // namespace mt

@@ -284,7 +284,7 @@ void report_validation(MetricsWriter& metrics, const RunMesh& mesh, int64_t step
 }
 
 namespace {
-// Rank 0's time blocked by the checkpoints (train/checkpoint_async.h).
+// Rank 0's time blocked by the checkpoints (ckpt/checkpoint_async.h).
 void report_saves(const RunResult& r, bool async) {
   double blocked = 0, most = 0, written = 0;
   for (size_t i = 0; i < r.save_blocked_s.size(); ++i) {

@@ -1,7 +1,8 @@
 // The run's device mesh and its groups: this rank's coordinate on each axis
-// and the group of each axis (or set of axes) the training step communicates
-// over. It owns nothing else: stores, sums and reports are built from it
-// (train_step.h, report.h).
+// and the group of each axis (or set of axes) and sub-axis the training step
+// communicates over, all built by the DeviceMesh (mesh/mesh.h, sub_axes.h) and
+// taken from it here. It owns nothing else: stores, sums and reports are built
+// from it (train_step.h, report.h).
 #pragma once
 
 #include <memory>
@@ -33,7 +34,7 @@ class RunMesh {
   Group* tp_group() const { return tp_group_.get(); }  // null when tp = 1
   // 2-D tp (parallel.tp2d with R > 1): the grid and its two sub-axes, tp_r
   // (the R ranks of this rank's grid column) and tp_c (the C ranks of its grid
-  // row), tp rank t = r·C + c (parallel/tp2d_linear.h). Null otherwise.
+  // row), tp rank t = r·C + c (mesh/sub_axes.h). Null otherwise.
   tp2d::Grid grid;
   Group* tp_r_group() const { return tp_r_group_.get(); }
   Group* tp_c_group() const { return tp_c_group_.get(); }

@@ -9,13 +9,13 @@
 #include <thread>
 #include <vector>
 
+#include "ckpt/checkpoint_async.h"
 #include "comm/context.h"
 #include "comm/group.h"
 #include "core/error.h"
 #include "core/fault_point.h"
 #include "core/file.h"
 #include "model/llama.h"
-#include "train/checkpoint_async.h"
 
 namespace mt {
 

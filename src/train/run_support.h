@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "ckpt/save_log.h"
+
 namespace mt {
 
 class Group;
@@ -17,15 +19,15 @@ class Llama;
 
 // One JSON object per line; no file when the path is empty. IoError naming the
 // path when it cannot be opened. The lines written so far are also kept, for
-// the checkpoints (train/checkpoint.h), which store them so that a resumed
-// run's metrics file holds every step.
-class MetricsWriter {
+// the checkpoints (ckpt/checkpoint.h, through SaveLog), which store them so
+// that a resumed run's metrics file holds every step.
+class MetricsWriter : public SaveLog {
  public:
   explicit MetricsWriter(const std::string& path);
-  void write(const nlohmann::json& j);
+  void write(const nlohmann::json& j) override;
   // Writes one line as it is (a stored line of the run being resumed).
   void write_line(const std::string& line);
-  const std::vector<std::string>& lines() const { return lines_; }
+  const std::vector<std::string>& lines() const override { return lines_; }
 
  private:
   std::ofstream out_;

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "ckpt/checkpoint_read.h"
 #include "model/params.h"
 #include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
 #include "pipeline/stages.h"
-#include "train/checkpoint_read.h"
 #include "train/model_io.h"
 
 namespace mt {

@@ -37,7 +37,7 @@ struct TrainModel {
   std::unique_ptr<pp::Executor> executor;
   int64_t bad_steps = 0;  // consecutive non-finite steps so far
   // Called before the optimizer next changes the parameters and moments: an
-  // asynchronous checkpoint still copying them waits there (train/checkpoint_async.h).
+  // asynchronous checkpoint still copying them waits there (ckpt/checkpoint_async.h).
   std::function<void()> before_update;
 
   bool pipelined() const { return stages.size() > 1; }

@@ -5,6 +5,10 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_async.h"
+#include "ckpt/checkpoint_meta.h"
+#include "ckpt/checkpoint_read.h"
 #include "comm/context.h"
 #include "core/atomic_dir.h"
 #include "core/error.h"
@@ -14,10 +18,6 @@
 #include "data/token_file.h"
 #include "ops/gemm.h"
 #include "optim/schedule.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_async.h"
-#include "train/checkpoint_meta.h"
-#include "train/checkpoint_read.h"
 #include "train/flops.h"
 #include "train/memory_estimate.h"
 #include "train/metrics_lines.h"
@@ -90,7 +90,7 @@ std::vector<std::string> validate_run(Config& cfg, RunOptions& opts, int world_s
 
 namespace {
 // A rollback to `step` (0: a fresh start) supersedes the newer checkpoints
-// (train/checkpoint.h supersede_newer); rank 0, which holds the lock. Returns `step`.
+// (ckpt/checkpoint.h supersede_newer); rank 0, which holds the lock. Returns `step`.
 int64_t supersede(const Config& cfg, const RunMesh& mesh, int64_t step) {
   if (mesh.rank != 0) return step;
   const std::string note = supersede_newer(cfg.train.checkpoint_dir, step);

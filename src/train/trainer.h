@@ -21,7 +21,7 @@ struct RunOptions {
   std::string metrics_path;  // one JSON object per line, per step (empty: none)
   std::string save_dir;      // Hugging Face model directory written at the end (empty: none)
   std::string init_from;     // model directory to start from instead of the seed's initialisation
-  std::string resume;        // "auto", a checkpoint directory, or empty (train/checkpoint.h)
+  std::string resume;        // "auto", a checkpoint directory, or empty (ckpt/checkpoint.h)
   std::string resume_dir;    // set by validate_run: the checkpoint `resume` resolved to ("": start fresh)
   std::shared_ptr<DirLock>
       checkpoint_lock;  // set by validate_run on rank 0: train.checkpoint_dir's, held for the run
@@ -62,7 +62,7 @@ struct RunResult {
   MemStats memory;                                             // this rank's allocator counters at the end
   double overlap_hidden =
       0;  // ZeRO 0/1: share of gradient-reduction time hidden behind the backward (last step)
-  // Checkpoints (train/checkpoint_async.h): per save, this rank's time training
+  // Checkpoints (ckpt/checkpoint_async.h): per save, this rank's time training
   // was blocked by it and its write's time.
   std::vector<double> save_blocked_s, save_write_s;
   int stop_signal = 0;  // SIGTERM or SIGUSR1 when a preemption stopped the run early (train/preempt.h)
@@ -79,8 +79,8 @@ void check_training_data(const Config& cfg);
 // it has free, MESHTRAIN_FAULT's grammar, --save writable (on rank 0, the one
 // writer), --trace-steps' grammar and range, --init-from's config.json against the
 // model (train.init_allow), train.checkpoint_dir writable, and the checkpoint
-// --resume names against the run (train/checkpoint.h check_resume). Resolves
-// --resume once (train/checkpoint.h resolve_resume) into opts.resume_dir, rank
+// --resume names against the run (ckpt/checkpoint.h check_resume). Resolves
+// --resume once (ckpt/checkpoint.h resolve_resume) into opts.resume_dir, rank
 // 0 printing the warnings of a --resume auto that passed over a damaged
 // checkpoint (run_training's open_resume then checks the slices each rank
 // reads, and may fall back further). Returns the notices of fields init_allow let through. Runs no

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checkpoints and --resume (train/checkpoint.h, docs/FORMATS.md "Training checkpoints").
+# Checkpoints and --resume (ckpt/checkpoint.h, docs/FORMATS.md "Training checkpoints").
 # Exact resume: for each layout, 10 uninterrupted steps against a run stopped
 # at the start of step 5 (MESHTRAIN_FAULT=throw, after the step-5 checkpoint)
 # and resumed with --resume auto: per-step losses and gradient norms, and the

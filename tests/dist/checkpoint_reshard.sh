@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Loading a checkpoint into another layout (train/checkpoint.h, docs/FORMATS.md
+# Loading a checkpoint into another layout (ckpt/checkpoint.h, docs/FORMATS.md
 # "Loading into another layout"), --init-from of a checkpoint, meshtrain export.
 # Resharding: save step 5 under one layout (stopped by MESHTRAIN_FAULT=throw at
 # the start of step 5, after the step-5 checkpoint), resume under another for

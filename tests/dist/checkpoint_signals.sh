@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Preemption and asynchronous checkpoints (docs/PARALLELISM.md, "Preemption and
-# asynchronous checkpoints"; train/preempt.h, train/checkpoint_async.h).
+# asynchronous checkpoints"; train/preempt.h, ckpt/checkpoint_async.h).
 # Preemption: SIGTERM to the one process of a run, SIGTERM to all 4 ranks of a
 # dp2 × tp2 run, SIGUSR1 to `mpirun` of a 2-rank run, each sent mid-run, and a
 # SIGTERM that reaches one rank of four alone (MESHTRAIN_FAULT=sigterm) while an

@@ -19,11 +19,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/context.h"
 #include "comm/mpi_test.h"
+#include "mesh/mesh.h"
 #include "model/llama.h"
 #include "parallel/tp_plan.h"
 
@@ -139,14 +141,16 @@ std::vector<Call> expected(const ModelConfig& c, int64_t P, int64_t N, bool sp) 
 void check_microbatch(bool sp) {
   const ModelConfig cfg = tiny_config();
   const int P = world().size();
-  Group tp = world().split(0, world().rank(), "tp");
+  const DeviceMesh mesh(world(), MeshSizes{.tp = P},
+                        SubAxisSizes{.kv_replicas = tp::kv_replicas(P, cfg.n_kv_heads)});
+  Group tp = mesh.group("tp");
+  std::optional<Group> tp_kv = mesh.sub_group(SubAxis::tp_kv);
   constexpr int64_t B = 2, T = 8, N = B * T;
   ModelOptions mo;
   mo.max_batch = B;
   mo.max_seq = T;
   mo.tp = &tp;
-  const std::unique_ptr<Group> tp_kv = tp::kv_replica_group(&tp, cfg.n_kv_heads);
-  mo.tp_kv = tp_kv.get();
+  mo.tp_kv = tp_kv ? &*tp_kv : nullptr;
   mo.sp = sp;
   Llama model(cfg, mo);
   model.init(3);

@@ -19,8 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/hf_config.h"
-#include "checkpoint/safetensors.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_meta.h"
+#include "ckpt/checkpoint_read.h"
 #include "config/config.h"
 #include "core/crc32c.h"
 #include "core/dir_lock.h"
@@ -28,10 +29,9 @@
 #include "core/file.h"
 #include "data/token_file.h"
 #include "data/tokenizer.h"
+#include "formats/hf_config.h"
+#include "formats/safetensors.h"
 #include "fuzz/mutate.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_meta.h"
-#include "train/checkpoint_read.h"
 
 namespace mt {
 namespace {

@@ -8,9 +8,9 @@
 #include <map>
 #include <utility>
 
-#include "checkpoint/hf_config.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "formats/hf_config.h"
 #include "fuzz/mutate.h"
 
 namespace mt {

@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <vector>
 
-#include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "data/token_file.h"
+#include "formats/safetensors.h"
 #include "fuzz/mutate.h"
 
 namespace mt {

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "mesh/mesh.h"
@@ -87,6 +90,86 @@ TEST(MeshGroups, DataAndContextTogether) {
   EXPECT_EQ(members(mesh.group("dp+cp")), expected);
   EXPECT_EQ(mesh.group({"cp", "dp"}).axis(), "dp+cp");
   EXPECT_EQ(members(mesh.group("cp")), (std::vector<int>{r / 4 * 4 + r % 2, r / 4 * 4 + r % 2 + 2}));
+}
+
+// The sub-axes (mesh/sub_axes.h), members written out by hand from the rank
+// order rank = ((dp·PP + pp)·CP + cp)·TP + tp, each named as in the ledger.
+std::vector<int> run(int first, int n, int stride) {
+  std::vector<int> out;
+  for (int i = 0; i < n; ++i)
+    out.push_back(first + i * stride);
+  return out;
+}
+
+TEST(MeshSubAxes, ExpertsOverDataAndContext) {
+  const int world = test::world().size(), r = test::world().rank();
+  if (world % 4 != 0) GTEST_SKIP() << "needs a multiple of 4 ranks";
+  // dp (world/4) × cp 2 × tp 2, ep 2: f = dp·2 + cp; ep pairs the two cp
+  // ranks of one dp replica, ep_replicas the dp replicas of one cp rank.
+  const DeviceMesh mesh(test::world(), MeshSizes{.dp = world / 4, .cp = 2, .tp = 2}, SubAxisSizes{.ep = 2});
+  const int dp = r / 4, cp = r / 2 % 2, tp = r % 2;
+  const std::optional<Group> ep = mesh.sub_group(SubAxis::ep), reps = mesh.sub_group(SubAxis::ep_replicas);
+  ASSERT_TRUE(ep && reps);
+  EXPECT_EQ(members(*ep), (std::vector<int>{dp * 4 + tp, dp * 4 + 2 + tp}));
+  EXPECT_EQ(members(*reps), run(cp * 2 + tp, world / 4, 4));
+  EXPECT_EQ(ep->rank(), cp);
+  EXPECT_EQ(ep->axis(), "ep");
+  EXPECT_EQ(reps->axis(), "ep_replicas");
+  for (SubAxis s : {SubAxis::tp_r, SubAxis::tp_c, SubAxis::tp_kv, SubAxis::pp_tied})
+    EXPECT_FALSE(mesh.sub_group(s)) << sub_axis_name(s);
+}
+
+TEST(MeshSubAxes, GridAndKvReplicasInsideTp) {
+  const int world = test::world().size(), r = test::world().rank();
+  if (world % 4 != 0) GTEST_SKIP() << "needs a multiple of 4 ranks";
+  // dp (world/4) × tp 4 as a 2 × 2 grid, t = row·2 + col; kv heads on 2 ranks each.
+  const DeviceMesh mesh(test::world(), MeshSizes{.dp = world / 4, .tp = 4},
+                        SubAxisSizes{.tp_rows = 2, .kv_replicas = 2});
+  const int base = r / 4 * 4, t = r % 4;
+  const std::optional<Group> tp_c = mesh.sub_group(SubAxis::tp_c), tp_r = mesh.sub_group(SubAxis::tp_r),
+                             tp_kv = mesh.sub_group(SubAxis::tp_kv);
+  ASSERT_TRUE(tp_c && tp_r && tp_kv);
+  EXPECT_EQ(members(*tp_c), run(base + t / 2 * 2, 2, 1));  // grid row t / 2
+  EXPECT_EQ(members(*tp_r), run(base + t % 2, 2, 2));      // grid column t % 2
+  EXPECT_EQ(members(*tp_kv), run(base + t / 2 * 2, 2, 1));
+  EXPECT_EQ(tp_c->rank(), t % 2);
+  EXPECT_EQ(tp_r->rank(), t / 2);
+  EXPECT_EQ(tp_c->axis(), "tp_c");
+  EXPECT_EQ(tp_r->axis(), "tp_r");
+  EXPECT_EQ(tp_kv->axis(), "tp_kv");
+  EXPECT_FALSE(mesh.sub_group(SubAxis::ep));
+}
+
+TEST(MeshSubAxes, TiedEndsOnlyOnTheFirstAndLastStage) {
+  const int world = test::world().size(), r = test::world().rank();
+  if (world % 4 != 0) GTEST_SKIP() << "needs a multiple of 4 ranks";
+  const int PP = world / 2, pp = r / 2, tp = r % 2;
+  const DeviceMesh mesh(test::world(), MeshSizes{.pp = PP, .tp = 2}, SubAxisSizes{.tied_ends = true});
+  const std::optional<Group> tied = mesh.sub_group(SubAxis::pp_tied);
+  if (pp == 0 || pp == PP - 1) {
+    ASSERT_TRUE(tied);
+    EXPECT_EQ(members(*tied), (std::vector<int>{tp, (PP - 1) * 2 + tp}));
+    EXPECT_EQ(tied->axis(), "pp_tied");
+  } else {
+    EXPECT_FALSE(tied);
+  }
+  // pp = 1: no tied group, whatever the model asks.
+  const DeviceMesh flat(test::world(), MeshSizes{.dp = world}, SubAxisSizes{.tied_ends = true});
+  EXPECT_FALSE(flat.sub_group(SubAxis::pp_tied));
+}
+
+TEST(MeshSubAxes, ASubAxisThatDoesNotDivideItsParentFailsWithTheNumbers) {
+  const int world = test::world().size();
+  try {
+    DeviceMesh mesh(test::world(), MeshSizes{.dp = world}, SubAxisSizes{.ep = 3});
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "the mesh's sub-axis ep (3) must be at least 1 and divide dp × cp (" +
+                                         std::to_string(world) + ")");
+  }
+  EXPECT_THROW(DeviceMesh(test::world(), MeshSizes{.tp = world}, SubAxisSizes{.kv_replicas = world + 1}),
+               ConfigError);
+  EXPECT_THROW(DeviceMesh(test::world(), MeshSizes{.tp = world}, SubAxisSizes{.tp_rows = 0}), ConfigError);
 }
 
 TEST(MeshGroups, WrongSizesFailOnEveryRankWithTheNumbers) {

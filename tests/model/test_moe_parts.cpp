@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "bounds.h"
-#include "checkpoint/safetensors.h"
 #include "config/config.h"
 #include "core/error.h"
+#include "formats/safetensors.h"
 #include "model/llama.h"
 #include "ops/router.h"
 #include "parallel/expert_parallel.h"

@@ -7,11 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "comm/mpi_test.h"
+#include "mesh/mesh.h"
 #include "ops/attention.h"
 #include "ops/attention_reference.h"
 #include "ops/gemm.h"
@@ -103,14 +105,24 @@ void expect_ledger(const Group& tp, size_t from, size_t to, std::vector<Counted>
   }
 }
 
+// The grid's two sub-axis groups, from the mesh (DeviceMesh::sub_group).
+struct GridAxes {
+  std::unique_ptr<Group> tp_r, tp_c;
+};
+GridAxes grid_axes(const DeviceMesh& mesh) {
+  return {std::make_unique<Group>(*mesh.sub_group(SubAxis::tp_r)),
+          std::make_unique<Group>(*mesh.sub_group(SubAxis::tp_c))};
+}
+
 TEST(Tp2d, MlpBlockMatchesOneProcessAndItsLedger) {
   const int P = test::world().size();
   if (P % 2 != 0) GTEST_SKIP() << "needs an even world";
   const tp2d::Grid grid{2, P / 2};
   const int64_t R = grid.rows, C = grid.cols;
-  DeviceMesh mesh = test::tp_mesh(P);
+  const DeviceMesh mesh(test::world(), MeshSizes{.tp = P},
+                        SubAxisSizes{.tp_rows = static_cast<int>(grid.rows)});
   Group tp = mesh.group("tp");
-  const tp2d::SubAxes ax = tp2d::sub_axes(tp, grid);
+  const GridAxes ax = grid_axes(mesh);
   const int64_t r = tp.rank() / C, c = tp.rank() % C;
   ASSERT_EQ(ax.tp_c->rank(), c);
   ASSERT_EQ(ax.tp_r->rank(), r);
@@ -227,9 +239,10 @@ TEST(Tp2d, AttentionBlockMatchesOneProcess) {
   if (P % 2 != 0) GTEST_SKIP() << "needs an even world";
   const tp2d::Grid grid{2, P / 2};
   const int64_t R = grid.rows, C = grid.cols, G = R * C;
-  DeviceMesh mesh = test::tp_mesh(P);
+  const DeviceMesh mesh(test::world(), MeshSizes{.tp = P},
+                        SubAxisSizes{.tp_rows = static_cast<int>(grid.rows)});
   Group tp = mesh.group("tp");
-  const tp2d::SubAxes ax = tp2d::sub_axes(tp, grid);
+  const GridAxes ax = grid_axes(mesh);
   const int64_t r = tp.rank() / C, c = tp.rank() % C;
   constexpr int64_t B = 2, T = 3, N = B * T, d = 16, H = 8, KV = 4, D = 2, Q = H * D, K = KV * D;
   constexpr int64_t QKV = Q + 2 * K;

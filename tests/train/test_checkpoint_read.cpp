@@ -1,4 +1,4 @@
-// The checkpoint reader (train/checkpoint_read.h) on hand-built checkpoints:
+// The checkpoint reader (ckpt/checkpoint_read.h) on hand-built checkpoints:
 // a [5, 4, 3] tensor whose element (i, j, k) is 100·i + 10·j + k, saved as
 // slices cut along dim 0 and dim 1, read back into boxes that cut across them.
 #include <gmock/gmock.h>
@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/safetensors.h"
+#include "ckpt/checkpoint_meta.h"
+#include "ckpt/checkpoint_read.h"
 #include "core/crc32c.h"
 #include "core/error.h"
-#include "train/checkpoint_meta.h"
-#include "train/checkpoint_read.h"
+#include "formats/safetensors.h"
 
 namespace mt {
 namespace {

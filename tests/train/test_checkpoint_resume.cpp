@@ -1,4 +1,4 @@
-// Which checkpoint --resume picks (train/checkpoint.h resolve_resume) on
+// Which checkpoint --resume picks (ckpt/checkpoint.h resolve_resume) on
 // hand-made checkpoint folders: `latest` is the authority, a damaged one is
 // passed over with a warning that names it and says why, the next older one
 // is taken, and with none usable the run starts fresh; --resume PATH to a
@@ -16,13 +16,13 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/safetensors.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_meta.h"
+#include "ckpt/checkpoint_read.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_meta.h"
-#include "train/checkpoint_read.h"
+#include "formats/safetensors.h"
 
 namespace mt {
 namespace {

@@ -1,4 +1,4 @@
-#include "train/checkpoint_async.h"
+#include "ckpt/checkpoint_async.h"
 
 #include <chrono>
 
@@ -30,7 +30,7 @@ int64_t CheckpointSaver::writer_done() const {
   return snap_ != nullptr && written_.load(std::memory_order_acquire) ? 1 : 0;
 }
 
-void CheckpointSaver::save(int64_t step, const TrainModel& model, MetricsWriter& metrics) {
+void CheckpointSaver::save(int64_t step, const TrainModel& model, SaveLog& metrics) {
   finish(metrics);
   const TrainConfig& tc = cfg_.train;
   Timer blocked;
@@ -78,7 +78,7 @@ void CheckpointSaver::wait_for_copy() {
   current_.blocked_s += blocked.seconds();
 }
 
-void CheckpointSaver::finish(MetricsWriter& metrics) {
+void CheckpointSaver::finish(SaveLog& metrics) {
   if (snap_ == nullptr) return;
   Timer blocked;
   if (writer_.joinable()) writer_.join();  // returns at once when every rank voted writer_done

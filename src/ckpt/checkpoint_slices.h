@@ -1,4 +1,4 @@
-// The slices of a checkpoint (train/checkpoint.h): which box of which global
+// The slices of a checkpoint (ckpt/checkpoint.h): which box of which global
 // tensor this rank's local buffers hold, and where. Shared by the writer and
 // the reader, so that both derive the slices from the parameters' layouts
 // (ParamSpec::state_layout) in one way.

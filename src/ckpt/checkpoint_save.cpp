@@ -1,4 +1,4 @@
-// Writing a checkpoint (train/checkpoint.h; format: docs/FORMATS.md).
+// Writing a checkpoint (ckpt/checkpoint.h; format: docs/FORMATS.md).
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,15 +7,15 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/safetensors.h"
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_meta.h"
+#include "ckpt/checkpoint_slices.h"
 #include "core/atomic_dir.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/fault_point.h"
 #include "core/file.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_meta.h"
-#include "train/checkpoint_slices.h"
+#include "formats/safetensors.h"
 
 namespace mt {
 

@@ -1,15 +1,15 @@
 // Which checkpoints of a checkpoint_dir belong to the run writing it, and
-// which go (train/checkpoint.h; the rule: docs/FORMATS.md, "Training
+// which go (ckpt/checkpoint.h; the rule: docs/FORMATS.md, "Training
 // checkpoints", "Pruning and rollbacks").
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_meta.h"
 #include "core/atomic_dir.h"
 #include "core/error.h"
 #include "core/file.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_meta.h"
 
 namespace mt {
 

@@ -13,7 +13,7 @@
 // stages, world size): each rank reads, for every slice its own layout holds,
 // the parts of the saved slices that intersect it, after checking the CRC32C
 // of each saved slice it touches (read whole for that): a rank reads the saved
-// slices its layout intersects, no others (train/checkpoint_read.h). The same reader serves --init-from of a
+// slices its layout intersects, no others (ckpt/checkpoint_read.h). The same reader serves --init-from of a
 // checkpoint (weights only) and `meshtrain export` (full tensors, one process).
 #pragma once
 
@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/checkpoint_slices.h"
 #include "config/config.h"
 #include "core/memory.h"
-#include "train/checkpoint_slices.h"
 #include "train/run_mesh.h"
 #include "train/train_model.h"
 
@@ -140,7 +140,7 @@ void save_checkpoint(const std::string& root, int64_t step, const TrainModel& mo
 using StagingBuffer = TrackedVector<float, MemKind::ckpt_staging>;
 
 // A save in three parts, so that the write can run on another thread while
-// training goes on (train.async_checkpoint, train/checkpoint_async.h):
+// training goes on (train.async_checkpoint, ckpt/checkpoint_async.h):
 //   snapshot_checkpoint  at the step boundary, main thread: copies this rank's
 //                        slices (parameters, AdamW moments) and rank 0's
 //                        metrics lines into host buffers (`buffers`: a
@@ -185,11 +185,16 @@ void finalize_checkpoint(CheckpointSnapshot& snap, const RunMesh& mesh);
 // over the world (ZeRO 1/2 stores all-gather the loaded shards).
 ResumeState load_checkpoint(CheckpointReader& reader, TrainModel& model, const RunMesh& mesh);
 
-// `meshtrain export`: writes the Hugging Face model directory that `--save`
-// writes (train/model_io.h) from the checkpoint `dir`, each full tensor
-// assembled from its slices, after checking every slice's checksums (both
-// moments' too); one process. DataError naming the path if `dir`
-// is not a checkpoint or a file is corrupt, IoError if `out` cannot be written.
-void export_checkpoint(const std::string& dir, const std::string& out);
+// The full model of the checkpoint `dir` (`meshtrain export`, which writes it
+// as a model directory: train/model_io.h): its model configuration and every
+// parameter, laid out as make_param_table(cfg), each full tensor assembled
+// from its slices, after checking every slice's checksums (both moments'
+// too); one process. DataError naming the path if `dir` is not a checkpoint
+// or a file is corrupt.
+struct CheckpointModel {
+  ModelConfig cfg;
+  std::vector<float> full;
+};
+CheckpointModel read_checkpoint_model(const std::string& dir);
 
 }  // namespace mt

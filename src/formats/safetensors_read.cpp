@@ -10,10 +10,10 @@
 #include <system_error>
 #include <utility>
 
-#include "checkpoint/half.h"
-#include "checkpoint/safetensors.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "formats/half.h"
+#include "formats/safetensors.h"
 
 namespace mt {
 namespace {

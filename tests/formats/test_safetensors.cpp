@@ -9,10 +9,10 @@
 #include <limits>
 #include <vector>
 
-#include "checkpoint/half.h"
-#include "checkpoint/safetensors.h"
-#include "checkpoint/test_util.h"
 #include "core/error.h"
+#include "formats/half.h"
+#include "formats/safetensors.h"
+#include "formats/test_util.h"
 
 namespace mt {
 namespace {

@@ -1,5 +1,5 @@
 // metadata.json of a checkpoint (docs/FORMATS.md, "Training checkpoints"): names,
-// the layout record, and the document itself. Internal to train/checkpoint_*.
+// the layout record, and the document itself. Internal to ckpt/checkpoint_*.
 #pragma once
 
 #include <cstdint>

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/safetensors.h"
-#include "checkpoint/test_util.h"
+#include "formats/safetensors.h"
+#include "formats/test_util.h"
 
 namespace mt {
 namespace {

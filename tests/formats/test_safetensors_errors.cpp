@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/safetensors.h"
-#include "checkpoint/test_util.h"
 #include "core/error.h"
+#include "formats/safetensors.h"
+#include "formats/test_util.h"
 
 namespace mt {
 namespace {

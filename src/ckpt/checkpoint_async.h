@@ -1,6 +1,6 @@
 // Checkpoints from the training loop (docs/PARALLELISM.md, "Preemption and
 // asynchronous checkpoints"): each save is snapshot, write and finalize
-// (train/checkpoint.h). Synchronously the three run in a row. With
+// (ckpt/checkpoint.h). Synchronously the three run in a row. With
 // train.async_checkpoint the write runs on a background thread while training
 // goes on; the save is finalized at the first step after which every rank's
 // writer has finished (StepVotes::writer_done, summed in the step's own
@@ -17,10 +17,10 @@
 #include <thread>
 #include <vector>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/save_log.h"
 #include "config/config.h"
-#include "train/checkpoint.h"
 #include "train/run_mesh.h"
-#include "train/run_support.h"
 #include "train/train_model.h"
 
 namespace mt {
@@ -49,7 +49,7 @@ class CheckpointSaver {
   // Saves the state after `step` optimizer steps: first finalizes a save in
   // flight; then the snapshot, and the write and finalize now (synchronous)
   // or the write on the background thread (async). Collective over the world.
-  void save(int64_t step, const TrainModel& model, MetricsWriter& metrics);
+  void save(int64_t step, const TrainModel& model, SaveLog& metrics);
   // This rank's vote for StepVotes::writer_done: a save is in flight and its
   // write has finished (successfully or not).
   int64_t writer_done() const;
@@ -62,7 +62,7 @@ class CheckpointSaver {
   // Waits for the write in flight, if any, and finalizes it: on rank 0 a
   // metrics line {"checkpoint_step", "blocked_s", "write_s"}; an IoError from
   // every rank when any rank's write failed. Collective over the world.
-  void finish(MetricsWriter& metrics);
+  void finish(SaveLog& metrics);
   // Joins the writer without committing (an error that not every rank shares).
   void abandon();
   const std::vector<SaveTiming>& timings() const { return timings_; }

@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "checkpoint/hf_config.h"
-#include "checkpoint/test_util.h"
 #include "core/error.h"
+#include "formats/hf_config.h"
+#include "formats/test_util.h"
 
 namespace mt {
 namespace {

@@ -1,18 +1,18 @@
-// Reading checkpoint slices into any box (train/checkpoint_read.h).
-#include "train/checkpoint_read.h"
+// Reading checkpoint slices into any box (ckpt/checkpoint_read.h).
+#include "ckpt/checkpoint_read.h"
 
 #include <algorithm>
 #include <filesystem>
+#include <utility>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_meta.h"
 #include "config/config.h"
 #include "core/checked.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "model/params.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_meta.h"
-#include "train/model_io.h"
 
 namespace mt {
 
@@ -286,7 +286,7 @@ void load_checkpoint_params(CheckpointReader& reader, Llama& chunk, const MeshSi
   chunk.store().after_update();  // zero 1/2: all-gather the loaded shards into the full parameters
 }
 
-void export_checkpoint(const std::string& dir, const std::string& out) {
+CheckpointModel read_checkpoint_model(const std::string& dir) {
   verify_checkpoint(dir);
   CheckpointReader reader(dir);
   reader.verify_all();  // every slice and state, though only the parameters are written out
@@ -301,7 +301,7 @@ void export_checkpoint(const std::string& dir, const std::string& out) {
     reader.read_box(s.name, "", std::vector<int64_t>(s.global_shape.size(), 0), s.global_shape,
                     full.data() + s.offset);
   }
-  write_model_dir(out, cfg, full.data());
+  return {cfg, std::move(full)};
 }
 
 }  // namespace mt

@@ -3,11 +3,11 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "checkpoint/safetensors.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/tensor.h"
+#include "formats/safetensors.h"
 
 namespace mt {
 

@@ -1,4 +1,4 @@
-#include "train/checkpoint_slices.h"
+#include "ckpt/checkpoint_slices.h"
 
 #include <algorithm>
 #include <cstdio>

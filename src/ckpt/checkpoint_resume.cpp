@@ -1,17 +1,17 @@
 // Which checkpoint a run resumes from, and whether its files are intact
-// (train/checkpoint.h; the rule: docs/FORMATS.md, "Training checkpoints").
+// (ckpt/checkpoint.h; the rule: docs/FORMATS.md, "Training checkpoints").
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_meta.h"
+#include "ckpt/checkpoint_read.h"
 #include "comm/group.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_meta.h"
-#include "train/checkpoint_read.h"
 
 namespace mt {
 

@@ -1,5 +1,5 @@
 // Reading the slices of a checkpoint into any box of a tensor
-// (train/checkpoint.h; format: docs/FORMATS.md "Training checkpoints").
+// (ckpt/checkpoint.h; format: docs/FORMATS.md "Training checkpoints").
 //
 // The writer saved each tensor as slices, each a box in global coordinates
 // (metadata.json's "files"[].slices). A reader asks for another box — the
@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/safetensors.h"
+#include "ckpt/checkpoint_slices.h"
+#include "formats/safetensors.h"
 #include "model/config.h"
 #include "model/llama.h"
-#include "train/checkpoint_slices.h"
 
 namespace mt {
 

@@ -1,6 +1,6 @@
 // metadata.json, and the start-up side of resuming: which checkpoint, and
-// whether this run can take it (train/checkpoint.h).
-#include "train/checkpoint_meta.h"
+// whether this run can take it (ckpt/checkpoint.h).
+#include "ckpt/checkpoint_meta.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -9,12 +9,12 @@
 #include <set>
 #include <sstream>
 
+#include "ckpt/checkpoint.h"
 #include "core/atomic_dir.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "model/params.h"
-#include "train/checkpoint.h"
 
 namespace mt {
 

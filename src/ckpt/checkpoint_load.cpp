@@ -1,16 +1,16 @@
-// Resuming from a checkpoint, into any layout (train/checkpoint.h).
+// Resuming from a checkpoint, into any layout (ckpt/checkpoint.h).
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "ckpt/checkpoint.h"
+#include "ckpt/checkpoint_meta.h"
+#include "ckpt/checkpoint_read.h"
+#include "ckpt/checkpoint_slices.h"
 #include "comm/runtime.h"
 #include "core/error.h"
 #include "core/file.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_meta.h"
-#include "train/checkpoint_read.h"
-#include "train/checkpoint_slices.h"
 
 namespace mt {
 

@@ -1,4 +1,4 @@
-#include "checkpoint/hf_config.h"
+#include "formats/hf_config.h"
 
 #include <nlohmann/json.hpp>
 
