@@ -5,13 +5,6 @@
 
 namespace mt {
 
-MeshSizes mesh_sizes(const ParallelConfig& p) {
-  return {.dp = static_cast<int>(p.dp),
-          .pp = static_cast<int>(p.pp),
-          .cp = static_cast<int>(p.cp),
-          .tp = static_cast<int>(p.tp)};
-}
-
 RunMesh make_run_mesh(const Config& cfg, const Group* world) {
   RunMesh m;
   const MeshSizes sizes = mesh_sizes(cfg.parallel);
