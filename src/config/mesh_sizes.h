@@ -1,5 +1,5 @@
-// The device mesh's sizes of a configuration, for what reads the layout
-// without building the mesh (the memory model, the planner, --explain).
+// The device mesh's sizes a configuration asks for: what the run builds its
+// mesh on, and what the layout check and the memory model read without one.
 #pragma once
 
 #include "config/config.h"

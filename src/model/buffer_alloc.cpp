@@ -44,7 +44,7 @@ Tensor& Llama::LayerActs::member(const char* name) {
 
 Llama::LayerActs::LayerActs(const buffers::List& plan) {
   for (const buffers::Entry& e : plan)
-    member(e.name) = Tensor(e.shape, e.kind);
+    member(e.name) = Tensor(e.shape.vec(), e.kind);
   // The chosen experts [N, k]: host indices beside the router's weights (not an allocator buffer).
   if (moe.weights.numel() > 0) moe.experts.assign(static_cast<size_t>(moe.weights.numel()), 0);
 }
@@ -59,14 +59,14 @@ Tensor& Llama::Slot::member(const char* name) {
 
 Llama::Slot::Slot(const buffers::ChunkPlan& plan) {
   for (const buffers::Entry& e : plan.resid)
-    resid.emplace_back(e.shape, e.kind);
+    resid.emplace_back(e.shape.vec(), e.kind);
   if (!plan.recomputation) {
     layers.reserve(static_cast<size_t>(plan.layers()));
     for (int64_t l = 0; l < plan.layers(); ++l)
       layers.emplace_back(plan.layer(l));
   }
   for (const buffers::Entry& e : plan.head)
-    member(e.name) = Tensor(e.shape, e.kind);
+    member(e.name) = Tensor(e.shape.vec(), e.kind);
 }
 
 Tensor& Llama::Buffers::member(const char* name) {
@@ -83,7 +83,7 @@ Tensor& Llama::Buffers::member(const char* name) {
 
 void Llama::Buffers::allocate(const buffers::List& list) {
   for (const buffers::Entry& e : list)
-    member(e.name) = Tensor(e.shape, e.kind);
+    member(e.name) = Tensor(e.shape.vec(), e.kind);
 }
 
 }  // namespace mt

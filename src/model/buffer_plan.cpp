@@ -2,12 +2,21 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
 namespace mt::buffers {
 
-int64_t Entry::numel() const {
+Dims::Dims(std::initializer_list<int64_t> dims) {
+  MT_CHECK(dims.size() <= d_.size(), "a buffer plan entry of ", dims.size(), " dims (at most ", d_.size(),
+           ")");
+  for (const int64_t d : dims)
+    d_[static_cast<size_t>(n_++)] = d;
+}
+
+int64_t Dims::numel() const {
   int64_t n = 1;
-  for (const int64_t d : shape)
-    n *= d;
+  for (int i = 0; i < n_; ++i)
+    n *= d_[static_cast<size_t>(i)];
   return n;
 }
 
@@ -58,13 +67,13 @@ constexpr MemKind kAct = MemKind::activation;
 
 // The sizes every buffer of a chunk is made of: N = B·T tokens; Nl those of
 // the residual stream here (N / tp under SP); the widths this rank's.
-struct Dims {
+struct Sizes {
   int64_t B, T, N, Nl, C, D, F, Q, QKV, heads, kv_heads, X;
   int64_t E, k, I, R, Rl;  // mixture of experts: R = N·k choices, Rl = R·ep rows this rank's experts may get
 };
 
-Dims dims_of(const ModelConfig& c, const TpDims& d, const Shape& s) {
-  Dims m{};
+Sizes sizes_of(const ModelConfig& c, const TpDims& d, const Shape& s) {
+  Sizes m{};
   m.B = s.B;
   m.T = s.T;
   m.N = s.B * s.T;
@@ -87,7 +96,7 @@ Dims dims_of(const ModelConfig& c, const TpDims& d, const Shape& s) {
 
 // What a mixture-of-experts layer saves (MoeActs): N tokens, their R = N·k
 // choices, and the up to Rl = R·ep rows this rank's experts may receive.
-void moe_acts(const Dims& m, int64_t ep, List& out) {
+void moe_acts(const Sizes& m, int64_t ep, List& out) {
   out.push_back({"moe.probs", {m.N, m.E}});
   out.push_back({"moe.lse", {m.N}});
   out.push_back({"moe.weights", {m.N, m.k}});
@@ -100,7 +109,7 @@ void moe_acts(const Dims& m, int64_t ep, List& out) {
 
 // LayerActs of a layer with the dense MLP and/or the experts (with
 // recomputation the one set serves every layer: both when the stage has both).
-List layer_acts(const Dims& m, const Shape& s, bool dense, bool moe) {
+List layer_acts(const Sizes& m, const Shape& s, bool dense, bool moe) {
   List out;
   out.push_back({s.sp ? "ln1_full" : "ln1", {m.N, m.C}});
   out.push_back({"rstd1", {m.Nl}});
@@ -121,10 +130,10 @@ List layer_acts(const Dims& m, const Shape& s, bool dense, bool moe) {
 
 // The backward's buffers (Llama::Buffers): dres carries the router statistics
 // X after the residual gradient; part, kvg with tp; dfull, dln, normg with SP.
-List shared_buffers(const Dims& m, const Shape& s) {
+List shared_buffers(const Sizes& m, const Shape& s) {
   List out;
   if (s.sp && !s.head) out.push_back({"norm_out", {m.Nl, m.C}});
-  out.push_back({"dres", m.X > 0 ? std::vector<int64_t>{m.Nl * m.C + m.X} : std::vector<int64_t>{m.Nl, m.C}});
+  out.push_back({"dres", m.X > 0 ? Dims{m.Nl * m.C + m.X} : Dims{m.Nl, m.C}});
   out.push_back({"dtmp", {m.Nl, m.C}});
   out.push_back({"dmid", {m.N, std::max({m.C, m.F, m.Q})}});
   out.push_back({"dqkv", {m.N, m.QKV}});
@@ -143,7 +152,7 @@ List shared_buffers(const Dims& m, const Shape& s) {
 
 // Buffers' mixture-of-experts part, over the full N tokens: the router's
 // logits and gradient, the weights' gradient, the expert rows' gradients.
-List moe_buffers(const Dims& m, const Shape& s) {
+List moe_buffers(const Sizes& m, const Shape& s) {
   List out;
   out.push_back({"rlogits", {m.N, m.E}});
   out.push_back({"drlogits", {m.N, m.E}});
@@ -162,7 +171,7 @@ List moe_buffers(const Dims& m, const Shape& s) {
 // The same on an R × C grid (R > 1): the residual stream d/(RC) wide, the
 // inputs gathered over one sub-axis d/R (or Q/C, F/C) wide; one stage, dense
 // layers, no SP.
-void grid_plan(const ModelConfig& c, const TpDims& d, const Dims& m, ChunkPlan& p, const Shape& s) {
+void grid_plan(const ModelConfig& c, const TpDims& d, const Sizes& m, ChunkPlan& p, const Shape& s) {
   const GridWidths w(c, d, s.grid);
   const int64_t N = m.N;
   const List layer = {{"ln1", {N, w.dl}},      {"ln1_full", {N, w.dR}}, {"rstd1", {N}},
@@ -187,7 +196,7 @@ void grid_plan(const ModelConfig& c, const TpDims& d, const Dims& m, ChunkPlan& 
 }  // namespace
 
 ChunkPlan chunk_plan(const ModelConfig& c, const TpDims& d, const Shape& s) {
-  const Dims m = dims_of(c, d, s);
+  const Sizes m = sizes_of(c, d, s);
   ChunkPlan p;
   p.moe_layers = s.moe_layers;
   const bool any_moe = std::count(s.moe_layers.begin(), s.moe_layers.end(), true) > 0;
@@ -198,8 +207,7 @@ ChunkPlan chunk_plan(const ModelConfig& c, const TpDims& d, const Shape& s) {
   } else {
     if (s.recompute) p.recompute = layer_acts(m, s, any_dense, any_moe);
     p.shared = shared_buffers(m, s);
-    const std::vector<int64_t> resid =
-        m.X > 0 ? std::vector<int64_t>{m.Nl * m.C + m.X} : std::vector<int64_t>{m.Nl, m.C};
+    const Dims resid = m.X > 0 ? Dims{m.Nl * m.C + m.X} : Dims{m.Nl, m.C};
     p.resid.assign(s.moe_layers.size() + 1, Entry{"resid", resid});
     if (!s.recompute && any_dense) p.dense_layer = layer_acts(m, s, true, false);
     if (!s.recompute && any_moe) p.moe_layer = layer_acts(m, s, false, true);

@@ -9,7 +9,9 @@
 // sums the same entries, so a buffer added here is allocated and counted at once.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "core/memory.h"
@@ -19,13 +21,27 @@
 
 namespace mt::buffers {
 
+// A tensor's shape, up to 3 dims, held in place (the planner sums plans of
+// thousands of layouts: no allocation per entry).
+class Dims {
+ public:
+  Dims() = default;
+  Dims(std::initializer_list<int64_t> dims);
+  std::vector<int64_t> vec() const { return {d_.begin(), d_.begin() + n_}; }
+  int64_t numel() const;
+
+ private:
+  std::array<int64_t, 3> d_{};
+  int n_ = 0;
+};
+
 // One tensor: `name` is the member it becomes (LayerActs' "ln1", its MoeActs'
 // "moe.probs", Slot's "resid", Buffers' "dres", ...).
 struct Entry {
   const char* name = "";
-  std::vector<int64_t> shape;
+  Dims shape;
   MemKind kind = MemKind::activation;
-  int64_t numel() const;
+  int64_t numel() const { return shape.numel(); }
 };
 using List = std::vector<Entry>;
 
