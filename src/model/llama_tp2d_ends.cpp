@@ -47,7 +47,7 @@ void Llama::init_tp2d() {
 }
 
 Llama::LayerActs Llama::layer_acts_2d() const {
-  return LayerActs(opts_.recompute ? buf_->plan.recompute : buf_->plan.dense_layer);
+  return LayerActs(buf_->plan.recompute);  // the one set recomputation reuses (slots: Slot's own)
 }
 
 std::unique_ptr<Llama::Slot> Llama::make_slot_2d() const {
