@@ -4,7 +4,7 @@
 
 #include "core/timer.h"
 #include "ops/gemm.h"
-#include "train/flops.h"
+#include "cost/flops.h"
 
 namespace mt::bench {
 

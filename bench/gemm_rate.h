@@ -15,7 +15,7 @@ struct GemmRate {
   double gflops = 0;
 };
 
-// The 1024³ rate (train/flops.h, the trainer's ceiling) and the rates of the
+// The 1024³ rate (cost/flops.h, the trainer's ceiling) and the rates of the
 // model's own forward GEMM shapes at `tokens` rows. The caller measures twice
 // (before and after the timed steps) and keeps the higher of each: on a shared
 // machine the slower measurement is the one that was disturbed.

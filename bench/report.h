@@ -18,7 +18,7 @@ struct BenchResult {
   int threads = 0;
   int64_t batch = 0, seq_len = 0, microbatch = 0;
   int64_t num_params = 0, matmul_params = 0;
-  double flops_per_token = 0;                    // train_flops_per_token (train/flops.h)
+  double flops_per_token = 0;                    // train_flops_per_token (cost/flops.h)
   std::vector<double> step_seconds;              // the timed steps, in order
   std::vector<double> losses;                    // loss of every step, warm-up included (a sanity check)
   std::vector<GemmRate> gemm_before;             // measured before the timed steps

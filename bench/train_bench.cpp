@@ -24,7 +24,7 @@
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "report.h"
-#include "train/flops.h"
+#include "cost/flops.h"
 
 namespace mt::bench {
 namespace {

@@ -10,23 +10,10 @@
 
 #include "mesh/mesh_shape.h"
 #include "model/llama.h"
+#include "model/param_slice.h"
 #include "train/run_mesh.h"
 
 namespace mt {
-
-struct LocalSlice {
-  std::string tensor;                  // Hugging Face name
-  int64_t local_offset = 0;            // first element in the store's local buffers (params, m, v)
-  std::vector<int64_t> local_shape;    // the padded piece there, row-major
-  std::vector<int64_t> offsets, size;  // the box of real elements, in global coordinates
-  bool writer = false;                 // the lowest rank holding this box (and not a tied copy)
-  int64_t numel() const;
-};
-
-// The slice of `spec` (its state_layout set) that the rank at `coords` holds,
-// without its place in the store (local_offset 0): what the memory model
-// (train/memory_model.h) counts of a checkpoint's staging copy.
-LocalSlice spec_slice(const ParamSpec& spec, const MeshSizes& sizes, const MeshCoords& coords);
 
 // This rank's slices of one model chunk, in the chunk's table order.
 std::vector<LocalSlice> local_slices(Llama& chunk, const MeshSizes& sizes, const MeshCoords& coords);

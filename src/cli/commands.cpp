@@ -18,7 +18,7 @@
 #include "pipeline/schedule.h"
 #include "pipeline/simulate.h"
 #include "train/evaluate.h"
-#include "train/memory_estimate.h"
+#include "cost/memory_estimate.h"
 #include "train/model_io.h"
 #include "train/preempt.h"
 #include "train/run_mesh.h"

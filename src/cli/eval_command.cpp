@@ -21,7 +21,7 @@
 #include "ops/gemm.h"
 #include "parallel/context_parallel.h"
 #include "train/evaluate.h"
-#include "train/memory_estimate.h"
+#include "cost/memory_estimate.h"
 #include "train/model_io.h"
 #include "train/run_mesh.h"
 #include "train/train_model.h"

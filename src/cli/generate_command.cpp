@@ -19,7 +19,7 @@
 #include "infer/generate.h"
 #include "mesh/mesh.h"
 #include "ops/gemm.h"
-#include "train/memory_estimate.h"
+#include "cost/memory_estimate.h"
 #include "train/model_io.h"
 #include "train/run_mesh.h"
 #include "train/train_model.h"

@@ -58,7 +58,7 @@ Chart memory_chart(const std::vector<Run>& runs) {
   }
   return {"Memory per rank by kind, against the analytic model",
           "Each rank's peak tracked bytes by kind over the run (the sum of per-kind peaks bounds the total "
-          "peak), beside the memory model's figure for that rank (train/memory_model.h; its upper bound per "
+          "peak), beside the memory model's figure for that rank (cost/memory_model.h; its upper bound per "
           "kind) and the process's resident peak (VmHWM, which includes what the allocator does not track).",
           stacked_spec(rows, "MiB")};
 }

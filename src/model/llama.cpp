@@ -74,33 +74,27 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
                td_.kv_replicas, " ranks (ModelOptions::tp_kv, from tp::kv_replica_group)");
     kv_group_ = opts_.tp_kv;
   }
+  std::vector<bool> moe_layers;
+  for (const LayerParamOffsets& o : rel_)
+    moe_layers.push_back(o.moe());
+  buf_->plan = buffers::chunk_plan(cfg_, td_,
+                                   {.B = opts_.max_batch,
+                                    .T = opts_.max_seq,
+                                    .tp = tpr_.size,
+                                    .sp = sp_on(),
+                                    .grid = tp_ ? opts_.grid : tp2d::Grid{},
+                                    .ep = dispatch_.max_local_rows(1),
+                                    .recompute = opts_.recompute,
+                                    .embed = has_embed(),
+                                    .head = has_head(),
+                                    .moe_layers = std::move(moe_layers)});
   if (two_d()) {
     init_tp2d();  // its own buffers and slot 0 (llama_tp2d_ends.cpp)
     return;
   }
-  const int64_t B = opts_.max_batch, T = opts_.max_seq, N = B * T, Nl = sp_on() ? N / tpr_.size : N;
-  const int64_t C = cfg_.d_model, F = td_.ffn, Q = td_.heads * cfg_.head_dim();
-  const int64_t QKV = Q + 2 * td_.kv_heads * cfg_.head_dim();
-  const MemKind k = MemKind::activation;
   Buffers& b = *buf_;
-  if (opts_.recompute)
-    b.recompute.emplace_back(cfg_, td_, B, T, Nl, sp_on(), has_dense_layer(), has_moe_layer(),
-                             dispatch_.max_local_rows(1));
-  if (sp_on() && !has_head()) b.norm_out = Tensor({Nl, C}, k);
-  b.dres = tally_floats() > 0 ? Tensor({Nl * C + tally_floats()}, k) : Tensor({Nl, C}, k);
-  b.dtmp = Tensor({Nl, C}, k);
-  b.dmid = Tensor({N, std::max({C, F, Q})}, k);
-  b.dqkv = Tensor({N, QKV}, k);
-  b.dgu = Tensor({N, 2 * F}, k);
-  if (tp_) {
-    b.part = Tensor({N, C}, k);
-    b.kvg = Tensor({2 * td_.kv_heads * cfg_.head_dim(), C}, MemKind::scratch);
-  }
-  if (sp_on()) {
-    b.dfull = Tensor({N, C}, k);
-    b.dln = Tensor({Nl, C}, k);
-    b.normg = Tensor({2, C}, MemKind::scratch);
-  }
+  if (opts_.recompute) b.recompute.emplace_back(b.plan.recompute);
+  b.allocate(b.plan.shared);
   moe_init();
   slot(0);  // one microbatch's activations, allocated up front
 }
@@ -124,29 +118,7 @@ Llama::Slot& Llama::slot(int i) {
       slots_.push_back(make_slot_2d());
       continue;
     }
-    auto sl = std::make_unique<Slot>();
-    const int64_t B = opts_.max_batch, T = opts_.max_seq, N = B * T, Nl = sp_on() ? N / tpr_.size : N;
-    const int64_t C = cfg_.d_model;
-    const MemKind k = MemKind::activation;
-    const int64_t X = tally_floats();  // after the stage's input and output (residual_numel)
-    for (int64_t l = 0; l <= n_stage_layers_; ++l)
-      sl->resid.emplace_back(X > 0 ? std::vector<int64_t>{Nl * C + X} : std::vector<int64_t>{Nl, C}, k);
-    if (!opts_.recompute) {
-      sl->layers.reserve(static_cast<size_t>(n_stage_layers_));
-      for (int64_t l = 0; l < n_stage_layers_; ++l) {
-        const bool moe = rel_[static_cast<size_t>(l)].moe();
-        sl->layers.emplace_back(cfg_, td_, B, T, Nl, sp_on(), !moe, moe, dispatch_.max_local_rows(1));
-      }
-    }
-    if (has_head()) {
-      sl->lnf = Tensor({Nl, C}, k);
-      sl->rstdf = Tensor({Nl}, k);
-      if (sp_on()) sl->lnf_full = Tensor({N, C}, k);
-      sl->logits = Tensor({N, td_.vocab_rows}, k);
-      sl->losses = Tensor({N}, k);
-      sl->lse_ce = Tensor({N}, k);
-    }
-    slots_.push_back(std::move(sl));
+    slots_.push_back(std::make_unique<Slot>(buf_->plan));
   }
   return *slots_[static_cast<size_t>(i)];
 }

@@ -9,6 +9,7 @@
 
 #include "core/tensor.h"
 #include "core/timer.h"
+#include "model/buffer_plan.h"
 #include "model/llama.h"
 #include "parallel/expert_parallel.h"
 
@@ -28,22 +29,7 @@ struct MoeActs {
   Tensor h;                      // [Rl, I]  swiglu(gate, up)
   Tensor yk;                     // [N·k, C] each choice's expert output (zero when dropped)
 
-  MoeActs() = default;
-  // ep: the ep group's size (docs/PARALLELISM.md "Expert parallelism"); this
-  // rank's experts may receive up to every rank's N·k rows.
-  MoeActs(const ModelConfig& c, int64_t N, int64_t ep) {
-    const int64_t E = c.n_experts, k = c.top_k, I = c.expert_hidden(), R = N * k, C = c.d_model, Rl = R * ep;
-    const MemKind m = MemKind::activation;
-    probs = Tensor({N, E}, m);
-    lse = Tensor({N}, m);
-    weights = Tensor({N, k}, m);
-    experts.assign(static_cast<size_t>(N * k), 0);
-    xs = Tensor({R, C}, m);
-    if (ep > 1) xl = Tensor({Rl, C}, m);
-    gu = Tensor({Rl, 2 * I}, m);
-    h = Tensor({Rl, I}, m);
-    yk = Tensor({R, C}, m);
-  }
+  // Allocated with its layer (LayerActs' "moe." entries of model/buffer_plan.h).
 };
 
 // One microbatch's router statistics, pooled over this stage's MoE layers:
@@ -67,7 +53,7 @@ struct MoeTally {
   // The sums after a stage's residual stream between pipeline stages
   // (docs/PARALLELISM.md "Expert parallelism"): counts and rows as floats
   // (exact below 2^24), each double as a float pair hi + lo.
-  static int64_t wire_floats(int64_t k, int64_t E) { return k * E + 2 * E + 3; }
+  static int64_t wire_floats(int64_t k, int64_t E) { return buffers::tally_wire_floats(k, E); }
   void write_wire(float* out) const;
   void read_wire(const float* in);
 };
@@ -93,29 +79,11 @@ struct Llama::LayerActs {
   Tensor h_full;    // [N, F/C]    2-D tp: h gathered over tp_r (down_proj's input)
   MoeActs moe;      // mixture-of-experts layers
 
-  LayerActs() = default;  // 2-D tp sizes its own (Llama::layer_acts_2d)
-
-  // dense / moe: whether the layer (with recomputation: any layer) has the
-  // dense MLP / the mixture of experts.
-  LayerActs(const ModelConfig& c, const TpDims& d, int64_t B, int64_t T, int64_t Nl, bool sp, bool dense,
-            bool moe_layer, int64_t ep = 1) {
-    const int64_t N = B * T, C = c.d_model, F = d.ffn, D = c.head_dim();
-    const MemKind k = MemKind::activation;
-    (sp ? ln1_full : ln1) = Tensor({N, C}, k);
-    rstd1 = Tensor({Nl}, k);
-    qkv = Tensor({N, (d.heads + 2 * d.kv_heads) * D}, k);
-    att = Tensor({N, d.heads * D}, k);
-    lse = Tensor({B, d.heads, T}, k);
-    mid = Tensor({Nl, C}, k);
-    (sp ? ln2_full : ln2) = Tensor({N, C}, k);
-    if (sp && moe_layer) ln2 = Tensor({Nl, C}, k);  // the experts run on this rank's tokens
-    rstd2 = Tensor({Nl}, k);
-    if (dense) {
-      gu = Tensor({N, 2 * F}, k);
-      h = Tensor({N, F}, k);
-    }
-    if (moe_layer) moe = MoeActs(c, N, ep);
-  }
+  LayerActs() = default;
+  // Every tensor of `plan` (model/buffer_plan.h chunk_plan's layer lists),
+  // each into the member it names, in the plan's order.
+  explicit LayerActs(const buffers::List& plan);
+  Tensor& member(const char* name);
 };
 
 // What one microbatch in flight keeps between its forward and its backward.
@@ -135,6 +103,12 @@ struct Llama::Slot {
   std::vector<int32_t> pos_resid;
   bool has_targets = false;
   MoeTally tally;  // its router statistics (mixture of experts)
+
+  Slot() = default;
+  // Slot `plan` describes: its residual stream, its layers' LayerActs
+  // (none with recomputation) and the head's tensors.
+  explicit Slot(const buffers::ChunkPlan& plan);
+  Tensor& member(const char* name);
 };
 
 // Scratch shared by every microbatch: the backward's gradients (one backward
@@ -154,34 +128,18 @@ struct Llama::Buffers {
   // Mixture of experts: router logits and their gradient [N, E], the weights'
   // gradient [N, k], and the expert rows' gradients [N·k, C], [N·k, 2I], [N·k, I].
   Tensor rlogits, drlogits, dweights, dyk, dys, dxs, dgu_e, dh_e;
-  Tensor xfer;  // [R·ep, C] ep > 1: the expert-major side of an exchange
-  Tensor moeg;  // SP: one MoE layer's router and expert gradients, partial over tp until summed
-  Tensor grid;  // 2-D tp: the scratch of parallel/tp2d_linear.h's layers and of the ends
+  Tensor xfer;              // [R·ep, C] ep > 1: the expert-major side of an exchange
+  Tensor moeg;              // SP: one MoE layer's router and expert gradients, partial over tp until summed
+  Tensor grid;              // 2-D tp: the scratch of parallel/tp2d_linear.h's layers and of the ends
+  buffers::ChunkPlan plan;  // what every buffer of this chunk is (model/buffer_plan.h)
+
+  // Allocates `list`'s entries (plan.shared or plan.moe) into the members they name.
+  void allocate(const buffers::List& list);
+  Tensor& member(const char* name);
 };
 
-// The widths one rank works with under 2-D tensor parallelism on an R × C
-// grid (docs/PARALLELISM.md "2-D tensor parallelism"; llama_tp2d.cpp): its
-// residual-stream features and its local heads and hidden channels (…l: of
-// R·C), and the same gathered over one sub-axis (…C: of C only; dR: d of R).
-struct Widths2d {
-  int64_t dl = 0, dR = 0;            // d/(RC), d/R
-  int64_t Ql = 0, Kl = 0, QKVl = 0;  // this rank's q, k (and v) widths: H/(RC)·hd, KV/(RC)·hd
-  int64_t QC = 0, KC = 0, QKVC = 0;  // the q|k|v GEMM's, before its reduce-scatter over tp_r
-  int64_t Fl = 0, FC = 0;            // F/(RC), F/C
-  int64_t Vl = 0;                    // ceil(V/C): this rank's vocabulary rows
-  Widths2d(const ModelConfig& c, const TpDims& d, const tp2d::Grid& g)
-      : dl(c.d_model / (g.rows * g.cols)),
-        dR(c.d_model / g.rows),
-        Ql(d.heads * c.head_dim()),
-        Kl(d.kv_heads * c.head_dim()),
-        QKVl(Ql + 2 * Kl),
-        QC(Ql * g.rows),
-        KC(Kl * g.rows),
-        QKVC(QKVl * g.rows),
-        Fl(d.ffn),
-        FC(d.ffn * g.rows),
-        Vl(d.vocab_rows) {}
-};
+// The widths one rank works with under 2-D tensor parallelism (llama_tp2d.cpp).
+using Widths2d = buffers::GridWidths;
 
 // Adds the elapsed time of a scope to one kernel family when profiling.
 class KernelScope {

@@ -51,21 +51,7 @@ void Llama::moe_init() {
     }
   }
   if (moe_stats_.layers.empty()) return;
-  const int64_t N = opts_.max_batch * opts_.max_seq, k = cfg_.top_k, I = cfg_.expert_hidden(),
-                C = cfg_.d_model;
-  const MemKind m = MemKind::activation;
-  Buffers& b = *buf_;
-  b.rlogits = Tensor({N, E}, m);
-  b.drlogits = Tensor({N, E}, m);
-  b.dweights = Tensor({N, k}, m);
-  const int64_t Rl = dispatch_.max_local_rows(N * k);  // rows this rank's experts may compute
-  b.dyk = Tensor({N * k, C}, m);
-  b.dys = Tensor({Rl, C}, m);
-  b.dxs = Tensor({Rl, C}, m);
-  b.dgu_e = Tensor({Rl, 2 * I}, m);
-  b.dh_e = Tensor({Rl, I}, m);
-  if (dispatch_.distributed()) b.xfer = Tensor({Rl, C}, m);
-  if (sp_on()) b.moeg = Tensor({E * C + dispatch_.local_experts() * 3 * I * C}, MemKind::scratch);
+  buf_->allocate(buf_->plan.moe);  // model/buffer_plan.h
   begin_step(1);
 }
 

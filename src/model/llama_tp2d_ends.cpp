@@ -39,63 +39,19 @@ void Llama::init_tp2d() {
   tp2d::check(g, {sp_on(), cp_ != nullptr ? cp_->size() : 1, has_embed() && has_head() ? 1 : 2, cfg_.moe(),
                   cfg_.attention_dropout > 0 || cfg_.hidden_dropout > 0, cfg_.n_kv_heads, cfg_.n_heads,
                   cfg_.ffn_hidden, opts_.tp_overlap});
-  const Widths2d w(cfg_, td_, g);
-  const int64_t N = opts_.max_batch * opts_.max_seq;
-  const MemKind k = MemKind::activation;
-  Buffers& b = *buf_;
+  Buffers& b = *buf_;  // sized by the buffer plan (model/buffer_plan.h)
   if (opts_.recompute) b.recompute.push_back(layer_acts_2d());
-  b.dres = Tensor({N, w.dl}, k);
-  b.dtmp = Tensor({N, w.dl}, k);
-  b.dln = Tensor({N, w.dl}, k);
-  b.dmid = Tensor({N, std::max(w.Fl, w.Ql)}, k);
-  b.dqkv = Tensor({N, w.QKVl}, k);
-  b.dgu = Tensor({N, 2 * w.Fl}, k);
-  // tp2d_linear.h's layers need at most 3 N × (their widest side) floats.
-  b.grid = Tensor({3 * N * std::max({w.dR, w.QKVC, 2 * w.FC, w.QC, w.FC})}, k);
+  b.allocate(b.plan.shared);
   moe_init();
   slot(0);
 }
 
 Llama::LayerActs Llama::layer_acts_2d() const {
-  const Widths2d w(cfg_, td_, opts_.grid);
-  const int64_t B = opts_.max_batch, T = opts_.max_seq, N = B * T;
-  const MemKind k = MemKind::activation;
-  LayerActs a;
-  a.ln1 = Tensor({N, w.dl}, k);
-  a.ln1_full = Tensor({N, w.dR}, k);
-  a.rstd1 = Tensor({N}, k);
-  a.qkv = Tensor({N, w.QKVl}, k);
-  a.att = Tensor({N, w.Ql}, k);
-  a.lse = Tensor({B, td_.heads, T}, k);
-  a.att_full = Tensor({N, w.QC}, k);
-  a.mid = Tensor({N, w.dl}, k);
-  a.ln2 = Tensor({N, w.dl}, k);
-  a.ln2_full = Tensor({N, w.dR}, k);
-  a.rstd2 = Tensor({N}, k);
-  a.gu = Tensor({N, 2 * w.Fl}, k);
-  a.h = Tensor({N, w.Fl}, k);
-  a.h_full = Tensor({N, w.FC}, k);
-  return a;
+  return LayerActs(buf_->plan.recompute);  // the one set recomputation reuses (slots: Slot's own)
 }
 
 std::unique_ptr<Llama::Slot> Llama::make_slot_2d() const {
-  const Widths2d w(cfg_, td_, opts_.grid);
-  const int64_t N = opts_.max_batch * opts_.max_seq;
-  const MemKind k = MemKind::activation;
-  auto sl = std::make_unique<Slot>();
-  for (int64_t l = 0; l <= n_stage_layers_; ++l)
-    sl->resid.emplace_back(std::vector<int64_t>{N, w.dl}, k);
-  if (!opts_.recompute) {
-    for (int64_t l = 0; l < n_stage_layers_; ++l)
-      sl->layers.push_back(layer_acts_2d());
-  }
-  sl->lnf = Tensor({N, w.dl}, k);
-  sl->rstdf = Tensor({N}, k);
-  sl->lnf_full = Tensor({N, w.dR}, k);
-  sl->logits = Tensor({N, w.Vl}, k);
-  sl->losses = Tensor({N}, k);
-  sl->lse_ce = Tensor({N}, k);
-  return sl;
+  return std::make_unique<Slot>(buf_->plan);
 }
 
 double Llama::forward_2d(Slot& sl) {

@@ -12,7 +12,7 @@
 #include "core/timer.h"
 #include "ops/gemm.h"
 #include "plan/kernels.h"
-#include "train/memory_estimate.h"
+#include "cost/memory_estimate.h"
 
 namespace mt::plan {
 

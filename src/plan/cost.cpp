@@ -6,7 +6,7 @@
 
 #include "pipeline/simulate.h"
 #include "plan/memory.h"
-#include "train/flops.h"
+#include "cost/flops.h"
 
 namespace mt::plan {
 

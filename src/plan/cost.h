@@ -8,7 +8,7 @@
 
 #include "plan/layout.h"
 #include "plan/machine.h"
-#include "train/memory_estimate.h"
+#include "cost/memory_estimate.h"
 
 namespace mt::plan {
 
@@ -35,7 +35,7 @@ struct Prediction {
   double optimizer_s = 0;
   std::vector<AxisComm> comm;
   double step_s = 0;
-  double model_flops = 0;  // per step: train/flops.h's count (no recomputation)
+  double model_flops = 0;  // per step: cost/flops.h's count (no recomputation)
   double mfu = 0;          // model_flops / (step_s × the devices' peak)
   double exposed_comm_s() const;
 };

@@ -21,7 +21,7 @@ std::string precision_note(const std::string& precision) {
 namespace {
 // Share of a dense layer's saved activations that the MLP's gate, up and
 // product take (3·ffn of 5·d + q/k/v + 3·ffn floats per token,
-// train/memory_estimate.cpp's count): what selective recomputation, which
+// cost/memory_estimate.cpp's count): what selective recomputation, which
 // recomputes the MLP's up-projections in the backward, does not keep.
 double mlp_activation_share(const ModelConfig& m) {
   const double mlp = 3.0 * double(m.ffn_hidden);

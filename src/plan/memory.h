@@ -1,11 +1,11 @@
 // Per-rank memory of a planned layout: the trainer's analytic model
-// (train/memory_estimate.h) for the layout's Config, then sized for the
+// (cost/memory_estimate.h) for the layout's Config, then sized for the
 // machine's precision (docs/PLANNER.md, "Memory").
 #pragma once
 
 #include "plan/layout.h"
 #include "plan/machine.h"
-#include "train/memory_estimate.h"
+#include "cost/memory_estimate.h"
 
 namespace mt::plan {
 
@@ -20,7 +20,7 @@ PrecisionSizes precision_sizes(const std::string& precision);
 std::string precision_note(const std::string& precision);
 
 // The memory of one rank of `l`: the largest rank by the trainer's per-rank
-// model (train/memory_model.h), its peak figure (MemoryFigure::peak), in the
+// model (cost/memory_model.h), its peak figure (MemoryFigure::peak), in the
 // machine's precision; `rank` says which rank. HSDP shards the ZeRO state
 // over the shard group; selective recomputation drops the MLP's saved
 // activations.

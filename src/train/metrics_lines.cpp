@@ -7,8 +7,8 @@
 #include "comm/context.h"
 #include "core/memory.h"
 #include "train/explain.h"
-#include "train/memory_estimate.h"
-#include "train/memory_model.h"
+#include "cost/memory_estimate.h"
+#include "cost/memory_model.h"
 
 namespace mt {
 

@@ -18,7 +18,7 @@ namespace mt {
 
 // {"header": {"format", "world_size", "config": {section: {key: value}},
 //  "memory_model": {"per_rank": {kind: bytes}, "total": bytes}}}; the model is
-// train/memory_estimate.h estimate_training_memory(cfg).
+// cost/memory_estimate.h estimate_training_memory(cfg).
 nlohmann::json metrics_header(const Config& cfg, int world_size);
 bool is_header_line(const std::string& line);
 

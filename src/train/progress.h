@@ -8,7 +8,7 @@
 
 #include "config/config.h"
 #include "core/timer.h"
-#include "train/flops.h"
+#include "cost/flops.h"
 #include "train/run_mesh.h"
 
 namespace mt {

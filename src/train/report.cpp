@@ -15,10 +15,10 @@
 #include "core/file.h"
 #include "core/memory.h"
 #include "core/threads.h"
+#include "cost/explain_memory.h"
+#include "cost/flops.h"
 #include "parallel/data_parallel.h"
 #include "train/explain.h"
-#include "train/explain_memory.h"
-#include "train/flops.h"
 #include "train/progress.h"
 #include "train/run_support.h"
 
@@ -333,7 +333,7 @@ void report_end(const RunMesh& mesh, const Config& cfg, TrainModel& model, const
   result.overlap_hidden = overlap_hidden(model);
   const bool lead = mesh.rank == 0;
   if (opts.explain_memory) {  // also under --quiet: it is what was asked for
-    const std::string table = explain_memory(mesh, cfg, result.memory);  // collective
+    const std::string table = explain_memory(mesh.world(), cfg, result.memory);  // collective
     if (lead) std::printf("%s", table.c_str());
   }
   if (opts.quiet) return;

@@ -9,13 +9,11 @@
 
 #include "comm/group.h"
 #include "config/config.h"
+#include "config/mesh_sizes.h"
 #include "mesh/mesh.h"
 #include "parallel/tp2d.h"
 
 namespace mt {
-
-// The mesh sizes parallel.{pp, dp, cp, tp} ask for.
-MeshSizes mesh_sizes(const ParallelConfig& p);
 
 class RunMesh {
  public:

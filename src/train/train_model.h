@@ -10,17 +10,13 @@
 
 #include "config/config.h"
 #include "model/llama.h"
+#include "model/stage_split.h"
 #include "optim/optimizer.h"
 #include "pipeline/executor.h"
 #include "train/run_mesh.h"
 #include "train/trainer.h"
 
 namespace mt {
-
-// The virtual stages of `counts` layers each (pp::stage_layer_counts: an even
-// split, or parallel.stage_layers; ParsedKeys::stage_layers), stage 0 with
-// the embedding, the last with the head.
-std::vector<StageRange> split_stages(const std::vector<int64_t>& counts);
 
 // One line per virtual stage: "stage 1 (pp rank 1, chunk 0): layers 4-7 + norm, head, loss".
 std::string stage_map(const std::vector<StageRange>& stages, int pp);

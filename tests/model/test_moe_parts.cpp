@@ -17,8 +17,8 @@
 #include "model/llama.h"
 #include "ops/router.h"
 #include "parallel/expert_parallel.h"
-#include "train/flops.h"
-#include "train/memory_estimate.h"
+#include "cost/flops.h"
+#include "cost/memory_estimate.h"
 #include "train/model_io.h"
 
 namespace mt {

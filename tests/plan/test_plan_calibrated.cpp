@@ -7,7 +7,7 @@
 #include "plan/cost.h"
 #include "plan/kernels.h"
 #include "plan/machine.h"
-#include "train/memory_estimate.h"
+#include "cost/memory_estimate.h"
 
 namespace mt::plan {
 namespace {

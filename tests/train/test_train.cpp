@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "data/token_file.h"
 #include "model/llama.h"
-#include "train/flops.h"
+#include "cost/flops.h"
 #include "train/model_io.h"
 #include "train/trainer.h"
 

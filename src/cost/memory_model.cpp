@@ -1,16 +1,16 @@
-#include "train/memory_model.h"
+#include "cost/memory_model.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <map>
 #include <sstream>
 
+#include "cost/memory_model_parts.h"
 #include "model/params.h"
+#include "model/stage_split.h"
 #include "parallel/shard.h"
 #include "parallel/tp2d.h"
 #include "pipeline/executor.h"
-#include "train/memory_model_parts.h"
-#include "train/train_model.h"
 
 namespace mt {
 
@@ -200,15 +200,11 @@ RankMemory rank_memory(const Config& cfg, const pp::Schedule& s, int64_t rank, S
     if (!cfg.train.checkpoint_dir.empty())  // the staging copy depends on the rank's shard: no cache
       f.add(MemKind::ckpt_staging,
             memory_model::checkpoint_staging_floats(cfg, rank, make_param_table(m, tpr, stage, ep, grid)));
-    int64_t scratch = 0;
-    f.add(MemKind::activation,
-          memory_model::chunk_activation_floats(cfg, td, stage, slots[static_cast<size_t>(k)], &scratch));
-    f.add(MemKind::scratch, scratch);
-    const int64_t N = cfg.train.microbatch_size * cfg.train.seq_len / p.cp;
-    const bool sp = p.sp && p.tp > 1;
-    const bool one_stage = stage.embed && stage.head;
-    const int64_t X = m.moe() && !one_stage ? m.top_k * m.n_experts + 2 * m.n_experts + 3 : 0;
-    residual = std::max(residual, (sp ? N / p.tp : N) * m.d_model + X);
+    const memory_model::ChunkFloats cf =
+        memory_model::chunk_floats(cfg, td, stage, slots[static_cast<size_t>(k)]);
+    f.add(MemKind::activation, cf.activation);
+    f.add(MemKind::scratch, cf.scratch);
+    residual = std::max(residual, cf.residual);
   }
   add_pipeline(cfg, s, c.pp, residual, f);
   int64_t cp_scratch = 0;

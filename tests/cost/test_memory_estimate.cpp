@@ -6,7 +6,7 @@
 
 #include "config/config.h"
 #include "core/error.h"
-#include "train/memory_estimate.h"
+#include "cost/memory_estimate.h"
 
 namespace mt {
 namespace {
@@ -68,7 +68,7 @@ TEST(MemoryEstimate, ShardingDividesTheModelState) {
   EXPECT_EQ(a.parts[0].second, checked_param_count(tiny()) * 4);  // parameters, replicated
   // Every parameter's rows divide by 4, so the shard is a quarter of the
   // model; ZeRO-3 adds up to two gathered units, the largest being the final
-  // norm and LM head: 32 + 300 x 32 = 9632 (train/memory_model.h).
+  // norm and LM head: 32 + 300 x 32 = 9632 (cost/memory_model.h).
   EXPECT_EQ(b.parts[0].second, (checked_param_count(tiny()) / 4 + 2 * 9632) * 4);
   EXPECT_EQ(b.parts[2].second, checked_param_count(tiny()) / 4 * 8);  // AdamW m and v
 }

@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "config/config.h"
-#include "train/memory_model.h"
-#include "train/memory_model_parts.h"
+#include "cost/memory_model.h"
+#include "cost/memory_model_parts.h"
 
 namespace mt {
 namespace {

@@ -1,20 +1,19 @@
-#include "train/explain_memory.h"
+#include "cost/explain_memory.h"
 
 #include <vector>
 
-#include "train/memory_model.h"
+#include "cost/memory_model.h"
 
 namespace mt {
 
-std::string explain_memory(const RunMesh& mesh, const Config& cfg, const MemStats& mine) {
-  const size_t K = kNumMemKinds, W = static_cast<size_t>(mesh.world_size);
+std::string explain_memory(Group* world, const Config& cfg, const MemStats& mine) {
+  const size_t K = kNumMemKinds, W = static_cast<size_t>(world != nullptr ? world->size() : 1);
   std::vector<int64_t> all(K * W);
-  if (mesh.world() != nullptr && W > 1)
-    mesh.world()->all_gather(mine.peak.data(), all.data(), static_cast<int64_t>(K), ElemType::i64,
-                             "memory model");
+  if (world != nullptr && W > 1)
+    world->all_gather(mine.peak.data(), all.data(), static_cast<int64_t>(K), ElemType::i64, "memory model");
   else
     std::copy(mine.peak.begin(), mine.peak.end(), all.begin());
-  if (mesh.rank != 0) return "";
+  if (world != nullptr && world->rank() != 0) return "";
   std::vector<std::array<int64_t, kNumMemKinds>> measured(W);
   for (size_t r = 0; r < W; ++r)
     std::copy(all.begin() + static_cast<std::ptrdiff_t>(r * K),

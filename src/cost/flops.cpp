@@ -1,4 +1,4 @@
-#include "train/flops.h"
+#include "cost/flops.h"
 
 #include <algorithm>
 #include <vector>

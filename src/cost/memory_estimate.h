@@ -22,7 +22,7 @@ namespace mt {
 struct MemoryEstimate {
   std::vector<std::pair<std::string, int64_t>> parts;  // (category, bytes), one rank
   int64_t total = 0;
-  // Training (train/memory_model.h): the rank with the most bytes, and its
+  // Training (cost/memory_model.h): the rank with the most bytes, and its
   // bytes per allocator kind (the figure asked for; parts names them in that order).
   // rank −1 and by_kind all zero when the coarse model answered (sizes beyond
   // 64 TiB a rank) or for evaluation.
@@ -39,7 +39,7 @@ struct MemoryEstimate {
 int64_t checked_param_count(const ModelConfig& m);
 
 // The training rank of `cfg`'s layout that needs the most: the memory model
-// (train/memory_model.h, exact per allocator kind; docs/PARALLELISM.md "Memory
+// (cost/memory_model.h, exact per allocator kind; docs/PARALLELISM.md "Memory
 // per rank") over the ranks that can differ (pp stage, tp shard, experts). For
 // sizes beyond 64 TiB a rank (or over 100,000 layers) the coarse model
 // answers: parameters, gradients and optimizer state sharded as tp, pp and the

@@ -1,12 +1,12 @@
-#include "train/memory_estimate.h"
+#include "cost/memory_estimate.h"
 
 #include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include "core/error.h"
-#include "train/memory_model.h"
-#include "train/memory_model_parts.h"
+#include "cost/memory_model.h"
+#include "cost/memory_model_parts.h"
 
 namespace mt {
 

@@ -1,5 +1,5 @@
-// The pieces of the memory model (train/memory_model.h) that follow one model
-// chunk's buffers (model/llama.cpp, model/llama_internal.h) and the pipeline's
+// The pieces of the memory model (cost/memory_model.h) that follow one model
+// chunk's buffers (their plan, model/buffer_plan.h) and the pipeline's
 // activation slots (pipeline/executor.cpp), in floats. Private to the model.
 #pragma once
 
@@ -12,11 +12,15 @@
 
 namespace mt::memory_model {
 
-// The floats one chunk of stage `stage` allocates as activations: the
-// backward's shared buffers plus `slots` microbatch slots; *scratch gets the
-// chunk's scratch floats (tp's kv-head and SP norm gradients, SP's MoE partials).
-int64_t chunk_activation_floats(const Config& cfg, const TpDims& td, const StageRange& stage, int64_t slots,
-                                int64_t* scratch);
+// What one chunk of stage `stage` allocates, in floats (the sums of its
+// buffer plan's entries, model/buffer_plan.h): as activations, the backward's
+// shared buffers plus `slots` microbatch slots; as scratch, tp's kv-head and
+// SP's norm and MoE partial gradients; and one residual-stream tensor (what
+// a pipeline transfer carries).
+struct ChunkFloats {
+  int64_t activation = 0, scratch = 0, residual = 0;
+};
+ChunkFloats chunk_floats(const Config& cfg, const TpDims& td, const StageRange& stage, int64_t slots);
 
 // Microbatches a step runs on each rank: batch_size / (dp · microbatch_size),
 // at least 1 (so that an estimate of a configuration not yet validated, e.g.

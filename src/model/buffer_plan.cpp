@@ -1,0 +1,226 @@
+#include "model/buffer_plan.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace mt::buffers {
+
+Dims::Dims(std::initializer_list<int64_t> dims) {
+  MT_CHECK(dims.size() <= d_.size(), "a buffer plan entry of ", dims.size(), " dims (at most ", d_.size(),
+           ")");
+  for (const int64_t d : dims)
+    d_[static_cast<size_t>(n_++)] = d;
+}
+
+int64_t Dims::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < n_; ++i)
+    n *= d_[static_cast<size_t>(i)];
+  return n;
+}
+
+int64_t floats(const List& list, MemKind kind) {
+  int64_t f = 0;
+  for (const Entry& e : list)
+    f += e.kind == kind ? e.numel() : 0;
+  return f;
+}
+
+GridWidths::GridWidths(const ModelConfig& c, const TpDims& d, const tp2d::Grid& g)
+    : dl(c.d_model / (g.rows * g.cols)),
+      dR(c.d_model / g.rows),
+      Ql(d.heads * c.head_dim()),
+      Kl(d.kv_heads * c.head_dim()),
+      QKVl(Ql + 2 * Kl),
+      QC(Ql * g.rows),
+      KC(Kl * g.rows),
+      QKVC(QKVl * g.rows),
+      Fl(d.ffn),
+      FC(d.ffn * g.rows),
+      Vl(d.vocab_rows) {}
+
+int64_t tally_floats(const ModelConfig& c, const Shape& s) {
+  return c.moe() && !(s.embed && s.head) ? tally_wire_floats(c.top_k, c.n_experts) : 0;
+}
+
+const List& ChunkPlan::layer(int64_t l) const {
+  return moe_layers[static_cast<size_t>(l)] ? moe_layer : dense_layer;
+}
+
+int64_t ChunkPlan::shared_floats(MemKind kind) const {
+  return floats(recompute, kind) + floats(shared, kind) + floats(moe, kind);
+}
+
+int64_t ChunkPlan::slot_floats(MemKind kind) const {
+  int64_t f = floats(resid, kind) + floats(head, kind);
+  if (recomputation) return f;
+  const int64_t dense = floats(dense_layer, kind), experts = floats(moe_layer, kind);
+  for (const bool m : moe_layers)
+    f += m ? experts : dense;
+  return f;
+}
+
+namespace {
+
+constexpr MemKind kAct = MemKind::activation;
+
+// The sizes every buffer of a chunk is made of: N = B·T tokens; Nl those of
+// the residual stream here (N / tp under SP); the widths this rank's.
+struct Sizes {
+  int64_t B, T, N, Nl, C, D, F, Q, QKV, heads, kv_heads, X;
+  int64_t E, k, I, R, Rl;  // mixture of experts: R = N·k choices, Rl = R·ep rows this rank's experts may get
+};
+
+Sizes sizes_of(const ModelConfig& c, const TpDims& d, const Shape& s) {
+  Sizes m{};
+  m.B = s.B;
+  m.T = s.T;
+  m.N = s.B * s.T;
+  m.Nl = s.sp ? m.N / s.tp : m.N;
+  m.C = c.d_model;
+  m.D = c.head_dim();
+  m.F = d.ffn;
+  m.heads = d.heads;
+  m.kv_heads = d.kv_heads;
+  m.Q = d.heads * m.D;
+  m.QKV = m.Q + 2 * d.kv_heads * m.D;
+  m.X = tally_floats(c, s);
+  m.E = c.n_experts;
+  m.k = c.top_k;
+  m.I = c.expert_hidden();
+  m.R = m.N * m.k;
+  m.Rl = m.R * s.ep;
+  return m;
+}
+
+// What a mixture-of-experts layer saves (MoeActs): N tokens, their R = N·k
+// choices, and the up to Rl = R·ep rows this rank's experts may receive.
+void moe_acts(const Sizes& m, int64_t ep, List& out) {
+  out.push_back({"moe.probs", {m.N, m.E}});
+  out.push_back({"moe.lse", {m.N}});
+  out.push_back({"moe.weights", {m.N, m.k}});
+  out.push_back({"moe.xs", {m.R, m.C}});
+  if (ep > 1) out.push_back({"moe.xl", {m.Rl, m.C}});
+  out.push_back({"moe.gu", {m.Rl, 2 * m.I}});
+  out.push_back({"moe.h", {m.Rl, m.I}});
+  out.push_back({"moe.yk", {m.R, m.C}});
+}
+
+// LayerActs of a layer with the dense MLP and/or the experts (with
+// recomputation the one set serves every layer: both when the stage has both).
+List layer_acts(const Sizes& m, const Shape& s, bool dense, bool moe) {
+  List out;
+  out.push_back({s.sp ? "ln1_full" : "ln1", {m.N, m.C}});
+  out.push_back({"rstd1", {m.Nl}});
+  out.push_back({"qkv", {m.N, m.QKV}});
+  out.push_back({"att", {m.N, m.Q}});
+  out.push_back({"lse", {m.B, m.heads, m.T}});
+  out.push_back({"mid", {m.Nl, m.C}});
+  out.push_back({s.sp ? "ln2_full" : "ln2", {m.N, m.C}});
+  if (s.sp && moe) out.push_back({"ln2", {m.Nl, m.C}});  // the experts run on this rank's tokens
+  out.push_back({"rstd2", {m.Nl}});
+  if (dense) {
+    out.push_back({"gu", {m.N, 2 * m.F}});
+    out.push_back({"h", {m.N, m.F}});
+  }
+  if (moe) moe_acts(m, s.ep, out);
+  return out;
+}
+
+// The backward's buffers (Llama::Buffers): dres carries the router statistics
+// X after the residual gradient; part, kvg with tp; dfull, dln, normg with SP.
+List shared_buffers(const Sizes& m, const Shape& s) {
+  List out;
+  if (s.sp && !s.head) out.push_back({"norm_out", {m.Nl, m.C}});
+  out.push_back({"dres", m.X > 0 ? Dims{m.Nl * m.C + m.X} : Dims{m.Nl, m.C}});
+  out.push_back({"dtmp", {m.Nl, m.C}});
+  out.push_back({"dmid", {m.N, std::max({m.C, m.F, m.Q})}});
+  out.push_back({"dqkv", {m.N, m.QKV}});
+  out.push_back({"dgu", {m.N, 2 * m.F}});
+  if (s.tp > 1) {
+    out.push_back({"part", {m.N, m.C}});
+    out.push_back({"kvg", {2 * m.kv_heads * m.D, m.C}, MemKind::scratch});
+  }
+  if (s.sp) {
+    out.push_back({"dfull", {m.N, m.C}});
+    out.push_back({"dln", {m.Nl, m.C}});
+    out.push_back({"normg", {2, m.C}, MemKind::scratch});
+  }
+  return out;
+}
+
+// Buffers' mixture-of-experts part, over the full N tokens: the router's
+// logits and gradient, the weights' gradient, the expert rows' gradients.
+List moe_buffers(const Sizes& m, const Shape& s) {
+  List out;
+  out.push_back({"rlogits", {m.N, m.E}});
+  out.push_back({"drlogits", {m.N, m.E}});
+  out.push_back({"dweights", {m.N, m.k}});
+  out.push_back({"dyk", {m.R, m.C}});
+  out.push_back({"dys", {m.Rl, m.C}});
+  out.push_back({"dxs", {m.Rl, m.C}});
+  out.push_back({"dgu_e", {m.Rl, 2 * m.I}});
+  out.push_back({"dh_e", {m.Rl, m.I}});
+  if (s.ep > 1) out.push_back({"xfer", {m.Rl, m.C}});
+  // SP: one MoE layer's router and local experts' gradients, partial over tp.
+  if (s.sp) out.push_back({"moeg", {m.E * m.C + (m.E / s.ep) * 3 * m.I * m.C}, MemKind::scratch});
+  return out;
+}
+
+// The same on an R × C grid (R > 1): the residual stream d/(RC) wide, the
+// inputs gathered over one sub-axis d/R (or Q/C, F/C) wide; one stage, dense
+// layers, no SP.
+void grid_plan(const ModelConfig& c, const TpDims& d, const Sizes& m, ChunkPlan& p, const Shape& s) {
+  const GridWidths w(c, d, s.grid);
+  const int64_t N = m.N;
+  const List layer = {{"ln1", {N, w.dl}},      {"ln1_full", {N, w.dR}}, {"rstd1", {N}},
+                      {"qkv", {N, w.QKVl}},    {"att", {N, w.Ql}},      {"lse", {m.B, d.heads, m.T}},
+                      {"att_full", {N, w.QC}}, {"mid", {N, w.dl}},      {"ln2", {N, w.dl}},
+                      {"ln2_full", {N, w.dR}}, {"rstd2", {N}},          {"gu", {N, 2 * w.Fl}},
+                      {"h", {N, w.Fl}},        {"h_full", {N, w.FC}}};
+  (s.recompute ? p.recompute : p.dense_layer) = layer;
+  // tp2d_linear.h's layers need at most 3 N × (their widest side) floats.
+  p.shared = {{"dres", {N, w.dl}},
+              {"dtmp", {N, w.dl}},
+              {"dln", {N, w.dl}},
+              {"dmid", {N, std::max(w.Fl, w.Ql)}},
+              {"dqkv", {N, w.QKVl}},
+              {"dgu", {N, 2 * w.Fl}},
+              {"grid", {3 * N * std::max({w.dR, w.QKVC, 2 * w.FC, w.QC, w.FC})}}};
+  p.resid.assign(p.moe_layers.size() + 1, Entry{"resid", {N, w.dl}});
+  p.head = {{"lnf", {N, w.dl}},    {"rstdf", {N}},  {"lnf_full", {N, w.dR}},
+            {"logits", {N, w.Vl}}, {"losses", {N}}, {"lse_ce", {N}}};
+}
+
+}  // namespace
+
+ChunkPlan chunk_plan(const ModelConfig& c, const TpDims& d, const Shape& s) {
+  const Sizes m = sizes_of(c, d, s);
+  ChunkPlan p;
+  p.moe_layers = s.moe_layers;
+  const bool any_moe = std::count(s.moe_layers.begin(), s.moe_layers.end(), true) > 0;
+  const bool any_dense = std::count(s.moe_layers.begin(), s.moe_layers.end(), false) > 0;
+  if (any_moe) p.moe = moe_buffers(m, s);
+  if (s.grid.two_d()) {
+    grid_plan(c, d, m, p, s);
+  } else {
+    if (s.recompute) p.recompute = layer_acts(m, s, any_dense, any_moe);
+    p.shared = shared_buffers(m, s);
+    const Dims resid = m.X > 0 ? Dims{m.Nl * m.C + m.X} : Dims{m.Nl, m.C};
+    p.resid.assign(s.moe_layers.size() + 1, Entry{"resid", resid});
+    if (!s.recompute && any_dense) p.dense_layer = layer_acts(m, s, true, false);
+    if (!s.recompute && any_moe) p.moe_layer = layer_acts(m, s, false, true);
+    if (s.head) {
+      p.head = {{"lnf", {m.Nl, m.C}}, {"rstdf", {m.Nl}}};
+      if (s.sp) p.head.push_back({"lnf_full", {m.N, m.C}});
+      p.head.push_back({"logits", {m.N, d.vocab_rows}});
+      p.head.push_back({"losses", {m.N}});
+      p.head.push_back({"lse_ce", {m.N}});
+    }
+  }
+  p.recomputation = s.recompute;
+  return p;
+}
+
+}  // namespace mt::buffers
