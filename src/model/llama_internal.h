@@ -1,6 +1,6 @@
 // The model's private parts, shared by llama.cpp (construction, the stage's
-// forward and backward) and llama_layer.cpp (one decoder block, with its
-// tensor-parallel communication): the saved activations of a layer and of a
+// forward and backward), llama_layer.cpp (one decoder block) and the other
+// llama_*.cpp: the saved activations of a layer and of a
 // microbatch in flight, the backward's scratch, and the kernel timer.
 #pragma once
 
@@ -89,11 +89,11 @@ struct Llama::LayerActs {
   Tensor rstd2;     // [Nl]
   Tensor gu;        // [N, 2Fl]    gate and up (dense layers)
   Tensor h;         // [N, Fl]     swiglu(gate, up)
-  Tensor att_full;  // [N, Q/C]    2-D tp: att gathered over tp_r (o_proj's input)
-  Tensor h_full;    // [N, F/C]    2-D tp: h gathered over tp_r (down_proj's input)
+  Tensor att_full;  // [N, Q/C]    grid: att gathered over tp_r (o_proj's input)
+  Tensor h_full;    // [N, F/C]    grid: h gathered over tp_r (down_proj's input)
   MoeActs moe;      // mixture-of-experts layers
 
-  LayerActs() = default;  // 2-D tp sizes its own (Llama::layer_acts_2d)
+  LayerActs() = default;  // a grid sizes its own (Llama::layer_acts_grid)
 
   // dense / moe: whether the layer (with recomputation: any layer) has the
   // dense MLP / the mixture of experts.
@@ -156,20 +156,20 @@ struct Llama::Buffers {
   Tensor rlogits, drlogits, dweights, dyk, dys, dxs, dgu_e, dh_e;
   Tensor xfer;  // [R·ep, C] ep > 1: the expert-major side of an exchange
   Tensor moeg;  // SP: one MoE layer's router and expert gradients, partial over tp until summed
-  Tensor grid;  // 2-D tp: the scratch of parallel/tp2d_linear.h's layers and of the ends
+  Tensor grid;  // on a grid: the scratch of the plan's grid entries (layers and ends)
 };
 
-// The widths one rank works with under 2-D tensor parallelism on an R × C
-// grid (docs/PARALLELISM.md "2-D tensor parallelism"; llama_tp2d.cpp): its
+// The widths one rank works with on an R × C grid of the tp ranks
+// (docs/PARALLELISM.md "2-D tensor parallelism"): its
 // residual-stream features and its local heads and hidden channels (…l: of
 // R·C), and the same gathered over one sub-axis (…C: of C only; dR: d of R).
-struct Widths2d {
+struct GridWidths {
   int64_t dl = 0, dR = 0;            // d/(RC), d/R
   int64_t Ql = 0, Kl = 0, QKVl = 0;  // this rank's q, k (and v) widths: H/(RC)·hd, KV/(RC)·hd
   int64_t QC = 0, KC = 0, QKVC = 0;  // the q|k|v GEMM's, before its reduce-scatter over tp_r
   int64_t Fl = 0, FC = 0;            // F/(RC), F/C
   int64_t Vl = 0;                    // ceil(V/C): this rank's vocabulary rows
-  Widths2d(const ModelConfig& c, const TpDims& d, const tp2d::Grid& g)
+  GridWidths(const ModelConfig& c, const TpDims& d, const tp::Grid& g)
       : dl(c.d_model / (g.rows * g.cols)),
         dR(c.d_model / g.rows),
         Ql(d.heads * c.head_dim()),
