@@ -330,7 +330,7 @@ void Llama::init_grid() {
   b.dmid = Tensor({N, std::max(w.Fl, w.Ql)}, k);
   b.dqkv = Tensor({N, w.QKVl}, k);
   b.dgu = Tensor({N, 2 * w.Fl}, k);
-  // The grid entries' layers (parallel/tp2d_linear.h) need at most 3 N × (their widest side) floats.
+  // The grid entries' layers need at most 3 N × (their widest side) floats.
   b.grid = Tensor({3 * N * std::max({w.dR, w.QKVC, 2 * w.FC, w.QC, w.FC})}, k);
   plan_.bind({nullptr, nullptr, b.grid.data(), nullptr});
   moe_init();

@@ -225,8 +225,12 @@ std::string LinearPlan::explain() const {
   for (const LinearEntry& e : entries_) {
     if (e.use == SiteUse::norm || e.use == SiteUse::local) continue;
     const auto [fwd, bwd] = collectives(e);
-    os << "plan | " << e.site << " | " << role_name(e.role) << " | " << form_name(e.form) << " | GEMM ["
-       << e.in << " -> " << e.out << "] | forward: " << fwd << " | backward: " << bwd << " | sp "
+    os << "plan | " << e.site << " | " << role_name(e.role) << " | " << form_name(e.form) << " | ";
+    if (e.use == SiteUse::embedding)
+      os << "lookup [" << e.vocab_rows.rows << " x " << e.in << "]";
+    else
+      os << "GEMM [" << e.in << " -> " << e.out << "]";
+    os << " | forward: " << fwd << " | backward: " << bwd << " | sp "
        << (e.sp == SequenceParallel::on ? "on" : "off") << " | overlap "
        << (e.overlap == Overlap::on ? "on" : "off") << "\n";
   }
