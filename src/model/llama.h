@@ -305,7 +305,6 @@ class Llama : public pp::Stage {
   // Where the rows of the current slot's residual stream sit (hidden dropout).
   TokenCoords residual_coords() const;
   void dropout_coords(Slot& sl) const;  // the slot's seq_rows, seq_resid, pos_resid
-  bool tp_on() const { return tp_ != nullptr; }
   bool sp_on() const { return tp_ != nullptr && opts_.sp; }
 
   // Features of a residual-stream row here: d_model, or d_model / tp on a grid.

@@ -5,7 +5,6 @@
 #include "core/error.h"
 #include "model/llama_internal.h"
 #include "parallel/linear_plan.h"
-#include "parallel/tp_plan.h"
 
 namespace mt {
 
