@@ -38,8 +38,9 @@ CLI::App* add_train(CLI::App& app, mt::TrainArgs& train) {
   tr->add_flag("--print-mesh", train.print_mesh,
                "Print the rank map of the device mesh (docs/PARALLELISM.md, \"The device mesh\")");
   tr->add_flag("--explain", train.run.explain,
-               "Print every collective of the first step, rank by rank: axis, op, tensor shape, elements, "
-               "call site (docs/PARALLELISM.md, \"--explain\")");
+               "Print rank 0's linear plan (each linear site's collectives) and every collective of the "
+               "first step, rank by rank: axis, op, tensor shape, elements, call site (docs/PARALLELISM.md, "
+               "\"--explain\")");
   tr->add_flag("--explain-memory", train.run.explain_memory,
                "At the end, print every rank's memory model (bytes per kind, and its bound) beside the "
                "peaks measured in the last step, \"ok\" or \"OUTSIDE\" per row (docs/PARALLELISM.md, "

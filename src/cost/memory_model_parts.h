@@ -48,7 +48,7 @@ int64_t cp_comm_floats(const Config& cfg, const TpDims& td, int64_t* scratch);
 int64_t optimizer_states(const Config& cfg);
 
 // Floats of one chunk's part of a checkpoint's staging copy on rank `rank`
-// (train/checkpoint_save.cpp plan_slices), 0 without train.checkpoint_dir:
+// (ckpt/checkpoint_save.cpp plan_slices), 0 without train.checkpoint_dir:
 // every slice this rank writes (spec_slice under the store's ZeRO sharding),
 // its real elements once for the parameters and once per optimizer state.
 int64_t checkpoint_staging_floats(const Config& cfg, int64_t rank, const ParamTable& chunk);

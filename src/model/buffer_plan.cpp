@@ -27,7 +27,7 @@ int64_t floats(const List& list, MemKind kind) {
   return f;
 }
 
-GridWidths::GridWidths(const ModelConfig& c, const TpDims& d, const tp2d::Grid& g)
+GridWidths::GridWidths(const ModelConfig& c, const TpDims& d, const tp::Grid& g)
     : dl(c.d_model / (g.rows * g.cols)),
       dR(c.d_model / g.rows),
       Ql(d.heads * c.head_dim()),
@@ -180,7 +180,7 @@ void grid_plan(const ModelConfig& c, const TpDims& d, const Sizes& m, ChunkPlan&
                       {"ln2_full", {N, w.dR}}, {"rstd2", {N}},          {"gu", {N, 2 * w.Fl}},
                       {"h", {N, w.Fl}},        {"h_full", {N, w.FC}}};
   (s.recompute ? p.recompute : p.dense_layer) = layer;
-  // tp2d_linear.h's layers need at most 3 N × (their widest side) floats.
+  // The grid entries' layers need at most 3 N × (their widest side) floats.
   p.shared = {{"dres", {N, w.dl}},
               {"dtmp", {N, w.dl}},
               {"dln", {N, w.dl}},
@@ -202,7 +202,7 @@ ChunkPlan chunk_plan(const ModelConfig& c, const TpDims& d, const Shape& s) {
   const bool any_moe = std::count(s.moe_layers.begin(), s.moe_layers.end(), true) > 0;
   const bool any_dense = std::count(s.moe_layers.begin(), s.moe_layers.end(), false) > 0;
   if (any_moe) p.moe = moe_buffers(m, s);
-  if (s.grid.two_d()) {
+  if (tp::on_grid(s.grid)) {
     grid_plan(c, d, m, p, s);
   } else {
     if (s.recompute) p.recompute = layer_acts(m, s, any_dense, any_moe);

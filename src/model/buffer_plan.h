@@ -17,7 +17,7 @@
 #include "core/memory.h"
 #include "model/config.h"
 #include "model/params.h"
-#include "parallel/tp2d.h"
+#include "parallel/tp_placement.h"
 
 namespace mt::buffers {
 
@@ -53,7 +53,7 @@ struct Shape {
   int64_t B = 1, T = 1;            // the most rows of a microbatch and tokens of a sequence on this cp rank
   int64_t tp = 1;                  // the tp group's size (1: no tensor parallelism)
   bool sp = false;                 // sequence parallelism (tp > 1)
-  tp2d::Grid grid;                 // grid.two_d(): 2-D tensor parallelism on an R × C grid
+  tp::Grid grid;                   // tp::on_grid(grid): 2-D tensor parallelism on an R × C grid
   int64_t ep = 1;                  // the ep group's size: this rank's experts may receive every rank's rows
   bool recompute = false;          // one set of layer activations, recomputed in the backward
   bool embed = true, head = true;  // the stage holds the embedding / the final norm, LM head and loss
@@ -70,7 +70,7 @@ struct GridWidths {
   int64_t QC = 0, KC = 0, QKVC = 0;  // the q|k|v GEMM's, before its reduce-scatter over tp_r
   int64_t Fl = 0, FC = 0;            // F/(RC), F/C
   int64_t Vl = 0;                    // ceil(V/C): this rank's vocabulary rows
-  GridWidths(const ModelConfig& c, const TpDims& d, const tp2d::Grid& g);
+  GridWidths(const ModelConfig& c, const TpDims& d, const tp::Grid& g);
 };
 
 // The router statistics one microbatch carries beside the residual stream

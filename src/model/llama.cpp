@@ -8,14 +8,10 @@
 #include "core/error.h"
 #include "core/trace_spans.h"
 #include "model/llama_internal.h"
-#include "ops/attention.h"
-#include "ops/embedding.h"
-#include "ops/swiglu.h"
 #include "parallel/context_parallel.h"
 #include "parallel/local_store.h"
 #include "parallel/tp_comm.h"
 #include "parallel/tp_plan.h"
-#include "parallel/vocab_parallel.h"
 
 namespace mt {
 
@@ -32,12 +28,12 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
       cp_(opts.cp != nullptr && opts.cp->size() > 1 ? opts.cp : nullptr),
       attention_(cp_, opts.cp_impl),
       tpr_{tp_ ? tp_->size() : 1, tp_ ? tp_->rank() : 0},
-      td_(tp_dims(cfg, tpr_, tp_ ? opts.grid : tp2d::Grid{})),
+      td_(tp_dims(cfg, tpr_, tp_ ? opts.grid : tp::Grid{})),
       table_(make_param_table(cfg, tpr_, opts.stage,
                               opts.ep == nullptr ? EpRank{}
                                                  : EpRank{opts.ep->size(), opts.ep->rank(),
                                                           opts.cp != nullptr ? opts.cp->size() : 1},
-                              tp_ ? opts.grid : tp2d::Grid{})),
+                              tp_ ? opts.grid : tp::Grid{})),
       units_(make_units(table_, cfg)),
       rope_scaling_(cfg.rope()),
       rope_(cfg.rope_table(rope_scaling_, cfg.max_seq_len)),
@@ -68,12 +64,14 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
     const int64_t cp = cp_ ? cp_->size() : 1;
     tp::check_sequence_parallel(opts_.max_seq * cp, cp, tpr_.size);
   }
+  Group* kv = nullptr;  // the ranks sharing this rank's kv head (tp > n_kv_heads)
   if (td_.kv_replicas > 1) {
     MT_REQUIRE(opts_.tp_kv != nullptr && opts_.tp_kv->size() == td_.kv_replicas, ConfigError, "tp (",
                tpr_.size, ") > n_kv_heads (", cfg_.n_kv_heads, ") needs the kv-replica group of ",
-               td_.kv_replicas, " ranks (ModelOptions::tp_kv, from tp::kv_replica_group)");
-    kv_group_ = opts_.tp_kv;
+               td_.kv_replicas, " ranks (ModelOptions::tp_kv, the mesh's tp_kv sub-axis)");
+    kv = opts_.tp_kv;
   }
+  make_plan(kv);
   std::vector<bool> moe_layers;
   for (const LayerParamOffsets& o : rel_)
     moe_layers.push_back(o.moe());
@@ -82,19 +80,20 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
                                     .T = opts_.max_seq,
                                     .tp = tpr_.size,
                                     .sp = sp_on(),
-                                    .grid = tp_ ? opts_.grid : tp2d::Grid{},
+                                    .grid = tp_ ? opts_.grid : tp::Grid{},
                                     .ep = dispatch_.max_local_rows(1),
                                     .recompute = opts_.recompute,
                                     .embed = has_embed(),
                                     .head = has_head(),
                                     .moe_layers = std::move(moe_layers)});
-  if (two_d()) {
-    init_tp2d();  // its own buffers and slot 0 (llama_tp2d_ends.cpp)
-    return;
-  }
-  Buffers& b = *buf_;
+  if (plan_.form() == tp::Form::grid) check_grid();
+  Buffers& b = *buf_;  // sized by the buffer plan (model/buffer_plan.h)
   if (opts_.recompute) b.recompute.emplace_back(b.plan.recompute);
   b.allocate(b.plan.shared);
+  if (plan_.form() == tp::Form::grid)
+    plan_.bind({nullptr, nullptr, b.grid.data(), nullptr});
+  else
+    plan_.bind({b.part.data(), b.dfull.data(), nullptr, b.kvg.data()});
   moe_init();
   slot(0);  // one microbatch's activations, allocated up front
 }
@@ -114,10 +113,6 @@ void Llama::begin_step(int64_t microbatches) {
 Llama::Slot& Llama::slot(int i) {
   MT_CHECK(i >= 0, "activation slot ", i, " is negative");
   while (static_cast<int>(slots_.size()) <= i) {
-    if (two_d()) {
-      slots_.push_back(make_slot_2d());
-      continue;
-    }
     slots_.push_back(std::make_unique<Slot>(buf_->plan));
   }
   return *slots_[static_cast<size_t>(i)];
@@ -140,11 +135,9 @@ float* Llama::norm_scratch() {
 }
 
 float* Llama::column_dinput_buffer() {
-  return !tp_ ? buf_->dmid.data() : sp_on() ? buf_->dln.data() : buf_->part.data();
-}
-
-float* Llama::part_scratch() {
-  return buf_->part.data();
+  if (!plan_.on()) return buf_->dmid.data();
+  const bool reduced_elsewhere = plan_.token_shards() != nullptr || plan_.form() == tp::Form::grid;
+  return reduced_elsewhere ? buf_->dln.data() : buf_->part.data();
 }
 
 double Llama::forward(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
@@ -192,10 +185,10 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
   sl.B = B;
   sl.T = T;
   sl.N = B * T;
-  sl.Nl = sp_on() ? tp::sp_local_tokens(sl.N, *tp_) : sl.N;
+  sl.Nl = plan_.rows(sl.N);
   use_slot(s);
   if (cfg_.moe()) sl.tally.reset(cfg_.top_k, cfg_.n_experts);
-  const int64_t N = N_, C = cfg_.d_model, V = cfg_.vocab_size;
+  const int64_t N = N_;
   if (has_embed()) sl.inputs.assign(inputs, inputs + N);
   sl.has_targets = has_head() && targets != nullptr;
   if (sl.has_targets) sl.targets.assign(targets, targets + N);
@@ -212,21 +205,7 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
     const int64_t L = T * (cp_ ? cp_->size() : 1);
     if (rope_.seq_len() != L) rope_ = cfg_.rope_table(rope_scaling_, L);
   }
-  if (two_d()) return forward_2d(sl);
-  if (has_embed()) {
-    const int eu = table_.embed_unit;
-    const float* E = store_->acquire_params(eu, Pass::forward);
-    const float* table = E + (table_.embed - units_[static_cast<size_t>(eu)].begin);
-    {
-      MT_TIMED(Kernel::embedding);
-      if (tp_)
-        tp::vocab_embedding_forward(sl.resid[0].data(), buf_->part.data(), sl.inputs.data(), table, N, C, V,
-                                    tp_layer(tp::plan_row("model.embed_tokens.weight").site));
-      else
-        embedding_forward(sl.resid[0].data(), sl.inputs.data(), table, N, C);
-    }
-    store_->release_params(eu, Pass::forward);
-  }
+  if (has_embed()) embed_forward(sl);
   for (int64_t i = 0; i < n_stage_layers_; ++i) {
     const int unit = layer_unit(i);
     const float* P = store_->acquire_params(unit, Pass::forward);
@@ -252,15 +231,10 @@ void Llama::layers_backward(Slot& sl) {
     const float* P = store_->acquire_params(unit, Pass::backward);
     float* G = store_->acquire_grads(unit);
     LayerActs& a = acts_for(i);
-    // Recomputation: the same kernels (and, in 2-D, collectives) on the same
+    // Recomputation: the same kernels (and, on a grid, collectives) on the same
     // input, so the recomputed activations are bitwise the ones the forward produced.
-    if (two_d()) {
-      if (opts_.recompute) layer_forward_2d(i, P, a, x_in, nullptr);
-      layer_backward_2d(i, P, G, a, x_in, buf_->dres.data());
-    } else {
-      if (opts_.recompute) layer_forward(i, P, a, x_in, nullptr);
-      layer_backward(i, P, G, a, x_in, buf_->dres.data());
-    }
+    if (opts_.recompute) layer_forward(i, P, a, x_in, nullptr);
+    layer_backward(i, P, G, a, x_in, buf_->dres.data());
     store_->release_grads(unit);
     store_->release_params(unit, Pass::backward);
   }
@@ -268,33 +242,50 @@ void Llama::layers_backward(Slot& sl) {
 
 void Llama::backward_slot(int s, float dloss) {
   use_slot(s);
-  if (two_d()) return backward_2d(dloss);
   Slot& sl = *cur_;
-  const int64_t N = N_, C = cfg_.d_model, V = cfg_.vocab_size;
-  Buffers& b = *buf_;
-  const bool tied_here = head_unit_ >= 0 && head_unit_ == table_.embed_unit;
   // A tied head's gradient goes to the embedding unit, acquired until its backward is done.
   float* Eg = nullptr;
   if (has_head()) Eg = head_backward(dloss);
   if (cfg_.moe()) moe_tally_backward(sl);
   // Otherwise dres holds the gradient of this stage's output (output_grad()).
   layers_backward(sl);
-  if (has_embed()) {
-    const int eu = table_.embed_unit;
-    if (!tied_here) Eg = store_->acquire_grads(eu);
-    {
-      float* dtable = Eg + (table_.embed - units_[static_cast<size_t>(eu)].begin);
-      MT_TIMED(Kernel::embedding);
-      if (tp_)
-        tp::vocab_embedding_backward(dtable, b.dfull.data(), b.dres.data(), sl.inputs.data(), N, C, V,
-                                     tp_layer(tp::plan_row("model.embed_tokens.weight").site));
-      else
-        embedding_backward(dtable, b.dres.data(), sl.inputs.data(), N, C);
-    }
-    store_->release_grads(eu);
-  }
+  if (has_embed()) embed_backward(sl, Eg);
   moe_after_backward(sl);
   sl.has_targets = false;
+}
+
+void Llama::embed_forward(Slot& sl) {
+  const int eu = table_.embed_unit;
+  const float* E = store_->acquire_params(eu, Pass::forward);
+  {
+    MT_TIMED(Kernel::embedding);
+    plan_.embed_forward(sl.resid[0].data(), sl.inputs.data(),
+                        E + (table_.embed - units_[static_cast<size_t>(eu)].begin), N_, cfg_.vocab_size,
+                        plan_.entry(kEmbed));
+  }
+  store_->release_params(eu, Pass::forward);
+}
+
+// Eg: the embedding unit's gradient when the tied head's backward holds it, else null.
+void Llama::embed_backward(Slot& sl, float* Eg) {
+  const int eu = table_.embed_unit;
+  if (Eg == nullptr) Eg = store_->acquire_grads(eu);
+  {
+    MT_TIMED(Kernel::embedding);
+    plan_.embed_backward(Eg + (table_.embed - units_[static_cast<size_t>(eu)].begin), buf_->dres.data(),
+                         sl.inputs.data(), N_, cfg_.vocab_size, plan_.entry(kEmbed));
+  }
+  store_->release_grads(eu);
+}
+
+// ---- On a grid of the tp ranks (R > 1): the buffers and slots ----
+
+void Llama::check_grid() const {
+  // The start-up rules of a grid, Config::validate's: a stage without both
+  // ends is one of several pipeline stages.
+  tp::check_grid(opts_.grid, {sp_on(), cp_ != nullptr ? cp_->size() : 1, has_embed() && has_head() ? 1 : 2,
+                              cfg_.moe(), cfg_.attention_dropout > 0 || cfg_.hidden_dropout > 0, cfg_.n_kv_heads,
+                              cfg_.n_heads, cfg_.ffn_hidden, opts_.tp_overlap});
 }
 
 }  // namespace mt

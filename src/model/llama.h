@@ -14,11 +14,13 @@
 // reduce-scatter after the row layer, and the norm weights' gradients, partial
 // over the token shards, are summed over tp once per layer and microbatch.
 //
-// 2-D tensor parallelism (an R × C grid of the tp ranks, R > 1;
-// docs/PARALLELISM.md "2-D tensor parallelism") runs the same units in
-// llama_tp2d.cpp and llama_tp2d_ends.cpp: a residual stream of d/(RC)
-// features, every weight split on both dims, an all-gather over one sub-axis
-// and a reduce-scatter over the other around each linear layer.
+// On an R × C grid of the tp ranks (R > 1; docs/PARALLELISM.md "2-D tensor
+// parallelism") the same code runs other plan entries: a residual stream of
+// d/(RC) features, every weight split on both dims, an all-gather over one
+// sub-axis and a reduce-scatter over the other around each linear layer.
+// Which collective runs where is the linear plan's (parallel/linear_plan.h),
+// built once from the plan table and the run's tp groups: the model calls
+// each site's entry and names no collective.
 //
 // The model owns its parameters, gradients (both flat, see params.h) and the
 // activations of one microbatch of at most max_batch × max_seq tokens. With
@@ -43,6 +45,7 @@
 #include "ops/rope.h"
 #include "parallel/cp_attention.h"
 #include "parallel/expert_parallel.h"
+#include "parallel/linear_plan.h"
 #include "parallel/store.h"
 #include "parallel/tensor_parallel.h"
 #include "pipeline/stage.h"
@@ -70,16 +73,20 @@ struct ModelOptions {
   Group* tp = nullptr;
   bool sp = false;
   bool tp_overlap = false;  // chunked TP GEMMs overlapping their collectives (TpLayer::overlap)
-  // 2-D tensor parallelism (parallel.tp2d with R > 1): the tp group's grid and
-  // its two sub-axis groups (tp2d::sub_axes; tp rank t = r·C + c). The model
-  // then holds this rank's 2-D pieces and runs llama_tp2d.cpp. R = 1 is the
-  // 1-D code above.
-  tp2d::Grid grid;
+  // The tp group's shape (the configured grid; parallel/tp_placement.h) and, on a
+  // grid of R > 1 rows, its two sub-axis groups (tp rank t = r·C + c). The
+  // model then holds this rank's grid pieces and its plan runs the grid's
+  // entries. R = 1 is 1-D tp.
+  tp::Grid grid;
   Group* tp_r = nullptr;  // the R ranks of this rank's grid column
   Group* tp_c = nullptr;  // the C ranks of this rank's grid row
   // The tp ranks sharing this rank's kv heads when tp > n_kv_heads, built by
-  // the layout (tp::kv_replica_group in parallel/tp_plan.h); null otherwise.
+  // the layout (the mesh's tp_kv sub-axis, mesh/sub_axes.h); null otherwise.
   Group* tp_kv = nullptr;
+  // The tensor-parallel plan table the model executes (null: tp::llama_plan()).
+  // A table naming a site the model lacks, or missing one of its sites, is
+  // refused at construction (parallel/linear_plan.h).
+  const std::vector<tp::PlanRow>* plan = nullptr;
   // Pipeline parallelism: the layers (and ends) this stage holds (params.h).
   StageRange stage;
   // Context parallelism: this rank's cp group (null or size 1: none). The model
@@ -180,7 +187,7 @@ class Llama : public pp::Stage {
   // microbatch's router statistics (tally_floats()), which travel with the
   // activation forward and with its gradient backward.
   int64_t residual_numel(int64_t B, int64_t T) const override {
-    return (sp_on() ? B * T / tpr_.size : B * T) * resid_width() + tally_floats();
+    return plan_.rows(B * T) * resid_width() + tally_floats();
   }
   // The stage's share of the step's gradient accumulation: its store's (store.h).
   void begin_step(int64_t microbatches) override;
@@ -201,6 +208,8 @@ class Llama : public pp::Stage {
 
   // This rank's share of the model under tensor parallelism ({1, 0}: all of it).
   TpRank tp_rank() const { return tpr_; }
+  // The plan the model executes: each linear site's entry (--explain prints it).
+  const tp::LinearPlan& linear_plan() const { return plan_; }
   Group* tp_group() const { return tp_; }  // null without tensor parallelism
 
   // The router losses of slot 0's last forward, unscaled by their
@@ -235,6 +244,18 @@ class Llama : public pp::Stage {
   }
   bool head_in_embed_unit() const { return cfg_.tie_embeddings && table_.embed_unit >= 0; }
   float* norm_scratch();
+  // Where a norm writes its output: `kept` when the layer keeps it, else the
+  // norm scratch (under SP the GEMM after it keeps the gathered output).
+  float* norm_output(Tensor& kept) { return kept.empty() ? norm_scratch() : kept.data(); }
+  // The plan's sites, in the order of the model's list (model_sites).
+  enum Site : size_t { kQkv, kO, kGateUp, kDown, kEmbed, kHead, kNorms, kFinalNorm, kRouter, kExperts };
+  std::vector<tp::ModelSite> model_sites() const;
+  void make_plan(Group* kv);  // plan_ and labels_ (construction; kv: the kv-replica group)
+  std::string_view final_norm_site() const { return plan_.entry(kFinalNorm).site; }
+  // The ledger sites of one stage layer's entries ("layer 3 attn qkv").
+  struct LayerLabels {
+    std::string qkv, kv, o, gate_up, down, norms, router;
+  };
 
   // l: the layer's index in this stage. P: its unit parameters (unit-relative offsets in rel_[l]).
   // x_out may be null (recomputation): the layer output is then not computed.
@@ -271,15 +292,10 @@ class Llama : public pp::Stage {
   void moe_tally_backward(Slot& sl);
   void moe_init();                          // buffers, the bias, the statistics (construction)
   void moe_after_backward(const Slot& sl);  // the losses' statistics; after the last backward, the bias nudge
-  // The tensor-parallel layer at `site` (no group without tp: a plain linear layer).
-  tp::TpLayer tp_layer(std::string_view site) const {
-    return {tp_, site, sp_on() ? tp::SequenceParallel::on : tp::SequenceParallel::off,
-            opts_.tp_overlap ? tp::Overlap::on : tp::Overlap::off};
-  }
   // Where a column layer's input gradient [Nl, C] lands: dmid without tp, the
-  // tp scratch part without SP, dln with SP (part then holds the partial sum).
+  // tp scratch part without SP, dln with SP (part then holds the partial sum)
+  // and on a grid.
   float* column_dinput_buffer();
-  float* part_scratch();  // [N, C] scratch of tp layers (null without tp)
   // The mask of `site` ("attn", "o_proj", "down_proj") of model layer gl at
   // rate p in the current step; off outside training or at p = 0.
   DropoutKey dropout_at(int64_t gl, const char* site, double p) const;
@@ -289,24 +305,15 @@ class Llama : public pp::Stage {
   // Where the rows of the current slot's residual stream sit (hidden dropout).
   TokenCoords residual_coords() const;
   void dropout_coords(Slot& sl) const;  // the slot's seq_rows, seq_resid, pos_resid
-  bool tp_on() const { return tp_ != nullptr; }
   bool sp_on() const { return tp_ != nullptr && opts_.sp; }
 
-  // ---- 2-D tensor parallelism (llama_tp2d.cpp, llama_tp2d_ends.cpp) ----
-  bool two_d() const { return tp_ != nullptr && opts_.grid.two_d(); }
-  // Features of a residual-stream row here: d_model, or d_model / tp in 2-D.
-  int64_t resid_width() const { return two_d() ? cfg_.d_model / tpr_.size : cfg_.d_model; }
-  void init_tp2d();                            // the buffers and slot 0 (construction)
-  std::unique_ptr<Slot> make_slot_2d() const;  // one microbatch's activations
-  LayerActs layer_acts_2d() const;
-  double forward_2d(Slot& sl);  // after forward_slot's common part: embedding, layers, head, loss
-  void backward_2d(float dloss);
-  void layer_forward_2d(int64_t l, const float* P, LayerActs& a, const float* x_in, float* x_out);
-  void layer_backward_2d(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in, float* dres);
-  void embed_forward_2d(Slot& sl);
-  void embed_backward_2d(Slot& sl, float* Eg);
-  double head_forward_2d(Slot& sl);                // the final norm, LM head and loss sum
-  float* head_backward_2d(Slot& sl, float dloss);  // as head_backward
+  // Features of a residual-stream row here: d_model, or d_model / tp on a grid.
+  int64_t resid_width() const { return plan_.width(); }
+  // On a grid (llama.cpp): the buffers and slot 0, one microbatch's
+  // activations and one layer's, sized by GridWidths.
+  void check_grid() const;  // a grid's start-up rules (tp::check_grid)
+  void embed_forward(Slot& sl);
+  void embed_backward(Slot& sl, float* Eg);
 
   ModelConfig cfg_;
   ModelOptions opts_;
@@ -315,7 +322,8 @@ class Llama : public pp::Stage {
   cp::CpAttention attention_;  // local, ring or all-gather: chosen here, once
   TpRank tpr_;
   TpDims td_;
-  Group* kv_group_ = nullptr;  // the ranks sharing this rank's kv head (tp > n_kv_heads)
+  tp::LinearPlan plan_;              // every linear site's entry, the norms', the residual stream's shape
+  std::vector<LayerLabels> labels_;  // per stage layer
   ParamTable table_;
   std::vector<UnitSpec> units_;
   std::vector<LayerParamOffsets> rel_;  // per stage layer, offsets within its unit

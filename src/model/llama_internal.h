@@ -1,6 +1,6 @@
 // The model's private parts, shared by llama.cpp (construction, the stage's
-// forward and backward) and llama_layer.cpp (one decoder block, with its
-// tensor-parallel communication): the saved activations of a layer and of a
+// forward and backward), llama_layer.cpp (one decoder block) and the other
+// llama_*.cpp: the saved activations of a layer and of a
 // microbatch in flight, the backward's scratch, and the kernel timer.
 #pragma once
 
@@ -75,8 +75,8 @@ struct Llama::LayerActs {
   Tensor rstd2;     // [Nl]
   Tensor gu;        // [N, 2Fl]    gate and up (dense layers)
   Tensor h;         // [N, Fl]     swiglu(gate, up)
-  Tensor att_full;  // [N, Q/C]    2-D tp: att gathered over tp_r (o_proj's input)
-  Tensor h_full;    // [N, F/C]    2-D tp: h gathered over tp_r (down_proj's input)
+  Tensor att_full;  // [N, Q/C]    grid: att gathered over tp_r (o_proj's input)
+  Tensor h_full;    // [N, F/C]    grid: h gathered over tp_r (down_proj's input)
   MoeActs moe;      // mixture-of-experts layers
 
   LayerActs() = default;
@@ -130,7 +130,7 @@ struct Llama::Buffers {
   Tensor rlogits, drlogits, dweights, dyk, dys, dxs, dgu_e, dh_e;
   Tensor xfer;              // [R·ep, C] ep > 1: the expert-major side of an exchange
   Tensor moeg;              // SP: one MoE layer's router and expert gradients, partial over tp until summed
-  Tensor grid;              // 2-D tp: the scratch of parallel/tp2d_linear.h's layers and of the ends
+  Tensor grid;              // on a grid: the scratch of the plan's grid entries (layers and ends)
   buffers::ChunkPlan plan;  // what every buffer of this chunk is (model/buffer_plan.h)
 
   // Allocates `list`'s entries (plan.shared or plan.moe) into the members they name.
@@ -138,8 +138,8 @@ struct Llama::Buffers {
   Tensor& member(const char* name);
 };
 
-// The widths one rank works with under 2-D tensor parallelism (llama_tp2d.cpp).
-using Widths2d = buffers::GridWidths;
+// The widths one rank works with on an R × C grid of the tp ranks (model/buffer_plan.h).
+using GridWidths = buffers::GridWidths;
 
 // Adds the elapsed time of a scope to one kernel family when profiling.
 class KernelScope {

@@ -13,8 +13,8 @@
 #include "ops/gemm.h"
 #include "ops/router.h"
 #include "ops/swiglu.h"
-#include "parallel/tp_comm.h"
-#include "parallel/tp_plan.h"
+#include "parallel/linear_plan.h"
+#include "parallel/token_sums.h"
 
 namespace mt {
 
@@ -129,10 +129,9 @@ void Llama::moe_backward(int64_t l, const float* P, float* G, LayerActs& a, cons
   Buffers& b = *buf_;
   const int64_t N = Nl_, C = cfg_.d_model, E = cfg_.n_experts, k = cfg_.top_k;
   // Under SP each tp rank's gradients of the router and experts are its
-  // tokens' share: they collect in moeg and are summed over tp below.
-  const bool sp = sp_on();
-  if (sp) b.moeg.zero();
-  float* grouter = sp ? b.moeg.data() : G + o.router;
+  // tokens' share, Partial over tp: they collect in moeg and are summed below.
+  const tp::PartialGrads moe_grads = plan_.partial_grads(b.moeg.data(), b.moeg.numel());
+  float* grouter = moe_grads.into(G + o.router, 0);
   float* gexp = grouter + E * C;  // the experts follow the router [E, C] (params.h)
   {  // the step's statistics, from the plan (the same whether the forward was recomputed)
     const int64_t gl = table_.stage.first_layer + l;
@@ -191,12 +190,8 @@ void Llama::moe_backward(int64_t l, const float* P, float* G, LayerActs& a, cons
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N * C; ++i)
     dln2[i] += b.dxs.data()[i];
-  if (!sp) return;
   const int64_t n = b.moeg.numel();
-  tp_->all_reduce(b.moeg.data(), n,
-                  tp::comm_label(tp::layer_site(table_.stage.first_layer + l, "block_sparse_moe.gate.weight"),
-                                 "sp moe grads", "backward", {n}));
-  add_inplace(G + o.router, b.moeg.data(), n);
+  moe_grads.finish({{G + o.router, n}}, labels_[static_cast<size_t>(l)].router, "sp moe grads", {n});
 }
 
 // Each local expert's GEMM chain backward over its block of rows: from
@@ -236,10 +231,7 @@ void Llama::moe_after_backward(const Slot& sl) {
   // load by the sign of (mean − its load) (aux-loss-free balancing), the
   // loads summed over the ranks whose tokens differ.
   std::vector<std::vector<int64_t>> loads = st.tokens_per_expert;
-  if (opts_.moe_counts != nullptr && opts_.moe_counts->size() > 1) {
-    for (std::vector<int64_t>& v : loads)
-      opts_.moe_counts->all_reduce(v.data(), E, "router bias counts");
-  }
+  sum_expert_loads(loads, opts_.moe_counts);
   size_t j = 0;
   for (int64_t l = 0; l < n_stage_layers_; ++l) {
     std::vector<float>& bias = router_bias_[static_cast<size_t>(l)];

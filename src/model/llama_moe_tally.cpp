@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "model/llama_internal.h"
+#include "parallel/token_sums.h"
 
 namespace mt {
 
@@ -110,8 +111,7 @@ void Llama::moe_tally_forward(Slot& sl) {
   std::vector<double> v = t.sums();
   if (has_moe_layer()) {  // this stage's layers: each rank tallied its own tokens
     const auto n = static_cast<int64_t>(v.size());
-    if (cp_) cp_->all_reduce(v.data(), n, "moe router statistics");
-    if (sp_on()) tp_->all_reduce(v.data(), n, "moe router statistics");
+    sum_router_statistics(v.data(), n, cp_, plan_.token_shards());
   }
   const int64_t at = Nl_ * cfg_.d_model;
   if (tally_floats() > 0 && !has_embed()) {  // plus the stages before this one

@@ -1,7 +1,7 @@
 // The slice of one parameter that a rank holds under its state layout
 // (ParamSpec::state_layout, mesh/layout.h): which box of the global tensor,
 // and whether this rank writes it to a checkpoint. The checkpoint's writer
-// and reader (train/checkpoint_slices.h) and the memory model's count of the
+// and reader (ckpt/checkpoint_slices.h) and the memory model's count of the
 // checkpoint's staging copy derive the slices here, in one way.
 #pragma once
 

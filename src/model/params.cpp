@@ -41,18 +41,18 @@ TpDims tp_dims(const ModelConfig& cfg, TpRank tp) {
   return d;
 }
 
-TpDims tp_dims(const ModelConfig& cfg, TpRank tp, const tp2d::Grid& grid) {
-  if (!grid.two_d()) return tp_dims(cfg, tp);
-  tp2d::check(grid, {.n_kv_heads = cfg.n_kv_heads, .n_heads = cfg.n_heads, .ffn_hidden = cfg.ffn_hidden});
-  const int64_t P = tp.size, r = tp.rank / grid.cols, c = tp.rank % grid.cols;
-  MT_REQUIRE(P == grid.rows * grid.cols && tp.rank >= 0 && tp.rank < P, ConfigError, "tp rank ", tp.rank,
-             " of ", P, " is outside the 2-D grid ", grid.rows, " x ", grid.cols);
+TpDims tp_dims(const ModelConfig& cfg, TpRank tp, const tp::Grid& grid) {
+  if (!tp::on_grid(grid)) return tp_dims(cfg, tp);
+  const int64_t P = tp.size;
+  const tp::GridPlace at =
+      tp::grid_place(grid, tp.size, tp.rank, cfg.n_heads, cfg.n_kv_heads, cfg.ffn_hidden);
   TpDims d;
   d.heads = cfg.n_heads / P;
   d.kv_heads = cfg.n_kv_heads / P;
-  d.kv_head0 = (c * grid.rows + r) * d.kv_heads;  // heads: block c over tp_c, then block r of it
+  d.kv_head0 = at.block * d.kv_heads;  // heads: block c over tp_c, then block r of it
   d.ffn = cfg.ffn_hidden / P;
-  const tp::VocabShard vs = tp::vocab_shard(cfg.vocab_size, static_cast<int>(grid.cols), static_cast<int>(c));
+  const tp::VocabShard vs =
+      tp::vocab_shard(cfg.vocab_size, static_cast<int>(grid.cols), static_cast<int>(at.col));
   d.vocab_rows = vs.rows;
   d.vocab_begin = vs.begin;
   d.vocab_end = vs.end;
@@ -84,16 +84,15 @@ const ParamSpec& ParamTable::find(const std::string& name) const {
 namespace {
 
 // One parameter at `offset`: its full shape, and the piece of it this rank
-// holds, cut by its row of the plan (on a 2-D grid, by its 2-D split). Of the
+// holds, cut by its row of the plan (on a grid, by its split over both sub-axes). Of the
 // ranks holding the same piece, the first counts it in the gradient norm.
 ParamSpec make_spec(std::string name, std::vector<int64_t> full, ParamInit init, bool decay, TpRank tp,
-                    const tp2d::Grid& grid, int64_t head_dim, int64_t offset) {
+                    const tp::Grid& grid, int64_t head_dim, int64_t offset) {
   ParamSpec s;
   s.name = std::move(name);
   checked_numel(full, ("tensor " + s.name).c_str());  // a vocabulary of 2^58 must not wrap around
   s.role = tp::plan_row(s.name).role;
-  const tp::TpSlice slice = grid.two_d() ? tp::tp2d_slice(s.role, full, grid, tp.rank)
-                                         : tp::tp_slice(s.role, full, tp.size, tp.rank, head_dim);
+  const tp::TpSlice slice = tp::piece(s.role, full, tp.size, tp.rank, grid, head_dim);
   s.shape = slice.local_shape(full);
   s.global_shape = std::move(full);
   s.map = slice.map;
@@ -102,10 +101,7 @@ ParamSpec make_spec(std::string name, std::vector<int64_t> full, ParamInit init,
   s.col_first = slice.col_first;
   s.col_count = slice.col_count;
   s.norm_counted = tp.rank % slice.holders == 0;
-  if (grid.two_d())
-    s.layout = tp::tp2d_layout(s.role, s.global_shape, grid);
-  else
-    s.layout = tp.size > 1 ? tp::tp_layout(s.role, s.global_shape, slice.holders) : Layout(s.global_shape);
+  s.layout = tp::piece_layout(s.role, s.global_shape, tp.size, grid, slice.holders);
   s.stored_layout = s.grad_layout = s.state_layout = s.layout;  // until a store shards them
   s.offset = offset;
   s.numel = checked_numel(s.shape, ("tensor " + s.name).c_str());
@@ -140,7 +136,7 @@ void mark_expert(std::vector<ParamSpec>& specs, EpRank ep) {
 }  // namespace
 
 ParamTable make_param_table(const ModelConfig& cfg, TpRank tp, StageRange stage, EpRank ep,
-                            const tp2d::Grid& grid) {
+                            const tp::Grid& grid) {
   ParamTable t;
   if (stage.end_layer < 0) stage.end_layer = cfg.n_layers;
   MT_REQUIRE(

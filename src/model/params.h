@@ -17,7 +17,7 @@
 // docs/PARALLELISM.md "Tensor parallelism").
 // The fused q|k|v and gate|up blocks then hold this rank's pieces, so the
 // same fused GEMMs compute this rank's heads and hidden features. On a 2-D
-// grid (R > 1) every piece is cut by tp::tp2d_slice instead (both dims of a
+// grid (R > 1) every piece is cut by its grid split (tp::piece: both dims of a
 // matrix, a norm by features over all of tp): docs/PARALLELISM.md "2-D tensor
 // parallelism".
 #pragma once
@@ -28,7 +28,7 @@
 
 #include "model/config.h"
 #include "parallel/store.h"
-#include "parallel/tp2d.h"
+#include "parallel/tp_placement.h"
 #include "parallel/tp_plan.h"
 
 namespace mt {
@@ -69,7 +69,7 @@ TpDims tp_dims(const ModelConfig& cfg, TpRank tp);
 // holds the heads, kv heads and hidden channels of block c·R + r of R·C (never
 // a replicated kv head) and the vocabulary rows of tp_c rank c, ceil(V/C)
 // (docs/PARALLELISM.md "2-D tensor parallelism").
-TpDims tp_dims(const ModelConfig& cfg, TpRank tp, const tp2d::Grid& grid);
+TpDims tp_dims(const ModelConfig& cfg, TpRank tp, const tp::Grid& grid);
 
 struct ParamSpec {
   std::string name;                   // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
@@ -138,10 +138,10 @@ struct ParamTable {
 };
 
 // With a grid of R > 1 rows (tp.size = R·C) every parameter is cut by
-// tp::tp2d_slice instead of tp_slice: each rank holds a distinct piece, so
+// its grid split (tp::piece, parallel/tp_placement.h): each rank holds a distinct piece, so
 // each counts its pieces in the gradient norm.
 ParamTable make_param_table(const ModelConfig& cfg, TpRank tp = {}, StageRange stage = {}, EpRank ep = {},
-                            const tp2d::Grid& grid = {});
+                            const tp::Grid& grid = {});
 
 // Sets every spec's stored_layout, grad_layout and state_layout from the
 // store's sharding (its layout, the model's, is unchanged).

@@ -3,7 +3,7 @@
 // sub-axis tp_c holds the C ranks of one grid row (fixed r: adjacent ranks),
 // tp_r the R ranks of one grid column (fixed c: stride C). R = 1 is the 1-D
 // Megatron layout of tensor_parallel.h, run by that code unchanged; R > 1 is
-// run by model/llama_tp2d.cpp with tp2d_linear.h.
+// run by the grid entries of linear_plan.h with tp2d_linear.h.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +40,7 @@ struct Companions {
 // with (parallel.sp, parallel.cp, parallel.pp, a mixture of experts, dropout,
 // parallel.tp_overlap), then the divisibility of
 // n_heads, n_kv_heads and ffn_hidden by tp. The model runs such a grid with
-// the layer math of tp2d_linear.h (model/llama_tp2d.cpp).
+// the layer math of tp2d_linear.h (the grid entries of linear_plan.h).
 void check(const Grid& grid, const Companions& with);
 
 }  // namespace mt::tp2d

@@ -34,7 +34,7 @@ struct VocabShard {
 VocabShard vocab_shard(int64_t V, int tp, int rank);
 
 // The lookup of one vocabulary shard, without communication (the embedding's
-// local half, 1-D here below and 2-D in model/llama_tp2d_ends.cpp):
+// local half, 1-D here below and on a grid in linear_plan_exec.cpp):
 // out[n, :] = table_local[ids[n] − vs.begin, :] for the ids this rank owns,
 // zeros for the others (out[N, C] is Partial over the shard's group).
 // Ids must lie in [0, V) (MT_CHECK).

@@ -270,6 +270,8 @@ void report_step(MetricsWriter& metrics, const RunMesh& mesh, TrainModel& model,
     const std::string report =
         mesh.world() ? explain_report(*mesh.world(), 0) : "one process: no collectives in step 0\n";
     if (lead) {
+      std::printf("--explain: the linear plan of rank 0 (docs/ARCHITECTURE.md \"The linear plan\")\n%s",
+                  model.chunks.front()->linear_plan().explain().c_str());
       std::printf("--explain: every collective of step 0, rank by rank\n%s", report.c_str());
       std::fflush(stdout);
     }

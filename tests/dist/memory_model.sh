@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The memory model (train/memory_model.h) against the tracked allocator: for
+# The memory model (cost/memory_model.h) against the tracked allocator: for
 # each layout, two steps with --explain-memory, which prints every rank's
 # modelled bytes per kind beside the peaks measured in the last step and "ok"
 # or "OUTSIDE" per row. Parameters, gradients, optimizer state, activations and

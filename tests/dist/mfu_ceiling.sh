@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# MFU never above 1 (src/train/flops.h MfuCeiling): two busy loops hold the
+# MFU never above 1 (src/cost/flops.h MfuCeiling): two busy loops hold the
 # cores while the run measures its SGEMM ceiling at start-up, so the measured
 # ceiling is low; every step's mfu in the metrics must still be <= 1, each line
 # says which ceiling it used, and the log carries the time estimate and an eta.

@@ -1,0 +1,133 @@
+// The linear plan's execution: each entry's forward and backward through the
+// layer math of its form (ops/gemm.h, tensor_parallel.h, tp2d_linear.h), and
+// the embedding, head and cross-entropy of the vocabulary's split.
+#include <string>
+
+#include "core/error.h"
+#include "ops/cross_entropy.h"
+#include "ops/embedding.h"
+#include "ops/gemm.h"
+#include "parallel/linear_plan.h"
+#include "parallel/tp2d_linear.h"
+#include "parallel/tp_comm.h"
+
+namespace mt::tp {
+
+namespace {
+
+void add_into(float* y, const float* x, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    y[i] += x[i];
+}
+
+tp2d::Linear2d grid_layer(const LinearEntry& e, std::string_view label) {
+  return {e.gather, e.scatter, e.out_blocks, label};
+}
+
+}  // namespace
+
+void LinearPlan::forward(float* out, float* saved, const float* inp, const float* w, int64_t N,
+                         const LinearEntry& e, std::string_view label, const float* resid) const {
+  if (e.form == Form::grid) {
+    tp2d::linear2d_forward(out, saved, scratch_.grid, inp, w, N, e.in, e.out, grid_layer(e, label));
+    if (resid != nullptr) add_into(out, resid, N * (e.out / e.scatter->size()));
+    return;
+  }
+  if (e.role == Role::row) {
+    row_parallel_forward(out, scratch_.part, inp, w, N, e.in, e.out, e.layer(label), resid);
+    return;
+  }
+  MT_CHECK(resid == nullptr, "a column-parallel layer has no residual add (", std::string(label), ")");
+  column_parallel_forward(out, saved, inp, w, N, e.in, e.out, e.layer(label));
+}
+
+void LinearPlan::keep_input(float* saved, const float* inp, int64_t N, const LinearEntry& e,
+                            std::string_view label) const {
+  if (!e.gathers()) return;
+  if (e.form == Form::grid) {
+    tp2d::gather_features(saved, scratch_.grid, inp, N, e.in, {}, *e.gather,
+                          comm_label(label, "gather_features", "forward", {N, e.in / e.gather->size()}));
+    return;
+  }
+  gather_from_sp_forward(saved, inp, N, e.in, *e.tp, label);
+}
+
+void LinearPlan::backward(float* dinp, float* dw, const float* dout, const float* gemm_in, const float* w,
+                          int64_t N, const LinearEntry& e, std::string_view label,
+                          std::string_view kv_label) const {
+  if (e.form == Form::grid) {
+    tp2d::linear2d_backward(dinp, dw, scratch_.grid, dout, gemm_in, w, N, e.in, e.out, grid_layer(e, label));
+    return;
+  }
+  if (e.role == Role::row) {
+    row_parallel_backward(dinp, dw, scratch_.gathered, dout, gemm_in, w, N, e.in, e.out, e.layer(label));
+    return;
+  }
+  ReplicatedRows kv;
+  if (e.kv != nullptr) kv = {e.kv, e.kv_first, e.kv_count, e.in, scratch_.kv, kv_label};
+  column_parallel_backward(dinp, dw, scratch_.part, dout, gemm_in, w, N, e.in, e.out, e.layer(label), kv);
+}
+
+void LinearPlan::embed_forward(float* out, const int32_t* ids, const float* table, int64_t N, int64_t V,
+                               const LinearEntry& e) const {
+  if (e.form == Form::local) return embedding_forward(out, ids, table, N, e.in);
+  if (e.form == Form::megatron)
+    return vocab_embedding_forward(out, scratch_.part, ids, table, N, e.in, V, e.layer(e.site));
+  float* partial = scratch_.grid;  // [N, d/R], Partial over tp_c
+  vocab_lookup(partial, ids, table, N, e.in, V, e.vocab_rows);
+  tp2d::scatter_features(out, partial + N * e.in, partial, N, e.in, {}, *e.scatter,
+                         comm_label(e.site, "scatter_features", "forward", {N, e.in}));
+}
+
+void LinearPlan::embed_backward(float* dtable, const float* dout, const int32_t* ids, int64_t N, int64_t V,
+                                const LinearEntry& e) const {
+  if (e.form == Form::local) return embedding_backward(dtable, dout, ids, N, e.in);
+  if (e.form == Form::megatron)
+    return vocab_embedding_backward(dtable, scratch_.gathered, dout, ids, N, e.in, V, e.layer(e.site));
+  float* full = scratch_.grid;  // [N, d/R]: every tp_c rank's gradient of its features
+  tp2d::gather_features(full, full + N * e.in, dout, N, e.in, {}, *e.scatter,
+                        comm_label(e.site, "scatter_features", "backward", {N, e.in / e.scatter->size()}));
+  vocab_lookup_backward(dtable, full, ids, N, e.in, V, e.vocab_rows);
+}
+
+void LinearPlan::head_forward(float* logits, float* saved, const float* inp, const float* w, int64_t N,
+                              const LinearEntry& e) const {
+  if (e.form != Form::grid) {
+    column_parallel_forward(logits, saved, inp, w, N, e.in, e.out, e.layer(e.site));
+    return;
+  }
+  tp2d::gather_features(saved, scratch_.grid, inp, N, e.in, {}, *e.gather,
+                        comm_label(e.site, "gather_features", "forward", {N, e.in / e.gather->size()}));
+  linear_forward(logits, saved, w, N, e.in, e.out);
+  reduce_from_tp_forward(logits, N, e.out, *e.reduce, e.site);
+}
+
+void LinearPlan::head_backward(float* dinp, float* dw, const float* dlogits, const float* gemm_in,
+                               const float* w, int64_t N, const LinearEntry& e) const {
+  if (e.form != Form::grid) {
+    column_parallel_backward(dinp, dw, scratch_.part, dlogits, gemm_in, w, N, e.in, e.out, e.layer(e.site));
+    return;
+  }
+  float* dpart = scratch_.grid;  // [N, d/R], Partial over tp_c (the vocabulary shards)
+  linear_backward(dpart, dw, dlogits, gemm_in, w, N, e.in, e.out);
+  tp2d::scatter_features(dinp, dpart + N * e.in, dpart, N, e.in, {}, *e.gather,
+                         comm_label(e.site, "gather_features", "backward", {N, e.in}));
+}
+
+void LinearPlan::loss_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                              int64_t N, int64_t V, int32_t ignore_index, const LinearEntry& e) const {
+  if (e.vocab == nullptr) return cross_entropy_forward(losses, lse, logits, targets, N, V, ignore_index);
+  vocab_cross_entropy_forward(losses, lse, logits, targets, N, V, ignore_index, *e.vocab, e.site);
+}
+
+void LinearPlan::loss_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
+                               float dloss, int64_t N, int64_t V, int32_t ignore_index,
+                               const LinearEntry& e) const {
+  if (e.vocab == nullptr)
+    return cross_entropy_backward(dlogits, logits, lse, targets, dloss, N, V, ignore_index);
+  vocab_cross_entropy_backward(dlogits, logits, lse, targets, dloss, N, V, ignore_index, *e.vocab);
+  if (e.reduce != nullptr) reduce_from_tp_backward(dlogits, N, e.out, *e.reduce, e.site);  // identity
+}
+
+}  // namespace mt::tp
