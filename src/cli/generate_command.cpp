@@ -62,8 +62,6 @@ struct Job {
 Job prepare_job(const GenerateArgs& a) {
   check_args(a);
   Job j{Tokenizer::load(a.tokenizer), read_model_config(a.model), {}, {}, {}};
-  MT_REQUIRE(!j.cfg.moe(), ConfigError, a.model, " is a mixture of experts (", j.cfg.n_experts,
-             " experts): the cached decoder (src/infer) runs dense models only so far");
   MT_REQUIRE(j.tok.vocab_size() == j.cfg.vocab_size, ConfigError, "the tokenizer ", a.tokenizer, " has ",
              j.tok.vocab_size(), " tokens but the model ", a.model, " has a vocabulary of ", j.cfg.vocab_size,
              ": they were not trained together");
@@ -159,7 +157,7 @@ class Streamer {
 // Generates prompts [begin, end) batch by batch on this rank's model; every
 // rank of a replica calls it alike. `who` prefixes the stderr lines; `stream`
 // (may be null) gets prompt 0's tokens.
-std::vector<Generation> run_prompts(const Job& j, const Llama& model, size_t begin, size_t end,
+std::vector<Generation> run_prompts(const Job& j, Llama& model, size_t begin, size_t end,
                                     const GenerateArgs& a, const GenerateLayout& layout,
                                     const std::string& who, Streamer* stream) {
   std::vector<Generation> all;

@@ -30,7 +30,7 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
       opts_(opts),
       tp_(opts.tp != nullptr && opts.tp->size() > 1 ? opts.tp : nullptr),
       cp_(opts.cp != nullptr && opts.cp->size() > 1 ? opts.cp : nullptr),
-      attention_(cp_, opts.cp_impl),
+      cp_attention_(cp_, opts.cp_impl),
       tpr_{tp_ ? tp_->size() : 1, tp_ ? tp_->rank() : 0},
       td_(tp_dims(cfg, tpr_, tp_ ? opts.grid : tp2d::Grid{})),
       table_(make_param_table(cfg, tpr_, opts.stage,
@@ -223,7 +223,7 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
   sl.Nl = sp_on() ? tp::sp_local_tokens(sl.N, *tp_) : sl.N;
   use_slot(s);
   if (cfg_.moe()) sl.tally.reset(cfg_.top_k, cfg_.n_experts);
-  const int64_t N = N_, C = cfg_.d_model, V = cfg_.vocab_size;
+  const int64_t N = N_;
   if (has_embed()) sl.inputs.assign(inputs, inputs + N);
   sl.has_targets = has_head() && targets != nullptr;
   if (sl.has_targets) sl.targets.assign(targets, targets + N);
@@ -245,14 +245,7 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
     const int eu = table_.embed_unit;
     const float* E = store_->acquire_params(eu, Pass::forward);
     const float* table = E + (table_.embed - units_[static_cast<size_t>(eu)].begin);
-    {
-      MT_TIMED(Kernel::embedding);
-      if (tp_)
-        tp::vocab_embedding_forward(sl.resid[0].data(), buf_->part.data(), sl.inputs.data(), table, N, C, V,
-                                    tp_layer(tp::plan_row("model.embed_tokens.weight").site));
-      else
-        embedding_forward(sl.resid[0].data(), sl.inputs.data(), table, N, C);
-    }
+    embed_rows(sl.resid[0].data(), sl.inputs.data(), table, N);
     store_->release_params(eu, Pass::forward);
   }
   for (int64_t i = 0; i < n_stage_layers_; ++i) {

@@ -183,6 +183,17 @@ struct Widths2d {
         Vl(d.vocab_rows) {}
 };
 
+// Generation's buffers (llama_decode.cpp): one decode step's rows through the
+// stage, sized to the largest step so far. The layers share one set of
+// activations: nothing is kept for a backward.
+struct Llama::DecodeState {
+  int64_t rows = 0;   // the rows they hold
+  Slot slot;          // the step's positions and router tally (what the layers read of a slot)
+  LayerActs acts;     // [rows, …] as LayerActs
+  Tensor out;         // [rows, C] the residual stream's other buffer
+  Tensor lnf, rstdf;  // [rows, C], [rows]: the head's final norm
+};
+
 // Adds the elapsed time of a scope to one kernel family when profiling.
 class KernelScope {
  public:

@@ -66,8 +66,8 @@ void Llama::layer_forward_2d(int64_t l, const float* P, LayerActs& a, const floa
     MT_TIMED(Kernel::attention);  // this rank's query heads read its own kv heads (same block of R·C)
     const AttentionDims dims{B, T, T, H, KV, D, w.QKVl, w.QKVl, w.Ql};
     const float* q = a.qkv.data();
-    attention_.forward(a.att.data(), a.lse.data(), q, q + w.Ql, q + w.Ql + w.Kl, pos, pos, dims,
-                       site_of(gl, "attn"));
+    attention_->forward(l, a.att.data(), a.lse.data(), q, q + w.Ql, q + w.Ql + w.Kl, pos, pos, dims,
+                        site_of(gl, "attn"));
   }
   {
     MT_TIMED(Kernel::gemm);  // mid = x + o_proj(att)
