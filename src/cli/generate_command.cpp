@@ -193,7 +193,7 @@ int generate_in_one_process(const GenerateArgs& a) {
                end - 1, " needs ", kv_bytes, " bytes but ", available_memory_bytes(),
                " are available: lower --batch-size or --max-new-tokens, or use --kv-cache int8");
   }
-  ModelOptions mo;  // the decoder reads the weights; the model's own buffers stay minimal
+  ModelOptions mo;  // one token of training buffers: generation sizes its own (model/llama_decode.cpp)
   mo.max_batch = 1;
   mo.max_seq = 1;
   Llama model(j.cfg, mo);
@@ -212,7 +212,7 @@ int generate_in_one_process(const GenerateArgs& a) {
 
 // The run's configuration: the model's and the layout flags. The training
 // model's own activation buffers (one microbatch of 2·cp tokens) stay
-// minimal: the decoder reads its weights and keeps its own buffers.
+// minimal: generation sizes its own (model/llama_decode.cpp).
 // Generations as doubles: count, then per prompt its stop, token count, tokens, log-probs.
 std::vector<double> pack(const std::vector<Generation>& gens) {
   std::vector<double> out{static_cast<double>(gens.size())};
