@@ -200,8 +200,9 @@ class Llama : public pp::Stage {
   // The model's own embedding, layers and head over the rows of one decode
   // step, each layer's attention by `attention` (the KV cache's strategy,
   // infer/kv_attention.h), in buffers of their own sized to the largest step.
-  // ConfigError naming what generation does not run: 2-D tensor parallelism,
-  // expert parallelism (ep > 1), sequence parallelism.
+  // check_generation: ConfigError naming what generation does not run — 2-D
+  // tensor parallelism, expert parallelism (ep > 1), sequence parallelism,
+  // dropout (every decode_* call checks it; infer/decoder.h at construction).
   void check_generation() const;
   // x [rows, C] = the embedding of ids [rows] (vocab-parallel under tp); the first stage.
   void decode_embed(float* x, const int32_t* ids, int64_t rows);
