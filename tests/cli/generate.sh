@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # meshtrain generate through the binary: text and jsonl output, chunked prefill
-# equal to whole, a rope_scaling model, a mixture of experts on one process, tp2 and pp2, and bad input
+# equal to whole, a rope_scaling model, a mixture of experts on one process, tp2, pp2 and cp2, and bad input
 # (every case a clear error).
 set -euo pipefail
 bin=$1
@@ -108,7 +108,8 @@ PY
 fails "unknown RoPE scaling type 'ntk'" "$bin" generate --model "$tmp/bad" --tokenizer "$tmp/data/tokenizer.model" \
   --prompt "x"
 # A mixture of experts generates through the training layer (src/model/llama_decode.cpp): tp2 (the experts
-# whole on each rank, the attention split by heads) and pp2 give the one-process tokens, greedy.
+# whole on each rank, the attention split by heads), pp2 and cp2 (the experts on each rank's block of rows)
+# give the one-process tokens, greedy.
 "$bin" train --config /dev/null --set data.dir="$tmp/data" --set model.vocab_size=300 --set model.d_model=32 \
   --set model.n_layers=2 --set model.n_heads=2 --set model.n_kv_heads=2 --set model.n_experts=4 \
   --set model.top_k=2 --set model.expert_ffn_hidden=16 --set model.max_seq_len=32 --set train.seq_len=32 \
@@ -117,7 +118,7 @@ fails "unknown RoPE scaling type 'ntk'" "$bin" generate --model "$tmp/bad" --tok
 moe=("$bin" generate --model "$tmp/moe" --tokenizer "$tmp/data/tokenizer.model" --prompt "the cat"
   --prompt "the dog sat on the" --max-new-tokens 12 --output jsonl --threads 1)
 "${moe[@]}" >"$tmp/moe1.jsonl" 2>/dev/null
-for lay in "--tp 2" "--pp 2"; do
+for lay in "--tp 2" "--pp 2" "--cp 2"; do
   # shellcheck disable=SC2086 # the layout flags split on purpose
   timeout 120 mpirun -np 2 --oversubscribe --allow-run-as-root "${moe[@]}" $lay >"$tmp/moe2.jsonl" 2>/dev/null
   /usr/bin/python3 - "$tmp/moe1.jsonl" "$tmp/moe2.jsonl" "$lay" <<'PY'
