@@ -62,8 +62,6 @@ struct Job {
 Job prepare_job(const GenerateArgs& a) {
   check_args(a);
   Job j{Tokenizer::load(a.tokenizer), read_model_config(a.model), {}, {}, {}};
-  MT_REQUIRE(!j.cfg.moe(), ConfigError, a.model, " is a mixture of experts (", j.cfg.n_experts,
-             " experts): the cached decoder (src/infer) runs dense models only so far");
   MT_REQUIRE(j.tok.vocab_size() == j.cfg.vocab_size, ConfigError, "the tokenizer ", a.tokenizer, " has ",
              j.tok.vocab_size(), " tokens but the model ", a.model, " has a vocabulary of ", j.cfg.vocab_size,
              ": they were not trained together");
@@ -159,7 +157,7 @@ class Streamer {
 // Generates prompts [begin, end) batch by batch on this rank's model; every
 // rank of a replica calls it alike. `who` prefixes the stderr lines; `stream`
 // (may be null) gets prompt 0's tokens.
-std::vector<Generation> run_prompts(const Job& j, const Llama& model, size_t begin, size_t end,
+std::vector<Generation> run_prompts(const Job& j, Llama& model, size_t begin, size_t end,
                                     const GenerateArgs& a, const GenerateLayout& layout,
                                     const std::string& who, Streamer* stream) {
   std::vector<Generation> all;
@@ -195,7 +193,7 @@ int generate_in_one_process(const GenerateArgs& a) {
                end - 1, " needs ", kv_bytes, " bytes but ", available_memory_bytes(),
                " are available: lower --batch-size or --max-new-tokens, or use --kv-cache int8");
   }
-  ModelOptions mo;  // the decoder reads the weights; the model's own buffers stay minimal
+  ModelOptions mo;  // one token of training buffers: generation sizes its own (model/llama_decode.cpp)
   mo.max_batch = 1;
   mo.max_seq = 1;
   Llama model(j.cfg, mo);
@@ -214,7 +212,7 @@ int generate_in_one_process(const GenerateArgs& a) {
 
 // The run's configuration: the model's and the layout flags. The training
 // model's own activation buffers (one microbatch of 2·cp tokens) stay
-// minimal: the decoder reads its weights and keeps its own buffers.
+// minimal: generation sizes its own (model/llama_decode.cpp).
 // Generations as doubles: count, then per prompt its stop, token count, tokens, log-probs.
 std::vector<double> pack(const std::vector<Generation>& gens) {
   std::vector<double> out{static_cast<double>(gens.size())};

@@ -57,7 +57,7 @@ void count_cp_calls(const Group& cp, size_t from, GenerateStats& st) {
 // with one group per stage the pipeline stays full (docs/MODEL.md, "Generation").
 class PipelineStep {
  public:
-  PipelineStep(const Llama& model, KvCache& cache, const GenerateLayout& layout, const GenerateOptions& opts,
+  PipelineStep(Llama& model, KvCache& cache, const GenerateLayout& layout, const GenerateOptions& opts,
                int64_t first_index)
       : model_(model),
         cache_(cache),
@@ -135,7 +135,7 @@ class PipelineStep {
       picked[i] = {static_cast<int32_t>(choice[2 * i]), choice[2 * i + 1]};
   }
 
-  const Llama& model_;
+  Llama& model_;
   KvCache& cache_;
   Decoder dec_;
   Group* pp_;
@@ -234,7 +234,7 @@ int64_t generation_kv_bytes(const ModelConfig& cfg, TpRank tp, int64_t layers, i
                             cfg.head_dim(), dtype);
 }
 
-std::vector<Generation> generate(const Llama& model, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<Generation> generate(Llama& model, const std::vector<std::vector<int32_t>>& prompts,
                                  int64_t first_index, const GenerateOptions& opts, GenerateStats* stats,
                                  const std::function<void(int64_t, int32_t)>& on_token,
                                  const GenerateLayout& layout) {

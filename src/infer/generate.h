@@ -83,7 +83,7 @@ struct GenerateLayout {
 // called as each token is chosen (for streaming); it may be empty. Under a
 // layout every rank of the model's tp, pp and cp groups calls this with the
 // same prompts, and every one returns the same generations.
-std::vector<Generation> generate(const Llama& model, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<Generation> generate(Llama& model, const std::vector<std::vector<int32_t>>& prompts,
                                  int64_t first_index, const GenerateOptions& opts, GenerateStats* stats,
                                  const std::function<void(int64_t, int32_t)>& on_token = {},
                                  const GenerateLayout& layout = {});

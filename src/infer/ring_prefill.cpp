@@ -1,4 +1,4 @@
-// The prefill's attention under context parallelism by a ring (decoder.h;
+// The prefill's attention under context parallelism by a ring (kv_attention.h;
 // docs/MODEL.md, "Generation"). Every cp rank runs the same entries, so each
 // knows every rank's block of rows and every shard's cached positions, and
 // with them the size and the layout of every packet it will receive.
@@ -6,7 +6,7 @@
 #include <cstring>
 #include <limits>
 
-#include "infer/decoder.h"
+#include "infer/kv_attention.h"
 #include "ops/attention.h"
 #include "ops/rope.h"
 
@@ -15,34 +15,34 @@ namespace {
 constexpr int kRingTag = 31;  // the generation's cp group carries no other point-to-point message
 }  // namespace
 
-Decoder::Rows Decoder::block_rows(int s) const {
+KvAttention::Rows KvAttention::block_rows(int s) const {
   const int64_t a = std::min<int64_t>(M_, s * mp_);
   return {a, std::min<int64_t>(M_, a + mp_)};
 }
 
 // Entry i's rows that lie within `within`.
-Decoder::Rows Decoder::entry_rows(size_t i, Rows within) const {
+KvAttention::Rows KvAttention::entry_rows(size_t i, Rows within) const {
   const int64_t a = e0_[i], b = i + 1 < e0_.size() ? e0_[i + 1] : M_;
   return {std::max(a, within.a), std::min(b, within.b)};
 }
 
 // Rank s's packet, per entry in order: the k|v of the positions shard s caches
 // (before this step), then those of its rows in block s; 2·KVD floats a row.
-int64_t Decoder::packet_floats(std::span<const DecodeRows> entries, int s) const {
+int64_t KvAttention::packet_floats(int s) const {
   int64_t rows = 0;
-  for (size_t i = 0; i < entries.size(); ++i)
-    rows += cache_.count_in_shard(cache_.length(entries[i].seq), s) + entry_rows(i, block_rows(s)).n();
+  for (size_t i = 0; i < entries_.size(); ++i)
+    rows += cache_.count_in_shard(cache_.length(entries_[i].seq), s) + entry_rows(i, block_rows(s)).n();
   return rows * 2 * td_.kv_heads * cfg_.head_dim();
 }
 
-void Decoder::pack_packet(int64_t l, std::span<const DecodeRows> entries, const float* qkv, float* out) {
+void KvAttention::pack_packet(int64_t l, const float* qkv, float* out) {
   const int64_t KVD = td_.kv_heads * cfg_.head_dim(), Q = td_.heads * cfg_.head_dim(), QKV = Q + 2 * KVD;
   const auto bytes = static_cast<size_t>(KVD) * sizeof(float);
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const int64_t len = cache_.length(entries[i].seq), old = cache_.local_count(len);
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const int64_t len = cache_.length(entries_[i].seq), old = cache_.local_count(len);
     if (old > 0) {
-      const float* k = cache_.keys(l, entries[i].seq, len, kbuf_);
-      const float* v = cache_.values(l, entries[i].seq, len, vbuf_);
+      const float* k = cache_.keys(l, entries_[i].seq, len, kbuf_);
+      const float* v = cache_.values(l, entries_[i].seq, len, vbuf_);
       for (int64_t t = 0; t < old; ++t, out += 2 * KVD) {
         std::memcpy(out, k + t * KVD, bytes);
         std::memcpy(out + KVD, v + t * KVD, bytes);
@@ -56,13 +56,12 @@ void Decoder::pack_packet(int64_t l, std::span<const DecodeRows> entries, const 
 
 // Rank s's packet: its new rows into this rank's cache shard, and this rank's
 // queries of each entry attended to the keys of the packet they can see.
-void Decoder::attend_packet(int64_t l, std::span<const DecodeRows> entries, const float* qkv,
-                            const float* packet, int s) {
+void KvAttention::attend_packet(int64_t l, const float* qkv, const float* packet, int s) {
   const int64_t H = td_.heads, KV = td_.kv_heads, D = cfg_.head_dim(), Q = H * D, KVD = KV * D, W = 2 * KVD,
                 QKV = Q + 2 * KVD, R = cp_->size();
   const Rows mine{m0_, m0_ + mb_}, block = block_rows(s);
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const DecodeRows& e = entries[i];
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const DecodeRows& e = entries_[i];
     const int64_t len = cache_.length(e.seq), old = cache_.count_in_shard(len, s);
     const Rows nr = entry_rows(i, block), qr = entry_rows(i, mine);
     const float* run = packet;
@@ -100,22 +99,14 @@ void Decoder::attend_packet(int64_t l, std::span<const DecodeRows> entries, cons
 // me − 1 and this one's send to me + 1 are posted before attending to it, so
 // the transfer runs under the compute (as the training ring does,
 // parallel/context_parallel.h). att_ rows [m0_, m0_ + mb_) and their lse come out.
-void Decoder::ring_attention(int64_t l, std::span<const DecodeRows> entries, float* qkv) {
-  const int64_t H = td_.heads, KV = td_.kv_heads, Q = H * cfg_.head_dim(), QKV = Q + 2 * KV * cfg_.head_dim();
+void KvAttention::ring_attention(int64_t l, const float* qkv) {
+  const int64_t H = td_.heads, Q = H * cfg_.head_dim();
   const int R = cp_->size(), me = cp_->rank();
-  for (size_t i = 0; i < entries.size(); ++i) {  // rotate this rank's queries (and keys) by position
-    const Rows qr = entry_rows(i, {m0_, m0_ + mb_});
-    if (qr.n() == 0) continue;
-    const RopeTable& rope = rope_for(cache_.length(entries[i].seq) + entries[i].n);
-    float* q = qkv + (qr.a - m0_) * QKV;
-    rope_forward(q, pos_.data() + qr.a, rope, qr.n(), H, QKV);
-    if (!rotate_at_attention_) rope_forward(q + Q, pos_.data() + qr.a, rope, qr.n(), KV, QKV);
-  }
   std::vector<int64_t> floats(static_cast<size_t>(R));
   for (int s = 0; s < R; ++s)
-    floats[static_cast<size_t>(s)] = packet_floats(entries, s);
+    floats[static_cast<size_t>(s)] = packet_floats(s);
   const int64_t most = std::max<int64_t>(1, *std::max_element(floats.begin(), floats.end()));
-  pack_packet(l, entries, qkv, sized(packet_[0], most));
+  pack_packet(l, qkv, sized(packet_[0], most));
   sized(packet_[1], most);
   std::fill(att_.begin() + m0_ * Q, att_.begin() + (m0_ + mb_) * Q, 0.0f);
   std::fill(lse_.begin() + H * m0_, lse_.begin() + H * (m0_ + mb_), -std::numeric_limits<float>::infinity());
@@ -129,7 +120,7 @@ void Decoder::ring_attention(int64_t l, std::span<const DecodeRows> entries, flo
       send = cp_->send_async(packet_[cur].data(), floats[static_cast<size_t>(s)], ElemType::f32, (me + 1) % R,
                              kRingTag, "generate cp prefill ring k,v");
     }
-    attend_packet(l, entries, qkv, packet_[cur].data(), s);
+    attend_packet(l, qkv, packet_[cur].data(), s);
     if (j + 1 < R) {
       send.wait();
       recv.wait();

@@ -26,7 +26,7 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
       opts_(opts),
       tp_(opts.tp != nullptr && opts.tp->size() > 1 ? opts.tp : nullptr),
       cp_(opts.cp != nullptr && opts.cp->size() > 1 ? opts.cp : nullptr),
-      attention_(cp_, opts.cp_impl),
+      cp_attention_(cp_, opts.cp_impl),
       tpr_{tp_ ? tp_->size() : 1, tp_ ? tp_->rank() : 0},
       td_(tp_dims(cfg, tpr_, tp_ ? opts.grid : tp::Grid{})),
       table_(make_param_table(cfg, tpr_, opts.stage,

@@ -43,6 +43,7 @@
 #include "ops/attention.h"
 #include "ops/dropout.h"
 #include "ops/rope.h"
+#include "parallel/attention_strategy.h"
 #include "parallel/cp_attention.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/linear_plan.h"
@@ -202,6 +203,23 @@ class Llama : public pp::Stage {
   // (seed, step); clear_dropout turns it off (evaluation runs without).
   void set_dropout(uint64_t seed, int64_t step) { drop_ = {seed, step, true}; }
   void clear_dropout() { drop_.on = false; }
+  // ---- Generation (llama_decode.cpp; infer/decoder.h drives it) ----
+  // The model's own embedding, layers and head over the rows of one decode
+  // step, each layer's attention by `attention` (the KV cache's strategy,
+  // infer/kv_attention.h), in buffers of their own sized to the largest step.
+  // check_generation: ConfigError naming what generation does not run — 2-D
+  // tensor parallelism, expert parallelism (ep > 1), sequence parallelism,
+  // dropout (every decode_* call checks it; infer/decoder.h at construction).
+  void check_generation() const;
+  // x [rows, C] = the embedding of ids [rows] (vocab-parallel under tp); the first stage.
+  void decode_embed(float* x, const int32_t* ids, int64_t rows);
+  // This stage's layers over x [rows, C] in place: the step's rows, or under
+  // cp this rank's block of them (every cp rank calls it, rows = 0 included).
+  void decode_layers(float* x, const int32_t* pos, int64_t rows, AttentionStrategy& attention);
+  // logits [rows, vocab rows here] of x [rows, C]: the final norm and this
+  // rank's rows of the LM head; the last stage.
+  void decode_head(float* logits, const float* x, int64_t rows);
+
   bool has_embed() const { return table_.embed_unit >= 0; }
   bool has_head() const { return table_.final_unit >= 0; }
   int slots_allocated() const { return static_cast<int>(slots_.size()); }
@@ -232,6 +250,10 @@ class Llama : public pp::Stage {
   struct LayerActs;
   struct Slot;
   struct Buffers;
+  struct DecodeState;  // generation's buffers (llama_decode.cpp)
+  DecodeState& decode_state(int64_t rows);
+  // out [N, C] = the embedding rows of ids [N] from `table` (vocab-parallel under tp).
+  void embed_rows(float* out, const int32_t* ids, const float* table, int64_t N);
 
   Slot& slot(int i);
   void use_slot(int i);  // the slot the kernels below read and write
@@ -317,9 +339,10 @@ class Llama : public pp::Stage {
 
   ModelConfig cfg_;
   ModelOptions opts_;
-  Group* tp_ = nullptr;        // null: no tensor parallelism
-  Group* cp_ = nullptr;        // null: no context parallelism
-  cp::CpAttention attention_;  // local, ring or all-gather: chosen here, once
+  Group* tp_ = nullptr;                            // null: no tensor parallelism
+  Group* cp_ = nullptr;                            // null: no context parallelism
+  cp::CpAttention cp_attention_;                   // local, ring or all-gather: chosen here, once
+  AttentionStrategy* attention_ = &cp_attention_;  // what the layers call: cp_attention_, or generation's
   TpRank tpr_;
   TpDims td_;
   tp::LinearPlan plan_;              // every linear site's entry, the norms', the residual stream's shape
@@ -334,6 +357,7 @@ class Llama : public pp::Stage {
   RopeTable rope_;
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<Buffers> buf_;
+  std::unique_ptr<DecodeState> decode_;
   std::vector<std::unique_ptr<Slot>> slots_;
   Slot* cur_ = nullptr;
   KernelTimes times_;

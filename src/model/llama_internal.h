@@ -141,6 +141,17 @@ struct Llama::Buffers {
 // The widths one rank works with on an R × C grid of the tp ranks (model/buffer_plan.h).
 using GridWidths = buffers::GridWidths;
 
+// Generation's buffers (llama_decode.cpp): one decode step's rows through the
+// stage, sized to the largest step so far. The layers share one set of
+// activations: nothing is kept for a backward.
+struct Llama::DecodeState {
+  int64_t rows = 0;   // the rows they hold
+  Slot slot;          // the step's positions and router tally (what the layers read of a slot)
+  LayerActs acts;     // [rows, …] as LayerActs
+  Tensor out;         // [rows, C] the residual stream's other buffer
+  Tensor lnf, rstdf;  // [rows, C], [rows]: the head's final norm
+};
+
 // Adds the elapsed time of a scope to one kernel family when profiling.
 class KernelScope {
  public:

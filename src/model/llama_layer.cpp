@@ -33,9 +33,8 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
     p.forward(a.qkv.data(), a.ln1_full.data(), ln1, P + o.qkv, N, p.entry(kQkv), at.qkv);
   }
   {
-    MT_TIMED(Kernel::rope);
-    rope_forward(a.qkv.data(), pos, rope_, N, H, QKV);       // q
-    rope_forward(a.qkv.data() + Q, pos, rope_, N, KV, QKV);  // k
+    MT_TIMED(Kernel::rope);  // q and k, by the attention strategy (the KV cache's may keep k unrotated)
+    attention_->rotate(a.qkv.data(), pos, rope_, N, H, KV, QKV);
   }
   {
     MT_TIMED(Kernel::attention);
@@ -44,7 +43,7 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
     d.dropout = attention_dropout(gl, &dr);
     const float* q = a.qkv.data();
     const float *k = q + Q, *v = q + Q + KV * D;
-    attention_.forward(a.att.data(), a.lse.data(), q, k, v, pos, pos, d, site_of(gl, "attn"));
+    attention_->forward(l, a.att.data(), a.lse.data(), q, k, v, pos, pos, d, site_of(gl, "attn"));
   }
   {
     MT_TIMED(Kernel::gemm);  // mid = x + o_proj(att), with hidden dropout: x + dropout(o_proj(att))
@@ -183,8 +182,8 @@ void Llama::attention_core_backward(int64_t gl, LayerActs& a) {
     float* dq = b.dqkv.data();
     const float *k = q + Q, *v = q + Q + KV * D;
     float *dk = dq + Q, *dv = dq + Q + KV * D;
-    attention_.backward(dq, dk, dv, b.dmid.data(), a.att.data(), a.lse.data(), q, k, v, pos, pos, d,
-                        site_of(gl, "attn"));
+    attention_->backward(dq, dk, dv, b.dmid.data(), a.att.data(), a.lse.data(), q, k, v, pos, pos, d,
+                         site_of(gl, "attn"));
   }
   store_->poll();
   {

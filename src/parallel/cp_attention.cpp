@@ -49,16 +49,23 @@ CpAttention::CpAttention(Group* cp, CpImpl impl) : cp_(cp != nullptr && cp->size
   }
 }
 
-void CpAttention::forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                          const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d,
-                          std::string_view site) const {
+void CpAttention::rotate(float* qkv, const int32_t* pos, const RopeTable& rope, int64_t N, int64_t H,
+                         int64_t KV, int64_t QKV) {
+  const int64_t D = QKV / (H + 2 * KV);
+  rope_forward(qkv, pos, rope, N, H, QKV);           // q
+  rope_forward(qkv + H * D, pos, rope, N, KV, QKV);  // k
+}
+
+void CpAttention::forward(int64_t /*layer*/, float* out, float* lse, const float* q, const float* k,
+                          const float* v, const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d,
+                          std::string_view site) {
   forward_(out, lse, q, k, v, q_pos, k_pos, d, cp_, site);
 }
 
 void CpAttention::backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
                            const float* lse, const float* q, const float* k, const float* v,
                            const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d,
-                           std::string_view site) const {
+                           std::string_view site) {
   backward_(dq, dk, dv, dout, out, lse, q, k, v, q_pos, k_pos, d, cp_, site);
 }
 

@@ -1,7 +1,7 @@
-// The attention a decoder layer runs, chosen once when the model is built:
-// local (no context parallelism), ring or all-gather (context_parallel.h).
-// Both directions share one contract, that of ops/attention.h: the forward
-// assigns out and lse, the backward accumulates dq, dk, dv.
+// The attention a decoder layer runs in training and evaluation, chosen once
+// when the model is built: local (no context parallelism), ring or all-gather
+// (context_parallel.h). One strategy of attention_strategy.h (generation's is
+// infer/kv_attention.h); RoPE rotates q and k by the layer's table.
 #pragma once
 
 #include <cstdint>
@@ -9,20 +9,24 @@
 
 #include "comm/group.h"
 #include "ops/attention.h"
+#include "parallel/attention_strategy.h"
 #include "parallel/context_parallel.h"
 
 namespace mt::cp {
 
-class CpAttention {
+class CpAttention final : public AttentionStrategy {
  public:
   // cp null or of size 1: local attention (impl is then irrelevant).
   CpAttention(Group* cp, CpImpl impl);
 
-  void forward(float* out, float* lse, const float* q, const float* k, const float* v, const int32_t* q_pos,
-               const int32_t* k_pos, const AttentionDims& d, std::string_view site) const;
+  void rotate(float* qkv, const int32_t* pos, const RopeTable& rope, int64_t N, int64_t H, int64_t KV,
+              int64_t QKV) override;
+  void forward(int64_t layer, float* out, float* lse, const float* q, const float* k, const float* v,
+               const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d,
+               std::string_view site) override;
   void backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
                 const float* q, const float* k, const float* v, const int32_t* q_pos, const int32_t* k_pos,
-                const AttentionDims& d, std::string_view site) const;
+                const AttentionDims& d, std::string_view site) override;
 
   using Forward = void (*)(float*, float*, const float*, const float*, const float*, const int32_t*,
                            const int32_t*, const AttentionDims&, Group*, std::string_view);

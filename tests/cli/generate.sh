@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # meshtrain generate through the binary: text and jsonl output, chunked prefill
-# equal to whole, a rope_scaling model, and bad input (every case a clear error).
+# equal to whole, a rope_scaling model, a mixture of experts on one process, tp2, pp2 and cp2, and bad input
+# (every case a clear error).
 set -euo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -106,14 +107,28 @@ json.dump(c, open(sys.argv[1], "w"))
 PY
 fails "unknown RoPE scaling type 'ntk'" "$bin" generate --model "$tmp/bad" --tokenizer "$tmp/data/tokenizer.model" \
   --prompt "x"
-# A mixture of experts: the cached decoder is dense only, so generate refuses it by name.
+# A mixture of experts generates through the training layer (src/model/llama_decode.cpp): tp2 (the experts
+# whole on each rank, the attention split by heads), pp2 and cp2 (the experts on each rank's block of rows)
+# give the one-process tokens, greedy.
 "$bin" train --config /dev/null --set data.dir="$tmp/data" --set model.vocab_size=300 --set model.d_model=32 \
-  --set model.n_layers=1 --set model.n_heads=2 --set model.n_kv_heads=2 --set model.n_experts=2 \
-  --set model.top_k=1 --set model.expert_ffn_hidden=16 --set model.max_seq_len=16 --set train.seq_len=16 \
-  --set train.batch_size=2 --set train.microbatch_size=2 --set train.steps=1 --set train.eval_every=0 --quiet \
-  --save "$tmp/moe"
-fails "is a mixture of experts (2 experts): the cached decoder" "$bin" generate --model "$tmp/moe" \
-  --tokenizer "$tmp/data/tokenizer.model" --prompt "x"
+  --set model.n_layers=2 --set model.n_heads=2 --set model.n_kv_heads=2 --set model.n_experts=4 \
+  --set model.top_k=2 --set model.expert_ffn_hidden=16 --set model.max_seq_len=32 --set train.seq_len=32 \
+  --set train.batch_size=4 --set train.microbatch_size=2 --set train.steps=20 --set train.lr=1e-2 \
+  --set train.eval_every=0 --quiet --save "$tmp/moe"
+moe=("$bin" generate --model "$tmp/moe" --tokenizer "$tmp/data/tokenizer.model" --prompt "the cat"
+  --prompt "the dog sat on the" --max-new-tokens 12 --output jsonl --threads 1)
+"${moe[@]}" >"$tmp/moe1.jsonl" 2>/dev/null
+for lay in "--tp 2" "--pp 2" "--cp 2"; do
+  # shellcheck disable=SC2086 # the layout flags split on purpose
+  timeout 120 mpirun -np 2 --oversubscribe --allow-run-as-root "${moe[@]}" $lay >"$tmp/moe2.jsonl" 2>/dev/null
+  /usr/bin/python3 - "$tmp/moe1.jsonl" "$tmp/moe2.jsonl" "$lay" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+assert len(a) == 2 and all(len(x["tokens"]) > 0 for x in a), a
+assert [x["tokens"] for x in a] == [x["tokens"] for x in b], (sys.argv[3], a, b)
+PY
+done
 # Under mpirun with two ranks and no layout flags: the world does not match the layout, said once, non-zero
 # (tests/dist/generate_layouts.sh runs the layouts themselves).
 set +e

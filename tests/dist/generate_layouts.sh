@@ -15,8 +15,8 @@
 # block of rows in each prefill step; one prompt's streamed text under
 # tp2 x pp2 is the one-process line, printed once; a tied-embedding model gives the
 # one-process tokens under pp2 and tp2 x pp2. Bad input (world size,
-# heads not divisible by tp, a mixture of experts) is refused at start-up,
-# once, non-zero.
+# heads not divisible by tp, an unknown cp_impl) is refused at start-up,
+# once, non-zero. (A mixture of experts generates: tests/cli/generate.sh.)
 # Usage: generate_layouts.sh path/to/meshtrain
 set -uo pipefail
 bin=$1
@@ -200,10 +200,6 @@ refused() {
 refused world "= 1 but the world has 2 ranks" 2 "${g[@]}"
 refused heads "model.n_heads (4) must be divisible by parallel.tp (3)" 3 "${g[@]}" --tp 3
 refused cp_impl "parallel.cp_impl ('ulysses') must be ring or allgather" 2 "${g[@]}" --cp 2 --cp-impl ulysses
-"$bin" train "${tiny[@]}" --set model.n_experts=2 --set model.top_k=1 --set model.expert_ffn_hidden=16 \
-  --set train.steps=1 --save "$tmp/moe" >/dev/null
-refused moe "is a mixture of experts (2 experts): the cached decoder" 2 "$bin" generate --model "$tmp/moe" \
-  --tokenizer "$tmp/data/tokenizer.model" --prompt "x" --dp 2
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures generate layout check(s) failed"

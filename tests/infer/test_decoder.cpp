@@ -127,6 +127,42 @@ TEST(Decoder, ChunkedPrefillEqualsWholePrefill) {
   }
 }
 
+// A mixture of experts decodes through the training layer (model/llama_decode.cpp):
+// at every prefix the cached step picks the full forward's greedy token. (No
+// double forward of a mixture of experts exists to bound the logits by, so the
+// test holds the token, which a wrong router, expert or cache would change,
+// and prints the logits' distance.)
+TEST(Decoder, MixtureOfExpertsPicksTheFullForwardsToken) {
+  ModelConfig cfg = testing::tiny_config();
+  cfg.n_experts = 4;
+  cfg.top_k = 2;
+  cfg.expert_ffn_hidden = 16;
+  const int64_t T = 20, V = cfg.vocab_size;
+  ModelOptions mo;
+  mo.max_seq = T;
+  Llama full(cfg, mo);
+  full.init(4);
+  const std::vector<int32_t> tok = testing::tokens(T, 3);
+  KvCache cache(cfg.n_layers, 1, T, cfg.n_kv_heads, cfg.head_dim());
+  Decoder dec(full, cache);
+  std::vector<float> logits(static_cast<size_t>(V));
+  double worst = 0;
+  std::vector<int64_t> picks;
+  for (int64_t t = 1; t <= T; ++t) {
+    const DecodeRows row{0, tok.data() + t - 1, 1};
+    dec.step({&row, 1}, logits.data());
+    const std::vector<float> want = full_forward_last(full, tok, t);
+    worst = std::max(worst, max_abs_diff(logits.data(), want.data(), V));
+    const auto pick = std::max_element(want.begin(), want.end()) - want.begin();
+    EXPECT_EQ(std::max_element(logits.begin(), logits.end()) - logits.begin(), pick) << "prefix " << t;
+    picks.push_back(pick);
+  }
+  std::sort(picks.begin(), picks.end());
+  EXPECT_GT(std::unique(picks.begin(), picks.end()) - picks.begin(), 3)
+      << "the tokens must vary to mean anything";
+  std::printf("mixture of experts: worst |cached - full| = %.3g\n", worst);
+}
+
 // int8 keys and values (one scale per token and kv head): the logits move,
 // by a measured amount, and the cache is about 4x smaller.
 TEST(Decoder, Int8CacheLogitError) {

@@ -6,6 +6,8 @@
 // Two prompts of different lengths share the batch; on 3 ranks a 2-row step
 // leaves rank 2 an empty block of rows. The comm ledger shows which scheme ran:
 // the ring's cp−1 sends per layer and no q|k|v all-gather, or the all-gathers.
+// Generation refuses, by name, the layouts it does not run: expert
+// parallelism (ep = the world) and 2-D tensor parallelism (an R × 1 grid).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,9 +17,11 @@
 #include "bounds.h"
 #include "comm/context.h"
 #include "comm/mpi_test.h"
+#include "core/error.h"
 #include "infer/decoder.h"
 #include "infer_util.h"
 #include "model/llama_double.h"
+#include "parallel/tp2d_linear.h"
 
 namespace mt {
 namespace {
@@ -118,6 +122,48 @@ TEST(DecoderCp, RingPrefillWithAnInt8Cache) {
 TEST(DecoderCp, AllGatherPrefillEqualsOneProcess) {
   check_layout("none", cp::CpImpl::allgather, KvDtype::f32);
   check_layout("dynamic,factor=4,original_max_position_embeddings=8", cp::CpImpl::allgather, KvDtype::int8);
+}
+
+std::string decoder_error(Llama& model, KvCache& cache) {
+  try {
+    Decoder dec(model, cache);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(DecoderRefusals, ExpertParallelism) {
+  Group& world = test::world();
+  ModelConfig cfg = testing::tiny_config();
+  cfg.n_experts = 6;  // divisible by 2 and 3 ranks
+  cfg.top_k = 2;
+  cfg.expert_ffn_hidden = 16;
+  ModelOptions mo;
+  mo.ep = &world;
+  Llama model(cfg, mo);
+  KvCache cache(cfg.n_layers, 1, 8, cfg.n_kv_heads, cfg.head_dim());
+  EXPECT_NE(
+      decoder_error(model, cache)
+          .find("generation does not run expert parallelism (ep = " + std::to_string(world.size()) + ")"),
+      std::string::npos);
+}
+
+TEST(DecoderRefusals, TwoDimensionalTensorParallelism) {
+  Group& world = test::world();
+  if (world.size() != 2) GTEST_SKIP() << "a 2 × 1 grid of the 4 heads needs 2 ranks";
+  const ModelConfig cfg = testing::tiny_config();
+  ModelOptions mo;
+  mo.tp = &world;
+  mo.grid = {2, 1};
+  tp2d::SubAxes axes = tp2d::sub_axes(world, mo.grid);
+  mo.tp_r = axes.tp_r.get();
+  mo.tp_c = axes.tp_c.get();
+  Llama model(cfg, mo);
+  KvCache cache(cfg.n_layers, 1, 8, cfg.n_kv_heads / 2, cfg.head_dim());
+  EXPECT_NE(
+      decoder_error(model, cache).find("generation does not run 2-D tensor parallelism (a 2 × 1 tp grid)"),
+      std::string::npos);
 }
 
 }  // namespace
