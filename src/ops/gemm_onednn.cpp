@@ -96,24 +96,24 @@ Entry make_entry(const Key& k) {
   return Entry{dnnl::matmul(pd), a, b, c, pd.scratchpad_desc()};
 }
 
-// One primitive per shape and mode, built on first use and kept for the
-// process (a model has a few dozen shapes). Entries are never erased, so a
-// reference stays valid after the lock is released.
-const Entry& cached_entry(const Key& k) {
+// One primitive per shape and mode, built on first use and kept (a training
+// run has a few dozen shapes; attention's tiles add at most 64 × 64 per
+// head size). Past kMaxEntries — generation's varying row counts — the cache
+// starts again; an entry in use stays alive through its shared_ptr.
+constexpr size_t kMaxEntries = 4096;
+
+std::shared_ptr<const Entry> cached_entry(const Key& k) {
   static std::mutex mutex;
-  static std::unordered_map<Key, std::unique_ptr<Entry>, KeyHash> cache;
+  static std::unordered_map<Key, std::shared_ptr<const Entry>, KeyHash> cache;
   const std::lock_guard<std::mutex> lock(mutex);
-  std::unique_ptr<Entry>& slot = cache[k];
-  if (!slot) {
-    try {
-      slot = std::make_unique<Entry>(make_entry(k));
-    } catch (const dnnl::error& e) {
-      cache.erase(k);
-      MT_THROW(Error, __FILE__, ":", __LINE__, ": oneDNN bf16 matmul ", k.M, " x ", k.N, " x ", k.K,
-               " could not be built: ", e.what());
-    }
+  if (const auto it = cache.find(k); it != cache.end()) return it->second;
+  if (cache.size() >= kMaxEntries) cache.clear();
+  try {
+    return cache[k] = std::make_shared<const Entry>(make_entry(k));
+  } catch (const dnnl::error& e) {
+    MT_THROW(Error, __FILE__, ":", __LINE__, ": oneDNN bf16 matmul ", k.M, " x ", k.N, " x ", k.K,
+             " could not be built: ", e.what());
   }
-  return *slot;
 }
 
 // The stored rows × cols block of X (row stride ld) as bf16 bits, rounded as
@@ -167,7 +167,8 @@ std::string describe() {
 void sgemm_bf16(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                 const float* B, int64_t ldb, float* C, int64_t ldc, Out out) {
   const bool ta = trans_a == Trans::yes, tb = trans_b == Trans::yes;
-  const Entry& e = cached_entry(Key{M, N, K, ldc, ta, tb, out == Out::add});
+  const std::shared_ptr<const Entry> entry = cached_entry(Key{M, N, K, ldc, ta, tb, out == Out::add});
+  const Entry& e = *entry;
   thread_local std::vector<uint16_t> a_bits, b_bits;
   thread_local std::vector<uint8_t> scratchpad;
   thread_local dnnl::stream stream(cpu_engine());
