@@ -11,7 +11,7 @@ CMAKE_FLAGS ?=
 # ours. Every other test runs with leak detection on.
 MPI_TESTS = ^(comm_|mesh_mpi|cli_|dist_|tp_np|tp_seed|cp_np|train_explain)
 
-.PHONY: all deps build demo test test-asan bench bench-ddp bench-attention bench-dist bench-tp bench-pp bench-cp bench-moe bench-generate format clean
+.PHONY: all deps build demo test test-asan bench bench-bf16 bench-ddp bench-attention bench-dist bench-tp bench-pp bench-cp bench-moe bench-generate format clean
 
 all: build
 
@@ -41,6 +41,9 @@ demo: build
 
 bench: build
 	bash scripts/bench.sh $(BUILD)
+
+bench-bf16: build
+	bash scripts/bench_bf16.sh $(BUILD)
 
 bench-ddp: build
 	bash scripts/bench_ddp.sh $(BUILD)

@@ -45,6 +45,7 @@ void print_table(const BenchResult& r) {
   std::printf("meshtrain_bench: %s, %lld x %lld tokens (microbatch %lld), %d threads\n",
               r.config_path.c_str(), static_cast<long long>(r.batch), static_cast<long long>(r.seq_len),
               static_cast<long long>(r.microbatch), r.threads);
+  std::printf("  matrix products          %s: %s\n", r.precision.c_str(), r.matmul.c_str());
   std::printf("  parameters               %lld (%lld in matrix products)\n",
               static_cast<long long>(r.num_params), static_cast<long long>(r.matmul_params));
   std::printf("  FLOPs per step           %.1f GFLOP (%.1f MFLOP/token)\n", r.flops_per_step() / 1e9,
@@ -104,6 +105,8 @@ void write_json(const BenchResult& r, const std::string& path) {
   const nlohmann::json j = {
       {"impl", "meshtrain"},
       {"config", r.config_path},
+      {"precision", r.precision},
+      {"matmul", r.matmul},
       {"threads", r.threads},
       {"batch", r.batch},
       {"seq_len", r.seq_len},

@@ -15,6 +15,8 @@ namespace mt::bench {
 
 struct BenchResult {
   std::string config_path;
+  std::string precision = "fp32";  // train.precision of the products (--precision)
+  std::string matmul;              // what computes them: "OpenBLAS sgemm", or bf16_kernel_description()
   int threads = 0;
   int64_t batch = 0, seq_len = 0, microbatch = 0;
   int64_t num_params = 0, matmul_params = 0;
@@ -37,6 +39,8 @@ struct BenchResult {
   double min_step_s() const;  // the least disturbed step on a shared machine
   double tokens_per_s() const { return static_cast<double>(tokens_per_step()) / median_step_s(); }
   double achieved_gflops() const { return flops_per_step() / median_step_s() / 1e9; }
+  // The 1024³ rate is fp32 whatever the run's precision (train/flops.h); the
+  // model's shapes are measured in the run's precision and bf16 kernel.
   double sgemm_1024() const;  // the 1024³ rate, higher of before and after
   double sgemm_max() const;   // the highest rate of every shape, before and after
 };

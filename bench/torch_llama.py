@@ -10,8 +10,13 @@ attention as one baddbmm with an additive mask, softmax, and bmm
 (F.scaled_dot_product_attention does not exist in 1.13), AdamW with
 foreach=True.
 
+With --autocast bf16 the forward and the loss run under
+torch.autocast("cpu", dtype=torch.bfloat16) (PyTorch's CPU mixed precision:
+bf16 matmuls through oneDNN, fp32 master weights and optimizer), the side
+meshtrain's train.precision = bf16 is measured against.
+
 usage: torch_llama.py [--config configs/bench.toml] [--threads 2] [--steps 5]
-                      [--warmup 2] [--label NAME] [--json FILE]
+                      [--warmup 2] [--autocast none|bf16] [--label NAME] [--json FILE]
 Prints one JSON object (tokens/s, median step time, which BLAS was loaded).
 Exit status 3 when torch is not installed.
 """
@@ -144,6 +149,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none")
     ap.add_argument("--label", default="torch")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
@@ -164,13 +170,16 @@ def main():
     clip = t.get("grad_clip", 1.0)
     params = list(model.parameters())
 
+    autocast = args.autocast == "bf16"
+
     def step():
         opt.zero_grad(set_to_none=True)
         loss_sum = 0.0
         for r in range(0, B, mb):
-            logits = model(inputs[r:r + mb])
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets[r:r + mb].reshape(-1),
-                                   reduction="sum") / (B * T)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                logits = model(inputs[r:r + mb])
+                loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets[r:r + mb].reshape(-1),
+                                       reduction="sum") / (B * T)
             loss.backward()
             loss_sum += loss.item()
         torch.nn.utils.clip_grad_norm_(params, clip)
@@ -186,7 +195,7 @@ def main():
         times.append(time.perf_counter() - t0)
     med = statistics.median(times)
     out = {
-        "impl": "pytorch", "label": args.label, "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "impl": "pytorch", "label": args.label, "autocast": args.autocast, "torch": torch.__version__, "threads": torch.get_num_threads(),
         "blas": loaded_blas(), "batch": B, "seq_len": T, "step_seconds": times, "median_step_s": med, "min_step_s": min(times),
         "tokens_per_s": B * T / med, "losses": losses,
     }

@@ -21,6 +21,7 @@
 #include "core/timer.h"
 #include "gemm_rate.h"
 #include "model/llama.h"
+#include "ops/gemm.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "report.h"
@@ -31,6 +32,7 @@ namespace {
 
 struct Options {
   std::string config = "configs/bench.toml";
+  std::string precision = "fp32";
   int threads = 2;
   int steps = 5;
   int warmup = 2;
@@ -138,10 +140,15 @@ BenchResult run(const Options& o) {
   Config cfg = load_config(o.config, {});
   cfg.validate();
   set_num_threads(o.threads);
+  // Every product of the run, the GEMM rates included (docs/MODEL.md "Precision").
+  const MatmulPrecisionGuard precision(parse_matmul_precision(o.precision, "--precision"));
 
   BenchResult r;
   const TrainConfig& tc = cfg.train;
   r.config_path = o.config;
+  r.precision = matmul_precision_name(matmul_precision());
+  r.matmul =
+      matmul_precision() == MatmulPrecision::bf16 ? "bf16 " + bf16_kernel_description() : "OpenBLAS sgemm";
   r.threads = num_threads();
   r.batch = tc.batch_size;
   r.seq_len = tc.seq_len;
@@ -196,6 +203,9 @@ int main(int argc, char** argv) {
   mt::bench::Options o;
   CLI::App app{"meshtrain_bench: training steps vs this machine's SGEMM rate (docs/BENCHMARKS.md)"};
   app.add_option("--config", o.config, "TOML config ([model] and [train] are used)")->capture_default_str();
+  app.add_option("--precision", o.precision,
+                 "Matrix products: fp32 | bf16 (the kernel: MESHTRAIN_BF16_MATMUL, docs/MODEL.md)")
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "OpenMP threads (kernels and OpenBLAS)")->capture_default_str();
   app.add_option("--steps", o.steps, "Timed steps")->capture_default_str();
   app.add_option("--warmup", o.warmup, "Warm-up steps before the timed ones")->capture_default_str();

@@ -10,6 +10,7 @@
 # against the same ceiling: the highest SGEMM rate our runs measured.
 # Then the data-parallel side-by-side: meshtrain --dp 2 against PyTorch DDP, 2 processes
 # × 1 thread each, interleaved (scripts/bench_ddp.sh; BENCH_DDP_ROUNDS=0 skips it).
+# Then the bf16 sides (scripts/bench_bf16.sh; BENCH_BF16=0 skips them).
 # Environment: BENCH_CONFIG (configs/bench.toml), BENCH_THREADS (2), BENCH_STEPS (5),
 # BENCH_WARMUP (2), BENCH_OUT (a temporary folder: keeps the JSON of every run).
 set -euo pipefail
@@ -116,4 +117,9 @@ PYEOF
 if [[ ${BENCH_DDP_ROUNDS:-3} -gt 0 && $have_torch == 1 ]]; then
   echo
   BENCH_OUT="$OUT/ddp" bash scripts/bench_ddp.sh "$BUILD"
+fi
+
+if [[ ${BENCH_BF16:-1} != 0 ]]; then
+  echo
+  BENCH_OUT="$OUT/bf16" bash scripts/bench_bf16.sh "$BUILD"
 fi

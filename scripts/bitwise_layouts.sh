@@ -27,6 +27,10 @@
 # The model is the parity tests' tiny Llama (tests/dist/common.sh) with 4
 # layers; every run uses one thread per rank.
 set -euo pipefail
+# bf16 products run the emulated kernel in both binaries (docs/MODEL.md
+# "Precision"): it is the reference, bitwise what the base computes; a base
+# without the variable ignores it. The oneDNN kernel sums in another order.
+export MESHTRAIN_BF16_MATMUL=emulated
 repo=$(cd "$(dirname "$0")/.." && pwd)
 usage() {
   sed -n '/^#   scripts/p' "$0" >&2

@@ -7,6 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libopenblas-openmp-dev          # BLAS sharing the OpenMP thread pool with our kernels
+  libdnnl-dev                     # oneDNN: bf16 matrix products on the CPU's bf16 units (optional at build)
   libopenmpi-dev openmpi-bin      # the transport between ranks
   nlohmann-json3-dev              # metrics, config.json, safetensors headers
   libcli11-dev                    # command line

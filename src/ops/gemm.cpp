@@ -3,15 +3,21 @@
 #include <cblas.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <mutex>
 #include <vector>
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "ops/gemm_onednn.h"
 
 namespace mt {
 namespace {
 
 std::atomic<MatmulPrecision> g_precision{MatmulPrecision::fp32};
+std::atomic<Bf16Kernel> g_bf16_kernel{Bf16Kernel::emulated};
+std::once_flag g_bf16_kernel_chosen;
+bool g_bf16_kernel_from_env = false;  // written once, under g_bf16_kernel_chosen
 
 // The stored rows × cols block of a row-major operand (row stride ld), each
 // element rounded to bf16, packed densely (row stride cols) into scratch. One
@@ -50,7 +56,47 @@ const char* matmul_precision_name(MatmulPrecision p) {
   return p == MatmulPrecision::bf16 ? "bf16" : "fp32";
 }
 
+Bf16Kernel resolve_bf16_kernel(const char* env_value) {
+  const std::string& why_not = onednn::unavailable_reason();
+  if (env_value == nullptr || *env_value == '\0')
+    return why_not.empty() ? Bf16Kernel::onednn : Bf16Kernel::emulated;
+  const std::string v = env_value;
+  if (v == "emulated") return Bf16Kernel::emulated;
+  MT_REQUIRE(v == "onednn", ConfigError, "MESHTRAIN_BF16_MATMUL (", v, ") must be emulated or onednn");
+  MT_REQUIRE(why_not.empty(), ConfigError, "MESHTRAIN_BF16_MATMUL (onednn) cannot run here: ", why_not);
+  return Bf16Kernel::onednn;
+}
+
+const std::string& onednn_bf16_unavailable() {
+  return onednn::unavailable_reason();
+}
+
+void set_bf16_kernel(Bf16Kernel k) {
+  MT_REQUIRE(k == Bf16Kernel::emulated || onednn::unavailable_reason().empty(), ConfigError,
+             "the onednn bf16 kernel cannot run here: ", onednn::unavailable_reason());
+  g_bf16_kernel.store(k, std::memory_order_relaxed);
+}
+
+Bf16Kernel bf16_kernel() {
+  return g_bf16_kernel.load(std::memory_order_relaxed);
+}
+
+std::string bf16_kernel_description() {
+  if (bf16_kernel() == Bf16Kernel::onednn) return onednn::describe();
+  if (g_bf16_kernel_from_env && onednn::unavailable_reason().empty())
+    return "emulated (MESHTRAIN_BF16_MATMUL=emulated)";
+  if (onednn::unavailable_reason().empty()) return "emulated";
+  return "emulated (" + onednn::unavailable_reason() + ")";
+}
+
 void set_matmul_precision(MatmulPrecision p) {
+  if (p == MatmulPrecision::bf16) {
+    std::call_once(g_bf16_kernel_chosen, [] {
+      const char* env = std::getenv("MESHTRAIN_BF16_MATMUL");
+      g_bf16_kernel.store(resolve_bf16_kernel(env), std::memory_order_relaxed);
+      g_bf16_kernel_from_env = env != nullptr && *env != '\0';
+    });
+  }
   g_precision.store(p, std::memory_order_relaxed);
 }
 
@@ -74,6 +120,10 @@ void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const 
   }
   if (matmul_precision() == MatmulPrecision::fp32) {
     blas_sgemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, out);
+    return;
+  }
+  if (bf16_kernel() == Bf16Kernel::onednn) {
+    onednn::sgemm_bf16(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, out);
     return;
   }
   // As stored, A is M × K (K × M when transposed) and B is K × N (N × K).

@@ -46,12 +46,40 @@ class MatmulPrecisionGuard {
   MatmulPrecision previous_;
 };
 
+// Which kernel computes a product under MatmulPrecision::bf16. Both follow the
+// one rule above (the same rounded operands, fp32 accumulation) and differ only
+// in the order of the fp32 sums and in denormals (docs/MODEL.md "Precision"):
+//   emulated: the operands rounded into fp32 scratch, then OpenBLAS's sgemm —
+//             the reference, bitwise what every earlier release computed;
+//   onednn:   the operands rounded to bf16, then oneDNN's matmul on the CPU's
+//             bf16 units (AVX512-BF16 or AMX), fp32 accumulation; those units
+//             flush denormal operands, products and partial sums to zero.
+// Process-wide like the precision. Chosen from the environment variable
+// MESHTRAIN_BF16_MATMUL the first time bf16 is set (set_matmul_precision):
+// "emulated", "onednn" (refused where it cannot run), or unset: onednn where
+// this build has oneDNN and the CPU has bf16 instructions, else emulated.
+enum class Bf16Kernel { emulated, onednn };
+
+// The kernel a value of MESHTRAIN_BF16_MATMUL selects (null: unset), or a
+// ConfigError naming the value and the rule, or why onednn cannot run here.
+Bf16Kernel resolve_bf16_kernel(const char* env_value);
+// Empty when the onednn kernel can run in this process; otherwise why not.
+const std::string& onednn_bf16_unavailable();
+// Set it only while no sgemm runs; set_bf16_kernel(onednn) refuses (ConfigError)
+// where onednn_bf16_unavailable() is not empty.
+void set_bf16_kernel(Bf16Kernel k);
+Bf16Kernel bf16_kernel();
+// The start-up line's text: "oneDNN 2.6.3 avx512_core_bf16 (brg:avx512_core_bf16)"
+// or "emulated (MESHTRAIN_BF16_MATMUL=emulated)" / "emulated (<why not oneDNN>)".
+std::string bf16_kernel_description();
+
 // Row-major C[M, N] = op(A)[M, K] · op(B)[K, N] (+ C when out == Out::add).
 // lda, ldb, ldc are the row strides (in floats) of A, B, C as stored.
 // Under MatmulPrecision::bf16 the operands are rounded into per-thread scratch
 // (thread_local std::vector, not tracked by core/memory.h: it grows to the
-// largest operand a thread has seen and lives as long as the thread); A and B
-// themselves are never written.
+// largest operand a thread has seen and lives as long as the thread; fp32
+// under the emulated kernel, bf16 under onednn); A and B themselves are never
+// written.
 void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
            const float* B, int64_t ldb, float* C, int64_t ldc, Out out);
 

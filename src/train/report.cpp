@@ -17,6 +17,7 @@
 #include "core/threads.h"
 #include "cost/explain_memory.h"
 #include "cost/flops.h"
+#include "ops/gemm.h"
 #include "parallel/data_parallel.h"
 #include "train/explain.h"
 #include "train/progress.h"
@@ -126,6 +127,8 @@ void report_start(const RunMesh& mesh, const Config& cfg, const TrainModel& mode
       static_cast<long long>(num_params), static_cast<long long>(matmul_params(cfg.model)),
       static_cast<long long>(cfg.model.n_layers), static_cast<long long>(cfg.model.d_model), num_threads(),
       sgemm_gflops);
+  if (matmul_precision() == MatmulPrecision::bf16)
+    std::printf("bf16 matmul: %s\n", bf16_kernel_description().c_str());
   std::fflush(stdout);
 }
 

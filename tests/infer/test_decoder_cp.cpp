@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,8 +21,8 @@
 #include "core/error.h"
 #include "infer/decoder.h"
 #include "infer_util.h"
+#include "mesh/mesh.h"
 #include "model/llama_double.h"
-#include "parallel/tp2d_linear.h"
 
 namespace mt {
 namespace {
@@ -154,11 +155,14 @@ TEST(DecoderRefusals, TwoDimensionalTensorParallelism) {
   if (world.size() != 2) GTEST_SKIP() << "a 2 × 1 grid of the 4 heads needs 2 ranks";
   const ModelConfig cfg = testing::tiny_config();
   ModelOptions mo;
-  mo.tp = &world;
+  const DeviceMesh mesh(world, MeshSizes{.tp = 2}, SubAxisSizes{.tp_rows = 2});  // the grid's tp_r, tp_c
+  Group tp = mesh.group("tp");
+  std::optional<Group> rows = mesh.sub_group(SubAxis::tp_r), cols = mesh.sub_group(SubAxis::tp_c);
+  ASSERT_TRUE(rows && cols);
+  mo.tp = &tp;
   mo.grid = {2, 1};
-  tp2d::SubAxes axes = tp2d::sub_axes(world, mo.grid);
-  mo.tp_r = axes.tp_r.get();
-  mo.tp_c = axes.tp_c.get();
+  mo.tp_r = &*rows;
+  mo.tp_c = &*cols;
   Llama model(cfg, mo);
   KvCache cache(cfg.n_layers, 1, 8, cfg.n_kv_heads / 2, cfg.head_dim());
   EXPECT_NE(

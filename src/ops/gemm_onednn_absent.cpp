@@ -1,0 +1,22 @@
+// The stand-in for gemm_onednn.cpp in a build without oneDNN: the path is never
+// available, so sgemm runs the emulated rule (gemm.cpp).
+#include "core/error.h"
+#include "ops/gemm_onednn.h"
+
+namespace mt::onednn {
+
+const std::string& unavailable_reason() {
+  static const std::string reason = "this build has no oneDNN";
+  return reason;
+}
+
+std::string describe() {
+  return unavailable_reason();
+}
+
+void sgemm_bf16(Trans, Trans, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
+                int64_t, Out) {
+  MT_CHECK(false, "oneDNN's bf16 matmul called in a build without oneDNN");
+}
+
+}  // namespace mt::onednn
