@@ -38,9 +38,9 @@ failures=0
 # gradient, a half-summed layer, a wrong token count) move the run by more than
 # 100 bounds, and for a mixture of experts that REF routes every token as the
 # float64 run and that the smallest top-k margin exceeds 10 × the fp32 runs'
-# error on it. Where that script does not apply (no torch; bf16) the stated
-# bounds stay: 1e-5 relative, the gradient norms $grad_norm_rtol, which a
-# script sets only with its reason. A reference that started from another
+# error on it; bf16 adds the first step's bounds (parity_bf16.sh). Where that
+# script does not apply (no torch) the stated bounds stay: 1e-5 relative, the
+# gradient norms $grad_norm_rtol, which a script sets only with its reason. A reference that started from another
 # model (--init-from DIR) names it first: `derive_bounds REF DIR`.
 grad_norm_rtol=1e-5
 # twin_core REF: the OpenBLAS kernel of REF's twin, or nothing for this one. A
@@ -146,7 +146,7 @@ finish() {
 check_router() {
   local aux_rtol=1e-5
   derive_bounds "$2"
-  [ -e "$tmp/$2.bounds" ] && read -r _ _ _ aux_rtol <"$tmp/$2.bounds"
+  [ -e "$tmp/$2.bounds" ] && read -r _ _ _ aux_rtol _ <"$tmp/$2.bounds"
   if python3 - "$tmp/$1.jsonl" "$tmp/$2.jsonl" "$aux_rtol" <<'PY'; then
 import json, sys
 def steps(p):
