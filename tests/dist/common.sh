@@ -141,8 +141,8 @@ finish() {
 # check_router A B: the mixture-of-experts metrics of every step of run A against
 # B's: moe_aux_loss within B's derived aux-loss bound (the fourth of
 # $tmp/B.bounds; 1e-5 relative where none is derived), moe_tokens_per_expert
-# exactly (a difference shows the smallest top-k margin, where a routing flip
-# would start).
+# and moe_dropped_tokens exactly (a difference shows the smallest top-k margin,
+# where a routing flip would start).
 check_router() {
   local aux_rtol=1e-5
   derive_bounds "$2"
@@ -156,6 +156,7 @@ assert len(a) == len(b) == 10, (len(a), len(b))
 for x, y in zip(a, b):
     assert abs(x["moe_aux_loss"] - y["moe_aux_loss"]) <= rtol * abs(y["moe_aux_loss"]), (x["step"], x["moe_aux_loss"], y["moe_aux_loss"], rtol)
     assert x["moe_tokens_per_expert"] == y["moe_tokens_per_expert"], ("routing differs at step", x["step"], "smallest top-k margin", x["moe_min_topk_margin"], y["moe_min_topk_margin"])
+    assert x["moe_dropped_tokens"] == y["moe_dropped_tokens"], ("capacity dropped", x["moe_dropped_tokens"], "vs", y["moe_dropped_tokens"], "at step", x["step"])
     assert x.get("moe_max_load_over_mean", 1.0) >= 1.0, x  # the busiest ep rank's load over the mean
 PY
     echo "ok   $1: router aux loss (rtol $aux_rtol) and tokens per expert"

@@ -70,6 +70,14 @@ for spec in "tp2_sp 2 --tp 2 --set parallel.sp=true" "dp2_tp2_ep2 4 --dp 2 --tp 
   check "$name" ref_eps5
   check_router "$name" ref_eps5
 done
+# Capacity (model.capacity_factor 1: each expert keeps the first ceil(N k / E) choices of a
+# microbatch's N tokens, 49 to 157 of 512 choices dropped per step): dp 2 against one process, the
+# float64 run dropping the same choices.
+cap=(--set model.capacity_factor=1.0 --set train.microbatch_size=2)
+run ref_cap 1 "${cap[@]}"
+run dp2_cap 2 --dp 2 "${cap[@]}"
+check dp2_cap ref_cap
+check_router dp2_cap ref_cap
 # Aux-loss-free balancing (model.router_bias_rate): the bias moves by the
 # step's global per-expert counts (summed over dp), so dp 2 and ep 2 take the
 # one-process steps; the bias does change the routing (else the check could
