@@ -40,8 +40,9 @@ failures=0
 # float64 run and that the smallest top-k margin exceeds 10 × the fp32 runs'
 # error on it; bf16 adds the first step's bounds (parity_bf16.sh). Where that
 # script does not apply (no torch) the stated bounds stay: 1e-5 relative, the
-# gradient norms $grad_norm_rtol, which a script sets only with its reason. A reference that started from another
-# model (--init-from DIR) names it first: `derive_bounds REF DIR`.
+# gradient norms $grad_norm_rtol, which a script sets only with its reason. A
+# reference that started from another model (--init-from DIR) names it first:
+# `derive_bounds REF DIR`.
 grad_norm_rtol=1e-5
 # twin_core REF: the OpenBLAS kernel of REF's twin, or nothing for this one. A
 # dense model's twin changes the microbatching; a mixture of experts pools its
