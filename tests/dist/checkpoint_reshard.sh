@@ -5,9 +5,10 @@
 # the start of step 5, after the step-5 checkpoint), resume under another for
 # steps 5-9; the 10 per-step losses and gradient norms and the final model
 # must match the uninterrupted one-process run within the parity bounds derived
-# from its float64 run (common.sh, `check`); a mixture-of-experts model too,
-# which that derivation does not cover: 1e-5, gradient norms 1e-4 (pipelines
-# accumulate microbatches in their schedule's order, as in parity_pp.sh).
+# from its float64 run (common.sh, `check`); a mixture-of-experts model too
+# (its float64 run reproduces the router, common.sh). Where no bound is
+# derived (no torch): 1e-5, gradient norms 1e-4 (pipelines accumulate
+# microbatches in their schedule's order, as in parity_pp.sh).
 # Then: export equals --save byte for byte; --init-from a checkpoint under
 # another layout equals --init-from its export bitwise; a metadata.json with a
 # hole, a flipped byte (export and --init-from), and export of a non-checkpoint
@@ -74,8 +75,10 @@ reshard tied_dp2_zero1_to_pp2_tp2 "2 --dp 2 --zero 1 ${tied[*]} --set train.micr
 # A mixture of experts (every rank holding every expert): the experts' slices
 # and moments move like any tensor's. The router losses pool each microbatch's
 # sequences, so both layouts and the reference use microbatches of 4 rows.
+# train.seed 3: batches whose float64 run keeps every top-k margin above the
+# derivation's guard (with the default seed, 0.79 x the guard: common.sh).
 moe=(--set model.n_experts=4 --set model.expert_ffn_hidden=24 --set model.top_k=2
-  --set model.router_aux_loss_coef=0.05)
+  --set model.router_aux_loss_coef=0.05 --set train.seed=3)
 "$bin" train "${tiny[@]}" "${moe[@]}" --set train.microbatch_size=4 --metrics "$tmp/ref_moe.jsonl" \
   --save "$tmp/ref_moe"
 reshard moe_dp2_zero3_to_one "2 --dp 2 --zero 3 ${moe[*]} --set train.microbatch_size=4" \

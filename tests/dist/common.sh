@@ -32,28 +32,53 @@ failures=0
 # rounding error: tests/python/train_reference.py repeats REF's steps in float64
 # from the same initial weights and batches and writes $tmp/REF.bounds, each
 # bound 10 × the fp32 run's distance from float64 (per-step loss, per-step
-# gradient norm, final tensors), at least 10 × the rounding bound of a sum over
-# the batch's tokens; it also checks that three injected bugs (a dropped
-# sequence gradient, a half-summed layer, a wrong token count) move the run by
-# more than 100 bounds. Where that script does not apply (no torch; MoE,
-# dropout, bf16) the stated bounds stay: 1e-5 relative, the gradient norms
-# $grad_norm_rtol, which a script sets only with its reason. A reference that
-# started from another model (--init-from DIR) names it first:
+# gradient norm, final tensors; for a mixture of experts also the per-step
+# load-balancing loss), at least 10 × the rounding bound of a sum over the
+# batch's tokens; it also checks that three injected bugs (a dropped sequence
+# gradient, a half-summed layer, a wrong token count) move the run by more than
+# 100 bounds, and for a mixture of experts that REF routes every token as the
+# float64 run and that the smallest top-k margin exceeds 10 × the fp32 runs'
+# error on it; bf16 adds the first step's bounds (parity_bf16.sh). Where that
+# script does not apply (no torch) the stated bounds stay: 1e-5 relative, the
+# gradient norms $grad_norm_rtol, which a script sets only with its reason. A
+# reference that started from another model (--init-from DIR) names it first:
 # `derive_bounds REF DIR`.
 grad_norm_rtol=1e-5
+# twin_core REF: the OpenBLAS kernel of REF's twin, or nothing for this one. A
+# dense model's twin changes the microbatching; a mixture of experts pools its
+# router losses per microbatch, so its twin keeps REF's microbatches and takes
+# another sgemm kernel (Haswell; where that is already this one, SkylakeX on an
+# AVX-512 host, else Sandybridge): the same training, other blockings of every
+# product's sums.
+twin_core() {
+  grep -q '"n_experts":\([2-9]\|[1-9][0-9]\)' <(head -1 "$tmp/$1.jsonl") || return 0
+  local avx512=false
+  grep -q avx512f /proc/cpuinfo && avx512=true
+  if [ "${OPENBLAS_CORETYPE:-}" = Haswell ] || { [ -z "${OPENBLAS_CORETYPE:-}" ] && ! $avx512; }; then
+    $avx512 && echo SkylakeX || echo Sandybridge
+  else
+    echo Haswell
+  fi
+}
 derive_bounds() {  # derive_bounds REF [INIT_DIR]: writes $tmp/REF.bounds, or nothing where the script does not apply
   [ -e "$tmp/$1.bounds" ] || [ -e "$tmp/$1.nobounds" ] && return 0
-  local rc=0 out init=() flags=() script mb
+  local rc=0 out init=() flags=() script mb core env=()
   script="$(dirname "${BASH_SOURCE[0]}")/../python/train_reference.py"
   [ $# -ge 2 ] && init=(--init "$2")
   # The twin: REF's configuration again in one process, its batch as one microbatch or as
-  # batch_size microbatches of one sequence, whichever REF did not do.
+  # batch_size microbatches of one sequence, whichever REF did not do; a mixture of
+  # experts with REF's microbatches under another kernel (twin_core).
   out=$(/usr/bin/python3 "$script" --flags "$tmp/$1.jsonl") || rc=$?
   mapfile -t flags <<<"$out"
   mb=$(grep -o '"batch_size":[0-9]*' <(head -1 "$tmp/$1.jsonl") | cut -d: -f2)
   grep -q '"microbatch_size":'"$mb"'[,}]' <(head -1 "$tmp/$1.jsonl") && mb=1
+  core=$(twin_core "$1")
+  if [ -n "$core" ]; then
+    env=(OPENBLAS_CORETYPE="$core")
+    mb=$(grep -o '"microbatch_size":[0-9]*' <(head -1 "$tmp/$1.jsonl") | cut -d: -f2)
+  fi
   if [ "$rc" -eq 0 ]; then
-    "$bin" train --config /dev/null "${flags[@]}" --set train.microbatch_size="$mb" --quiet \
+    env "${env[@]}" "$bin" train --config /dev/null "${flags[@]}" --set train.microbatch_size="$mb" --quiet \
       ${2:+--init-from "$2"} --metrics "$tmp/$1.twin.jsonl" --save "$tmp/$1.twin" 2>/dev/null
     out=$(/usr/bin/python3 "$script" "$tmp/$1.jsonl" "$tmp/$1" "$tmp/$1.bounds" --bugs "${init[@]}" \
       --twin "$tmp/$1.twin.jsonl" "$tmp/$1.twin" 2>&1) || rc=$?
@@ -80,7 +105,7 @@ derive_bounds() {  # derive_bounds REF [INIT_DIR]: writes $tmp/REF.bounds, or no
 check() {
   local out loss_rtol=1e-5 norm_rtol=$grad_norm_rtol tensor_rtol=1e-5
   derive_bounds "$2"
-  [ -e "$tmp/$2.bounds" ] && read -r loss_rtol norm_rtol tensor_rtol <"$tmp/$2.bounds"
+  [ -e "$tmp/$2.bounds" ] && read -r loss_rtol norm_rtol tensor_rtol _ <"$tmp/$2.bounds"
   if out=$("$bin" compare "$tmp/$1.jsonl" "$tmp/$2.jsonl" --model-a "$tmp/$1" --model-b "$tmp/$2" \
     --rtol "$loss_rtol" --grad-norm-rtol "$norm_rtol" --tensor-rtol "$tensor_rtol"); then
     echo "ok   $1: $(tr '\n' ' ' <<<"$out")"
@@ -115,21 +140,27 @@ finish() {
 }
 
 # check_router A B: the mixture-of-experts metrics of every step of run A against
-# B's: moe_aux_loss within 1e-5 relative, moe_tokens_per_expert exactly (a
-# difference shows the smallest top-k margin, where a routing flip would start).
+# B's: moe_aux_loss within B's derived aux-loss bound (the fourth of
+# $tmp/B.bounds; 1e-5 relative where none is derived), moe_tokens_per_expert
+# and moe_dropped_tokens exactly (a difference shows the smallest top-k margin,
+# where a routing flip would start).
 check_router() {
-  if python3 - "$tmp/$1.jsonl" "$tmp/$2.jsonl" <<'PY'; then
+  local aux_rtol=1e-5
+  derive_bounds "$2"
+  [ -e "$tmp/$2.bounds" ] && read -r _ _ _ aux_rtol _ <"$tmp/$2.bounds"
+  if python3 - "$tmp/$1.jsonl" "$tmp/$2.jsonl" "$aux_rtol" <<'PY'; then
 import json, sys
 def steps(p):
     return [j for j in map(json.loads, open(p)) if "moe_aux_loss" in j]
-a, b = steps(sys.argv[1]), steps(sys.argv[2])
+a, b, rtol = steps(sys.argv[1]), steps(sys.argv[2]), float(sys.argv[3])
 assert len(a) == len(b) == 10, (len(a), len(b))
 for x, y in zip(a, b):
-    assert abs(x["moe_aux_loss"] - y["moe_aux_loss"]) <= 1e-5 * abs(y["moe_aux_loss"]), (x["step"], x["moe_aux_loss"], y["moe_aux_loss"])
+    assert abs(x["moe_aux_loss"] - y["moe_aux_loss"]) <= rtol * abs(y["moe_aux_loss"]), (x["step"], x["moe_aux_loss"], y["moe_aux_loss"], rtol)
     assert x["moe_tokens_per_expert"] == y["moe_tokens_per_expert"], ("routing differs at step", x["step"], "smallest top-k margin", x["moe_min_topk_margin"], y["moe_min_topk_margin"])
+    assert x["moe_dropped_tokens"] == y["moe_dropped_tokens"], ("capacity dropped", x["moe_dropped_tokens"], "vs", y["moe_dropped_tokens"], "at step", x["step"])
     assert x.get("moe_max_load_over_mean", 1.0) >= 1.0, x  # the busiest ep rank's load over the mean
 PY
-    echo "ok   $1: router aux loss and tokens per expert"
+    echo "ok   $1: router aux loss (rtol $aux_rtol) and tokens per expert"
   else
     echo "FAIL $1: router metrics differ"
     failures=$((failures + 1))

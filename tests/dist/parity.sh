@@ -2,7 +2,7 @@
 # Exactness of data parallelism and ZeRO: every layout's per-step losses,
 # gradient norms and final parameters equal the one-process run's within the
 # bounds derived from its float64 run (common.sh, `check`), and the same layout
-# run twice is bitwise identical.
+# run twice is bitwise identical; dp 2 with YaRN RoPE scaling likewise.
 set -euo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -51,6 +51,16 @@ else
   echo "FAIL dp2 zero3 twice: not bitwise identical"
   failures=$((failures + 1))
 fi
+
+# RoPE scaling in training (docs/MODEL.md "RoPE scaling"): YaRN, factor 4 over L0 = 8 <
+# seq_len 16 (the ramp and the attention factor 1.139 both in play); the float64 run
+# builds its tables from Hugging Face's formulas (llama_reference.py).
+yarn=(--set model.rope_scaling=yarn,factor=4,original_max_position_embeddings=8)
+"$bin" train "${tiny[@]}" "${yarn[@]}" --set train.microbatch_size=8 --metrics "$tmp/ref_yarn.jsonl" \
+  --save "$tmp/ref_yarn"
+"${mpi[@]}" -np 2 "$bin" train "${tiny[@]}" "${yarn[@]}" --dp 2 --zero 1 --set train.microbatch_size=2 \
+  --metrics "$tmp/dp2_zero1_yarn.jsonl" --save "$tmp/dp2_zero1_yarn"
+check dp2_zero1_yarn ref_yarn
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures layout(s) differ from the one-process run"

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Expert parallelism (docs/PARALLELISM.md "Expert parallelism"): the experts
 # split over ep ranks, tokens exchanged by all-to-all-v. Against one process
-# holding every expert, 10 steps: losses, gradient norms and final tensors
-# within 1e-5, the load-balancing loss within 1e-5 and the tokens routed to
-# each expert exactly (a mismatch prints the step's smallest top-k margin, the
-# one place a routing flip could come from). ep 2 (dp 2), ep 4 (dp 4), ep 2
+# holding every expert, 10 steps: losses, gradient norms, final tensors and
+# the load-balancing loss within the bounds derived from the reference's
+# float64 run (common.sh, `check`; docs/PARALLELISM.md "How the bounds are
+# derived"), and the tokens routed to each expert exactly (a mismatch prints
+# the step's smallest top-k margin, the one place a routing flip could come
+# from; the derivation requires that margin to exceed 10 x the fp32 runs' error
+# on it). ep 2 (dp 2), ep 4 (dp 4), ep 2
 # over dp 4 (each expert on 2 ranks: its gradient summed over those two only),
 # ep 2 with recomputation (the exchanges run again in the backward),
 # top_k 2, and top_k 1 with moe_every 2; the ep 2 run twice, bitwise; ep 2
 # started from a saved model (--init-from), 3 steps; ep 2 with held-out
-# evaluation (val_loss within 1e-5); training checkpoints saved under one
+# evaluation (val_loss within the reference's loss bound); training checkpoints saved under one
 # layout and resumed under another (ep 2 → one process, one → ep 4, ep 2 over
 # dp 4 → ep 2 over dp 2, ep 2 over dp 4 with ZeRO 3 → one process). ZeRO 1
 # and 3 with ep 2 over dp 4 (the experts sharded over their 2 replicas). Then the
@@ -23,8 +26,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 source "$(dirname "$0")/common.sh"
 make_data
+# train.seed 2: the batches whose float64 runs keep every top-k margin above the
+# derivation's guard (with the default seed, 1.8 x the guard in ref; common.sh).
 tiny+=(--set model.n_experts=4 --set model.expert_ffn_hidden=24 --set model.router_aux_loss_coef=0.05
-  --set model.router_z_loss_coef=0.001 --set train.microbatch_size=2)
+  --set model.router_z_loss_coef=0.001 --set train.microbatch_size=2 --set train.seed=2)
 
 
 run ref 1
@@ -41,8 +46,10 @@ run ep2_again 2 --dp 2 --set parallel.ep=2
 check_bitwise ep2_again ep2 "ep 2 rerun"
 
 # --init-from a saved model: each rank reads only its experts (by name and layout).
-run ref_init 1 --init-from "$tmp/ref" --set train.steps=3
-run ep2_init 2 --dp 2 --set parallel.ep=2 --init-from "$tmp/ref" --set train.steps=3
+init=(--init-from "$tmp/ref" --set train.steps=3)
+run ref_init 1 "${init[@]}"
+run ep2_init 2 --dp 2 --set parallel.ep=2 "${init[@]}"
+derive_bounds ref_init "$tmp/ref"
 check ep2_init ref_init
 
 # Held-out evaluation: every rank evaluates the same windows (5, the last
@@ -51,12 +58,17 @@ evals=(--set train.steps=5 --set train.eval_every=5 --set train.eval_windows=5)
 run ref_eval 1 "${evals[@]}"
 run ep2_eval 2 --dp 2 --set parallel.ep=2 "${evals[@]}"
 check ep2_eval ref_eval
-if python3 - "$tmp/ep2_eval.jsonl" "$tmp/ref_eval.jsonl" <<'PY'; then
+# val_loss is the training loss's function (the mean cross-entropy) of the step-5 model, whose
+# step-5 training loss the loss bound covers: it takes that bound (1e-5 where none is derived).
+val_rtol=1e-5
+[ -e "$tmp/ref_eval.bounds" ] && read -r val_rtol _ <"$tmp/ref_eval.bounds"
+if python3 - "$tmp/ep2_eval.jsonl" "$tmp/ref_eval.jsonl" "$val_rtol" <<'PY'; then
 import json, sys
-a, b = ([j["val_loss"] for j in map(json.loads, open(p)) if "val_loss" in j] for p in sys.argv[1:])
-assert len(a) == len(b) == 1 and abs(a[0] - b[0]) <= 1e-5 * abs(b[0]), (a, b)
+a, b = ([j["val_loss"] for j in map(json.loads, open(p)) if "val_loss" in j] for p in sys.argv[1:3])
+assert len(a) == len(b) == 1 and abs(a[0] - b[0]) <= float(sys.argv[3]) * abs(b[0]), (a, b)
+print("val_loss %.9g vs %.9g, relative difference %.3g" % (a[0], b[0], abs(a[0] - b[0]) / abs(b[0])))
 PY
-  echo "ok   ep2_eval: val_loss"
+  echo "ok   ep2_eval: val_loss (rtol $val_rtol)"
 else
   echo "FAIL ep2_eval: val_loss differs"
   failures=$((failures + 1))

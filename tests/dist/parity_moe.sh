@@ -2,9 +2,10 @@
 # A mixture-of-experts model (docs/MODEL.md "Mixture of experts") under data
 # parallelism, every rank holding every expert, and with tp, pp and cp (below):
 # 10 steps' losses, gradient
-# norms and final tensors equal the one-process run's within 1e-5 (relative),
-# and so do the load-balancing loss and the tokens routed to each expert; the
-# one-process run twice is bitwise identical. The one-process run has the same
+# norms, final tensors and load-balancing losses equal the one-process run's
+# within the bounds derived from its float64 run (common.sh, `check`;
+# docs/PARALLELISM.md "How the bounds are derived"), the tokens routed to each
+# expert exactly; the one-process run twice is bitwise identical. The one-process run has the same
 # microbatch size, so the router losses pool the same groups of sequences.
 set -euo pipefail
 bin=$1
@@ -12,8 +13,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 source "$(dirname "$0")/common.sh"
 make_data
+# train.seed 2: the batches whose float64 runs keep every top-k margin above the
+# derivation's guard (with the default seed, 1.8 x the guard in ref; common.sh).
 tiny+=(--set model.n_experts=4 --set model.expert_ffn_hidden=24 --set model.router_aux_loss_coef=0.05
-  --set model.router_z_loss_coef=0.001)
+  --set model.router_z_loss_coef=0.001 --set train.seed=2)
 
 
 run ref 1 --set train.microbatch_size=2
@@ -55,7 +58,7 @@ check_router pp2_every2 ref_every2
 # parity_tp.sh, adam_eps = 1e-5: a tp gradient is a sum of per-rank partial
 # sums, and Adam's first updates amplify the rounding of an element whose
 # gradient nearly cancels (docs/PARALLELISM.md "Exactness, tested"); with
-# 1e-6 these runs stay within 7e-6 of the one-process run, too near 1e-5.
+# 1e-6 these runs measured 7e-6 from the one-process run.
 eps=(--set train.adam_eps=1e-5 --set train.microbatch_size=2)
 run ref_eps5 1 "${eps[@]}"
 for spec in "tp2_sp 2 --tp 2 --set parallel.sp=true" "dp2_tp2_ep2 4 --dp 2 --tp 2 --set parallel.ep=2" \
@@ -67,12 +70,20 @@ for spec in "tp2_sp 2 --tp 2 --set parallel.sp=true" "dp2_tp2_ep2 4 --dp 2 --tp 
   check "$name" ref_eps5
   check_router "$name" ref_eps5
 done
+# Capacity (model.capacity_factor 1: each expert keeps the first ceil(N k / E) choices of a
+# microbatch's N tokens, 49 to 157 of 512 choices dropped per step): dp 2 against one process, the
+# float64 run dropping the same choices.
+cap=(--set model.capacity_factor=1.0 --set train.microbatch_size=2)
+run ref_cap 1 "${cap[@]}"
+run dp2_cap 2 --dp 2 "${cap[@]}"
+check dp2_cap ref_cap
+check_router dp2_cap ref_cap
 # Aux-loss-free balancing (model.router_bias_rate): the bias moves by the
 # step's global per-expert counts (summed over dp), so dp 2 and ep 2 take the
 # one-process steps; the bias does change the routing (else the check could
 # not fail). A training checkpoint saves the bias: one process stopped at
 # step 5 and resumed is bitwise the uninterrupted run, and ep 2 stopped at
-# step 5 resumes in one process within 1e-5.
+# step 5 resumes in one process within the bounds.
 bias=(--set model.router_bias_rate=0.01 --set train.microbatch_size=2)
 run ref_bias 1 "${bias[@]}"
 for spec in "dp2_bias 2 --dp 2" "ep2_bias 2 --dp 2 --set parallel.ep=2"; do

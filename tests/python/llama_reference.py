@@ -126,10 +126,14 @@ def attend_bf16(s, v, mm):
     return mm(e, v) / e.sum(-1, keepdim=True)
 
 
-def forward(cfg, p, inputs, mm=matmul64, attend=attend64, drop=None):
+def forward(cfg, p, inputs, mm=matmul64, attend=attend64, drop=None, moe=None, core=None):
     """Logits [B, T, V]. drop(layer, site, x), where given, is training dropout:
     of the attention probabilities ("attn", [B, H, T, T]) and of the o_proj and
-    down_proj outputs before they join the residual stream ([B, T, C])."""
+    down_proj outputs before they join the residual stream ([B, T, C]).
+    moe(layer, h, mm), where given, is the mixture of experts in place of the
+    MLP ([B, T, C], no dropout on it), None for a dense layer (train_moe.py).
+    core(q, k, v), where given, is the causal attention from q and k after RoPE
+    and the repeated kv heads ([B, H, T, D], train_bf16.py)."""
     B, T = inputs.shape
     C = cfg["hidden_size"]
     H = cfg["num_attention_heads"]
@@ -148,13 +152,20 @@ def forward(cfg, p, inputs, mm=matmul64, attend=attend64, drop=None):
         q, k = rope(q, inv, scale), rope(k, inv, scale)
         k = k.repeat_interleave(H // KV, dim=1)
         v = v.repeat_interleave(H // KV, dim=1)
-        s = mm(q, k.transpose(-1, -2)) / (D ** 0.5)
-        s = s.masked_fill(~mask, float("-inf"))
-        a = attend(s, v, mm) if drop is None else mm(drop(layer, "attn", s.softmax(-1)), v)
+        if core is not None:
+            a = core(q, k, v)
+        else:
+            s = mm(q, k.transpose(-1, -2)) / (D ** 0.5)
+            s = s.masked_fill(~mask, float("-inf"))
+            a = attend(s, v, mm) if drop is None else mm(drop(layer, "attn", s.softmax(-1)), v)
         a = a.transpose(1, 2).reshape(B, T, H * D)
         o = mm(a, p[pre + "self_attn.o_proj.weight"].T)
         x = x + (o if drop is None else drop(layer, "o_proj", o))
         h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
+        y = moe(layer, h, mm) if moe is not None else None
+        if y is not None:
+            x = x + y
+            continue
         g = mm(h, p[pre + "mlp.gate_proj.weight"].T)
         u = mm(h, p[pre + "mlp.up_proj.weight"].T)
         y = mm(F.silu(g) * u, p[pre + "mlp.down_proj.weight"].T)

@@ -35,9 +35,15 @@ each to move the metrics or tensors by more than 100 bounds.
 
 Covers the dense Llama of llama_reference.py with AdamW, SGD and LAMB,
 gradient clipping, the warmup-cosine schedule, tied embeddings,
-data.ignore_id and attention and hidden dropout; refuses (exit 4)
-configurations it does not cover (MoE, bf16, RoPE scaling), so a caller keeps
-its stated bound for those.
+data.ignore_id, attention and hidden dropout and RoPE scaling; the mixture of
+experts (train_moe.py: the router, capacity, the per-microbatch router losses,
+the router bias), where it also requires REF and the twin to route as the
+float64 run and the smallest top-k margin to exceed MULTIPLE times their error
+on it (margin_guard), and adds a bound on the aux loss; train.precision = bf16
+(train_bf16.py), whose runs part chaotically after the first step, so the
+first step's loss and gradient norm get bounds of their own, which the bugs
+must exceed. Refuses (exit 4) what it does not cover (bf16 with dropout, or
+with seq_len over one attention tile), so a caller keeps its stated bound.
 
 usage: train_reference.py METRICS.jsonl MODEL_DIR OUT.bounds [--bugs] [--init INIT_DIR]
                           [--twin TWIN.jsonl TWIN_DIR]
@@ -47,8 +53,9 @@ usage: train_reference.py METRICS.jsonl MODEL_DIR OUT.bounds [--bugs] [--init IN
   by --init-from (default: train.seed's initial weights); TWIN: a second
   one-process run of the same steps in another summation order (d is then the
   worst of the two runs' distances). Writes OUT.bounds: one line
-  "loss_rtol grad_norm_rtol tensor_rtol". --flags prints the --set flags of
-  the run's configuration, one per line.
+  "loss_rtol grad_norm_rtol tensor_rtol aux_rtol loss0_rtol grad_norm0_rtol"
+  (aux_rtol "-" for a dense model; the last two: the first step's). --flags
+  prints the --set flags of the run's configuration, one per line.
 Exit status 3 when torch is not installed (the caller skips).
 """
 import json
@@ -63,6 +70,8 @@ try:
     import torch
     import torch.nn.functional as F
     from llama_reference import forward, read_safetensors
+    from train_moe import MoeStep, RouterBias
+    import train_bf16
 except ImportError:
     sys.exit(3)
 
@@ -122,8 +131,8 @@ def philox_normal(key, index):
 
 def initial_params(cfg, mcfg, names, shapes):
     """model/params.cpp's init_param_slice: norms 1, others N(0, init_std) from
-    Philox keyed by (seed, name) at the global element index; o_proj and
-    down_proj scaled by 1/sqrt(2 n_layers). Rounded to fp32 as meshtrain holds them."""
+    Philox keyed by (seed, name) at the global element index; o_proj,
+    down_proj and the experts' w2 scaled by 1/sqrt(2 n_layers). Rounded to fp32 as meshtrain holds them."""
     seed = int(cfg["train"]["seed"])
     std = float(cfg["model"]["init_std"])
     residual = std * (1.0 / math.sqrt(2.0 * float(mcfg["num_hidden_layers"])))
@@ -133,7 +142,7 @@ def initial_params(cfg, mcfg, names, shapes):
         if name.endswith("layernorm.weight") or name == "model.norm.weight":
             v = np.ones(n, dtype=np.float32)
         else:
-            s = residual if name.endswith(("o_proj.weight", "down_proj.weight")) else std
+            s = residual if name.endswith(("o_proj.weight", "down_proj.weight", "w2.weight")) else std
             s32 = float(np.float32(s))
             v = (s32 * philox_normal(philox_key(seed, name), np.arange(n, dtype=np.uint64))).astype(np.float32)
         out[name] = torch.tensor(v.astype(np.float64).reshape(shapes[name]), requires_grad=True)
@@ -202,14 +211,18 @@ def decays(name):
 
 def train(cfg, mcfg, names, shapes, tokens, init, bug=None):
     """The run's steps in float64 from `init` (None: train.seed's weights). Returns per-step losses,
-    gradient norms and the final parameters."""
+    gradient norms, the final parameters and, for a mixture of experts, per step the smallest
+    top-k margin, the tokens routed to each expert of each MoE layer and the aux loss."""
     t, ignore = cfg["train"], int(cfg["data"]["ignore_id"])
     if init is None:
         p = initial_params(cfg, mcfg, names, shapes)
     else:
         p = {n: init[n].detach().clone().requires_grad_(True) for n in names}
     state = {n: [torch.zeros_like(p[n]), torch.zeros_like(p[n])] for n in names}
-    losses, norms = [], []
+    is_moe = int(cfg["model"].get("n_experts", 0)) > 1
+    products = {"mm": train_bf16.matmul, "core": train_bf16.core} if t.get("precision") == "bf16" else {}
+    bias = RouterBias(cfg, mcfg) if is_moe else None
+    losses, norms, router = [], [], {"margin": [], "routed": [], "aux": []}
     for step in range(int(t["steps"])):
         inputs, targets = batch(tokens, int(t["seed"]), step, int(t["batch_size"]), int(t["seq_len"]))
         targets = torch.where(targets == ignore, torch.full_like(targets, -1), targets)
@@ -217,16 +230,25 @@ def train(cfg, mcfg, names, shapes, tokens, init, bug=None):
             keep = torch.ones(targets.shape[0], dtype=torch.bool)
             keep[-1] = False
         valid = int((targets != -1).sum())
-        logits = forward(mcfg, p, inputs, drop=dropout_masks(cfg, step))
+        moe = MoeStep(cfg, mcfg, p, bias.bias, *inputs.shape) if is_moe else None
+        logits = forward(mcfg, p, inputs, drop=dropout_masks(cfg, step), moe=moe, **products)
         V = logits.shape[-1]
         ce = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1, reduction="none")
         ce = ce.view(targets.shape)
         count = valid - int((targets[-1] != -1).sum()) if bug == "wrong_count" else valid
         loss = ce.sum() / count
+        objective = ce[keep].sum() / count if bug == "drop_sequence" else loss
+        if moe is not None:
+            extra, aux = moe.losses()
+            objective = objective + extra
+            router["margin"].append(moe.margin)
+            router["routed"].append(moe.routed)
+            router["aux"].append(aux)
+            bias.update(moe.routed)
         for q in p.values():
             q.grad = None
-        (ce[keep].sum() / count if bug == "drop_sequence" else loss).backward()
-        grads = {n: p[n].grad.detach().clone() for n in names}
+        objective.backward()
+        grads = {n: p[n].grad.detach().clone() if p[n].grad is not None else torch.zeros_like(p[n]) for n in names}
         if bug == "half_layer":  # layer 0's matrices summed over one of two tensor-parallel ranks
             for n in names:
                 if n.startswith("model.layers.0.") and decays(n):
@@ -239,7 +261,7 @@ def train(cfg, mcfg, names, shapes, tokens, init, bug=None):
             for g in grads.values():
                 g *= clip / (norm + 1e-6)
         update(t, p, grads, state, step + 1, lr_at(t, step))
-    return losses, norms, {n: p[n].detach() for n in names}
+    return losses, norms, {n: p[n].detach() for n in names}, router
 
 
 def update(t, p, grads, state, n_step, lr):
@@ -289,6 +311,36 @@ def distances(losses, norms, params, run_steps, fp32):
     return d_loss, d_norm, d_tensor
 
 
+def router_distance(router, run_steps, what):
+    """A mixture of experts: the fp32 run must route every step as the float64 run
+    (exit 1 otherwise: the distances would measure a discrete flip, not rounding);
+    returns the worst |fp32 - float64| of a step's smallest top-k margin."""
+    for s, (mine, theirs) in enumerate(zip(router["routed"], run_steps)):
+        got = {int(l): v for l, v in theirs["moe_tokens_per_expert"].items()}
+        if got != mine:
+            print("train_reference.py: %s routes step %d otherwise than the float64 run (tokens per expert %s vs %s; "
+                  "smallest top-k margin %.3e vs %.3e): a top-k choice flipped" % (what, s, got, mine,
+                                                                                 theirs["moe_min_topk_margin"],
+                                                                                 router["margin"][s]))
+            sys.exit(1)
+    return max((abs(st["moe_min_topk_margin"] - m) for st, m in zip(run_steps, router["margin"])
+                if st["moe_min_topk_margin"] is not None), default=0.0)  # None: top_k = n_experts, no choice
+
+
+def margin_guard(router, dm):
+    """The top-k choice is discrete: a layout's score gap moves by its rounding, of the fp32
+    runs' size dm, so no correct layout flips a choice while the smallest margin exceeds
+    MULTIPLE * dm (at least MULTIPLE u: one rounding of a score). Exit 1 otherwise."""
+    m = min(router["margin"])
+    guard = MULTIPLE * max(dm, UNIT_ROUNDOFF)
+    print("router: smallest top-k margin %.3e (step %d), fp32 margin error %.3e, margin / guard %.3g" % (
+        m, router["margin"].index(m), dm, m / guard))
+    if m <= guard:
+        print("train_reference.py: the smallest top-k margin %.3e is within %g x the fp32 runs' margin error "
+              "%.3e: a correct layout may route otherwise" % (m, MULTIPLE, dm))
+        sys.exit(1)
+
+
 def option(name, count=1):
     if name not in sys.argv:
         return None
@@ -299,9 +351,11 @@ def option(name, count=1):
 def require_covered(cfg):
     """Exit 4 for a configuration this float64 run does not reproduce."""
     m, t = cfg["model"], cfg["train"]
-    unsupported = [k for k, ok in [("model.n_experts", m.get("n_experts", 0) <= 1),
-                                   ("train.precision", t.get("precision", "fp32") == "fp32"),
-                                   ("model.rope_scaling", m.get("rope_scaling", "") in ("", "none"))] if not ok]
+    bf16 = t.get("precision", "fp32") == "bf16"
+    dropout = m.get("attention_dropout", 0) > 0 or m.get("hidden_dropout", 0) > 0
+    unsupported = [k for k, ok in [("train.precision = bf16 with dropout", not (bf16 and dropout)),
+                                   ("train.precision = bf16 with seq_len > %d (one attention tile)"
+                                    % train_bf16.TILE, not (bf16 and t["seq_len"] > train_bf16.TILE))] if not ok]
     if unsupported:
         print("train_reference.py: not covered: " + ", ".join(unsupported))
         sys.exit(4)
@@ -338,38 +392,62 @@ def main():
     if init is not None:
         init = read_safetensors(os.path.join(init[0], "model.safetensors"))[1]
 
-    losses, norms, params = train(cfg, mcfg, names, shapes, tokens, init)
-    d = distances(losses, norms, params, run_steps, fp32)
+    losses, norms, params, router = train(cfg, mcfg, names, shapes, tokens, init)
+    runs = [("the fp32 reference", run_steps, fp32)]
     twin = option("--twin", 2)
     if twin is not None:  # a second sample of one-process rounding: the worst of the two
-        twin_steps = read_metrics(twin[0])[1]
-        twin_fp32 = {n: v.detach() for n, v in read_safetensors(os.path.join(twin[1], "model.safetensors"))[1].items()}
-        d_twin = distances(losses, norms, params, twin_steps, twin_fp32)
-        print("twin vs float64: loss %.3e, grad_norm %.3e, tensors %.3e" % d_twin)
-        d = tuple(max(a, b) for a, b in zip(d, d_twin))
+        runs.append(("the twin", read_metrics(twin[0])[1],
+                     {n: v.detach() for n, v in read_safetensors(os.path.join(twin[1], "model.safetensors"))[1].items()}))
+    moe = bool(router["margin"])
+    d, d0, dm = [0.0] * (4 if moe else 3), [0.0, 0.0], 0.0
+    for what, steps, tensors in runs:
+        dr = distances(losses, norms, params, steps, tensors)
+        if moe:  # the aux loss, and the routing: the same choices, the margins' error
+            dr += (max(rel(s["moe_aux_loss"], a) for s, a in zip(steps, router["aux"])),)
+            dm = max(dm, router_distance(router, steps, what))
+        print("%s vs float64: loss %.3e, grad_norm %.3e, tensors %.3e%s; step 0: loss %.3e, grad_norm %.3e" % (
+            what, *dr[:3], ", aux loss %.3e" % dr[3] if moe else "", rel(steps[0]["loss"], losses[0]),
+            rel(steps[0]["grad_norm"], norms[0])))
+        d = [max(a, b) for a, b in zip(d, dr)]
+        d0 = [max(d0[0], rel(steps[0]["loss"], losses[0])), max(d0[1], rel(steps[0]["grad_norm"], norms[0]))]
     floor = t["batch_size"] * t["seq_len"] * UNIT_ROUNDOFF
     bounds = [MULTIPLE * max(x, floor) for x in d]
-    print("fp32 reference (worst of the runs) vs float64: loss %.3e, grad_norm %.3e, tensors %.3e; bounds %.3e %.3e %.3e" % (*d, *bounds))
-    if d[0] > 1e-3 or d[1] > 1e-2:  # the two runs are not the same training (a rule above has drifted)
+    bounds0 = [MULTIPLE * max(x, floor) for x in d0]
+    print("bounds (loss, grad_norm, tensors%s; step 0: loss, grad_norm): %s" % (
+        ", aux loss" if moe else "", " ".join("%.3e" % b for b in bounds + bounds0)))
+    # The two runs are not the same training (a rule above has drifted): in the first step, and
+    # in fp32 over every step (bf16's runs part by its boundary flips, see train_bf16.py).
+    if d0[0] > 1e-3 or d0[1] > 1e-2 or (t.get("precision") != "bf16" and (d[0] > 1e-3 or d[1] > 1e-2)):
         print("train_reference.py: the float64 run does not follow the fp32 run: step losses %s vs %s"
               % (losses[:3], [s["loss"] for s in run_steps[:3]]))
         sys.exit(1)
+    if moe:
+        margin_guard(router, dm)
     with open(out_path, "w") as f:
-        f.write("%.6e %.6e %.6e\n" % tuple(bounds))
-    if "--bugs" not in sys.argv:
-        return
+        f.write(" ".join("%.6e" % b for b in bounds[:3]) + (" %.6e" % bounds[3] if moe else " -")
+                + " %.6e %.6e\n" % tuple(bounds0))
+    if "--bugs" in sys.argv:
+        sys.exit(bugs(cfg, mcfg, names, shapes, tokens, init, (losses, norms, params), bounds, bounds0))
+
+
+def bugs(cfg, mcfg, names, shapes, tokens, init, good, bounds, bounds0):
+    """Each injected bug must move the run by more than BUG_FACTOR bounds: over the steps
+    (bounds), or in the first step (bounds0; the check a bf16 run relies on, see the
+    module's text). Returns the exit status."""
+    losses, norms, params = good
     failed = False
     for bug in ("drop_sequence", "half_layer", "wrong_count"):
-        bl, bn, bp = train(cfg, mcfg, names, shapes, tokens, init, bug)
+        bl, bn, bp, _ = train(cfg, mcfg, names, shapes, tokens, init, bug)
         # The buggy float64 run against the correct one: how far the bug moves each quantity, in bounds.
         moved = [max(rel(a, b) for a, b in zip(bl, losses)) / bounds[0],
                  max(rel(a, b) for a, b in zip(bn, norms)) / bounds[1],
                  max(float((bp[n] - params[n]).norm() / params[n].norm()) for n in names) / bounds[2]]
-        caught = max(moved) > BUG_FACTOR
+        moved0 = [rel(bl[0], losses[0]) / bounds0[0], rel(bn[0], norms[0]) / bounds0[1]]
+        caught = max(moved + moved0) > BUG_FACTOR
         failed |= not caught
-        print("%s %s: moves loss %.3g, grad_norm %.3g, tensors %.3g bounds" % ("ok  " if caught else "FAIL", bug,
-                                                                                *moved))
-    sys.exit(1 if failed else 0)
+        print("%s %s: moves loss %.3g, grad_norm %.3g, tensors %.3g bounds; step 0: loss %.3g, grad_norm %.3g"
+              % ("ok  " if caught else "FAIL", bug, *moved, *moved0))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
