@@ -191,7 +191,7 @@ void backward_fused(const Backward& w, TileWork& tw) {
 
 // dk/dv tasks per key tile, then dq tasks per query tile (each recomputes P
 // and dS). Called inside a parallel region.
-void backward_split(const Backward& w, TileWork& tw) {
+void backward_two_passes(const Backward& w, TileWork& tw) {
   const int64_t KV = w.d.n_kv_heads, H = w.d.n_heads, nk_tiles = w.nk_tiles, nq_tiles = w.nq_tiles;
 #pragma omp for schedule(dynamic, 1) nowait
   for (int64_t task = 0; task < w.d.batch * KV * nk_tiles; ++task) {
@@ -253,7 +253,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
     if (fused)
       backward_fused(w, tw);
     else
-      backward_split(w, tw);
+      backward_two_passes(w, tw);
   }
 }
 

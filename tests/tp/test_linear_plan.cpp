@@ -137,7 +137,7 @@ TEST(LinearPlanGroups, GridEntriesGatherOverOneSubAxisAndScatterOverTheOther) {
   EXPECT_TRUE(has(text,
                   "plan | norms | replicated | grid | width 4 of 16 | forward: all-reduce sums of squares "
                   "over " +
-                      w.axis()))
+                      tp.axis()))
       << text;
 }
 
