@@ -4,8 +4,8 @@
 // a test or a tool without a mesh sets the members it needs. It owns nothing:
 // the groups live in the run's mesh.
 //
-// Every member is null when its axis is 1 (or not built), and the model treats
-// a size-1 group as null (live()).
+// RunMesh::view leaves a member null when its axis is 1 (or not built); a
+// size-1 group means the same as null (the model reads tp and cp through live()).
 #pragma once
 
 #include "comm/group.h"
