@@ -24,25 +24,24 @@ const char* kernel_name(Kernel k) {
 Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<ParamStore> store)
     : cfg_(cfg),
       opts_(opts),
-      tp_(opts.tp != nullptr && opts.tp->size() > 1 ? opts.tp : nullptr),
-      cp_(opts.cp != nullptr && opts.cp->size() > 1 ? opts.cp : nullptr),
-      cp_attention_(cp_, opts.cp_impl),
-      tpr_{tp_ ? tp_->size() : 1, tp_ ? tp_->rank() : 0},
-      td_(tp_dims(cfg, tpr_, tp_ ? opts.grid : tp::Grid{})),
+      cp_attention_(cp_group(), opts.cp_impl),
+      tpr_{tp_group() ? tp_group()->size() : 1, tp_group() ? tp_group()->rank() : 0},
+      td_(tp_dims(cfg, tpr_, tp_group() ? opts.grid : tp::Grid{})),
       table_(make_param_table(cfg, tpr_, opts.stage,
-                              opts.ep == nullptr ? EpRank{}
-                                                 : EpRank{opts.ep->size(), opts.ep->rank(),
-                                                          opts.cp != nullptr ? opts.cp->size() : 1},
-                              tp_ ? opts.grid : tp::Grid{})),
+                              opts.mesh.ep == nullptr
+                                  ? EpRank{}
+                                  : EpRank{opts.mesh.ep->size(), opts.mesh.ep->rank(),
+                                           opts.mesh.cp != nullptr ? opts.mesh.cp->size() : 1},
+                              tp_group() ? opts.grid : tp::Grid{})),
       units_(make_units(table_, cfg)),
       rope_scaling_(cfg.rope()),
       rope_(cfg.rope_table(rope_scaling_, cfg.max_seq_len)),
       store_(store ? std::move(store) : std::make_unique<LocalStore>(units_)),
       buf_(std::make_unique<Buffers>()),
-      dispatch_(opts.ep, cfg.n_experts) {
+      dispatch_(opts.mesh.ep, cfg.n_experts) {
   cfg_.validate();
   set_state_layouts(table_, store_->sharding());
-  if (!tp_) opts_.sp = false;
+  if (!tp_group()) opts_.sp = false;
   n_stage_layers_ = static_cast<int64_t>(table_.layers.size());
   for (int64_t i = 0; i < n_stage_layers_; ++i) {
     const LayerParamOffsets& o = table_.layers[static_cast<size_t>(i)];
@@ -61,15 +60,15 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
              ") must not exceed model.max_seq_len (", cfg_.max_seq_len, ")");
   MT_REQUIRE(opts_.max_batch >= 1, ConfigError, "microbatch size (", opts_.max_batch, ") must be at least 1");
   if (sp_on()) {  // max_seq is this cp rank's share of each sequence
-    const int64_t cp = cp_ ? cp_->size() : 1;
+    const int64_t cp = cp_group() ? cp_group()->size() : 1;
     tp::check_sequence_parallel(opts_.max_seq * cp, cp, tpr_.size);
   }
   Group* kv = nullptr;  // the ranks sharing this rank's kv head (tp > n_kv_heads)
   if (td_.kv_replicas > 1) {
-    MT_REQUIRE(opts_.tp_kv != nullptr && opts_.tp_kv->size() == td_.kv_replicas, ConfigError, "tp (",
-               tpr_.size, ") > n_kv_heads (", cfg_.n_kv_heads, ") needs the kv-replica group of ",
-               td_.kv_replicas, " ranks (ModelOptions::tp_kv, the mesh's tp_kv sub-axis)");
-    kv = opts_.tp_kv;
+    MT_REQUIRE(opts_.mesh.tp_kv != nullptr && opts_.mesh.tp_kv->size() == td_.kv_replicas, ConfigError,
+               "tp (", tpr_.size, ") > n_kv_heads (", cfg_.n_kv_heads, ") needs the kv-replica group of ",
+               td_.kv_replicas, " ranks (ModelOptions::mesh.tp_kv, the mesh's tp_kv sub-axis)");
+    kv = opts_.mesh.tp_kv;
   }
   make_plan(kv);
   std::vector<bool> moe_layers;
@@ -80,7 +79,7 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
                                     .T = opts_.max_seq,
                                     .tp = tpr_.size,
                                     .sp = sp_on(),
-                                    .grid = tp_ ? opts_.grid : tp::Grid{},
+                                    .grid = tp_group() ? opts_.grid : tp::Grid{},
                                     .ep = dispatch_.max_local_rows(1),
                                     .recompute = opts_.recompute,
                                     .embed = has_embed(),
@@ -193,16 +192,17 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
   sl.has_targets = has_head() && targets != nullptr;
   if (sl.has_targets) sl.targets.assign(targets, targets + N);
   sl.pos.resize(static_cast<size_t>(N));
-  if (cp_) {  // this rank's zigzag share of each sequence of T·cp tokens: global positions
+  if (cp_group()) {  // this rank's zigzag share of each sequence of T·cp tokens: global positions
     for (int64_t b = 0; b < B; ++b)
-      cp::zigzag_positions(sl.pos.data() + b * T, T * cp_->size(), cp_->size(), cp_->rank());
+      cp::zigzag_positions(sl.pos.data() + b * T, T * cp_group()->size(), cp_group()->size(),
+                           cp_group()->rank());
   } else {
     for (int64_t i = 0; i < N; ++i)
       sl.pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % T);
   }
   dropout_coords(sl);
   if (rope_scaling_.type == RopeType::dynamic) {  // frequencies of this length (docs/MODEL.md)
-    const int64_t L = T * (cp_ ? cp_->size() : 1);
+    const int64_t L = T * (cp_group() ? cp_group()->size() : 1);
     if (rope_.seq_len() != L) rope_ = cfg_.rope_table(rope_scaling_, L);
   }
   if (has_embed()) embed_forward(sl);
@@ -218,7 +218,8 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
 }
 
 const float* Llama::logits() const {
-  MT_CHECK(tp_ == nullptr, "logits() needs the whole vocabulary: not available under tensor parallelism");
+  MT_CHECK(tp_group() == nullptr,
+           "logits() needs the whole vocabulary: not available under tensor parallelism");
   MT_CHECK(has_head(), "logits() needs the stage with the LM head");
   return slots_[0]->logits.data();
 }
@@ -283,9 +284,10 @@ void Llama::embed_backward(Slot& sl, float* Eg) {
 void Llama::check_grid() const {
   // The start-up rules of a grid, Config::validate's: a stage without both
   // ends is one of several pipeline stages.
-  tp::check_grid(opts_.grid, {sp_on(), cp_ != nullptr ? cp_->size() : 1, has_embed() && has_head() ? 1 : 2,
-                              cfg_.moe(), cfg_.attention_dropout > 0 || cfg_.hidden_dropout > 0, cfg_.n_kv_heads,
-                              cfg_.n_heads, cfg_.ffn_hidden, opts_.tp_overlap});
+  tp::check_grid(opts_.grid,
+                 {sp_on(), cp_group() != nullptr ? cp_group()->size() : 1, has_embed() && has_head() ? 1 : 2,
+                  cfg_.moe(), cfg_.attention_dropout > 0 || cfg_.hidden_dropout > 0, cfg_.n_kv_heads,
+                  cfg_.n_heads, cfg_.ffn_hidden, opts_.tp_overlap});
 }
 
 }  // namespace mt

@@ -38,6 +38,7 @@
 
 #include "comm/group.h"
 #include "core/tensor.h"
+#include "mesh/mesh_view.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "ops/attention.h"
@@ -68,46 +69,35 @@ struct ModelOptions {
   int64_t max_seq = 0;    // tokens per sequence (≤ max_seq_len); 0 means max_seq_len
   bool recompute = false;
   bool profile = false;  // fill kernel_times() (adds a clock read per kernel)
-  // Tensor parallelism: this rank's tp group (null or size 1: none) and
-  // sequence parallelism between the TP regions. The model then holds and
-  // computes this rank's shard (params.h) and communicates over tp itself.
-  Group* tp = nullptr;
+  // The mesh's groups this chunk communicates over, by axis (mesh/mesh_view.h;
+  // null or size 1: that axis is off). With tp the model holds and computes
+  // this rank's shard (params.h) and communicates over tp itself; with cp it
+  // holds T = max_seq tokens of each sequence of T·cp, in the zigzag layout of
+  // parallel/context_parallel.h (positions are global), and its attention
+  // exchanges keys and values over cp; with ep it holds its n_experts / ep
+  // experts and exchanges tokens over ep (parallel/expert_parallel.h); with
+  // dp_cp the aux-loss-free router bias moves by the step's per-expert counts
+  // summed over it, the global counts, so every layout takes the one-process step.
+  MeshView mesh;
+  // Sequence parallelism between the TP regions.
   bool sp = false;
   bool tp_overlap = false;  // chunked TP GEMMs overlapping their collectives (TpLayer::overlap)
-  // The tp group's shape (the configured grid; parallel/tp_placement.h) and, on a
-  // grid of R > 1 rows, its two sub-axis groups (tp rank t = r·C + c). The
-  // model then holds this rank's grid pieces and its plan runs the grid's
-  // entries. R = 1 is 1-D tp.
+  // The tp group's shape (the configured grid; parallel/tp_placement.h). On a
+  // grid of R > 1 rows the model holds this rank's grid pieces and its plan
+  // runs the grid's entries over mesh.tp_r and mesh.tp_c. R = 1 is 1-D tp.
   tp::Grid grid;
-  Group* tp_r = nullptr;  // the R ranks of this rank's grid column
-  Group* tp_c = nullptr;  // the C ranks of this rank's grid row
-  // The tp ranks sharing this rank's kv heads when tp > n_kv_heads, built by
-  // the layout (the mesh's tp_kv sub-axis, mesh/sub_axes.h); null otherwise.
-  Group* tp_kv = nullptr;
   // The tensor-parallel plan table the model executes (null: tp::llama_plan()).
   // A table naming a site the model lacks, or missing one of its sites, is
   // refused at construction (parallel/linear_plan.h).
   const std::vector<tp::PlanRow>* plan = nullptr;
   // Pipeline parallelism: the layers (and ends) this stage holds (params.h).
   StageRange stage;
-  // Context parallelism: this rank's cp group (null or size 1: none). The model
-  // then holds T = max_seq tokens of each sequence of T·cp, in the zigzag layout
-  // of parallel/context_parallel.h (positions are global), and its attention
-  // exchanges keys and values over cp: around a ring, or by all-gather.
-  Group* cp = nullptr;
+  // Context parallelism: how attention exchanges over mesh.cp (ring or all-gather).
   cp::CpImpl cp_impl = cp::CpImpl::ring;
   // Mixture of experts: the ranks whose microbatches together make the step's
   // global batch (dp). The router losses are a mean over all those
   // microbatches, so each one's weight is coef / (microbatches × moe_groups).
   int64_t moe_groups = 1;
-  // Expert parallelism: this rank's ep group (null or size 1: every expert
-  // here). The model then holds its n_experts / ep experts and exchanges
-  // tokens over it (parallel/expert_parallel.h).
-  Group* ep = nullptr;
-  // Aux-loss-free balancing: the ranks whose tokens differ (dp × cp; null or
-  // size 1: none). The bias moves by the step's per-expert counts summed over
-  // them, the global counts, so every layout takes the one-process step.
-  Group* moe_counts = nullptr;
 };
 
 // A step's mixture-of-experts statistics on this rank, from the microbatches
@@ -228,7 +218,7 @@ class Llama : public pp::Stage {
   TpRank tp_rank() const { return tpr_; }
   // The plan the model executes: each linear site's entry (--explain prints it).
   const tp::LinearPlan& linear_plan() const { return plan_; }
-  Group* tp_group() const { return tp_; }  // null without tensor parallelism
+  Group* tp_group() const { return MeshView::live(opts_.mesh.tp); }  // null without tensor parallelism
 
   // The router losses of slot 0's last forward, unscaled by their
   // coefficients: Mixtral's load-balancing loss and the z-loss (0 when dense).
@@ -327,7 +317,8 @@ class Llama : public pp::Stage {
   // Where the rows of the current slot's residual stream sit (hidden dropout).
   TokenCoords residual_coords() const;
   void dropout_coords(Slot& sl) const;  // the slot's seq_rows, seq_resid, pos_resid
-  bool sp_on() const { return tp_ != nullptr && opts_.sp; }
+  bool sp_on() const { return tp_group() != nullptr && opts_.sp; }
+  Group* cp_group() const { return MeshView::live(opts_.mesh.cp); }  // null without context parallelism
 
   // Features of a residual-stream row here: d_model, or d_model / tp on a grid.
   int64_t resid_width() const { return plan_.width(); }
@@ -339,8 +330,6 @@ class Llama : public pp::Stage {
 
   ModelConfig cfg_;
   ModelOptions opts_;
-  Group* tp_ = nullptr;                            // null: no tensor parallelism
-  Group* cp_ = nullptr;                            // null: no context parallelism
   cp::CpAttention cp_attention_;                   // local, ring or all-gather: chosen here, once
   AttentionStrategy* attention_ = &cp_attention_;  // what the layers call: cp_attention_, or generation's
   TpRank tpr_;

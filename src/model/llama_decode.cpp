@@ -17,8 +17,8 @@ void Llama::check_generation() const {
   MT_REQUIRE(plan_.form() != tp::Form::grid, ConfigError,
              "generation does not run 2-D tensor parallelism (a ", opts_.grid.rows, " × ", opts_.grid.cols,
              " tp grid): generate on 1-D tp over the same ", tpr_.size, " ranks");
-  MT_REQUIRE(!dispatch_.distributed(), ConfigError,
-             "generation does not run expert parallelism (ep = ", opts_.ep != nullptr ? opts_.ep->size() : 1,
+  MT_REQUIRE(!dispatch_.distributed(), ConfigError, "generation does not run expert parallelism (ep = ",
+             opts_.mesh.ep != nullptr ? opts_.mesh.ep->size() : 1,
              "): its replicas decode different prompts, so every rank holds every expert (ep = 1)");
   MT_REQUIRE(!sp_on(), ConfigError,
              "generation does not run sequence parallelism: a decode step's rows (one per sequence) are not "
@@ -43,7 +43,7 @@ Llama::DecodeState& Llama::decode_state(int64_t rows) {
                                                            {.B = 1,
                                                             .T = n,
                                                             .tp = tpr_.size,
-                                                            .grid = tp_ ? opts_.grid : tp::Grid{},
+                                                            .grid = tp_group() ? opts_.grid : tp::Grid{},
                                                             .ep = dispatch_.max_local_rows(1),
                                                             .recompute = true,
                                                             .embed = has_embed(),
@@ -56,7 +56,7 @@ Llama::DecodeState& Llama::decode_state(int64_t rows) {
     d.rstdf = Tensor({n}, k);
   }
   Buffers& b = *buf_;  // the scratch the layers share with training, grown to the step
-  if (tp_ && b.part.numel() < n * C) b.part = Tensor({n, C}, k);
+  if (tp_group() && b.part.numel() < n * C) b.part = Tensor({n, C}, k);
   if (has_moe_layer()) {
     const int64_t E = cfg_.n_experts, Rl = dispatch_.max_local_rows(n * cfg_.top_k);
     if (b.rlogits.numel() < n * E) b.rlogits = Tensor({n, E}, k);

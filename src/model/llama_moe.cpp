@@ -231,7 +231,7 @@ void Llama::moe_after_backward(const Slot& sl) {
   // load by the sign of (mean − its load) (aux-loss-free balancing), the
   // loads summed over the ranks whose tokens differ.
   std::vector<std::vector<int64_t>> loads = st.tokens_per_expert;
-  sum_expert_loads(loads, opts_.moe_counts);
+  sum_expert_loads(loads, opts_.mesh.dp_cp);
   size_t j = 0;
   for (int64_t l = 0; l < n_stage_layers_; ++l) {
     std::vector<float>& bias = router_bias_[static_cast<size_t>(l)];

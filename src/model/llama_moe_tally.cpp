@@ -111,7 +111,7 @@ void Llama::moe_tally_forward(Slot& sl) {
   std::vector<double> v = t.sums();
   if (has_moe_layer()) {  // this stage's layers: each rank tallied its own tokens
     const auto n = static_cast<int64_t>(v.size());
-    sum_router_statistics(v.data(), n, cp_, plan_.token_shards());
+    sum_router_statistics(v.data(), n, cp_group(), plan_.token_shards());
   }
   const int64_t at = Nl_ * cfg_.d_model;
   if (tally_floats() > 0 && !has_embed()) {  // plus the stages before this one

@@ -99,7 +99,7 @@ LinearPlan::LinearPlan(const std::vector<PlanRow>& table, const std::vector<Mode
         g.tp_r != nullptr && g.tp_c != nullptr && g.tp_r->size() == grid.rows && g.tp_c->size() == grid.cols,
         ConfigError, "2-D tensor parallelism on a ", grid.rows, " x ", grid.cols,
         " grid needs its sub-axis groups: tp_r of ", grid.rows, " and tp_c of ", grid.cols,
-        " ranks (ModelOptions::tp_r, tp_c, from tp2d::sub_axes)");
+        " ranks (ModelOptions::mesh.tp_r, tp_c, from tp2d::sub_axes)");
   }
   norms_.d = model_width;
   norms_.width = form_ == Form::grid ? model_width / g.tp->size() : model_width;

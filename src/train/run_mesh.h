@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "config/mesh_sizes.h"
 #include "mesh/mesh.h"
+#include "mesh/mesh_view.h"
 #include "parallel/tp2d.h"
 
 namespace mt {
@@ -51,6 +52,17 @@ class RunMesh {
   Group* ep_group() const { return ep_group_.get(); }
   Group* expert_replica_group() const { return expert_replica_group_.get(); }
   const DeviceMesh* mesh() const { return mesh_.get(); }  // null without MPI
+  // The groups a model chunk reads (ModelOptions::mesh), by axis name: the one
+  // place they are picked from the groups above.
+  MeshView view() const {
+    return MeshView{.tp = tp_group(),
+                    .tp_r = tp_r_group(),
+                    .tp_c = tp_c_group(),
+                    .tp_kv = tp_kv_group(),
+                    .cp = cp_group(),
+                    .ep = ep_group(),
+                    .dp_cp = dp * cp > 1 ? dp_cp_group() : nullptr};
+  }
 
  private:
   friend RunMesh make_run_mesh(const Config& cfg, const Group* world);

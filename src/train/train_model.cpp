@@ -98,20 +98,14 @@ ModelOptions model_options(const Config& cfg, const RunOptions& opts, const RunM
   ModelOptions mo;
   mo.max_batch = cfg.train.microbatch_size;
   mo.max_seq = cfg.train.seq_len / mesh.cp;  // this rank's tokens of each sequence
-  mo.cp = mesh.cp_group();
   mo.cp_impl = cfg.parsed().cp_impl;
-  mo.tp_kv = mesh.tp_kv_group();
   mo.recompute = cfg.train.recompute;
   mo.profile = opts.profile;
-  mo.tp = mesh.tp_group();
+  mo.mesh = mesh.view();
   mo.grid = mesh.grid;
-  mo.tp_r = mesh.tp_r_group();
-  mo.tp_c = mesh.tp_c_group();
   mo.sp = cfg.parallel.sp && mesh.tp > 1;
   mo.tp_overlap = cfg.parallel.tp_overlap && mesh.tp > 1;
   mo.moe_groups = mesh.dp;
-  mo.ep = mesh.ep_group();
-  mo.moe_counts = mesh.dp * mesh.cp > 1 ? mesh.dp_cp_group() : nullptr;
   return mo;
 }
 

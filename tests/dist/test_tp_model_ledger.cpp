@@ -149,8 +149,8 @@ void check_microbatch(bool sp) {
   ModelOptions mo;
   mo.max_batch = B;
   mo.max_seq = T;
-  mo.tp = &tp;
-  mo.tp_kv = tp_kv ? &*tp_kv : nullptr;
+  mo.mesh.tp = &tp;
+  mo.mesh.tp_kv = tp_kv ? &*tp_kv : nullptr;
   mo.sp = sp;
   Llama model(cfg, mo);
   model.init(3);

@@ -141,7 +141,7 @@ TEST(DecoderRefusals, ExpertParallelism) {
   cfg.top_k = 2;
   cfg.expert_ffn_hidden = 16;
   ModelOptions mo;
-  mo.ep = &world;
+  mo.mesh.ep = &world;
   Llama model(cfg, mo);
   KvCache cache(cfg.n_layers, 1, 8, cfg.n_kv_heads, cfg.head_dim());
   EXPECT_NE(
@@ -159,10 +159,10 @@ TEST(DecoderRefusals, TwoDimensionalTensorParallelism) {
   Group tp = mesh.group("tp");
   std::optional<Group> rows = mesh.sub_group(SubAxis::tp_r), cols = mesh.sub_group(SubAxis::tp_c);
   ASSERT_TRUE(rows && cols);
-  mo.tp = &tp;
+  mo.mesh.tp = &tp;
   mo.grid = {2, 1};
-  mo.tp_r = &*rows;
-  mo.tp_c = &*cols;
+  mo.mesh.tp_r = &*rows;
+  mo.mesh.tp_c = &*cols;
   Llama model(cfg, mo);
   KvCache cache(cfg.n_layers, 1, 8, cfg.n_kv_heads / 2, cfg.head_dim());
   EXPECT_NE(
