@@ -12,6 +12,7 @@
 
 #include "bounds.h"
 #include "core/error.h"
+#include "gemm_operands.h"
 #include "ops/gemm.h"
 #include "test_helpers.h"
 
@@ -35,22 +36,10 @@ struct Problem {
   int64_t pad;  // extra floats per stored row, so that ld > the row's width
 };
 
-struct Operands {
-  int64_t lda, ldb, ldc;
-  std::vector<float> A, B, C0;  // C0: what C holds before the call
-};
+using Operands = testing::GemmOperands;
 
 Operands make_operands(const Problem& p, uint32_t seed) {
-  Operands o;
-  const int64_t a_rows = p.ta == Trans::yes ? p.K : p.M, a_cols = p.ta == Trans::yes ? p.M : p.K;
-  const int64_t b_rows = p.tb == Trans::yes ? p.N : p.K, b_cols = p.tb == Trans::yes ? p.K : p.N;
-  o.lda = a_cols + p.pad;
-  o.ldb = b_cols + p.pad;
-  o.ldc = p.N + p.pad;
-  o.A = random_floats(static_cast<size_t>(a_rows * o.lda), seed, -2.0f, 2.0f);
-  o.B = random_floats(static_cast<size_t>(b_rows * o.ldb), seed + 1, -2.0f, 2.0f);
-  o.C0 = random_floats(static_cast<size_t>(p.M * o.ldc), seed + 2);
-  return o;
+  return testing::random_gemm_operands(p.M, p.N, p.K, p.ta, p.tb, p.pad, seed);
 }
 
 // C[i, j] (+ C0 for Out::add) in double, each operand element passed through

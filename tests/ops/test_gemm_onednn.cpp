@@ -17,6 +17,7 @@
 
 #include "bounds.h"
 #include "core/error.h"
+#include "gemm_operands.h"
 #include "ops/gemm.h"
 #include "test_helpers.h"
 
@@ -42,24 +43,13 @@ struct Problem {
   int64_t pad;  // extra floats per stored row: ld > the row's width
 };
 
-struct Operands {
-  int64_t lda, ldb, ldc;
-  std::vector<float> A, B, C0;
-};
+using Operands = testing::GemmOperands;
 
 // Uniform in [-2, 2); with `tiny`, a third of A's elements are scaled into the
 // subnormal range and a third of B's by 2^-100, so that products with a
 // subnormal operand, underflowing products and subnormal partial sums occur.
 Operands make_operands(const Problem& p, uint32_t seed, bool tiny) {
-  Operands o;
-  const int64_t a_rows = p.ta == Trans::yes ? p.K : p.M, a_cols = p.ta == Trans::yes ? p.M : p.K;
-  const int64_t b_rows = p.tb == Trans::yes ? p.N : p.K, b_cols = p.tb == Trans::yes ? p.K : p.N;
-  o.lda = a_cols + p.pad;
-  o.ldb = b_cols + p.pad;
-  o.ldc = p.N + p.pad;
-  o.A = random_floats(static_cast<size_t>(a_rows * o.lda), seed, -2.0f, 2.0f);
-  o.B = random_floats(static_cast<size_t>(b_rows * o.ldb), seed + 1, -2.0f, 2.0f);
-  o.C0 = random_floats(static_cast<size_t>(p.M * o.ldc), seed + 2);
+  Operands o = testing::random_gemm_operands(p.M, p.N, p.K, p.ta, p.tb, p.pad, seed);
   if (tiny) {
     for (size_t i = 0; i < o.A.size(); i += 3)
       o.A[i] = std::ldexp(o.A[i], -128);
