@@ -207,9 +207,9 @@ RankMemory rank_memory(const Config& cfg, const pp::Schedule& s, int64_t rank, S
     residual = std::max(residual, cf.residual);
   }
   add_pipeline(cfg, s, c.pp, residual, f);
-  int64_t cp_scratch = 0;
-  f.add(MemKind::comm, memory_model::cp_comm_floats(cfg, td, &cp_scratch));
-  f.add(MemKind::scratch, cp_scratch);
+  const memory_model::CpFloats cpf = memory_model::cp_floats(cfg, td);
+  f.add(MemKind::comm, cpf.comm);
+  f.add(MemKind::scratch, cpf.scratch);
   RankMemory r;
   r.rank = rank;
   for (size_t k = 0; k < r.lower.size(); ++k) {

@@ -5,6 +5,7 @@
 #include "config/mesh_sizes.h"
 #include "model/buffer_plan.h"
 #include "model/param_slice.h"
+#include "parallel/cp_attention.h"
 #include "parallel/tp2d.h"
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
@@ -82,18 +83,16 @@ std::vector<int64_t> slots_per_chunk(const Config& cfg, const pp::Schedule& s, i
   return made;
 }
 
-int64_t cp_comm_floats(const Config& cfg, const TpDims& td, int64_t* scratch) {
-  const ParallelConfig& p = cfg.parallel;
-  *scratch = 0;
-  if (p.cp <= 1) return 0;
-  const int64_t B = cfg.train.microbatch_size, Tk = cfg.train.seq_len / p.cp;
-  const int64_t kv = B * Tk * td.kv_heads * cfg.model.head_dim(), numel = 2 * kv + B * Tk;
-  if (cfg.parsed().cp_impl == cp::CpImpl::allgather) {
-    const int64_t P = p.cp;
-    return std::max(numel + P * numel + 2 * P * kv, 6 * P * kv + 2 * kv);
-  }
-  *scratch = B * Tk * td.heads * cfg.model.head_dim() + B * td.heads * Tk;  // part_out, part_lse
-  return 2 * numel + 6 * kv;
+CpFloats cp_floats(const Config& cfg, const TpDims& td) {
+  const int cp = static_cast<int>(std::max<int64_t>(1, cfg.parallel.cp));  // an unvalidated 0 (the planner)
+  // The dims the layer hands its attention strategy (model/llama_layer.cpp):
+  // this cp rank's tokens, this tp rank's heads, q|k|v fused.
+  const int64_t T = cfg.train.seq_len / cp, D = cfg.model.head_dim();
+  const int64_t Q = td.heads * D, QKV = Q + 2 * td.kv_heads * D;
+  const AttentionDims d{cfg.train.microbatch_size, T, T, td.heads, td.kv_heads, D, QKV, QKV, Q};
+  const cp::CpImpl impl = cfg.parsed().cp_impl;
+  return {cp::CpAttention::peak_floats(d, impl, cp, MemKind::comm),
+          cp::CpAttention::peak_floats(d, impl, cp, MemKind::scratch)};
 }
 
 int64_t optimizer_states(const Config& cfg) {

@@ -37,11 +37,16 @@ pp::Schedule schedule_of(const Config& cfg);
 // at a forward or an activation receive, returned after the backward).
 std::vector<int64_t> slots_per_chunk(const Config& cfg, const pp::Schedule& s, int64_t pp_rank);
 
-// Floats of the context-parallel attention's buffers at their peak (one call
-// at a time: ring = k/v blocks in flight and the travelling dk/dv; allgather =
-// every rank's k/v and their gradients), and of the ring's partial outputs
-// (scratch) in *scratch.
-int64_t cp_comm_floats(const Config& cfg, const TpDims& td, int64_t* scratch);
+// Floats of the context-parallel attention's buffers at their peak, one call
+// at a time, per kind: comm (ring: the k/v blocks in flight and the travelling
+// dk/dv; all-gather: every rank's k/v and their gradients) and scratch (the
+// ring's partial output). The peaks of the buffer plan the attention allocates
+// from (parallel/cp_buffer_plan.h, through cp_attention.h
+// CpAttention::peak_floats), for the attention dims of this rank's layer.
+struct CpFloats {
+  int64_t comm = 0, scratch = 0;
+};
+CpFloats cp_floats(const Config& cfg, const TpDims& td);
 
 // The optimizer's state tensors per parameter: AdamW and LAMB 2, SGD 1 with
 // momentum, 0 without (optim/optimizer.cpp).

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "parallel/cp_buffer_plan.h"
 #include "parallel/tp_comm.h"
 
 namespace mt::cp {
@@ -68,24 +69,6 @@ void check_dims(const AttentionDims& d, const char* who) {
              ") must be at least n_heads × head_dim (", d.n_heads * d.head_dim, ")");
   MT_REQUIRE(d.kv_stride >= d.n_kv_heads * d.head_dim, ConfigError, who, ": kv_stride (", d.kv_stride,
              ") must be at least n_kv_heads × head_dim (", d.n_kv_heads * d.head_dim, ")");
-}
-
-// One key/value block packed for the wire: [k | v | pos], k and v
-// [B, Tk, KV·D] without padding, pos [B, Tk] int32 bit-copied into f32 slots.
-struct Packing {
-  int64_t B, Tk, row;  // row = KV·D
-  int64_t kv() const { return B * Tk * row; }
-  int64_t numel() const { return 2 * kv() + B * Tk; }
-  // The packed block read by attention: same dims with the packed stride.
-  static AttentionDims dims(const AttentionDims& d) {
-    AttentionDims p = d;
-    p.kv_stride = d.n_kv_heads * d.head_dim;
-    return p;
-  }
-};
-
-Packing packing(const AttentionDims& d) {
-  return {d.batch, d.kv_len, d.n_kv_heads * d.head_dim};
 }
 
 void pack(float* dst, const float* k, const float* v, const int32_t* pos, const Packing& p, int64_t stride) {
@@ -178,11 +161,12 @@ CpStats ring_attention_forward(float* out, float* lse, const float* q, const flo
   const std::string label = kv_label(site, "ring_attention k,v,pos", "forward", p);
   Tensor block[2], part_out, part_lse;
   if (P > 1) {
-    block[0] = Tensor({p.numel()}, MemKind::comm);
-    block[1] = Tensor({p.numel()}, MemKind::comm);
+    const CallPlan plan = call_plan(d, CpImpl::ring, P, Pass::forward);
+    block[0] = plan.make("kv_block.0");
+    block[1] = plan.make("kv_block.1");
     pack(block[0].data(), k, v, k_pos, p, d.kv_stride);
-    part_out = Tensor({d.batch * d.q_len * d.out_stride}, MemKind::scratch);
-    part_lse = Tensor({d.batch * d.n_heads * d.q_len}, MemKind::scratch);
+    part_out = plan.make("part_out");
+    part_lse = plan.make("part_lse");
   }
   CpStats st;
   int cur = 0;
@@ -234,11 +218,12 @@ CpStats ring_attention_backward(float* dq, float* dk, float* dv, const float* do
   // sent (double-buffered: one may still be on the wire); inbox: the one received.
   Tensor block[2], acc[2], inbox;
   if (P > 1) {
+    const CallPlan plan = call_plan(d, CpImpl::ring, P, Pass::backward);
     for (int i = 0; i < 2; ++i) {
-      block[i] = Tensor({p.numel()}, MemKind::comm);
-      acc[i] = Tensor({2 * p.kv()}, MemKind::comm);
+      block[i] = plan.make(i == 0 ? "kv_block.0" : "kv_block.1");
+      acc[i] = plan.make(i == 0 ? "dkv_send.0" : "dkv_send.1");
     }
-    inbox = Tensor({2 * p.kv()}, MemKind::comm);
+    inbox = plan.make("dkv_inbox");
     pack(block[0].data(), k, v, k_pos, p, d.kv_stride);
   }
   CpStats st;
@@ -306,17 +291,17 @@ struct Gathered {
 };
 
 Gathered gather_kv(const float* k, const float* v, const int32_t* k_pos, const AttentionDims& d, Group& cp,
-                   const std::string& label) {
+                   const CallPlan& plan, const std::string& label) {
   const int P = cp.size();
   const Packing p = packing(d);
-  Tensor mine({p.numel()}, MemKind::comm), all({P * p.numel()}, MemKind::comm);
+  Tensor mine = plan.make("kv_mine"), all = plan.make("kv_all");
   pack(mine.data(), k, v, k_pos, p, d.kv_stride);
   cp.all_gather(mine.data(), all.data(), p.numel(), ElemType::f32, label);
   Gathered g;
   g.d = Packing::dims(d);
   g.d.kv_len = P * p.Tk;
-  g.k = Tensor({p.B * g.d.kv_len * p.row}, MemKind::comm);
-  g.v = Tensor({p.B * g.d.kv_len * p.row}, MemKind::comm);
+  g.k = plan.make("k_all");  // [B, P·Tk, KV·D] each
+  g.v = plan.make("v_all");
   g.pos.resize(static_cast<size_t>(p.B * g.d.kv_len));
   for (int s = 0; s < P; ++s) {
     const float* src = all.data() + s * p.numel();
@@ -337,7 +322,8 @@ CpStats allgather_attention_forward(float* out, float* lse, const float* q, cons
                                     Group& cp, std::string_view site) {
   check_dims(d, "allgather_attention_forward");
   const std::string label = kv_label(site, "allgather_attention k,v,pos", "forward", packing(d));
-  const Gathered g = gather_kv(k, v, k_pos, d, cp, label);
+  const Gathered g =
+      gather_kv(k, v, k_pos, d, cp, call_plan(d, CpImpl::allgather, cp.size(), Pass::forward), label);
   attention_forward(out, lse, q, g.k.data(), g.v.data(), q_pos, g.pos.data(), g.d);
   return CpStats{1, 0, 1};
 }
@@ -349,13 +335,14 @@ CpStats allgather_attention_backward(float* dq, float* dk, float* dv, const floa
   check_dims(d, "allgather_attention_backward");
   const int P = cp.size();
   const Packing p = packing(d);
+  const CallPlan plan = call_plan(d, CpImpl::allgather, P, Pass::backward);
   const Gathered g =
-      gather_kv(k, v, k_pos, d, cp, kv_label(site, "allgather_attention k,v,pos", "backward", p));
-  Tensor gk({g.k.numel()}, MemKind::comm), gv({g.v.numel()}, MemKind::comm);
+      gather_kv(k, v, k_pos, d, cp, plan, kv_label(site, "allgather_attention k,v,pos", "backward", p));
+  Tensor gk = plan.make("dk_all"), gv = plan.make("dv_all");
   attention_backward(dq, gk.data(), gv.data(), dout, out, lse, q, g.k.data(), g.v.data(), q_pos, g.pos.data(),
                      g.d);
   // Rank-major [P][dk | dv] for the reduce-scatter: slot s holds rank s's keys.
-  Tensor send({P * 2 * p.kv()}, MemKind::comm), mine({2 * p.kv()}, MemKind::comm);
+  Tensor send = plan.make("dkv_send"), mine = plan.make("dkv_mine");
   for (int s = 0; s < P; ++s) {
     float* dst = send.data() + s * 2 * p.kv();
     for (int64_t b = 0; b < p.B; ++b) {

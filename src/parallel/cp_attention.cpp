@@ -1,6 +1,9 @@
 #include "parallel/cp_attention.h"
 
+#include <algorithm>
+
 #include "parallel/context_parallel.h"
+#include "parallel/cp_buffer_plan.h"
 
 namespace mt::cp {
 
@@ -34,9 +37,15 @@ void gather_backward(float* dq, float* dk, float* dv, const float* dout, const f
   allgather_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, qp, kp, d, *cp, site);
 }
 
+// A cp group of one rank runs local attention: nothing to exchange.
+bool distributed(int cp_size) {
+  return cp_size > 1;
+}
+
 }  // namespace
 
-CpAttention::CpAttention(Group* cp, CpImpl impl) : cp_(cp != nullptr && cp->size() > 1 ? cp : nullptr) {
+CpAttention::CpAttention(Group* cp, CpImpl impl)
+    : cp_(cp != nullptr && distributed(cp->size()) ? cp : nullptr) {
   if (cp_ == nullptr) {
     forward_ = local_forward;
     backward_ = local_backward;
@@ -47,6 +56,12 @@ CpAttention::CpAttention(Group* cp, CpImpl impl) : cp_(cp != nullptr && cp->size
     forward_ = gather_forward;
     backward_ = gather_backward;
   }
+}
+
+int64_t CpAttention::peak_floats(const AttentionDims& d, CpImpl impl, int cp_size, MemKind kind) {
+  if (!distributed(cp_size)) return 0;
+  return std::max(call_plan(d, impl, cp_size, Pass::forward).peak(kind),
+                  call_plan(d, impl, cp_size, Pass::backward).peak(kind));
 }
 
 void CpAttention::rotate(float* qkv, const int32_t* pos, const RopeTable& rope, int64_t N, int64_t H,

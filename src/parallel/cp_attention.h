@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "comm/group.h"
+#include "core/memory.h"
 #include "ops/attention.h"
 #include "parallel/attention_strategy.h"
 #include "parallel/context_parallel.h"
@@ -18,6 +19,13 @@ class CpAttention final : public AttentionStrategy {
  public:
   // cp null or of size 1: local attention (impl is then irrelevant).
   CpAttention(Group* cp, CpImpl impl);
+
+  // The most floats of kind `kind` the strategy holds in one call (a step's
+  // forward or backward, one at a time) on a cp group of `cp_size` ranks, for
+  // the layer's attention dims `d`: the larger of the two calls' peaks in
+  // their buffer plans (cp_buffer_plan.h), 0 for local attention. What the
+  // memory model counts (cost/memory_model_parts.cpp cp_floats).
+  static int64_t peak_floats(const AttentionDims& d, CpImpl impl, int cp_size, MemKind kind);
 
   void rotate(float* qkv, const int32_t* pos, const RopeTable& rope, int64_t N, int64_t H, int64_t KV,
               int64_t QKV) override;
