@@ -42,6 +42,9 @@
 //   all-gather     forward 1 all_gather of 2·n_kv + B·Tl; backward the same
 //                  all_gather again (K/V are re-gathered, not kept) and 1
 //                  reduce_scatter of cp·2·n_kv elements.
+//
+// Buffers: every tracked buffer a call allocates is an entry of its buffer
+// plan (cp_buffer_plan.h call_plan), the sizes the memory model reads too.
 #pragma once
 
 #include <cstdint>
