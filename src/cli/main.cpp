@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "train/compare.h"
+#include "train/fingerprint.h"
 #include "train/preempt.h"
 
 namespace {
@@ -51,6 +52,10 @@ CLI::App* add_train(CLI::App& app, mt::TrainArgs& train) {
                  "waited), pipeline idle, optimizer, checkpoint writes, memory by kind (docs/FORMATS.md)");
   tr->add_option("--trace-steps", train.run.trace_steps,
                  "The steps --trace records: 3, 2-4, 2,5 (counted from 0; default: the last step)");
+  tr->add_option("--fingerprint", train.run.fingerprint_path,
+                 "Write a checksum and float64 sums of every activation, activation gradient and parameter "
+                 "gradient, per step, layer and sequence, at layout-free coordinates (docs/FINGERPRINT.md); "
+                 "compare two runs' files with meshtrain compare A B");
   tr->add_flag("--profile", train.run.profile, "Print the share of time per kernel at the end");
   tr->add_flag("--quiet", train.run.quiet, "No per-step log lines");
   tr->footer(
@@ -308,6 +313,11 @@ int main(int argc, char** argv) {
     if (*pla) return mt::run_plan_command(pl);
     if (*cal) return mt::run_calibrate_command(ca);
     if (*rp) return mt::run_report_command(rep);
+    if (*c && mt::is_fingerprint_file(cmp.metrics_a) && mt::is_fingerprint_file(cmp.metrics_b)) {
+      const mt::FingerprintCompare r = mt::compare_fingerprints(cmp.metrics_a, cmp.metrics_b, cmp.rtol == 0);
+      std::fputs(r.report.c_str(), stdout);
+      return r.ok ? 0 : 1;
+    }
     if (*c) {
       const mt::CompareResult r = mt::compare_runs(cmp);
       std::fputs(r.report.c_str(), stdout);
