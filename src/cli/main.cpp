@@ -157,16 +157,21 @@ CLI::App* add_compare(CLI::App& app, mt::CompareOptions& cmp) {
   CLI::App* c =
       app.add_subcommand("compare",
                          "Compare two runs: per-step losses and gradient norms, and optionally two model "
-                         "directories");
+                         "directories; or two train --fingerprint files (docs/FINGERPRINT.md)");
   c->add_option("metrics_a", cmp.metrics_a, "Metrics file (JSON lines) of run A")->required();
   c->add_option("metrics_b", cmp.metrics_b, "Metrics file of run B (the reference)")->required();
   c->add_option("--model-a", cmp.model_a, "Model directory of run A");
   c->add_option("--model-b", cmp.model_b, "Model directory of run B");
-  c->add_option("--rtol", cmp.rtol, "Relative tolerance")->capture_default_str();
+  c->add_option("--rtol", cmp.rtol, "Relative tolerance (fingerprints: 0 asks for bitwise equality)")
+      ->capture_default_str();
   c->add_option("--grad-norm-rtol", cmp.grad_norm_rtol,
                 "Relative tolerance of the per-step grad_norm (default: --rtol)");
   c->add_option("--tensor-rtol", cmp.tensor_rtol,
                 "Relative tolerance of each tensor's L2 distance (default: --rtol)");
+  c->footer(
+      "Two fingerprint files (train --fingerprint) are compared tensor by tensor: the first step, layer,\n"
+      "tensor and sequences whose checksum differs, the first whose float64 sums differ beyond their bound\n"
+      "(exit 1), and the ranks that held the pieces that differ (docs/FINGERPRINT.md).");
   return c;
 }
 

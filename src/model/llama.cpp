@@ -211,6 +211,8 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
     const float* P = store_->acquire_params(unit, Pass::forward);
     layer_forward(i, P, acts_for(i), sl.resid[static_cast<size_t>(i)].data(),
                   sl.resid[static_cast<size_t>(i + 1)].data());
+    probe(table_.stage.first_layer + i, "out", false, sl.resid[static_cast<size_t>(i + 1)].data(),
+          ProbeRows::resid);
     store_->release_params(unit, Pass::forward);
   }
   if (cfg_.moe()) moe_tally_forward(sl);

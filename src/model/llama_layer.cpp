@@ -59,8 +59,7 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
     }
   }
   probe(gl, "mid", false, a.mid.data(), ProbeRows::resid);
-  // A mixture of experts reads its own tokens' norm (its Nl rows, kept in
-  // a.ln2): it is not gathered over tp.
+  // A mixture of experts reads its own tokens' norm (its Nl rows, kept in a.ln2): not gathered over tp.
   float* ln2 = norm_output(a.ln2);
   {
     MT_TIMED(Kernel::rmsnorm);
@@ -69,7 +68,6 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
   probe(gl, "ln2", false, ln2, ProbeRows::resid);
   if (o.moe()) {  // the mixture of experts in place of the MLP (experts not split over tp)
     moe_forward(l, P, a, x_out, x_out != nullptr);
-    if (x_out != nullptr) probe(gl, "out", false, x_out, ProbeRows::resid);
     return;
   }
   {
@@ -94,7 +92,6 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
     dropout_rows(x_out, Nl, W, drop, residual_coords());
     add_inplace(x_out, a.mid.data(), Nl * W);
   }
-  probe(gl, "out", false, x_out, ProbeRows::resid);
 }
 
 // dL/d(the dropped projection output) = dropout mask ∘ dres, in dtmp (free

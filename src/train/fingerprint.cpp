@@ -129,7 +129,6 @@ void Fingerprint::record(int64_t layer, std::string_view name, bool grad, const 
 void Fingerprint::record_grads(TrainModel& model, const RunMesh& mesh, int64_t step) {
   const MeshSizes sizes = run_sizes(mesh);
   const MeshCoords coords = run_coords(mesh);
-  int64_t index = 0;  // the parameter's place in the full table: the order of the records
   const ParamTable global = make_param_table(model.first().config());
   for (auto& chunk : model.chunks) {
     for (const ParamSpec& s : chunk->param_table().specs) {
@@ -148,10 +147,8 @@ void Fingerprint::record_grads(TrainModel& model, const RunMesh& mesh, int64_t s
       for (int64_t i = 0; i < full; ++i)
         if (held[static_cast<size_t>(i)] != 0.0f)
           add_element(p, fp::param_coord(i), values[static_cast<size_t>(i)]);
-      for (index = 0; index < static_cast<int64_t>(global.specs.size()); ++index)
-        if (global.specs[static_cast<size_t>(index)].name == s.name) break;
       p.step = step;
-      p.order = 2 * kPhase + index;
+      p.order = 2 * kPhase + (global.find(s.name).offset);  // the full table's order
       p.layer = -1;
       p.seq = -1;
       p.phase = "grad";

@@ -23,7 +23,7 @@ constexpr double kUnit = 0x1p-24;  // fp32's unit roundoff
 
 struct Run {
   std::string path, layout;
-  int64_t reduction_length = 0;
+  int64_t reduction_length = 0, layers = -1;
   // (step, order, tensor, seq) → the pieces of that tensor and sequence, every rank's
   std::map<std::tuple<int64_t, int64_t, std::string, int64_t>, std::vector<FingerprintPiece>> tensors;
 };
@@ -84,7 +84,9 @@ Run read_run(const std::string& path) {
       r.reduction_length = std::stoll(line.substr(17));
     } else if (line.rfind("layout ", 0) == 0) {
       r.layout = line.substr(7);
-    } else if (line.rfind("layers ", 0) != 0) {
+    } else if (line.rfind("layers ", 0) == 0) {
+      r.layers = std::stoll(line.substr(7));
+    } else {
       FingerprintPiece p = parse_piece(line, path);
       r.tensors[{p.step, p.order, p.name, p.seq}].push_back(std::move(p));
     }
@@ -144,7 +146,8 @@ std::string atoms(const std::vector<int64_t>& seqs) {
 // What one tensor's comparison found.
 struct Finding {
   bool bits = false, beyond = false;
-  std::string why;  // beyond: the numbers
+  std::string why;   // beyond: the numbers
+  double ratio = 0;  // the larger of the two sums' difference / bound
   std::string ranks_a, ranks_b;
 };
 
@@ -178,6 +181,8 @@ Finding compare_tensor(const std::vector<FingerprintPiece>* pa, const std::vecto
                 "|sum A - sum B| = %.3e (bound %.3e), |sumsq A - sumsq B| = %.3e (bound %.3e)", ds, bs, dq,
                 bq);
   f.why = buf;
+  f.ratio =
+      std::max(bs > 0 ? ds / bs : (ds > 0 ? HUGE_VAL : 0.0), bq > 0 ? dq / bq : (dq > 0 ? HUGE_VAL : 0.0));
   f.beyond = !(ds <= bs) || !(dq <= bq) || !a.replicas_agree || !b.replicas_agree;
   if (!a.replicas_agree || !b.replicas_agree)
     f.why += std::string("; replicas of one piece disagree in run ") + (a.replicas_agree ? "B" : "A");
@@ -207,6 +212,10 @@ bool is_fingerprint_file(const std::string& path) {
 
 FingerprintCompare compare_fingerprints(const std::string& path_a, const std::string& path_b, bool bitwise) {
   const Run a = read_run(path_a), b = read_run(path_b);
+  MT_REQUIRE(a.layers == b.layers && a.reduction_length == b.reduction_length, ConfigError,
+             "fingerprints of two different models: '", path_a, "' has ", a.layers,
+             " layers and reduction length ", a.reduction_length, ", '", path_b, "' ", b.layers, " and ",
+             b.reduction_length);
   std::set<std::tuple<int64_t, int64_t, std::string, int64_t>> keys;
   for (const auto& [k, v] : a.tensors)
     keys.insert(k);
@@ -216,7 +225,8 @@ FingerprintCompare compare_fingerprints(const std::string& path_a, const std::st
   std::ostringstream os;
   os << "fingerprints: A '" << a.path << "' (" << a.layout << "), B '" << b.path << "' (" << b.layout
      << ")\n";
-  std::string first_bits, first_beyond;
+  std::string first_bits, first_beyond, worst;
+  double worst_ratio = -1;
   int64_t depth = 0, tensors = 0, differ = 0;
   for (auto it = keys.begin(); it != keys.end();) {  // one (step, order): one tensor, every sequence
     const auto [step, order, name, seq0] = *it;
@@ -237,6 +247,11 @@ FingerprintCompare compare_fingerprints(const std::string& path_a, const std::st
       if (pa) held_a.insert(held_a.end(), pa->begin(), pa->end());
       if (pb) held_b.insert(held_b.end(), pb->begin(), pb->end());
       const Finding f = compare_tensor(pa, pb, eps);
+      if (f.ratio > worst_ratio) {
+        worst_ratio = f.ratio;
+        worst = "step " + std::to_string(step) + ", " + any->phase + ", layer " + std::to_string(any->layer) +
+                ", tensor " + name + ", sequence " + std::to_string(std::get<3>(*it));
+      }
       if (f.bits) {
         if (bits_seqs.empty()) bits_f = f;
         bits_seqs.push_back(std::get<3>(*it));
@@ -258,6 +273,9 @@ FingerprintCompare compare_fingerprints(const std::string& path_a, const std::st
   os << "first bitwise difference: "
      << (first_bits.empty() ? "none (every tensor is bitwise equal)" : first_bits) << "\n";
   os << "first difference beyond its bound: " << (first_beyond.empty() ? "none" : first_beyond) << "\n";
+  char ratio[64];
+  std::snprintf(ratio, sizeof ratio, "%.3e", std::max(worst_ratio, 0.0));
+  os << "largest difference / bound: " << ratio << (worst.empty() ? "" : " at " + worst) << "\n";
   FingerprintCompare r;
   r.ok = bitwise ? first_bits.empty() : first_beyond.empty();
   os << (r.ok ? "ok" : "DIFFERENT")
