@@ -26,12 +26,36 @@ std::vector<ColumnSpan> column_blocks(const LinearEntry& e, bool grad) {
   return spans;
 }
 
+// On an R × C grid (docs/PARALLELISM.md "2-D tensor parallelism"): the
+// sharded side of a linear site (a column layer's output after its
+// reduce-scatter, a row layer's input before its all-gather) holds, of each
+// fused block, block c·R + r of R·C (heads, hidden channels); c and r are
+// the entry's tp_c and tp_r coordinates.
+std::vector<ColumnSpan> grid_blocks(const LinearEntry& e, bool out) {
+  const bool row = e.role == Role::row;
+  const Group& tp_r = row ? *e.gather : *e.scatter;
+  const Group& tp_c = row ? *e.scatter : *e.gather;
+  const int64_t R = tp_r.size(), RC = R * tp_c.size(), at = tp_c.rank() * R + tp_r.rank();
+  const std::vector<int64_t> widths = out ? e.out_blocks : std::vector<int64_t>{e.in};
+  std::vector<ColumnSpan> spans;
+  int64_t local = 0, global = 0;
+  for (const int64_t gathered : widths) {
+    const int64_t w = gathered / R;  // the gathered width over tp_r is R blocks
+    spans.push_back({local, global + at * w, w, widths.size() > 1 ? static_cast<int>(spans.size()) : -1});
+    local += w;
+    global += w * RC;
+  }
+  return spans;
+}
+
 }  // namespace
 
 std::vector<ColumnSpan> LinearPlan::columns(const LinearEntry* e, bool out, bool grad) const {
-  MT_REQUIRE(form_ != Form::grid, ConfigError,
-             "--fingerprint does not place the activations of 2-D tensor parallelism (parallel.tp2d) at "
-             "global coordinates yet");
+  if (form_ == Form::grid) {  // the residual stream: block t = r·C + c of d over tp
+    const ColumnSpan resid{0, norms_.sums->rank() * norms_.width, norms_.width};
+    const bool sharded_side = e != nullptr && e->use == SiteUse::linear && (e->role == Role::row) != out;
+    return sharded_side ? grid_blocks(*e, out) : std::vector<ColumnSpan>{resid};
+  }
   if (e == nullptr) return {{0, 0, norms_.width}};
   if (e->form == Form::local) return out ? column_blocks(*e, grad) : std::vector<ColumnSpan>{{0, 0, e->in}};
   if (e->use == SiteUse::head && out) {  // this rank's rows of the vocabulary (the embedding's split)

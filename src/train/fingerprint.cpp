@@ -72,13 +72,6 @@ void add_element(FingerprintPiece& p, uint64_t coord, float v) {
 
 }  // namespace
 
-void check_fingerprint(const Config& cfg) {
-  MT_REQUIRE(cfg.parsed().tp_grid.rows <= 1, ConfigError, "--fingerprint with parallel.tp2d = '",
-             cfg.parallel.tp2d,
-             "': the activations of 2-D tensor parallelism are not placed at global coordinates yet; "
-             "fingerprint the same model with 1-D tp (parallel.tp2d = \"\")");
-}
-
 Fingerprint::Fingerprint(const Config& cfg, int world_rank)
     : rank_(world_rank), n_layers_(cfg.model.n_layers) {
   std::ostringstream h;
@@ -87,7 +80,7 @@ Fingerprint::Fingerprint(const Config& cfg, int world_rank)
     << "layers " << n_layers_ << "\n"
     << "layout dp " << cfg.parallel.dp << " tp " << cfg.parallel.tp << " pp " << cfg.parallel.pp << " cp "
     << cfg.parallel.cp << " ep " << cfg.parallel.ep << " zero " << cfg.parallel.zero << " sp "
-    << (cfg.parallel.sp ? 1 : 0) << " microbatch " << cfg.train.microbatch_size << "\n"
+    << (cfg.parallel.sp ? 1 : 0) << " tp2d '" << cfg.parallel.tp2d << "' microbatch " << cfg.train.microbatch_size << "\n"
     << "# step order phase layer tensor seq rank count coords values sum sumsq sumabs\n";
   header_ = h.str();
 }

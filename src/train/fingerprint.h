@@ -71,10 +71,6 @@ class Fingerprint : public ActivationProbe {
   std::vector<FingerprintPiece> pieces_;
 };
 
-// ConfigError naming the layout when --fingerprint cannot place its tensors
-// at global coordinates (2-D tensor parallelism).
-void check_fingerprint(const Config& cfg);
-
 // Whether `path` starts as a fingerprint file does.
 bool is_fingerprint_file(const std::string& path);
 

@@ -12,7 +12,8 @@
 #   1 keeps its partial sum of layer 1's o-projection in step 0): compare
 #   names step 0, layer 1, the o-projection's output (mid) and rank 1, both
 #   against the fault-free tp 2 run and against one process, and exits 1;
-# - 2-D tensor parallelism is refused by name.
+# - 2-D tensor parallelism on a 2 x 2 grid against one process: within the
+#   bound, not bitwise.
 set -euo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -84,16 +85,11 @@ expect 1 fault_one tp2_fault one
 has fault_one "first difference beyond its bound: step 0, forward, layer 1, tensor mid,"
 has fault_one "replicas of one piece disagree in run A"
 
-rc=0
-"${mpi[@]}" -np 4 "$bin" train "${tiny[@]}" --set model.n_kv_heads=4 --tp 4 --set parallel.tp2d=2,2 \
-  --fingerprint "$tmp/grid.fp" >"$tmp/grid.txt" 2>&1 || rc=$?
-if [ "$rc" = 1 ] && grep -qF -- "--fingerprint with parallel.tp2d = '2,2'" "$tmp/grid.txt"; then
-  echo "ok   2-D tp refused by name"
-else
-  echo "FAIL 2-D tp: exit $rc"
-  cat "$tmp/grid.txt"
-  failures=$((failures + 1))
-fi
+# 2-D tp on a 2 x 2 grid (every kv head on one rank: 4 of them) against one process of the same model
+fp_run one_kv4 1 --set model.n_kv_heads=4
+fp_run grid 4 --set model.n_kv_heads=4 --tp 4 --set parallel.tp2d=2,2
+expect 0 grid grid one_kv4
+expect 1 grid_bits grid one_kv4 --rtol 0
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures fingerprint check(s) failed"
