@@ -6,9 +6,9 @@
 
 #include "comm/context.h"
 #include "core/memory.h"
+#include "train/explain.h"
 #include "cost/memory_estimate.h"
 #include "cost/memory_model.h"
-#include "train/explain.h"
 
 namespace mt {
 
