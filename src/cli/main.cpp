@@ -11,6 +11,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "train/compare.h"
+#include "train/fingerprint.h"
 #include "train/preempt.h"
 
 namespace {
@@ -51,6 +52,10 @@ CLI::App* add_train(CLI::App& app, mt::TrainArgs& train) {
                  "waited), pipeline idle, optimizer, checkpoint writes, memory by kind (docs/FORMATS.md)");
   tr->add_option("--trace-steps", train.run.trace_steps,
                  "The steps --trace records: 3, 2-4, 2,5 (counted from 0; default: the last step)");
+  tr->add_option("--fingerprint", train.run.fingerprint_path,
+                 "Write a checksum and float64 sums of every activation, activation gradient and parameter "
+                 "gradient, per step, layer and sequence, at layout-free coordinates (docs/FINGERPRINT.md); "
+                 "compare two runs' files with meshtrain compare A B");
   tr->add_flag("--profile", train.run.profile, "Print the share of time per kernel at the end");
   tr->add_flag("--quiet", train.run.quiet, "No per-step log lines");
   tr->footer(
@@ -152,16 +157,21 @@ CLI::App* add_compare(CLI::App& app, mt::CompareOptions& cmp) {
   CLI::App* c =
       app.add_subcommand("compare",
                          "Compare two runs: per-step losses and gradient norms, and optionally two model "
-                         "directories");
+                         "directories; or two train --fingerprint files (docs/FINGERPRINT.md)");
   c->add_option("metrics_a", cmp.metrics_a, "Metrics file (JSON lines) of run A")->required();
   c->add_option("metrics_b", cmp.metrics_b, "Metrics file of run B (the reference)")->required();
   c->add_option("--model-a", cmp.model_a, "Model directory of run A");
   c->add_option("--model-b", cmp.model_b, "Model directory of run B");
-  c->add_option("--rtol", cmp.rtol, "Relative tolerance")->capture_default_str();
+  c->add_option("--rtol", cmp.rtol, "Relative tolerance (fingerprints: 0 asks for bitwise equality)")
+      ->capture_default_str();
   c->add_option("--grad-norm-rtol", cmp.grad_norm_rtol,
                 "Relative tolerance of the per-step grad_norm (default: --rtol)");
   c->add_option("--tensor-rtol", cmp.tensor_rtol,
                 "Relative tolerance of each tensor's L2 distance (default: --rtol)");
+  c->footer(
+      "Two fingerprint files (train --fingerprint) are compared tensor by tensor: the first step, layer,\n"
+      "tensor and sequences whose checksum differs, the first whose float64 sums differ beyond their bound\n"
+      "(exit 1), and the ranks that held the pieces that differ (docs/FINGERPRINT.md).");
   return c;
 }
 
@@ -308,6 +318,11 @@ int main(int argc, char** argv) {
     if (*pla) return mt::run_plan_command(pl);
     if (*cal) return mt::run_calibrate_command(ca);
     if (*rp) return mt::run_report_command(rep);
+    if (*c && mt::is_fingerprint_file(cmp.metrics_a) && mt::is_fingerprint_file(cmp.metrics_b)) {
+      const mt::FingerprintCompare r = mt::compare_fingerprints(cmp.metrics_a, cmp.metrics_b, cmp.rtol == 0);
+      std::fputs(r.report.c_str(), stdout);
+      return r.ok ? 0 : 1;
+    }
     if (*c) {
       const mt::CompareResult r = mt::compare_runs(cmp);
       std::fputs(r.report.c_str(), stdout);

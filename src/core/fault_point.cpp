@@ -18,6 +18,9 @@ constexpr int kPoints = static_cast<int>(std::size(kKillPoints));
 // the one that armed the fault.
 std::atomic<int> g_armed_point{-1};
 std::atomic<int64_t> g_bytes_left{-1};
+// skip_reduce's site (empty: none); set before the step runs, read by its compute thread.
+std::string g_skipped_site;
+std::atomic<bool> g_skip_armed{false};
 
 int point_index(std::string_view name) {
   for (int i = 0; i < kPoints; ++i)
@@ -72,6 +75,17 @@ size_t bytes_before_kill(size_t bytes) {
     if (g_bytes_left.compare_exchange_weak(left, left - take)) return static_cast<size_t>(take);
   }
   return bytes;
+}
+
+void arm_skipped_reduction(std::string_view site) {
+  g_skipped_site = std::string(site);
+  g_skip_armed.store(true);
+}
+
+bool skipped_reduction(std::string_view site) {
+  if (!g_skip_armed.load() || site != g_skipped_site) return false;
+  g_skip_armed.store(false);
+  return true;
 }
 
 void kill_if_bytes_spent() {

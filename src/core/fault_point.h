@@ -46,4 +46,13 @@ size_t bytes_before_kill(size_t bytes);
 // Dies when an armed kill_bytes budget is spent.
 void kill_if_bytes_spent();
 
+// A wrong result rather than a crash, for --fingerprint's test (MESHTRAIN_FAULT
+// kind skip_reduce): from now on, the first reduction of the linear plan's
+// site `site` ("layer 1 attn o") that reaches skipped_reduction is undone on
+// this process, which keeps its own partial sum as if the collective had not
+// run (the collective itself still runs, so no peer waits).
+void arm_skipped_reduction(std::string_view site);
+// Whether the reduction at `site` is the armed one (true once, then disarmed).
+bool skipped_reduction(std::string_view site);
+
 }  // namespace mt

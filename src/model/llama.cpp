@@ -211,6 +211,8 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
     const float* P = store_->acquire_params(unit, Pass::forward);
     layer_forward(i, P, acts_for(i), sl.resid[static_cast<size_t>(i)].data(),
                   sl.resid[static_cast<size_t>(i + 1)].data());
+    probe(table_.stage.first_layer + i, "out", false, sl.resid[static_cast<size_t>(i + 1)].data(),
+          ProbeRows::resid);
     store_->release_params(unit, Pass::forward);
   }
   if (cfg_.moe()) moe_tally_forward(sl);
@@ -234,7 +236,11 @@ void Llama::layers_backward(Slot& sl) {
     LayerActs& a = acts_for(i);
     // Recomputation: the same kernels (and, on a grid, collectives) on the same
     // input, so the recomputed activations are bitwise the ones the forward produced.
-    if (opts_.recompute) layer_forward(i, P, a, x_in, nullptr);
+    if (opts_.recompute) {
+      recomputing_ = true;
+      layer_forward(i, P, a, x_in, nullptr);
+      recomputing_ = false;
+    }
     layer_backward(i, P, G, a, x_in, buf_->dres.data());
     store_->release_grads(unit);
     store_->release_params(unit, Pass::backward);
@@ -264,6 +270,7 @@ void Llama::embed_forward(Slot& sl) {
                         E + (table_.embed - units_[static_cast<size_t>(eu)].begin), N_, cfg_.vocab_size,
                         plan_.entry(kEmbed));
   }
+  probe(-1, "embed", false, sl.resid[0].data(), ProbeRows::resid);
   store_->release_params(eu, Pass::forward);
 }
 

@@ -48,6 +48,7 @@
 #include "parallel/cp_attention.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/linear_plan.h"
+#include "parallel/probe.h"
 #include "parallel/store.h"
 #include "parallel/tensor_parallel.h"
 #include "pipeline/stage.h"
@@ -98,6 +99,9 @@ struct ModelOptions {
   // global batch (dp). The router losses are a mean over all those
   // microbatches, so each one's weight is coef / (microbatches × moe_groups).
   int64_t moe_groups = 1;
+  // train --fingerprint (parallel/probe.h): reads each site's activations and
+  // gradients at global coordinates; null: off (one pointer test per site).
+  ActivationProbe* probe = nullptr;
 };
 
 // A step's mixture-of-experts statistics on this rank, from the microbatches
@@ -318,6 +322,18 @@ class Llama : public pp::Stage {
   TokenCoords residual_coords() const;
   void dropout_coords(Slot& sl) const;  // the slot's seq_rows, seq_resid, pos_resid
   bool sp_on() const { return tp_group() != nullptr && opts_.sp; }
+  // --fingerprint (llama_probe.cpp): tensor `name` of model layer gl, its rows
+  // the microbatch's N tokens (batch) or the residual stream's Nl, its columns
+  // entry e's output or input side as the plan places them (the residual
+  // stream's when e is null). Nothing without a probe or while recomputing.
+  enum class ProbeRows { batch, resid };
+  void probe(int64_t gl, const char* name, bool grad, const float* v, ProbeRows rows,
+             const tp::LinearEntry* e = nullptr, bool out = true) const {
+    if (opts_.probe != nullptr && !recomputing_) probe_record(gl, name, grad, v, rows, e, out);
+  }
+  void probe_record(int64_t gl, const char* name, bool grad, const float* v, ProbeRows rows,
+                    const tp::LinearEntry* e, bool out) const;
+  bool recomputing_ = false;  // layers_backward's recomputation of a layer (not probed twice)
   Group* cp_group() const { return MeshView::live(opts_.mesh.cp); }  // null without context parallelism
 
   // Features of a residual-stream row here: d_model, or d_model / tp on a grid.

@@ -21,6 +21,7 @@ double Llama::head_forward(Slot& sl) {
     plan_.norm_forward(sl.lnf.data(), sl.rstdf.data(), sl.resid.back().data(), Fp + norm_rel_, Nl,
                        static_cast<float>(cfg_.norm_eps), final_norm_site());
   }
+  probe(cfg_.n_layers, "final_norm", false, sl.lnf.data(), ProbeRows::resid);
   {
     MT_TIMED(Kernel::gemm);
     plan_.head_forward(sl.logits.data(), sl.lnf_full.data(), sl.lnf.data(), head + head_rel_, N, e);
@@ -31,6 +32,9 @@ double Llama::head_forward(Slot& sl) {
   MT_TIMED(Kernel::cross_entropy);
   plan_.loss_forward(sl.losses.data(), sl.lse_ce.data(), sl.logits.data(), sl.targets.data(), N, V,
                      kIgnoreIndex, e);
+  if (opts_.probe != nullptr)  // each token's loss: one column, the same on every tp rank
+    opts_.probe->record(cfg_.n_layers, "loss", false, sl.losses.data(), N, 1,
+                        {sl.seq_rows.data(), sl.pos.data(), sl.T}, {{0, 0, 1}});
   double sum = 0.0;  // in token order: deterministic (and the same on every tp rank)
   for (int64_t i = 0; i < N; ++i)
     sum += sl.losses.data()[i];
@@ -73,6 +77,7 @@ float* Llama::head_backward(float dloss) {
                         Fp + norm_rel_, sl.rstdf.data(), Nl, final_norm_site());
     norm_grad.finish({{Fg + norm_rel_, W}}, final_norm_site(), "sp weight grads", {1, W});
   }
+  probe(cfg_.n_layers, "in", true, b.dres.data(), ProbeRows::resid);
   if (tied_here) store_->release_params(head_unit_, Pass::backward);
   store_->release_grads(fu);
   store_->release_params(fu, Pass::backward);

@@ -28,6 +28,7 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
     MT_TIMED(Kernel::rmsnorm);
     p.norm_forward(ln1, a.rstd1.data(), x_in, P + o.ln1, Nl, eps, at.norms);
   }
+  probe(gl, "ln1", false, ln1, ProbeRows::resid);
   {
     MT_TIMED(Kernel::gemm);  // q, k, v in one GEMM
     p.forward(a.qkv.data(), a.ln1_full.data(), ln1, P + o.qkv, N, p.entry(kQkv), at.qkv);
@@ -36,6 +37,7 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
     MT_TIMED(Kernel::rope);  // q and k, by the attention strategy (the KV cache's may keep k unrotated)
     attention_->rotate(a.qkv.data(), pos, rope_, N, H, KV, QKV);
   }
+  probe(gl, "qkv", false, a.qkv.data(), ProbeRows::batch, &p.entry(kQkv), true);
   {
     MT_TIMED(Kernel::attention);
     AttentionDims d{B, T, T, H, KV, D, QKV, QKV, Q};
@@ -45,6 +47,7 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
     const float *k = q + Q, *v = q + Q + KV * D;
     attention_->forward(l, a.att.data(), a.lse.data(), q, k, v, pos, pos, d, site_of(gl, "attn"));
   }
+  probe(gl, "att", false, a.att.data(), ProbeRows::batch, &p.entry(kO), false);
   {
     MT_TIMED(Kernel::gemm);  // mid = x + o_proj(att), with hidden dropout: x + dropout(o_proj(att))
     const DropoutKey drop = dropout_at(gl, "o_proj", cfg_.hidden_dropout);
@@ -55,13 +58,14 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
       add_inplace(a.mid.data(), x_in, Nl * W);
     }
   }
-  // A mixture of experts reads its own tokens' norm (its Nl rows, kept in
-  // a.ln2): it is not gathered over tp.
+  probe(gl, "mid", false, a.mid.data(), ProbeRows::resid);
+  // A mixture of experts reads its own tokens' norm (its Nl rows, kept in a.ln2): not gathered over tp.
   float* ln2 = norm_output(a.ln2);
   {
     MT_TIMED(Kernel::rmsnorm);
     p.norm_forward(ln2, a.rstd2.data(), a.mid.data(), P + o.ln2, Nl, eps, at.norms);
   }
+  probe(gl, "ln2", false, ln2, ProbeRows::resid);
   if (o.moe()) {  // the mixture of experts in place of the MLP (experts not split over tp)
     moe_forward(l, P, a, x_out, x_out != nullptr);
     return;
@@ -70,10 +74,12 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
     MT_TIMED(Kernel::gemm);  // gate and up in one GEMM
     p.forward(a.gu.data(), a.ln2_full.data(), ln2, P + o.gate_up, N, p.entry(kGateUp), at.gate_up);
   }
+  probe(gl, "gate_up", false, a.gu.data(), ProbeRows::batch, &p.entry(kGateUp), true);
   {
     MT_TIMED(Kernel::swiglu);
     swiglu_forward(a.h.data(), a.gu.data(), N, F);
   }
+  probe(gl, "h", false, a.h.data(), ProbeRows::batch, &p.entry(kDown), false);
   MT_TIMED(Kernel::gemm);  // x_out = mid + down(h), with hidden dropout: mid + dropout(down(h))
   if (x_out == nullptr) {  // recomputation: down's backward reads its input (gathered, where it gathers)
     p.keep_input(a.h_full.data(), a.h.data(), N, p.entry(kDown), at.down);
@@ -125,20 +131,24 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
       p.backward(b.dmid.data(), G + o.down, dropped_grad(gl, "down_proj", dres),
                  p.gemm_input(a.h.data(), a.h_full.data(), down), P + o.down, N, down, at.down);
     }
+    probe(gl, "h", true, b.dmid.data(), ProbeRows::batch, &down, false);
     {
       MT_TIMED(Kernel::swiglu);
       swiglu_backward(b.dgu.data(), b.dmid.data(), a.gu.data(), N, F);
     }
+    probe(gl, "gate_up", true, b.dgu.data(), ProbeRows::batch, &gate_up, true);
     store_->poll();
     MT_TIMED(Kernel::gemm);
     p.backward(dln2, G + o.gate_up, b.dgu.data(), p.gemm_input(a.ln2.data(), a.ln2_full.data(), gate_up),
                P + o.gate_up, N, gate_up, at.gate_up);
   }
+  probe(gl, "ln2", true, dln2, ProbeRows::resid);
   {
     MT_TIMED(Kernel::rmsnorm);
     p.norm_backward(b.dtmp.data(), g_ln2, dln2, a.mid.data(), P + o.ln2, a.rstd2.data(), Nl, at.norms);
     add_inplace(dres, b.dtmp.data(), Nl * W);  // dres is now dL/d(mid)
   }
+  probe(gl, "mid", true, dres, ProbeRows::resid);
   store_->poll();
   // Attention: mid = x + o_proj(att).
   {
@@ -146,7 +156,9 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
     p.backward(b.dmid.data(), G + o.o, dropped_grad(gl, "o_proj", dres),
                p.gemm_input(a.att.data(), a.att_full.data(), out), P + o.o, N, out, at.o);
   }
+  probe(gl, "att", true, b.dmid.data(), ProbeRows::batch, &out, false);
   attention_core_backward(gl, a);  // b.dqkv = d(q|k|v) before RoPE
+  probe(gl, "qkv", true, b.dqkv.data(), ProbeRows::batch, &qkv, true);
   // A kv head replicated on several tp ranks gets a part of its gradient from
   // each (through that rank's query heads): the entry sums the parts over the
   // replicas, once, before they join G.
@@ -156,11 +168,13 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
     p.backward(dln1, G + o.qkv, b.dqkv.data(), p.gemm_input(a.ln1.data(), a.ln1_full.data(), qkv), P + o.qkv,
                N, qkv, at.qkv, at.kv);
   }
+  probe(gl, "ln1", true, dln1, ProbeRows::resid);
   {
     MT_TIMED(Kernel::rmsnorm);
     p.norm_backward(b.dtmp.data(), g_ln1, dln1, x_in, P + o.ln1, a.rstd1.data(), Nl, at.norms);
     add_inplace(dres, b.dtmp.data(), Nl * W);  // dres is now dL/dx_in
   }
+  probe(gl, "in", true, dres, ProbeRows::resid);
   norm_grads.finish({{G + o.ln1, W}, {G + o.ln2, W}}, at.norms, "sp weight grads", {2, W});
 }
 

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "comm/group.h"
+#include "parallel/probe.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/tp_placement.h"
 #include "parallel/tp_plan.h"
@@ -163,6 +164,14 @@ class LinearPlan {
   Group* token_shards() const { return norms_.partial; }
   // Each entry's plan as text lines, for --explain.
   std::string explain() const;
+  // Where this rank's columns of an activation sit in the global tensor
+  // (--fingerprint, parallel/probe.h; linear_plan_coords.cpp): of entry e's
+  // output (out) or input, the residual stream's when e is null. Every
+  // column of the local buffer is in one span; a kv head replicated over tp
+  // has the same global span on each replica (forward), a partial one
+  // (grad: its gradient before the replicas' sum). The output of a fused
+  // site has one span per block.
+  std::vector<ColumnSpan> columns(const LinearEntry* e, bool out, bool grad) const;
 
   // out = inp · wᵀ through the entry's collectives; saved: its gathered input
   // where it gathers (gemm_input), resid: added to out (same shape).

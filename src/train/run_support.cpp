@@ -44,7 +44,9 @@ std::string fault_grammar() {
          "slow_io:RANK:STEP:SECONDS, slow_copy:RANK:STEP:SECONDS, slow_steps:RANK:STEP:MILLISECONDS, "
          "kill_bytes:RANK:STEP:BYTES, "
          "kill_save:RANK:STEP:POINT (POINT one of " +
-         kill_point_list() + "); RANK and STEP non-negative integers";
+         kill_point_list() +
+         "), skip_reduce:RANK:STEP:SITE (SITE a linear site, 'layer 1 attn o'); RANK and "
+         "STEP non-negative integers";
 }
 
 // The whole of `s` as a non-negative integer (digits only), or -1.
@@ -79,7 +81,8 @@ Fault parse_fault(const std::string& text) {
   };
   const std::string& kind = p[0];
   const bool takes_arg = kind == "enospc" || kind == "slow_io" || kind == "slow_copy" ||
-                         kind == "slow_steps" || kind == "kill_bytes" || kind == "kill_save";
+                         kind == "slow_steps" || kind == "kill_bytes" || kind == "kill_save" ||
+                         kind == "skip_reduce";
   if (kind != "throw" && kind != "bad_alloc" && kind != "stall" && kind != "sigterm" && !takes_arg)
     bad("unknown kind '" + kind + "'");
   const size_t want = takes_arg ? 4 : 3;
@@ -96,6 +99,10 @@ Fault parse_fault(const std::string& text) {
   if (f.step < 0) bad("STEP '" + p[2] + "' is not a non-negative integer");
   if (kind == "kill_save") {
     if (!is_kill_point(p[3])) bad("POINT '" + p[3] + "' is not a kill point");
+    f.point = p[3];
+  } else if (kind == "skip_reduce") {
+    if (p[3].rfind("layer ", 0) != 0)
+      bad("SITE '" + p[3] + "' is not a layer's linear site ('layer 1 attn o')");
     f.point = p[3];
   } else if (takes_arg) {
     const int64_t arg = whole_number(p[3]);
@@ -133,6 +140,7 @@ void inject_fault(const Fault& f, int rank, int64_t step) {
   if (f.kind == "slow_copy") set_snapshot_copy_delay(f.arg);
   if (f.kind == "kill_save") arm_kill_point(f.point);
   if (f.kind == "kill_bytes") arm_kill_after_bytes(static_cast<int64_t>(f.arg));
+  if (f.kind == "skip_reduce") arm_skipped_reduction(f.point);
 }
 
 }  // namespace mt

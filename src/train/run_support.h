@@ -47,13 +47,16 @@ class MetricsWriter : public SaveLog {
 //   kill_save from then on, SIGKILLs itself when it first reaches the kill
 //             point ARG of a checkpoint save (core/fault_point.h);
 //   kill_bytes from then on, SIGKILLs itself once ARG more bytes of files
-//             (its checkpoint shard first) have been written.
+//             (its checkpoint shard first) have been written;
+//   skip_reduce the first forward reduction of linear site ARG ("layer 1
+//             attn o") from then on keeps this rank's partial sum
+//             (core/fault_point.h): a wrong result for --fingerprint to find.
 struct Fault {
   std::string kind;  // empty: no fault
   int rank = -1;
   int64_t step = -1;
   double arg = 0;     // enospc, kill_bytes: bytes; slow_io, slow_copy: seconds
-  std::string point;  // kill_save: one of kKillPoints
+  std::string point;  // kill_save: one of kKillPoints; skip_reduce: the site
 };
 
 // Parses one MESHTRAIN_FAULT value; ConfigError naming the value and the

@@ -120,6 +120,8 @@ TrainModel make_train_model(const Config& cfg, const RunOptions& opts, const Run
   else
     t.stages = {StageRange{}};
   ModelOptions mo = model_options(cfg, opts, mesh);
+  if (!opts.fingerprint_path.empty()) t.fingerprint = std::make_unique<Fingerprint>(cfg, mesh.rank);
+  mo.probe = t.fingerprint.get();
   std::unique_ptr<CheckpointReader> checkpoint;  // --init-from of a checkpoint directory
   if (!opts.init_from.empty() && is_checkpoint_dir(opts.init_from))
     checkpoint = std::make_unique<CheckpointReader>(opts.init_from);

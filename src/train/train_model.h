@@ -13,6 +13,7 @@
 #include "model/stage_split.h"
 #include "optim/optimizer.h"
 #include "pipeline/executor.h"
+#include "train/fingerprint.h"
 #include "train/run_mesh.h"
 #include "train/trainer.h"
 
@@ -35,6 +36,8 @@ struct TrainModel {
   // Called before the optimizer next changes the parameters and moments: an
   // asynchronous checkpoint still copying them waits there (ckpt/checkpoint_async.h).
   std::function<void()> before_update;
+  // --fingerprint: what the chunks' probe records (null: off; train/fingerprint.h).
+  std::unique_ptr<Fingerprint> fingerprint;
 
   bool pipelined() const { return stages.size() > 1; }
   Llama& first() { return *chunks.front(); }

@@ -137,11 +137,16 @@ StepStats train_step(TrainModel& model, const RunMesh& mesh, const Config& cfg, 
   for (auto& c : model.chunks)  // dropout's masks are keyed by (seed, step); evaluation runs without
     c->set_dropout(tc.seed, step);
   phase.reset();
+  if (model.fingerprint) model.fingerprint->begin_step(step);
   double loss_sum = model.executor->run(mine.inputs.data(), mine.targets.data(), valid);
   phase.emplace("phase", "reduce");
   for (auto& c : model.chunks)
     c->clear_dropout();
   sum_tied_embedding(mesh, model.tied_store);
+  if (model.fingerprint) {  // --fingerprint: the gradients after every reduction, before clipping
+    model.fingerprint->end_pass();
+    model.fingerprint->record_grads(model, mesh, step);
+  }
   sum_over(mesh.pp_group(), &loss_sum, "pp sum");  // only the last stage has a loss
   sum_over_dp_cp(mesh, &loss_sum, "loss");
   double norm[1 + kVotes] = {0.0};  // Σ g², then the votes (small counts: exact in double)

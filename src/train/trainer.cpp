@@ -15,11 +15,12 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "core/trace_spans.h"
+#include "cost/flops.h"
+#include "cost/memory_estimate.h"
 #include "data/token_file.h"
 #include "ops/gemm.h"
 #include "optim/schedule.h"
-#include "cost/flops.h"
-#include "cost/memory_estimate.h"
+#include "train/fingerprint.h"
 #include "train/metrics_lines.h"
 #include "train/model_io.h"
 #include "train/preempt.h"
@@ -65,6 +66,8 @@ std::vector<std::string> validate_run(Config& cfg, RunOptions& opts, int world_s
   // writes them all).
   if (!opts.save_dir.empty() && rank == 0) check_dir_writable(opts.save_dir);
   if (!opts.metrics_path.empty() && rank == 0) check_file_writable(opts.metrics_path, "--metrics");
+  if (!opts.fingerprint_path.empty() && rank == 0)
+    check_file_writable(opts.fingerprint_path, "--fingerprint");
   MT_REQUIRE(opts.trace_steps.empty() || !opts.trace_path.empty(), ConfigError, "--trace-steps '",
              opts.trace_steps, "' chooses the steps of a trace: it needs --trace FILE");
   if (!opts.trace_path.empty()) {
@@ -249,6 +252,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   }
   if (do_eval && tc.steps % tc.eval_every != 0) evaluate(tc.steps - 1);
   trace.write(mesh, cfg.parallel.io_timeout_s, opts.quiet);
+  if (model.fingerprint) model.fingerprint->write(opts.fingerprint_path, mesh);  // collective
   require_finite_result(model.chunk_ptrs(), result.val_losses, mesh.world(),
                         lead);  // collective; before any save
   if (!opts.save_dir.empty()) {

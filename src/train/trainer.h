@@ -34,6 +34,8 @@ struct RunOptions {
   std::string trace_steps;  // --trace-steps: "3", "2-4", "2,5" (empty: the last step)
   bool explain = false;     // rank 0 prints every rank's collectives of the first step (explain.h)
   bool explain_memory = false;  // rank 0 prints the memory model beside every rank's measured peaks
+  std::string
+      fingerprint_path;  // --fingerprint: every site's checksums, written by rank 0 (train/fingerprint.h)
 };
 
 struct StepStats {

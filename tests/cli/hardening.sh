@@ -73,7 +73,7 @@ case $case_name in
     check "an unwritable place is refused (status $rc)" test "$rc" -eq 1
     ;;
   fault_grammar)  # a malformed MESHTRAIN_FAULT is refused at start-up with the grammar
-    for bad in "explode:0:1" "throw:0:1junk" "throw:0"; do
+    for bad in "explode:0:1" "throw:0:1junk" "throw:0" "skip_reduce:0:0:attn o"; do
       MESHTRAIN_FAULT=$bad job 20 "${one[@]}"
       check "'$bad' refused (status $rc)" test "$rc" -eq 1
       check "'$bad' message shows the grammar" has "KIND:RANK:STEP[:ARG]" "$tmp/err"
