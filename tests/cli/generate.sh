@@ -82,8 +82,10 @@ timeout 120 mpirun -np 2 --oversubscribe --allow-run-as-root "$bin" train "${dyn
   [ "$failures" -eq 0 ] || exit 1
   [ -e "$tmp/d1.bounds" ] && read -r -a rtol <"$tmp/d1.bounds"
   cmp=(--rtol "${rtol[0]}" --grad-norm-rtol "${rtol[1]}" --tensor-rtol "${rtol[2]}" --model-b "$tmp/d1")
-  "$bin" compare "$tmp/d2.jsonl" "$tmp/d1.jsonl" --model-a "$tmp/d2" "${cmp[@]}" | grep "^losses: 3 steps" \
-    >/dev/null || { echo "dynamic scaling under cp 2 is not the one-process run within ${rtol[*]}"; exit 1; }
+  out=$("$bin" compare "$tmp/d2.jsonl" "$tmp/d1.jsonl" --model-a "$tmp/d2" "${cmp[@]}") &&
+    grep -q "^losses: 3 steps" <<<"$out" ||
+    { echo "dynamic scaling under cp 2 is not the one-process run within ${rtol[*]}: $out"; exit 1; }
+  echo "dynamic scaling, cp 2 against one process: $(tr '\n' ' ' <<<"$out")"
   if "$bin" compare "$tmp/d0.jsonl" "$tmp/d1.jsonl" --model-a "$tmp/d0" "${cmp[@]}" >/dev/null; then
     echo "dynamic scaling past L0 must change the run beyond the bounds ${rtol[*]}"
     exit 1
