@@ -1,10 +1,14 @@
-// A dense Llama's forward in double on a model's own parameters, through the
+// A Llama's forward in double on a model's own parameters, through the
 // double references of ops/reference.h and ops/attention_reference.h: the
 // float64 run of the same model that the decoding tests measure the fp32
-// model's own rounding against (testing::layout_tol, tests/bounds.h). Dense,
-// one process, no dropout; positions 0..T−1 of each sequence.
+// model's own rounding against (testing::layout_tol, tests/bounds.h), and
+// that the MoE finite-difference check differentiates (test_moe_parts.cpp).
+// Dense or mixture of experts (dropless, no router bias: docs/MODEL.md
+// "Mixture of experts"), one process, no dropout; positions 0..T−1 of each
+// sequence.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -17,13 +21,74 @@
 
 namespace mt::testing {
 
-// Logits [B·T, V] of tokens [B, T].
-inline std::vector<double> llama_logits_f64(const Llama& m, const int32_t* tokens, int64_t B, int64_t T) {
+// The MoE MLP of one layer in double: router logits h·Wgᵀ, softmax, the top k
+// probabilities (a tie to the lower expert), their renormalised weights, the
+// SwiGLU experts' weighted sum added to x; the router statistics (each slot's
+// choices, the probabilities' and lse²'s sums) accumulate in `out`.
+struct ForwardF64 {
+  std::vector<double> logits;       // [B·T, V]
+  double aux = 0, z = 0;            // the load-balancing and z losses, unscaled (MoeTally's)
+  std::vector<int32_t> experts;     // each MoE layer's [N, k] choices, in layer order
+  std::vector<double> count, psum;  // [k·E] choices per slot and expert, [E] Σ p
+  double zsum = 0, rows = 0;
+};
+
+template <class Param>
+void moe_mlp_f64(std::vector<double>& x, const std::vector<double>& h, const std::string& pre,
+                 const ModelConfig& cfg, int64_t N, const Param& P, ForwardF64& out) {
+  const int64_t C = cfg.d_model, E = cfg.n_experts, K = cfg.top_k, I = cfg.expert_hidden();
+  std::vector<double> r(static_cast<size_t>(N * E));
+  ref::linear_forward(r.data(), h.data(), P(pre + "block_sparse_moe.gate.weight").data(), N, C, E);
+  out.count.resize(static_cast<size_t>(K * E));
+  out.psum.resize(static_cast<size_t>(E));
+  std::vector<double> gu(static_cast<size_t>(2 * I)), z(static_cast<size_t>(I)), y(static_cast<size_t>(C));
+  for (int64_t n = 0; n < N; ++n) {
+    double* row = r.data() + n * E;
+    const double mx = *std::max_element(row, row + E);
+    double s = 0;
+    for (int64_t e = 0; e < E; ++e)
+      s += std::exp(row[e] - mx);
+    const double lse = mx + std::log(s);
+    for (int64_t e = 0; e < E; ++e)
+      row[e] = std::exp(row[e] - lse);
+    out.zsum += lse * lse;
+    std::vector<int32_t> order(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e)
+      order[static_cast<size_t>(e)] = static_cast<int32_t>(e);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+    double wsum = 0;
+    for (int64_t k = 0; k < K; ++k)
+      wsum += row[order[static_cast<size_t>(k)]];
+    for (int64_t e = 0; e < E; ++e)
+      out.psum[static_cast<size_t>(e)] += row[e];
+    for (int64_t k = 0; k < K; ++k) {
+      const int32_t e = order[static_cast<size_t>(k)];
+      out.experts.push_back(e);
+      out.count[static_cast<size_t>(k * E + e)] += 1;
+      const std::string w = pre + "block_sparse_moe.experts." + std::to_string(e) + ".";
+      const std::vector<double> W1 = P(w + "w1.weight"), W3 = P(w + "w3.weight"), W2 = P(w + "w2.weight");
+      ref::linear_forward(gu.data(), h.data() + n * C, W1.data(), 1, C, I);
+      ref::linear_forward(gu.data() + I, h.data() + n * C, W3.data(), 1, C, I);
+      ref::swiglu_forward(z.data(), gu.data(), 1, I);
+      ref::linear_forward(y.data(), z.data(), W2.data(), 1, I, C);
+      for (int64_t c = 0; c < C; ++c)
+        x[static_cast<size_t>(n * C + c)] += row[e] / wsum * y[static_cast<size_t>(c)];
+    }
+  }
+  out.rows += static_cast<double>(N);
+}
+
+// The forward of tokens [B, T] on parameters `params` (the model's layout,
+// m.num_params() values): logits, and for a MoE model its router losses and
+// choices.
+inline ForwardF64 llama_forward_f64(const Llama& m, const std::vector<double>& params, const int32_t* tokens,
+                                    int64_t B, int64_t T) {
   const ModelConfig& cfg = m.config();
   const auto P = [&](const std::string& name) {
     const ParamSpec& s = m.param_table().find(name);
-    return std::vector<double>(m.params() + s.offset, m.params() + s.offset + s.numel);
+    return std::vector<double>(params.begin() + s.offset, params.begin() + s.offset + s.numel);
   };
+  ForwardF64 out;
   const int64_t N = B * T, C = cfg.d_model, H = cfg.n_heads, KV = cfg.n_kv_heads, D = cfg.head_dim(),
                 F = cfg.ffn_hidden, V = cfg.vocab_size;
   const std::vector<double> E = P("model.embed_tokens.weight");
@@ -72,6 +137,10 @@ inline std::vector<double> llama_logits_f64(const Llama& m, const int32_t* token
       x[i] += o[i];
     ref::rmsnorm_forward(h.data(), rstd.data(), x.data(), P(pre + "post_attention_layernorm.weight").data(),
                          N, C, eps);
+    if (cfg.is_moe_layer(l)) {
+      moe_mlp_f64(x, h, pre, cfg, N, P, out);
+      continue;
+    }
     ref::linear_forward(g.data(), h.data(), P(pre + "mlp.gate_proj.weight").data(), N, C, F);
     ref::linear_forward(up.data(), h.data(), P(pre + "mlp.up_proj.weight").data(), N, C, F);
     for (int64_t n = 0; n < N; ++n)
@@ -85,10 +154,23 @@ inline std::vector<double> llama_logits_f64(const Llama& m, const int32_t* token
       x[i] += o[i];
   }
   ref::rmsnorm_forward(h.data(), rstd.data(), x.data(), P("model.norm.weight").data(), N, C, eps);
-  std::vector<double> logits(static_cast<size_t>(N * V));
-  ref::linear_forward(logits.data(), h.data(), (cfg.tie_embeddings ? E : P("lm_head.weight")).data(), N, C,
-                      V);
-  return logits;
+  out.logits.resize(static_cast<size_t>(N * V));
+  ref::linear_forward(out.logits.data(), h.data(), (cfg.tie_embeddings ? E : P("lm_head.weight")).data(), N,
+                      C, V);
+  if (out.rows > 0) {  // MoeTally::aux_loss and z_loss
+    const int64_t Ex = cfg.n_experts;
+    for (size_t i = 0; i < out.count.size(); ++i)
+      out.aux += out.count[i] / out.rows * (out.psum[i % static_cast<size_t>(Ex)] / out.rows);
+    out.aux *= static_cast<double>(Ex);
+    out.z = out.zsum / out.rows;
+  }
+  return out;
+}
+
+// Logits [B·T, V] of tokens [B, T] on the model's own parameters.
+inline std::vector<double> llama_logits_f64(const Llama& m, const int32_t* tokens, int64_t B, int64_t T) {
+  const std::vector<double> params(m.params(), m.params() + m.num_params());
+  return llama_forward_f64(m, params, tokens, B, T).logits;
 }
 
 // max |a − b| over n elements.

@@ -44,7 +44,8 @@ inline std::vector<double> read_f64(const std::filesystem::path& p) {
 }
 
 // ‖a − b‖ / ‖b‖ over n elements.
-inline double rel_l2(const float* a, const double* b, int64_t n) {
+template <typename A>
+double rel_l2(const A* a, const double* b, int64_t n) {
   double num = 0, den = 0;
   for (int64_t i = 0; i < n; ++i) {
     num += (a[i] - b[i]) * (a[i] - b[i]);

@@ -19,6 +19,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "model/llama.h"
+#include "model/llama_double.h"
 #include "ops/router.h"
 #include "parallel/expert_parallel.h"
 #include "reference_io.h"
@@ -134,6 +135,18 @@ void check_against_pytorch(const ModelConfig& cfg, bool recompute, const std::st
   const double logits_bound = bound(rel_l2(logits32.data(), ref_logits.data(), n_logits));
   testing::log_ratio(d_logits / logits_bound, "logits vs torch f64");
   EXPECT_LT(d_logits, logits_bound);
+  // The double model of llama_double.h (which test_moe_parts.cpp's finite
+  // differences differentiate) is this model: against PyTorch float64 two
+  // double runs differ by their rounding only, each sum of K ≤ 10³ terms
+  // within K·u64 ≈ 1e-13 of its magnitudes, so 1e-11 relative (10⁵·u64) is
+  // far above that and far below a wrong term's 1e-3 or more.
+  if (cfg.capacity_factor == 0) {
+    const std::vector<double> x(model.params(), model.params() + model.num_params());
+    const testing::ForwardF64 f64 = testing::llama_forward_f64(model, x, b.inputs.data(), b.B, b.T);
+    EXPECT_LT(rel_l2(f64.logits.data(), ref_logits.data(), n_logits), 1e-11) << "double model's logits";
+    EXPECT_NEAR(f64.aux, router.at(0), 1e-11 * std::abs(router.at(0))) << "double model's aux loss";
+    EXPECT_NEAR(f64.z, router.at(1), 1e-11 * std::abs(router.at(1))) << "double model's z-loss";
+  }
   const std::vector<double> ref_grads = read_f64(out / "grads.f64"),
                             grads64_32 = read_f64(out / "grads32.f64");
   ASSERT_EQ(static_cast<int64_t>(ref_grads.size()), model.num_params());

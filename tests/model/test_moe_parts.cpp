@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -13,12 +15,14 @@
 #include "bounds.h"
 #include "config/config.h"
 #include "core/error.h"
-#include "formats/safetensors.h"
-#include "model/llama.h"
-#include "ops/router.h"
-#include "parallel/expert_parallel.h"
 #include "cost/flops.h"
 #include "cost/memory_estimate.h"
+#include "formats/safetensors.h"
+#include "model/llama.h"
+#include "model/llama_double.h"
+#include "ops/reference.h"
+#include "ops/router.h"
+#include "parallel/expert_parallel.h"
 #include "train/model_io.h"
 
 namespace mt {
@@ -53,9 +57,74 @@ double total_loss(Llama& m, const std::vector<int32_t>& in, const std::vector<in
   return ce + c.router_aux_loss_coef * m.moe_aux_loss() + c.router_z_loss_coef * m.moe_z_loss();
 }
 
-// Directional derivatives along a fixed ±1 direction over whole tensors,
-// against central differences: each tensor's analytic gradient is checked as
-// a whole, with an error far below what a wrong term would make.
+// The training loss of the double model (llama_double.h) on parameters x.
+struct LossF64 {
+  double loss = 0;
+  std::vector<int32_t> experts;  // its routing, for the no-flip check
+};
+LossF64 total_loss_f64(const Llama& m, const std::vector<double>& x, const std::vector<int32_t>& in,
+                       const std::vector<int32_t>& tg, int64_t B, int64_t T) {
+  const ModelConfig& c = m.config();
+  const testing::ForwardF64 f = testing::llama_forward_f64(m, x, in.data(), B, T);
+  std::vector<double> losses(static_cast<size_t>(B * T)), lse(losses.size());
+  ref::cross_entropy_forward(losses.data(), lse.data(), f.logits.data(), tg.data(), B * T, c.vocab_size,
+                             kIgnoreIndex);
+  double ce = 0;
+  for (double l : losses)
+    ce += l;
+  return {ce / static_cast<double>(B * T) + c.router_aux_loss_coef * f.aux + c.router_z_loss_coef * f.z,
+          f.experts};
+}
+
+// ±1 along a fixed pattern over a whole tensor.
+std::vector<double> direction(int64_t n) {
+  std::vector<double> dir(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    dir[static_cast<size_t>(i)] = ((i * 2654435761u) >> 7) % 2 ? 1.0 : -1.0;
+  return dir;
+}
+
+// The directional derivative of the double model's loss along dir over the
+// tensor at [offset, offset + dir.size()), by central differences at h and
+// h/2: D(h/2), its truncation bound and whether the routing stayed that of x.
+struct CentralDiff {
+  double d = 0, trunc = 0;
+  bool same_routing = true;
+};
+CentralDiff central_diff(const std::function<LossF64(const std::vector<double>&)>& F, std::vector<double> x,
+                         int64_t offset, const std::vector<double>& dir, double h,
+                         const std::vector<int32_t>& routing) {
+  CentralDiff out;
+  double D[2];
+  for (int half = 0; half < 2; ++half) {
+    const double step = half ? h / 2 : h;
+    double f[2];
+    for (int side = 0; side < 2; ++side) {
+      std::vector<double> xs = x;
+      for (size_t i = 0; i < dir.size(); ++i)
+        xs[static_cast<size_t>(offset) + i] += (side ? -step : step) * dir[i];
+      const LossF64 l = F(xs);
+      f[side] = l.loss;
+      out.same_routing = out.same_routing && l.experts == routing;
+    }
+    D[half] = (f[0] - f[1]) / (2 * step);
+  }
+  // D(h) − D(h/2) = (3/4)·c·h² to leading order (c = f‴/6 along dir), so D(h/2)
+  // errs by a third of the difference; 4/3 of it (D(h)'s error, 4 times
+  // that) leaves room for the O(h⁴) terms (Richardson).
+  out.d = D[1];
+  out.trunc = 4.0 / 3.0 * std::abs(D[0] - D[1]);
+  return out;
+}
+
+// Directional derivatives along a fixed ±1 direction over whole tensors: the
+// fp32 backward against central differences of the double model
+// (llama_double.h) at the same parameters, so the check holds the backward
+// to the forward's math with no fp32 rounding in the difference quotient: an
+// fp32 quotient at step h carries the fp32 loss's rounding divided by h (500
+// times it at h = 2e-3), for which no tight a priori bound exists; in double
+// that term is 2⁻²⁹ as large, and the bound is derived:
+// |A − D| ≤ truncation (Richardson, above) + double rounding + A's own error.
 TEST(MoeLayer, GradientsMatchFiniteDifferences) {
   const ModelConfig cfg = small_moe();
   const int64_t B = 2, T = 6;
@@ -70,43 +139,80 @@ TEST(MoeLayer, GradientsMatchFiniteDifferences) {
   Llama m(cfg, mo);
   m.init(5);
   m.zero_grads();
-  total_loss(m, in, tg, B, T);
+  const double f32 = total_loss(m, in, tg, B, T);
   m.backward(static_cast<float>(1.0 / static_cast<double>(B * T)));
   const std::vector<float> g(m.grads(), m.grads() + m.num_params());
+  // The same model without the load-balancing loss's gradient: a dropped term,
+  // which must miss the difference quotient by orders of magnitude.
+  ModelConfig no_aux_cfg = cfg;
+  no_aux_cfg.router_aux_loss_coef = 0;
+  Llama bug(no_aux_cfg, mo);
+  bug.init(5);
+  bug.zero_grads();
+  total_loss(bug, in, tg, B, T);
+  bug.backward(static_cast<float>(1.0 / static_cast<double>(B * T)));
+  const std::vector<double> x(m.params(), m.params() + m.num_params());
+  const auto F = [&](const std::vector<double>& p) { return total_loss_f64(m, p, in, tg, B, T); };
+  const LossF64 at_x = F(x);
+  // The fp32 loss's own distance from double, relative: this problem's fp32
+  // rounding, which the bounds below scale (layout_tol's rule, bounds.h).
+  const double d = std::abs(f32 - at_x.loss) / std::abs(at_x.loss);
+  const double floor = static_cast<double>(B * T) * testing::kU32;
+  const double rel = 10.0 * std::max(d, floor);
+  // The double model must be this model, or d would widen the bound. The
+  // loss sums positive terms (N cross-entropies, the aux and z losses), so
+  // its last sum rounds within N·u of its value; a correct double model is
+  // within 10 times that (the rule's multiple; 6.7e-9 here against 7.2e-6),
+  // while a wrong term moves the loss by 1e-3 or more (the weights'
+  // renormalisation dropped: 2.9e-3). test_moe.cpp also holds the double
+  // model to PyTorch float64.
+  ASSERT_LT(d, 10 * floor) << "the double model's loss " << at_x.loss << " is not the fp32 model's " << f32;
   const double margin = m.moe_stats().min_topk_margin;
+  char trace[96];
+  std::snprintf(trace, sizeof trace, "smallest top-k margin %.3e, fp32 loss %.3e from double", margin, d);
+  SCOPED_TRACE(trace);
+  const double h = 0x1p-10;
   for (const char* name :
        {"model.layers.0.block_sparse_moe.gate.weight", "model.layers.1.block_sparse_moe.gate.weight",
         "model.layers.0.block_sparse_moe.experts.1.w1.weight",
-        "model.layers.1.block_sparse_moe.experts.2.w3.weight",
+        "model.layers.1.block_sparse_moe.experts.3.w3.weight",
         "model.layers.0.block_sparse_moe.experts.3.w2.weight",
         "model.layers.0.post_attention_layernorm.weight", "model.layers.0.self_attn.q_proj.weight",
         "model.embed_tokens.weight"}) {
     const ParamSpec& s = m.param_table().find(name);
-    const double eps = 2e-3;
-    double analytic = 0;
-    std::vector<float> dir(static_cast<size_t>(s.numel));
+    const std::vector<double> dir = direction(s.numel);
+    double A = 0, A_bug = 0, g2 = 0, gx = 0;
     for (int64_t i = 0; i < s.numel; ++i) {
-      dir[static_cast<size_t>(i)] = ((i * 2654435761u) >> 7) % 2 ? 1.0f : -1.0f;
-      analytic += g[static_cast<size_t>(s.offset + i)] * dir[static_cast<size_t>(i)];
+      const auto j = static_cast<size_t>(s.offset + i);
+      A += g[j] * dir[static_cast<size_t>(i)];
+      A_bug += bug.grads()[j] * dir[static_cast<size_t>(i)];
+      g2 += static_cast<double>(g[j]) * g[j];
+      gx += std::abs(g[j]) * (std::abs(x[j]) + h);
     }
-    float* p = m.params() + s.offset;
-    const std::vector<float> saved(p, p + s.numel);
-    double f[2];
-    for (int side = 0; side < 2; ++side) {
-      for (int64_t i = 0; i < s.numel; ++i)
-        p[i] = saved[static_cast<size_t>(i)] +
-               static_cast<float>((side ? -eps : eps) * dir[static_cast<size_t>(i)]);
-      m.zero_grads();
-      f[side] = total_loss(m, in, tg, B, T);
+    ASSERT_GT(g2, 0.0) << name << ": no token reaches it, so the check would hold trivially";
+    const CentralDiff D = central_diff(F, x, s.offset, dir, h, at_x.experts);
+    ASSERT_TRUE(D.same_routing) << name << ": a top-k choice flips within ±h; the difference quotient "
+                                << "crosses a jump";
+    // The fp32 backward's error: per tensor ‖δg‖₂ ≤ rel·‖g‖₂, the rule
+    // test_moe.cpp holds every gradient to against PyTorch float64 (there
+    // with PyTorch fp32's gradient distance, here with the forward's d: the
+    // backward runs the forward's products transposed over the same N
+    // tokens); so |δA| ≤ ‖δg‖₂·‖dir‖₂ = √n·rel·‖g‖₂ (Cauchy–Schwarz).
+    const double b_analytic = std::sqrt(static_cast<double>(s.numel) * g2) * rel;
+    // The double loss's rounding: the fp32 loss's by the same rule, scaled
+    // by u64/u32; each side's over 2·(h/2). The steps x ± h·dir round by
+    // u64·(|x| + h), moving the quotient by at most Σ|g|·that/h.
+    const double b_round =
+        2 * rel * std::abs(at_x.loss) * (testing::kU64 / testing::kU32) / h + 2 * testing::kU64 * gx / h;
+    const double bound = D.trunc + b_round + b_analytic;
+    EXPECT_TRUE(testing::within_bound(A, D.d, bound, name));
+    if (std::string(name).find("gate.weight") != std::string::npos) {  // the aux loss reaches the router
+      EXPECT_GT(std::abs(A_bug - D.d), 100 * bound) << name << ": without the aux loss's gradient";
+      std::printf(
+          "%s: |A - D| %.2e of a bound %.2e (truncation %.2e, double rounding %.2e, fp32 backward "
+          "%.2e; fp32 loss %.2e from double); without the aux gradient %.0f bounds\n",
+          name, std::abs(A - D.d), bound, D.trunc, b_round, b_analytic, d, std::abs(A_bug - D.d) / bound);
     }
-    std::copy(saved.begin(), saved.end(), p);
-    const double numeric = (f[0] - f[1]) / (2 * eps);
-    // A stated bound, not derived (left): the central difference of the fp32
-    // model at eps = 2e-3 carries its truncation (eps²/6·f‴) and the fp32
-    // loss's rounding over eps (≈ 1e-6/2e-3), neither computed here; 1e-2 is
-    // far above both and far below a wrong term's O(1).
-    EXPECT_NEAR(analytic, numeric, 1e-2 * std::abs(numeric) + 1e-4)
-        << name << " (smallest top-k margin " << margin << ")";
   }
 }
 

@@ -50,6 +50,14 @@ def matmul(a, b):
     return MatmulBf16.apply(a, b)
 
 
+def matmul_unrounded_dy(a, b):
+    """A bug for train_reference.py --first-step: the operands rounded, but the backward's dY
+    used unrounded (a straight-through rounding: autograd's products of the rounded operands)."""
+    ra = a + (to_bf16(a) - a).detach()
+    rb = b + (to_bf16(b) - b).detach()
+    return ra @ rb
+
+
 class AttentionBf16(torch.autograd.Function):
     """q, k, v [B, H, T, D] (after RoPE, kv heads repeated); causal; returns O [B, H, T, D]."""
 

@@ -48,6 +48,7 @@ with seq_len over one attention tile), so a caller keeps its stated bound.
 usage: train_reference.py METRICS.jsonl MODEL_DIR OUT.bounds [--bugs] [--init INIT_DIR]
                           [--twin TWIN.jsonl TWIN_DIR]
        train_reference.py --flags METRICS.jsonl
+       train_reference.py --first-step METRICS.jsonl MODEL_DIR REF.bounds FP32.jsonl OUT.rule
   METRICS.jsonl: the fp32 reference's metrics (its header holds the config);
   MODEL_DIR: its saved model (--save); INIT_DIR: the model a run started from
   by --init-from (default: train.seed's initial weights); TWIN: a second
@@ -55,7 +56,9 @@ usage: train_reference.py METRICS.jsonl MODEL_DIR OUT.bounds [--bugs] [--init IN
   worst of the two runs' distances). Writes OUT.bounds: one line
   "loss_rtol grad_norm_rtol tensor_rtol aux_rtol loss0_rtol grad_norm0_rtol"
   (aux_rtol "-" for a dense model; the last two: the first step's). --flags
-  prints the --set flags of the run's configuration, one per line.
+  prints the --set flags of the run's configuration, one per line. --first-step (bf16):
+  the rounding's effect on the first step against an fp32 run of it, and its bound
+  (first_step_rule).
 Exit status 3 when torch is not installed (the caller skips).
 """
 import json
@@ -221,6 +224,10 @@ def train(cfg, mcfg, names, shapes, tokens, init, bug=None):
     state = {n: [torch.zeros_like(p[n]), torch.zeros_like(p[n])] for n in names}
     is_moe = int(cfg["model"].get("n_experts", 0)) > 1
     products = {"mm": train_bf16.matmul, "core": train_bf16.core} if t.get("precision") == "bf16" else {}
+    if bug == "unrounded_attention":  # bf16's rule without attention's products (first_step_rule)
+        products.pop("core", None)
+    if bug == "unrounded_dy":  # bf16's rule with the backward's dY unrounded (first_step_rule)
+        products["mm"] = train_bf16.matmul_unrounded_dy
     bias = RouterBias(cfg, mcfg) if is_moe else None
     losses, norms, router = [], [], {"margin": [], "routed": [], "aux": []}
     for step in range(int(t["steps"])):
@@ -371,9 +378,64 @@ def print_flags(metrics_path):
             print("%s.%s=%s" % (section, k, ("true" if v else "false") if isinstance(v, bool) else v))
 
 
+def first_step_rule():
+    """--first-step: what bf16's rounding does to the first step, against an fp32 run of it.
+
+    In the first step both runs start from the same weights and batch, so bf16 - fp32 =
+    (bf16 - its float64 rule) + (the rule's own effect, float64 rounded minus float64 unrounded) +
+    (float64 - fp32). The middle term is float64 arithmetic on both sides, the same on every host;
+    the outer two are each run's rounding, held to 10 max(d0, N u) as the step-0 bounds are (REF's
+    from REF.bounds, the fp32 run's from its distance d0 from the unrounded float64 step). So the
+    measured bf16 - fp32 must be the rule's effect within the sum of the two bounds, for the loss
+    and the gradient norm. What the check can see is limited by the rule's own size (here 14 bounds
+    in the gradient norm, 0.01 in the loss: the bounds sit at the floor 10 N u): the rule with the
+    backward's dY unrounded (a dropped rounding) must move the effect by more than MULTIPLE bounds
+    (15.5 here); the rule without attention's rounding moves it 0.4, below what one step resolves
+    (test_llama_bf16.cpp holds attention's rounding in the forward). Writes OUT: "effect_loss
+    effect_norm bound_loss bound_norm" (relative to the unrounded float64 values)."""
+    ref_path, model_dir, bounds_path, fp32_path, out_path = sys.argv[2:7]
+    header, run_steps = read_metrics(ref_path)
+    cfg = json.loads(json.dumps(header["config"]))
+    cfg["train"]["steps"] = 1
+    require_covered(cfg)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        mcfg = json.load(f)
+    names, saved = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+    shapes = {n: list(saved[n].shape) for n in names}
+    tokens = read_tokens(os.path.join(cfg["data"]["dir"], "train.bin"))
+    torch.set_num_threads(1)
+    fp32_cfg = json.loads(json.dumps(cfg))
+    fp32_cfg["train"]["precision"] = "fp32"
+    (l16,), (n16,), _, _ = train(cfg, mcfg, names, shapes, tokens, None)
+    (l64,), (n64,), _, _ = train(fp32_cfg, mcfg, names, shapes, tokens, None)
+    bugs = {bug: train(cfg, mcfg, names, shapes, tokens, None, bug)[:2]
+            for bug in ("unrounded_dy", "unrounded_attention")}
+    f = read_metrics(fp32_path)[1][0]
+    floor = cfg["train"]["batch_size"] * cfg["train"]["seq_len"] * UNIT_ROUNDOFF
+    with open(bounds_path) as fb:
+        ref0 = [float(x) for x in fb.read().split()[4:6]]
+    fp0 = [MULTIPLE * max(rel(f["loss"], l64), floor), MULTIPLE * max(rel(f["grad_norm"], n64), floor)]
+    bound = [a + b for a, b in zip(ref0, fp0)]
+    effect = [(l16 - l64) / l64, (n16 - n64) / n64]
+    moved = {bug: max(abs((lb - l16) / l64) / bound[0], abs((nb - n16) / n64) / bound[1])
+             for bug, ((lb,), (nb,)) in bugs.items()}
+    print("bf16's rule moves the first step's loss %.3e, gradient norm %.3e (relative; bounds %.3e %.3e: "
+          "REF's %.3e %.3e + the fp32 run's %.3e %.3e); with dY unrounded in the backward it moves %.3g "
+          "bounds from that, without attention's rounding %.3g" % (*effect, *bound, *ref0, *fp0,
+                                                                  moved["unrounded_dy"],
+                                                                  moved["unrounded_attention"]))
+    with open(out_path, "w") as fo:
+        fo.write("%.9e %.9e %.6e %.6e\n" % (*effect, *bound))
+    if moved["unrounded_dy"] <= MULTIPLE:
+        sys.exit(1)
+
+
 def main():
     if sys.argv[1] == "--flags":
         print_flags(sys.argv[2])
+        return
+    if sys.argv[1] == "--first-step":
+        first_step_rule()
         return
     metrics_path, model_dir, out_path = sys.argv[1:4]
     header, run_steps = read_metrics(metrics_path)
