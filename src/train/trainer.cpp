@@ -15,11 +15,11 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "core/trace_spans.h"
+#include "cost/flops.h"
+#include "cost/memory_estimate.h"
 #include "data/token_file.h"
 #include "ops/gemm.h"
 #include "optim/schedule.h"
-#include "cost/flops.h"
-#include "cost/memory_estimate.h"
 #include "train/metrics_lines.h"
 #include "train/model_io.h"
 #include "train/preempt.h"
@@ -199,7 +199,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   const double flops_per_token = train_flops_per_token(cfg.model, tc.seq_len);
 
   RunResult result;
-  MfuCeiling ceiling;
+  MfuCeiling ceiling(matmul_ceiling_name());  // fp32: the SGEMM rate; bf16: the bf16 kernel's
   ceiling.measured(result.sgemm_gflops = job_sgemm_gflops(mesh));
   report_start(mesh, cfg, model, result.sgemm_gflops, opts);
   MetricsWriter metrics(lead ? opts.metrics_path : std::string());
