@@ -124,7 +124,7 @@ TEST(Clip, SumSquaresAndScale) {
 // chunks side by side in vector lanes; this checks bit for bit against the
 // order written out plainly, for every thread count, on data whose sums round
 // differently in any other order (checked too), and on sizes with whole groups
-// of 16 chunks, leftover whole chunks and a partial last chunk.
+// of chunks, leftover whole chunks and a partial last chunk.
 TEST(Clip, SumSquaresIsInItsStatedOrderBitForBit) {
   constexpr int64_t kChunk = 4096;
   const int previous_threads = num_threads();
