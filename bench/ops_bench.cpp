@@ -1,10 +1,10 @@
 // meshtrain_ops_bench: every kernel of a training step outside the model's
 // linear GEMMs, at configs/bench.toml's shapes (8 × 256 tokens, d 512, 8 heads
 // of 64, ffn 1376, vocab 8192, 33.7M parameters), each the best of --reps
-// calls (wall time and process CPU time), with the thread count of the step (docs/BENCHMARKS.md, "The rest of
-// the bf16 step, and MFU against the bf16 rate"). Attention runs at the precision --precision names (its tile
-// products are GEMMs through ops/gemm.h). Prints milliseconds per call;
-// asserts nothing.
+// calls (wall time and process CPU time), with the thread count of the step
+// (docs/BENCHMARKS.md, "The rest of the bf16 step, and MFU against the bf16
+// rate"). Attention runs at the precision --precision names (its tile products
+// are GEMMs through ops/gemm.h). Prints milliseconds per call; asserts nothing.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdint>
