@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "core/timer.h"
-#include "ops/gemm.h"
 #include "cost/flops.h"
+#include "ops/gemm.h"
 
 namespace mt::bench {
 
@@ -38,7 +38,7 @@ std::vector<GemmRate> measure_gemm_rates(const ModelConfig& cfg, int64_t tokens,
                           {tokens, C, F, "down"},
                           {tokens, cfg.vocab_size, C, "lm_head"}};
   std::vector<GemmRate> rates;
-  rates.push_back({"1024x1024x1024", measure_sgemm_gflops(1024, seconds_each)});
+  rates.push_back({"1024x1024x1024", measure_matmul_gflops(1024, seconds_each)});
   for (const Shape& s : shapes) {
     rates.push_back(
         {std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K) + " " + s.what,

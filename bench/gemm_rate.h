@@ -15,8 +15,9 @@ struct GemmRate {
   double gflops = 0;
 };
 
-// The 1024³ rate (cost/flops.h, the trainer's ceiling) and the rates of the
-// model's own forward GEMM shapes at `tokens` rows. The caller measures twice
+// The 1024³ rate (cost/flops.h measure_matmul_gflops, the trainer's ceiling)
+// and the rates of the model's own forward GEMM shapes at `tokens` rows, all
+// at the current matmul precision and bf16 kernel (the run's). The caller measures twice
 // (before and after the timed steps) and keeps the higher of each: on a shared
 // machine the slower measurement is the one that was disturbed.
 std::vector<GemmRate> measure_gemm_rates(const ModelConfig& cfg, int64_t tokens, double seconds_each);

@@ -56,14 +56,14 @@ void print_table(const BenchResult& r) {
   std::printf(" ]\n");
   std::printf("  tokens/s                 %.0f\n", r.tokens_per_s());
   std::printf("  achieved                 %.1f GFLOP/s\n", r.achieved_gflops());
-  std::printf("  SGEMM rate (before / after, GFLOP/s):\n");
+  std::printf("  GEMM rate at the run's precision, %s (before / after, GFLOP/s):\n", r.ceiling_name.c_str());
   for (size_t i = 0; i < r.gemm_before.size(); ++i) {
     std::printf("    %-26s %7.1f / %7.1f\n", r.gemm_before[i].shape.c_str(), r.gemm_before[i].gflops,
                 i < r.gemm_after.size() ? r.gemm_after[i].gflops : 0.0);
   }
-  std::printf("  MFU vs SGEMM 1024^3      %.3f  (ceiling %.1f GFLOP/s)\n",
+  std::printf("  MFU vs GEMM 1024^3       %.3f  (ceiling %.1f GFLOP/s)\n",
               r.achieved_gflops() / r.sgemm_1024(), r.sgemm_1024());
-  std::printf("  MFU vs best SGEMM        %.3f  (ceiling %.1f GFLOP/s)\n",
+  std::printf("  MFU vs best GEMM         %.3f  (ceiling %.1f GFLOP/s)\n",
               r.achieved_gflops() / r.sgemm_max(), r.sgemm_max());
   std::printf("  peak memory              %.1f MiB:", mib(r.mem_peak_total));
   for (int k = 0; k < kNumMemKinds; ++k) {
@@ -121,6 +121,7 @@ void write_json(const BenchResult& r, const std::string& path) {
       {"achieved_gflops", r.achieved_gflops()},
       {"sgemm_before", rates(r.gemm_before)},
       {"sgemm_after", rates(r.gemm_after)},
+      {"ceiling", r.ceiling_name},
       {"sgemm_1024_gflops", r.sgemm_1024()},
       {"sgemm_max_gflops", r.sgemm_max()},
       {"mfu_1024", r.achieved_gflops() / r.sgemm_1024()},

@@ -15,8 +15,9 @@ namespace mt::bench {
 
 struct BenchResult {
   std::string config_path;
-  std::string precision = "fp32";  // train.precision of the products (--precision)
-  std::string matmul;              // what computes them: "OpenBLAS sgemm", or bf16_kernel_description()
+  std::string precision = "fp32";      // train.precision of the products (--precision)
+  std::string matmul;                  // what computes them: "OpenBLAS sgemm", or bf16_kernel_description()
+  std::string ceiling_name = "sgemm";  // what the GEMM rates measure: cost/flops.h matmul_ceiling_name()
   int threads = 0;
   int64_t batch = 0, seq_len = 0, microbatch = 0;
   int64_t num_params = 0, matmul_params = 0;

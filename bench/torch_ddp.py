@@ -8,9 +8,11 @@ backward) except broadcast_buffers=False: the model's buffers (RoPE tables,
 causal mask) are constants, and broadcasting them every forward would charge
 PyTorch for a copy meshtrain does not make.
 
+With --autocast bf16 the forward and the loss run under
+torch.autocast("cpu", dtype=torch.bfloat16), as in bench/torch_llama.py.
 usage: torch_ddp.py [--config configs/bench.toml] [--world 2] [--threads 1]
-                    [--steps 5] [--warmup 2] [--label NAME] [--json FILE]
-                    [--profile FILE]
+                    [--steps 5] [--warmup 2] [--autocast none|bf16]
+                    [--label NAME] [--json FILE] [--profile FILE]
 Rank 0 prints one JSON object (tokens/s, median step time of rank 0, the CPU
 seconds of each step summed over the ranks, which BLAS was loaded). --profile writes torch.profiler's table of one step (rank 0) to FILE.
 Exit status 3 when torch is not installed.
@@ -62,11 +64,12 @@ def rank_main(rank, args, port):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        logits = ddp(inputs)
-        # Sum over this rank's tokens ÷ the global count, times world: DDP averages
-        # the gradients over ranks, so the result is the global mean's gradient.
-        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1),
-                               reduction="sum") * (args.world / (B * T))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.autocast == "bf16"):
+            logits = ddp(inputs)
+            # Sum over this rank's tokens ÷ the global count, times world: DDP averages
+            # the gradients over ranks, so the result is the global mean's gradient.
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.reshape(-1),
+                                   reduction="sum") * (args.world / (B * T))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, clip)
         opt.step()
@@ -99,7 +102,7 @@ def rank_main(rank, args, port):
         med = statistics.median(times)
         cpu_steps = [sum(c) for c in zip(*per_rank)]
         out = {
-            "impl": "pytorch-ddp", "label": args.label, "torch": torch.__version__, "world": args.world,
+            "impl": "pytorch-ddp", "label": args.label, "autocast": args.autocast, "torch": torch.__version__, "world": args.world,
             "threads": torch.get_num_threads(), "blas": loaded_blas(), "batch": B, "seq_len": T,
             "step_seconds": times, "median_step_s": med, "min_step_s": min(times), "tokens_per_s": B * T / med,
             "cpu_step_seconds": cpu_steps, "median_cpu_s": statistics.median(cpu_steps), "losses": losses,
@@ -124,6 +127,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--autocast", choices=["none", "bf16"], default="none")
     ap.add_argument("--label", default="torch-ddp")
     ap.add_argument("--json", default="")
     ap.add_argument("--profile", default="")

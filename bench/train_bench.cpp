@@ -19,13 +19,13 @@
 #include "core/philox.h"
 #include "core/threads.h"
 #include "core/timer.h"
+#include "cost/flops.h"
 #include "gemm_rate.h"
 #include "model/llama.h"
 #include "ops/gemm.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "report.h"
-#include "cost/flops.h"
 
 namespace mt::bench {
 namespace {
@@ -149,6 +149,7 @@ BenchResult run(const Options& o) {
   r.precision = matmul_precision_name(matmul_precision());
   r.matmul =
       matmul_precision() == MatmulPrecision::bf16 ? "bf16 " + bf16_kernel_description() : "OpenBLAS sgemm";
+  r.ceiling_name = matmul_ceiling_name();
   r.threads = num_threads();
   r.batch = tc.batch_size;
   r.seq_len = tc.seq_len;

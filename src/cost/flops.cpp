@@ -25,9 +25,16 @@ double train_flops_per_token(const ModelConfig& c, int64_t seq_len) {
 }
 
 double measure_sgemm_gflops(int64_t n, double seconds, int min_reps) {
-  // The ceiling is the machine's fp32 GEMM rate; a bf16 run's rounding pass
-  // (emulated on the CPU) is time the run spends, so it shows in its MFU.
   const MatmulPrecisionGuard fp32(MatmulPrecision::fp32);
+  return measure_matmul_gflops(n, seconds, min_reps);
+}
+
+const char* matmul_ceiling_name() {
+  if (matmul_precision() == MatmulPrecision::fp32) return "sgemm";
+  return bf16_kernel() == Bf16Kernel::onednn ? "bf16 onednn gemm" : "bf16 emulated gemm";
+}
+
+double measure_matmul_gflops(int64_t n, double seconds, int min_reps) {
   std::vector<float> a(static_cast<size_t>(n * n), 0.5f), b(a.size(), 0.25f), c(a.size());
   sgemm(Trans::no, Trans::no, n, n, n, a.data(), n, b.data(), n, c.data(), n, Out::assign);  // warm-up
   double best = 1e30;

@@ -29,7 +29,7 @@ double job_sgemm_gflops(const RunMesh& mesh, int windows, double seconds) {
   }
   double rate = 0;
   for (int w = 0; w < windows; ++w)
-    rate = std::max(rate, measure_sgemm_gflops(1024, seconds, /*min_reps=*/1));
+    rate = std::max(rate, measure_matmul_gflops(1024, seconds, /*min_reps=*/1));
   if (world) {
     world->all_reduce(&rate, 1, "sgemm ceiling");
     world->context().step = step;

@@ -32,13 +32,15 @@ class Progress {
 // "42s", "3m05s", "1h02m".
 std::string format_duration(double seconds);
 
-// The whole job's SGEMM rate (every rank measures at the same moment, after a
-// barrier, with its own threads; the rates are summed): the best of `windows`
-// windows of about `seconds` each. Collective; its two calls are recorded in
-// the ledger outside any step.
+// The whole job's matrix-product rate at the run's precision (flops.h
+// measure_matmul_gflops: the SGEMM rate in fp32, the bf16 kernel's in bf16;
+// every rank measures at the same moment, after a barrier, with its own
+// threads; the rates are summed): the best of `windows` windows of about
+// `seconds` each. Collective; its two calls are recorded in the ledger
+// outside any step.
 double job_sgemm_gflops(const RunMesh& mesh, int windows = 3, double seconds = 0.1);
 
-// Runs of at least 100 steps measure the SGEMM rate again after the steps at
+// Runs of at least 100 steps measure that rate again after the steps at
 // one and two thirds of the run, and the ceiling keeps the best (a machine
 // busy at start-up may be free later). Collective; every rank calls it after
 // every step.

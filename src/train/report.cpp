@@ -123,10 +123,10 @@ void report_start(const RunMesh& mesh, const Config& cfg, const TrainModel& mode
     num_params += s.numel;
   std::printf(
       "model: %lld parameters (%lld in matrix products), %lld layers, d_model %lld; %d threads; "
-      "SGEMM ceiling %.1f GFLOP/s\n",
+      "MFU ceiling %.1f GFLOP/s (%s)\n",
       static_cast<long long>(num_params), static_cast<long long>(matmul_params(cfg.model)),
       static_cast<long long>(cfg.model.n_layers), static_cast<long long>(cfg.model.d_model), num_threads(),
-      sgemm_gflops);
+      sgemm_gflops, matmul_ceiling_name());
   if (matmul_precision() == MatmulPrecision::bf16)
     std::printf("bf16 matmul: %s\n", bf16_kernel_description().c_str());
   std::fflush(stdout);

@@ -202,7 +202,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   const double flops_per_token = train_flops_per_token(cfg.model, tc.seq_len);
 
   RunResult result;
-  MfuCeiling ceiling;
+  MfuCeiling ceiling(matmul_ceiling_name());  // fp32: the SGEMM rate; bf16: the bf16 kernel's
   ceiling.measured(result.sgemm_gflops = job_sgemm_gflops(mesh));
   report_start(mesh, cfg, model, result.sgemm_gflops, opts);
   MetricsWriter metrics(lead ? opts.metrics_path : std::string());

@@ -45,9 +45,11 @@ struct StepStats {
   double step_time_s = 0, tokens_per_s = 0;
   double cpu_s = 0;  // this process's CPU seconds over the step, all threads (core/timer.h)
   double mfu = 0, mfu_ceiling_gflops = 0;  // mfu = achieved / ceiling ≤ 1 (flops.h MfuCeiling)
-  const char* mfu_ceiling = "sgemm";       // what the ceiling was: "sgemm" (measured) or "achieved"
-  double eta_s = -1;                       // expected time left in the run (< 0: unknown)
-  bool first_estimate = false;             // the step after which the run's time is first estimated
+  // What the ceiling was: a measurement (flops.h matmul_ceiling_name: "sgemm",
+  // "bf16 onednn gemm", "bf16 emulated gemm") or "achieved".
+  const char* mfu_ceiling = "sgemm";
+  double eta_s = -1;            // expected time left in the run (< 0: unknown)
+  bool first_estimate = false;  // the step after which the run's time is first estimated
   int64_t mem_peak_bytes = 0;
   bool skipped = false;  // NaN/Inf loss or gradient norm: no update
   // Where the step's time went on this rank (train/metrics_lines.h): its start
@@ -59,7 +61,8 @@ struct StepStats {
 struct RunResult {
   std::vector<StepStats> steps;
   std::vector<std::pair<int64_t, double>> val_losses;  // (step, loss)
-  double sgemm_gflops = 0;  // the SGEMM rate measured at start-up (the MFU ceiling's first bound)
+  // The matmul rate measured at start-up, at the run's precision (the MFU ceiling's first bound).
+  double sgemm_gflops = 0;
   std::vector<std::pair<std::string, double>> kernel_seconds;  // with RunOptions::profile
   MemStats memory;                                             // this rank's allocator counters at the end
   double overlap_hidden =

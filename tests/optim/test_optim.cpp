@@ -1,9 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <numbers>
 #include <vector>
 
+#include "core/threads.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -114,6 +117,44 @@ TEST(Clip, SumSquaresAndScale) {
   // norm is off by 2u at most, and f itself is 1/norm within 1e-6/norm.
   EXPECT_TRUE(testing::within_bound(std::sqrt(sum_squares(g.data(), 10001)), 1.0,
                                     2 * testing::kU32 + 1e-6 / norm + 1e-15, "clipped norm"));
+}
+
+// sum_squares's order is fixed (clip.h): chunks of 4096 elements, each summed
+// in element order, the chunk sums added in chunk order. The kernel sums 16
+// chunks side by side in vector lanes; this checks bit for bit against the
+// order written out plainly, for every thread count, on data whose sums round
+// differently in any other order (checked too), and on sizes with whole groups
+// of chunks, leftover whole chunks and a partial last chunk.
+TEST(Clip, SumSquaresIsInItsStatedOrderBitForBit) {
+  constexpr int64_t kChunk = 4096;
+  const int previous_threads = num_threads();
+  for (const int64_t n :
+       {int64_t{16} * kChunk * 3 + kChunk * 5 + 123, int64_t{16} * kChunk, int64_t{4097}, int64_t{7}}) {
+    std::vector<float> g(static_cast<size_t>(n));
+    uint32_t state = 12345;
+    for (float& x : g) {  // a wide range of magnitudes: every partial sum rounds
+      state = state * 1664525u + 1013904223u;
+      const float mant = static_cast<float>(state >> 8) / 16777216.0f;
+      x = std::ldexp(mant + 0.5f, static_cast<int>(state % 23) - 11) * ((state & 128) ? 1.0f : -1.0f);
+    }
+    double chunked = 0, flat = 0;
+    for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+      double s = 0;
+      for (int64_t i = c0; i < std::min(n, c0 + kChunk); ++i)
+        s += static_cast<double>(g[static_cast<size_t>(i)]) * g[static_cast<size_t>(i)];
+      chunked += s;
+    }
+    for (const float x : g)
+      flat += static_cast<double>(x) * x;
+    if (n > 2 * kChunk) {
+      EXPECT_NE(chunked, flat) << "n " << n << ": the data cannot tell orders apart";
+    }
+    for (const int threads : {1, 2, 3}) {
+      set_num_threads(threads);
+      EXPECT_EQ(sum_squares(g.data(), n), chunked) << "n " << n << ", " << threads << " threads";
+    }
+  }
+  set_num_threads(previous_threads);
 }
 
 }  // namespace

@@ -9,9 +9,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "cost/flops.h"
 #include "data/token_file.h"
 #include "model/llama.h"
-#include "cost/flops.h"
+#include "ops/gemm.h"
 #include "train/model_io.h"
 #include "train/trainer.h"
 
@@ -156,6 +157,48 @@ TEST(Training, MfuCeilingBoundsEveryStep) {
   EXPECT_DOUBLE_EQ(c.mfu(25), 0.5);
   EXPECT_STREQ(c.source(), "sgemm");
   EXPECT_DOUBLE_EQ(MfuCeiling().mfu(0), 0.0);
+  MfuCeiling named("bf16 onednn gemm");  // a bf16 run's ceiling names its measurement
+  named.measured(40);
+  EXPECT_DOUBLE_EQ(named.mfu(10), 0.25);
+  EXPECT_STREQ(named.source(), "bf16 onednn gemm");
+  EXPECT_DOUBLE_EQ(named.mfu(80), 1.0);
+  EXPECT_STREQ(named.source(), "achieved");
+}
+
+// A bf16 run's MFU is against the bf16 kernel's measured rate, named in each
+// step's mfu_ceiling (flops.h matmul_ceiling_name), an fp32 run's against the
+// SGEMM rate; never above 1 either way.
+TEST(Training, MfuCeilingIsTheRateOfTheRunsOwnProducts) {
+  const fs::path data = make_data("mfu_bf16");
+  Config cfg = tiny(data);
+  cfg.train.steps = 3;
+  cfg.train.eval_every = 0;
+  RunOptions o;
+  o.quiet = true;
+  { const MatmulPrecisionGuard choose(MatmulPrecision::bf16); }  // the kernel is chosen once, here
+  const Bf16Kernel previous = bf16_kernel();
+  std::vector<std::pair<std::string, const char*>> runs{{"fp32", "sgemm"}, {"bf16", "bf16 emulated gemm"}};
+  if (onednn_bf16_unavailable().empty()) runs.emplace_back("bf16", "bf16 onednn gemm");
+  for (const auto& [precision, name] : runs) {
+    set_bf16_kernel(std::string(name) == "bf16 onednn gemm" ? Bf16Kernel::onednn : Bf16Kernel::emulated);
+    cfg.train.precision = precision;
+    const RunResult r = run_training(valid(cfg), o);
+    ASSERT_EQ(r.steps.size(), 3u);
+    EXPECT_GT(r.sgemm_gflops, 0.0);
+    for (const StepStats& s : r.steps) {
+      const std::string source = s.mfu_ceiling;
+      EXPECT_TRUE(source == name || source == "achieved") << name << ": " << source;
+      EXPECT_GT(s.mfu, 0.0);
+      EXPECT_LE(s.mfu, 1.0);
+      // The ceiling is the start-up measurement unless a step beat it.
+      if (source == name) {
+        EXPECT_EQ(s.mfu_ceiling_gflops, r.sgemm_gflops) << name;
+      } else {
+        EXPECT_GT(s.mfu_ceiling_gflops, r.sgemm_gflops) << name;
+      }
+    }
+  }
+  set_bf16_kernel(previous);
 }
 
 TEST(Training, InitFromContinuesFromASavedModel) {
