@@ -44,6 +44,8 @@ void validate_train(const TrainConfig& t, const ModelConfig& model, ParsedKeys& 
   MT_REQUIRE(t.adam_eps > 0, ConfigError, "train.adam_eps (", t.adam_eps, ") must be positive");
   keys.optimizer = parse_optimizer(t.optimizer);
   keys.precision = parse_matmul_precision(t.precision);
+  keys.device = parse_run_device(t.device);
+  check_run_device(keys.device);
   MT_REQUIRE(t.momentum >= 0 && t.momentum < 1, ConfigError, "train.momentum (", t.momentum,
              ") must be in [0, 1)");
   MT_REQUIRE(!t.nesterov || (keys.optimizer == OptimizerKind::sgd && t.momentum > 0), ConfigError,

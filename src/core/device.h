@@ -1,8 +1,8 @@
 // Where a buffer's memory lives (the host, a CUDA device, or the fake device
 // that tests the seam) and per-device byte counters; the run's device and the
-// explicit points where data crosses between it and the host. The counters of core/memory.h stay the host's (every CPU
-// report reads them); device memory is counted here, by category and device,
-// so that a GPU run can report its own peaks beside them.
+// explicit points where data crosses between it and the host. The counters of core/memory.h stay the host's
+// (every CPU report reads them); device memory is counted here, by category and device, so that a GPU run can
+// report its own peaks beside them.
 //
 // This file knows no CUDA: the CUDA library (src/cuda/) plugs its cudaMalloc
 // and cudaFree in through DeviceAllocator, and host-only builds use the same

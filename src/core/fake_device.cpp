@@ -28,7 +28,9 @@ class FakeAllocator final : public DeviceAllocator {
   void copy(void* dst, const void* src, int64_t bytes) override {
     std::memmove(fake_untag(dst), fake_untag(src), static_cast<size_t>(bytes));
   }
-  void zero(void* dst, int64_t bytes) override { std::memset(fake_untag(dst), 0, static_cast<size_t>(bytes)); }
+  void zero(void* dst, int64_t bytes) override {
+    std::memset(fake_untag(dst), 0, static_cast<size_t>(bytes));
+  }
   bool counts_as_host() const override { return true; }
 };
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "core/device.h"
 
@@ -30,13 +31,14 @@ T* fake_untag(T* p) {
   return reinterpret_cast<T*>(reinterpret_cast<uintptr_t>(p) & ~kFakeTag);
 }
 
-// An argument as a fake kernel passes it on: pointers untagged, the rest as is.
+// An argument as a fake kernel passes it on: pointers untagged, the rest as
+// they are (references stay references).
 template <class T>
-T fake_host_arg(T v) {
-  if constexpr (std::is_pointer_v<T>) {
+decltype(auto) fake_host_arg(T&& v) {
+  if constexpr (std::is_pointer_v<std::remove_cvref_t<T>>) {
     return fake_untag(v);
   } else {
-    return v;
+    return std::forward<T>(v);
   }
 }
 

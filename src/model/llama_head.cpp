@@ -29,11 +29,12 @@ double Llama::head_forward(Slot& sl) {
   store_->release_params(fu, Pass::forward);
   if (!sl.has_targets) return 0.0;
   MT_TIMED(Kernel::cross_entropy);
-  plan_.loss_forward(sl.losses.data(), sl.lse_ce.data(), sl.logits.data(), sl.targets.data(), N, V,
+  plan_.loss_forward(sl.losses.data(), sl.lse_ce.data(), sl.logits.data(), sl.d_targets.data(), N, V,
                      kIgnoreIndex, e);
+  const HostView<float> losses(sl.losses.data(), N, "loss");
   double sum = 0.0;  // in token order: deterministic (and the same on every tp rank)
   for (int64_t i = 0; i < N; ++i)
-    sum += sl.losses.data()[i];
+    sum += losses[i];
   return sum;
 }
 
@@ -51,8 +52,8 @@ float* Llama::head_backward(float dloss) {
   MT_CHECK(sl.has_targets, "backward needs a forward with targets");
   {
     MT_TIMED(Kernel::cross_entropy);
-    plan_.loss_backward(sl.logits.data(), sl.logits.data(), sl.lse_ce.data(), sl.targets.data(), dloss, N, V,
-                        kIgnoreIndex, e);
+    plan_.loss_backward(sl.logits.data(), sl.logits.data(), sl.lse_ce.data(), sl.d_targets.data(), dloss, N,
+                        V, kIgnoreIndex, e);
   }
   const int fu = table_.final_unit;
   const float* Fp = store_->acquire_params(fu, Pass::backward);

@@ -15,11 +15,12 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "core/trace_spans.h"
-#include "data/token_file.h"
-#include "ops/gemm.h"
-#include "optim/schedule.h"
 #include "cost/flops.h"
 #include "cost/memory_estimate.h"
+#include "data/token_file.h"
+#include "ops/gemm.h"
+#include "ops/kernels.h"
+#include "optim/schedule.h"
 #include "train/metrics_lines.h"
 #include "train/model_io.h"
 #include "train/preempt.h"
@@ -184,6 +185,8 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   const TrainConfig& tc = cfg.train;
   // Every matrix product of this run, on every thread (docs/MODEL.md "Precision").
   const MatmulPrecisionGuard precision(cfg.parsed().precision);
+  // The kernel table and allocator of every tensor from here on (ops/kernels.h).
+  const RunDeviceGuard device(cfg.parsed().device);
   set_num_threads(tc.threads > 0 ? static_cast<int>(tc.threads)
                                  : std::max(1, hardware_threads() / std::max(1, opts.local_ranks)));
   const RunMesh mesh = make_run_mesh(cfg, world);
