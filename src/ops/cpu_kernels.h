@@ -75,5 +75,6 @@ void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_str
 void gather_rows(float* dst, const float* src, const int32_t* rows, int64_t n, int64_t C);
 void scatter_add_rows(float* dst, const float* src, const int32_t* rows, const float* weights, int64_t n,
                       int64_t C);
+int64_t count_nonfinite(const float* x, int64_t n);
 
 }  // namespace mt::cpu

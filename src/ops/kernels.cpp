@@ -54,6 +54,7 @@ KernelTable make_cpu_table() {
   t.copy_rows = &cpu::copy_rows;
   t.gather_rows = &cpu::gather_rows;
   t.scatter_add_rows = &cpu::scatter_add_rows;
+  t.count_nonfinite = &cpu::count_nonfinite;
   return t;
 }
 
@@ -134,6 +135,7 @@ KernelTable make_fake_table() {
   t.copy_rows = &Untagged<&cpu::copy_rows>::call;
   t.gather_rows = &Untagged<&cpu::gather_rows>::call;
   t.scatter_add_rows = &Untagged<&cpu::scatter_add_rows>::call;
+  t.count_nonfinite = &Untagged<&cpu::count_nonfinite>::call;
   return t;
 }
 
@@ -326,6 +328,10 @@ void gather_rows(float* dst, const float* src, const int32_t* rows, int64_t n, i
 void scatter_add_rows(float* dst, const float* src, const int32_t* rows, const float* weights, int64_t n,
                       int64_t C) {
   kernels().scatter_add_rows(dst, src, rows, weights, n, C);
+}
+
+int64_t count_nonfinite(const float* x, int64_t n) {
+  return kernels().count_nonfinite(x, n);
 }
 
 }  // namespace mt

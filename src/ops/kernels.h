@@ -107,6 +107,7 @@ struct KernelTable {
   void (*gather_rows)(float* dst, const float* src, const int32_t* rows, int64_t n, int64_t C) = nullptr;
   void (*scatter_add_rows)(float* dst, const float* src, const int32_t* rows, const float* weights, int64_t n,
                            int64_t C) = nullptr;  // dst[rows[i]] += weights[i]·src[i] (weights null: 1)
+  int64_t (*count_nonfinite)(const float* x, int64_t n) = nullptr;  // to the host
 };
 
 // The run's table: the cpu one until set_kernels is called (once, at start-up).

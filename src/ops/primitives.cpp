@@ -1,5 +1,6 @@
 #include "ops/primitives.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "ops/cpu_kernels.h"
@@ -56,6 +57,13 @@ void cpu::scatter_add_rows(float* dst, const float* src, const int32_t* rows, co
         d[c] += w * s[c];
     }
   }
+}
+
+int64_t cpu::count_nonfinite(const float* x, int64_t n) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i)
+    bad += !std::isfinite(x[i]);
+  return bad;
 }
 
 }  // namespace mt

@@ -20,4 +20,7 @@ void gather_rows(float* dst, const float* src, const int32_t* rows, int64_t n, i
 void scatter_add_rows(float* dst, const float* src, const int32_t* rows, const float* weights, int64_t n,
                       int64_t C);
 
+// The number of elements that are NaN or ±Inf (returned to the host).
+int64_t count_nonfinite(const float* x, int64_t n);
+
 }  // namespace mt
