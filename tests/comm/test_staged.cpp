@@ -11,11 +11,13 @@
 #include <cstring>
 #include <memory>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include "comm/mpi_backend.h"
 #include "comm/staged_backend.h"
 #include "core/device.h"
+#include "core/error.h"
 #include "core/fake_device.h"
 #include "core/memory.h"
 #include "mpi_test.h"
@@ -310,6 +312,26 @@ TEST_F(Staged, RecvIsCopiedBackOnlyOnCompletion) {
     EXPECT_EQ(staged_count("recv"), staged(0, n * kF));
   }
   EXPECT_EQ(staged_count("send"), StagedBytes{});  // a host buffer passes straight through
+}
+
+// A failed receive names the call as on the host and copies nothing back.
+TEST_F(Staged, FailedRecvNamesTheCallAndCopiesNothingBack) {
+  const int me = g.rank();
+  const std::vector<float> msg = rank_data(0, 4), old(8, -1.0f);
+  if (me == 0) g.send(msg.data(), 4, ElemType::f32, 1, 3, "four");
+  if (me == 1) {
+    DeviceBuffer in = to_device(old);
+    try {
+      g.recv(in.data(), 8, ElemType::f32, 0, 3, "eight into the device");
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "recv on axis world (eight into the device): expected 8 elements from rank 0, got 4");
+    }
+    EXPECT_TRUE(same_bytes(from_device(in), old));
+    EXPECT_EQ(staged_count("recv"), StagedBytes{});
+  }
+  g.barrier("after the failed recv");
 }
 
 TEST_F(Staged, AsyncCollectivesCompleteByTestAndWait) {
