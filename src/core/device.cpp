@@ -148,7 +148,17 @@ void copy_from_host(void* dst, const void* host_src, int64_t bytes, const char* 
 }
 
 void copy_bytes(void* dst, const void* src, int64_t bytes) {
-  if (bytes > 0) allocator_of(dst).copy(dst, src, bytes);
+  if (bytes <= 0) return;
+  DeviceAllocator& run = run_allocator();
+  const bool from_device = run.holds(src), to_device = run.holds(dst);
+  if (from_device == to_device) return allocator_of(dst).copy(dst, src, bytes);
+  // One side on the host: a crossing, counted under its own label so that a
+  // step's list shows any that the explicit ones do not account for.
+  if (from_device) {
+    copy_to_host(dst, src, bytes, "copy_bytes");
+  } else {
+    copy_from_host(dst, src, bytes, "copy_bytes");
+  }
 }
 
 void zero_bytes(void* dst, int64_t bytes) {

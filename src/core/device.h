@@ -93,7 +93,8 @@ DeviceId device_of(const void* ptr);
 // are on the host is a memcpy and is not counted.
 void copy_to_host(void* host_dst, const void* src, int64_t bytes, const char* label);
 void copy_from_host(void* dst, const void* host_src, int64_t bytes, const char* label);
-// Copies and zeroing on whatever device the pointers are (not crossings).
+// Copies and zeroing on whatever device the pointers are; a copy between the
+// device and the host is a crossing counted under "copy_bytes".
 void copy_bytes(void* dst, const void* src, int64_t bytes);
 void zero_bytes(void* dst, int64_t bytes);
 
