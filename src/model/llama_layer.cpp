@@ -4,6 +4,7 @@
 // attention_'s (parallel/cp_attention.h).
 #include <cstring>
 
+#include "core/device.h"
 #include "core/trace_spans.h"
 #include "model/llama_internal.h"
 #include "ops/attention.h"
@@ -95,7 +96,7 @@ const float* Llama::dropped_grad(int64_t gl, const char* site, const float* dres
   if (!drop.on) return dres;
   float* g = buf_->dtmp.data();
   const int64_t W = plan_.width();
-  std::copy(dres, dres + Nl_ * W, g);
+  copy_bytes(g, dres, Nl_ * W * int64_t{sizeof(float)});
   dropout_rows(g, Nl_, W, drop, residual_coords());
   return g;
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/primitives.h"
 #include "optim/clip.h"
 
 namespace mt {
@@ -86,11 +87,7 @@ void Optimizer::lamb_step(float* params, float* grads, double lr, const NormRedu
                                       : lamb_trust_ratio(sums[static_cast<size_t>(2 * p.tensor)],
                                                          sums[static_cast<size_t>(2 * p.tensor + 1)]);
     const float scale = static_cast<float>(lr * trust);
-    float* w = params + p.offset;
-    const float* u = grads + p.offset;
-#pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < p.numel; ++j)
-      w[j] -= scale * u[j];
+    axpy(params + p.offset, -scale, grads + p.offset, p.numel);  // w − s·u, exactly w + (−s)·u
   }
 }
 
