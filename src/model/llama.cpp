@@ -262,7 +262,7 @@ void Llama::upload_slot(Slot& sl) const {
   if (has_embed()) sl.d_inputs.mirror(sl.inputs, "tokens", MemKind::activation);
   if (sl.has_targets) sl.d_targets.mirror(sl.targets, "tokens", MemKind::activation);
   sl.d_pos.mirror(sl.pos, "positions", MemKind::activation);
-  if (!drop_.on) return;
+  if (!drop_.on || (cfg_.attention_dropout == 0 && cfg_.hidden_dropout == 0)) return;  // dropout's only
   sl.d_seq_rows.mirror(sl.seq_rows, "positions", MemKind::activation);
   sl.d_seq_resid.mirror(sl.seq_resid, "positions", MemKind::activation);
   sl.d_pos_resid.mirror(sl.pos_resid, "positions", MemKind::activation);

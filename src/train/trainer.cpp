@@ -181,6 +181,24 @@ void keep_save_timings(const CheckpointSaver& saver, RunResult& result) {
 
 }  // namespace
 
+namespace {
+
+// Under a device other than the host, rank 0 prints the last step's
+// crossings between the device and the host, one line per label (number and
+// bytes each way): the list docs/ARCHITECTURE.md "The kernel seam" derives,
+// which tests/dist/fake_device.sh holds them to.
+void report_crossings(RunDevice device, bool lead, int64_t step) {
+  if (device == RunDevice::cpu || !lead) return;
+  for (const auto& [label, n] : crossing_counts()) {
+    std::fprintf(stderr, "crossings step %lld %s: to_host %lld %lld bytes, from_host %lld %lld bytes\n",
+                 static_cast<long long>(step), label.c_str(), static_cast<long long>(n.to_host),
+                 static_cast<long long>(n.to_host_bytes), static_cast<long long>(n.from_host),
+                 static_cast<long long>(n.from_host_bytes));
+  }
+}
+
+}  // namespace
+
 RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* world) {
   const TrainConfig& tc = cfg.train;
   // Every matrix product of this run, on every thread (docs/MODEL.md "Precision").
@@ -224,6 +242,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     trace.begin_step(step);
     StepVotes votes{saver.writer_done(), got_sigterm() ? 1 : 0, got_sigusr1() ? 1 : 0};
     StepStats s;
+    reset_crossing_counts();  // the crossings of this step alone (report_crossings below)
     try {
       s = train_step(model, mesh, cfg, train_file, step, lr_schedule.at(step),
                      checkpoints ? &votes : nullptr);
@@ -231,6 +250,7 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
       if (model.bad_steps >= tc.max_bad_steps) saver.finish(metrics);
       throw;
     }
+    if (step + 1 == tc.steps) report_crossings(cfg.parsed().device, lead, step);
     headline_figures(s, ceiling, flops_per_token, progress, first_step);
     result.steps.push_back(s);
     report_step(metrics, mesh, model, s, tc, opts);
