@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "mesh/layout.h"
 
@@ -51,14 +52,16 @@ std::vector<LocalSlice> local_slices(Llama& chunk, const MeshSizes& sizes, const
 
 void slice_to_box(const LocalSlice& slice, const float* local_base, float* box) {
   const float* local = local_base + slice.local_offset;
-  for_each_box_row(
-      slice, [&](int64_t li, int64_t bi, int64_t n) { std::copy(local + li, local + li + n, box + bi); });
+  for_each_box_row(slice, [&](int64_t li, int64_t bi, int64_t n) {
+    copy_to_host(box + bi, local + li, n * int64_t{sizeof(float)}, "checkpoint");
+  });
 }
 
 void box_to_slice(const LocalSlice& slice, const float* box, float* local_base) {
   float* local = local_base + slice.local_offset;
-  for_each_box_row(slice,
-                   [&](int64_t li, int64_t bi, int64_t n) { std::copy(box + bi, box + bi + n, local + li); });
+  for_each_box_row(slice, [&](int64_t li, int64_t bi, int64_t n) {
+    copy_from_host(local + li, box + bi, n * int64_t{sizeof(float)}, "checkpoint");
+  });
 }
 
 MeshSizes run_sizes(const RunMesh& mesh) {

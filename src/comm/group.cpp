@@ -5,7 +5,7 @@
 
 #include "comm/backend.h"
 #include "comm/context.h"
-#include "comm/ranked_sum.h"
+#include "comm/staged_backend.h"
 #include "core/error.h"
 
 namespace mt {
@@ -96,6 +96,11 @@ Group Group::split(int color, int key, std::string axis) const {
   return Group(need(backend_).split(color, key), ctx_, std::move(axis));
 }
 
+Group Group::for_run_device() const {
+  need(backend_);
+  return Group(wrap_for_device(backend_), ctx_, axis_);
+}
+
 Work Group::all_reduce_async(void* buf, int64_t count, ElemType type, ReduceOp op, std::string_view label) {
   check_count("all_reduce", axis_, count);
   return start_op(backend_, ctx_, axis_, "all_reduce", label, count, type,
@@ -136,7 +141,7 @@ Work Group::all_reduce_async(void* buf, int64_t count, ElemType type, SumOrder o
   check_count("all_reduce", axis_, count);
   check_ranked(axis_, type, label);
   return start_op(backend_, ctx_, axis_, "all_reduce", label, count, type,
-                  [&](Backend& b) { return ranked_all_reduce(b, buf, count, type); });
+                  [&](Backend& b) { return b.all_reduce_in_rank_order(buf, count, type); });
 }
 
 void Group::all_reduce(void* buf, int64_t count, ElemType type, SumOrder order, std::string_view label) {
@@ -149,7 +154,7 @@ Work Group::reduce_scatter_async(const void* send, void* recv, int64_t count, El
   check_ranked(axis_, type, label);
   check_count("reduce_scatter", axis_, count);
   return start_op(backend_, ctx_, axis_, "reduce_scatter", label, count * size(), type,
-                  [&](Backend& b) { return ranked_reduce_scatter(b, send, recv, count, type); });
+                  [&](Backend& b) { return b.reduce_scatter_in_rank_order(send, recv, count, type); });
 }
 
 void Group::reduce_scatter(const void* send, void* recv, int64_t count, ElemType type, SumOrder order,

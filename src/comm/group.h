@@ -76,6 +76,12 @@ class Group {
 
   // Ranks with the same color form a new group, ordered by key (MPI_Comm_split).
   Group split(int color, int key, std::string axis) const;
+  // This group for the run's device (core/device.h run_allocator), on the same
+  // communicator: itself when that device is the host; else its backend behind
+  // the host-staging decorator (comm/staged_backend.h), which copies every
+  // device buffer through host memory. Call it on the world once the run's
+  // device is set, before splitting: the groups split from it stage too.
+  Group for_run_device() const;
 
   // `label` names the call site for the ledger, the watchdog and --explain
   // ("layer 3 backward: grad bucket 2").

@@ -158,4 +158,13 @@ std::unique_ptr<PendingOp> ranked_reduce_scatter(Backend& b, const void* send, v
   return op;
 }
 
+std::unique_ptr<PendingOp> Backend::all_reduce_in_rank_order(void* buf, int64_t count, ElemType type) {
+  return ranked_all_reduce(*this, buf, count, type);
+}
+
+std::unique_ptr<PendingOp> Backend::reduce_scatter_in_rank_order(const void* send, void* recv, int64_t count,
+                                                                 ElemType type) {
+  return ranked_reduce_scatter(*this, send, recv, count, type);
+}
+
 }  // namespace mt

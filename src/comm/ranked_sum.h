@@ -1,5 +1,6 @@
 // Sums in a fixed rank order, built from the transport's exchanges rather than
-// its reductions (comm/ only; Group's SumOrder::ranks forms call these).
+// its reductions (comm/ only; Group's SumOrder::ranks forms call these through
+// Backend's *_in_rank_order, whose defaults they are).
 //
 // A transport's all-reduce may regroup a sum by message size (Open MPI sums 4
 // ranks as (x0 + x1) + (x2 + x3) for small messages and in ring order for large

@@ -85,6 +85,9 @@ std::vector<Entry> train_data_entries() {
           train, precision, "string",
           "fp32 | bf16 (bf16: every matrix product's operands rounded to bf16, accumulated and written in "
           "fp32; weights, gradients, optimizer state, norms, softmax and losses stay fp32; docs/MODEL.md)"),
+      MT_KEY(train, device, "string",
+             "cpu | fake | cuda: the kernel table and allocator of the run (fake: for tests, the cpu kernels "
+             "behind pointers that fault on a host read; docs/ARCHITECTURE.md \"The kernel seam\")"),
       MT_KEY(train, grad_clip, "float", "clip the global gradient norm to this (0: no clipping)"),
       MT_KEY(train, seed, "int", "seed of the initialisation and of the data sampler"),
       MT_KEY(train, eval_every, "int", "validation loss every N steps and at the end (0: never)"),

@@ -11,6 +11,7 @@
 
 #include "model/config.h"
 #include "ops/gemm.h"
+#include "ops/kernels.h"
 #include "optim/optimizer.h"
 #include "parallel/context_parallel.h"
 #include "parallel/tp2d.h"
@@ -34,6 +35,7 @@ struct TrainConfig {
   double momentum = 0.0;            // sgd
   bool nesterov = false;            // sgd
   std::string precision = "fp32";   // fp32 | bf16: the matmul precision (ops/gemm.h)
+  std::string device = "cpu";       // cpu | fake (tests) | cuda: the kernel table (ops/kernels.h)
   double grad_clip = 1.0;
   uint64_t seed = 1234;
   int64_t eval_every = 50;
@@ -84,6 +86,7 @@ struct ParallelConfig {
 struct ParsedKeys {
   OptimizerKind optimizer = OptimizerKind::adamw;             // train.optimizer
   MatmulPrecision precision = MatmulPrecision::fp32;          // train.precision
+  RunDevice device = RunDevice::cpu;                          // train.device
   pp::ScheduleKind schedule = pp::ScheduleKind::one_f_one_b;  // parallel.schedule
   cp::CpImpl cp_impl = cp::CpImpl::ring;                      // parallel.cp_impl
   tp2d::Grid tp_grid;                                         // parallel.tp2d ("": {1, tp})

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <new>
 #include <utility>
@@ -26,6 +27,7 @@ Counters& counters() {
 }
 
 int slot_of(DeviceId dev) {
+  MT_CHECK(dev.kind != DeviceKind::fake, "the fake device's bytes are counted as the host's (core/memory.h)");
   if (dev.kind == DeviceKind::host) {
     MT_CHECK(dev.index == 0, "the host has index 0, not ", dev.index);
     return 0;
@@ -46,12 +48,151 @@ class HostAllocator final : public DeviceAllocator {
     return p;
   }
   void raw_free(void* ptr) override { std::free(ptr); }
+  bool holds(const void*) const override { return true; }
+  void to_host(void* host_dst, const void* src, int64_t bytes) override { copy(host_dst, src, bytes); }
+  void from_host(void* dst, const void* host_src, int64_t bytes) override { copy(dst, host_src, bytes); }
+  void copy(void* dst, const void* src, int64_t bytes) override {
+    if (bytes > 0) std::memmove(dst, src, static_cast<size_t>(bytes));
+  }
+  void zero(void* dst, int64_t bytes) override {
+    if (bytes > 0) std::memset(dst, 0, static_cast<size_t>(bytes));
+  }
 };
+
+[[noreturn]] void no_copies(const DeviceAllocator& a, const char* what) {
+  throw Error(detail::concat("the allocator of ", device_name(a.device()), " has no ", what));
+}
+
+struct Crossings {
+  std::mutex mu;
+  std::map<std::string, CrossingCount> by_label;
+};
+
+Crossings& crossings() {
+  static Crossings c;
+  return c;
+}
+
+void count_crossing(const char* label, int64_t bytes, bool to_host) {
+  auto& c = crossings();
+  std::lock_guard<std::mutex> lock(c.mu);
+  CrossingCount& n = c.by_label[label];
+  (to_host ? n.to_host : n.from_host) += 1;
+  (to_host ? n.to_host_bytes : n.from_host_bytes) += bytes;
+}
+
+DeviceAllocator* g_run_allocator = nullptr;
 
 }  // namespace
 
 std::string device_name(DeviceId dev) {
-  return dev.kind == DeviceKind::host ? std::string("host") : "cuda:" + std::to_string(dev.index);
+  switch (dev.kind) {
+    case DeviceKind::host:
+      return "host";
+    case DeviceKind::fake:
+      return "fake";
+    case DeviceKind::cuda:
+      break;
+  }
+  return "cuda:" + std::to_string(dev.index);
+}
+
+bool DeviceAllocator::holds(const void*) const {
+  return false;
+}
+void DeviceAllocator::to_host(void*, const void*, int64_t) {
+  no_copies(*this, "copy to the host");
+}
+void DeviceAllocator::from_host(void*, const void*, int64_t) {
+  no_copies(*this, "copy from the host");
+}
+void DeviceAllocator::copy(void*, const void*, int64_t) {
+  no_copies(*this, "copy");
+}
+void DeviceAllocator::zero(void*, int64_t) {
+  no_copies(*this, "zeroing");
+}
+
+DeviceAllocator& run_allocator() {
+  return g_run_allocator ? *g_run_allocator : host_allocator();
+}
+
+void set_run_allocator(DeviceAllocator& alloc) {
+  g_run_allocator = &alloc;
+}
+
+DeviceId device_of(const void* ptr) {
+  DeviceAllocator& run = run_allocator();
+  return run.holds(ptr) ? run.device() : kHost;
+}
+
+namespace {
+DeviceAllocator& allocator_of(const void* ptr) {
+  DeviceAllocator& run = run_allocator();
+  return run.holds(ptr) ? run : host_allocator();
+}
+}  // namespace
+
+void copy_to_host(void* host_dst, const void* src, int64_t bytes, const char* label) {
+  if (bytes <= 0) return;
+  DeviceAllocator& a = allocator_of(src);
+  a.to_host(host_dst, src, bytes);
+  if (a.device() != kHost) count_crossing(label, bytes, true);
+}
+
+void copy_from_host(void* dst, const void* host_src, int64_t bytes, const char* label) {
+  if (bytes <= 0) return;
+  DeviceAllocator& a = allocator_of(dst);
+  a.from_host(dst, host_src, bytes);
+  if (a.device() != kHost) count_crossing(label, bytes, false);
+}
+
+void copy_bytes(void* dst, const void* src, int64_t bytes) {
+  if (bytes <= 0) return;
+  DeviceAllocator& run = run_allocator();
+  const bool from_device = run.holds(src), to_device = run.holds(dst);
+  if (from_device == to_device) return allocator_of(dst).copy(dst, src, bytes);
+  // One side on the host: a crossing, counted under its own label so that a
+  // step's list shows any that the explicit ones do not account for.
+  if (from_device) {
+    copy_to_host(dst, src, bytes, "copy_bytes");
+  } else {
+    copy_from_host(dst, src, bytes, "copy_bytes");
+  }
+}
+
+void zero_bytes(void* dst, int64_t bytes) {
+  if (bytes > 0) allocator_of(dst).zero(dst, bytes);
+}
+
+CrossingCount crossing_total() {
+  CrossingCount t;
+  for (const auto& [label, n] : crossing_counts()) {
+    t.to_host += n.to_host;
+    t.to_host_bytes += n.to_host_bytes;
+    t.from_host += n.from_host;
+    t.from_host_bytes += n.from_host_bytes;
+  }
+  return t;
+}
+
+CrossingCount crossing_count(const std::string& label) {
+  auto& c = crossings();
+  std::lock_guard<std::mutex> lock(c.mu);
+  const auto it = c.by_label.find(label);
+  return it == c.by_label.end() ? CrossingCount{} : it->second;
+}
+
+std::vector<std::pair<std::string, CrossingCount>> crossing_counts() {
+  auto& c = crossings();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return {c.by_label.begin(), c.by_label.end()};
+}
+
+void reset_crossing_counts() {
+  auto& c = crossings();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.by_label.clear();
 }
 
 void DeviceMemoryTracker::on_alloc(DeviceId dev, MemKind kind, int64_t bytes) {
@@ -103,14 +244,22 @@ void* tracked_device_alloc(DeviceAllocator& alloc, int64_t bytes, MemKind kind) 
   MT_CHECK(bytes >= 0, "negative allocation of ", bytes, " bytes");
   if (bytes == 0) return nullptr;
   void* p = alloc.raw_alloc(bytes);
-  DeviceMemoryTracker::on_alloc(alloc.device(), kind, bytes);
+  if (alloc.counts_as_host()) {
+    MemoryTracker::on_alloc(kind, bytes);
+  } else {
+    DeviceMemoryTracker::on_alloc(alloc.device(), kind, bytes);
+  }
   return p;
 }
 
 void tracked_device_free(DeviceAllocator& alloc, void* ptr, int64_t bytes, MemKind kind) {
   if (ptr == nullptr) return;
   alloc.raw_free(ptr);
-  DeviceMemoryTracker::on_free(alloc.device(), kind, bytes);
+  if (alloc.counts_as_host()) {
+    MemoryTracker::on_free(kind, bytes);
+  } else {
+    DeviceMemoryTracker::on_free(alloc.device(), kind, bytes);
+  }
 }
 
 DeviceBuffer::DeviceBuffer(DeviceAllocator& alloc, int64_t bytes, MemKind kind)

@@ -1,6 +1,5 @@
 #include "core/tensor.h"
 
-#include <cstring>
 #include <utility>
 
 #include "core/error.h"
@@ -16,9 +15,15 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
   return n;
 }
 
-Tensor::Tensor(std::vector<int64_t> shape, MemKind kind)
-    : shape_(std::move(shape)), numel_(numel_of(shape_)), kind_(kind) {
-  data_ = static_cast<float*>(tracked_alloc(nbytes(), kind_));
+Tensor::Tensor(std::vector<int64_t> shape, MemKind kind) : Tensor(std::move(shape), kind, run_allocator()) {}
+
+Tensor::Tensor(std::vector<int64_t> shape, MemKind kind, DeviceAllocator& alloc)
+    : shape_(std::move(shape)), numel_(numel_of(shape_)), kind_(kind), alloc_(&alloc) {
+  data_ = static_cast<float*>(tracked_device_alloc(alloc, nbytes(), kind_));
+}
+
+DeviceId Tensor::device() const {
+  return alloc_ ? alloc_->device() : run_allocator().device();
 }
 
 Tensor::~Tensor() {
@@ -26,7 +31,11 @@ Tensor::~Tensor() {
 }
 
 Tensor::Tensor(Tensor&& other) noexcept
-    : shape_(std::move(other.shape_)), numel_(other.numel_), kind_(other.kind_), data_(other.data_) {
+    : shape_(std::move(other.shape_)),
+      numel_(other.numel_),
+      kind_(other.kind_),
+      alloc_(other.alloc_),
+      data_(other.data_) {
   other.numel_ = 0;
   other.data_ = nullptr;
   other.shape_.clear();
@@ -38,6 +47,7 @@ Tensor& Tensor::operator=(Tensor&& other) noexcept {
     shape_ = std::move(other.shape_);
     numel_ = other.numel_;
     kind_ = other.kind_;
+    alloc_ = other.alloc_;
     data_ = other.data_;
     other.numel_ = 0;
     other.data_ = nullptr;
@@ -47,13 +57,13 @@ Tensor& Tensor::operator=(Tensor&& other) noexcept {
 }
 
 void Tensor::release() {
-  tracked_free(data_, nbytes(), kind_);
+  if (alloc_ != nullptr) tracked_device_free(*alloc_, data_, nbytes(), kind_);
   data_ = nullptr;
   numel_ = 0;
 }
 
 void Tensor::zero() {
-  if (data_ != nullptr) std::memset(data_, 0, static_cast<size_t>(nbytes()));
+  if (data_ != nullptr) alloc_->zero(data_, nbytes());
 }
 
 std::string Tensor::shape_str() const {

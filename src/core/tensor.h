@@ -1,7 +1,9 @@
 // Tensor: a contiguous, row-major buffer with a shape, owned and tracked.
-// Only fp32 on the CPU today; dtype and device are fields so that bf16 and a
-// CUDA device can be added without changing the callers' grammar. Kernels take
-// raw pointers and sizes (see ops/); a Tensor is the owner of the storage.
+// Only fp32 today; its storage comes from an allocator that knows the device
+// (core/device.h): the run's device unless told otherwise. Kernels take raw
+// pointers and sizes (ops/kernels.h); a Tensor is the owner of the storage,
+// and its data() is a device pointer that only kernels and the explicit
+// crossings (copy_to_host, copy_from_host) may read.
 #pragma once
 
 #include <cstdint>
@@ -9,18 +11,20 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/memory.h"
 
 namespace mt {
 
 enum class DType { f32 };
-enum class Device { cpu };
 
 class Tensor {
  public:
   Tensor() = default;
-  // Zero-initialised tensor of `shape`, charged to `kind`.
+  // Zero-initialised tensor of `shape`, charged to `kind`, on the run's device
+  // (run_allocator()) or on `alloc`'s.
   Tensor(std::vector<int64_t> shape, MemKind kind);
+  Tensor(std::vector<int64_t> shape, MemKind kind, DeviceAllocator& alloc);
   ~Tensor();
   Tensor(Tensor&& other) noexcept;
   Tensor& operator=(Tensor&& other) noexcept;
@@ -36,7 +40,7 @@ class Tensor {
   int ndim() const { return static_cast<int>(shape_.size()); }
   bool empty() const { return numel_ == 0; }
   DType dtype() const { return DType::f32; }
-  Device device() const { return Device::cpu; }
+  DeviceId device() const;
   MemKind kind() const { return kind_; }
 
   void zero();
@@ -48,6 +52,7 @@ class Tensor {
   std::vector<int64_t> shape_;
   int64_t numel_ = 0;
   MemKind kind_ = MemKind::scratch;
+  DeviceAllocator* alloc_ = nullptr;
   float* data_ = nullptr;
 };
 

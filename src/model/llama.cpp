@@ -201,6 +201,7 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
       sl.pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % T);
   }
   dropout_coords(sl);
+  upload_slot(sl);
   if (rope_scaling_.type == RopeType::dynamic) {  // frequencies of this length (docs/MODEL.md)
     const int64_t L = T * (cp_group() ? cp_group()->size() : 1);
     if (rope_.seq_len() != L) rope_ = cfg_.rope_table(rope_scaling_, L);
@@ -261,12 +262,24 @@ void Llama::backward_slot(int s, float dloss) {
   sl.has_targets = false;
 }
 
+// The slot's token ids, targets, positions and dropout coordinates, onto the
+// run's device (docs/ARCHITECTURE.md "The kernel seam": the crossings in).
+void Llama::upload_slot(Slot& sl) const {
+  if (has_embed()) sl.d_inputs.mirror(sl.inputs, "tokens", MemKind::activation);
+  if (sl.has_targets) sl.d_targets.mirror(sl.targets, "tokens", MemKind::activation);
+  sl.d_pos.mirror(sl.pos, "positions", MemKind::activation);
+  if (!drop_.on || (cfg_.attention_dropout == 0 && cfg_.hidden_dropout == 0)) return;  // dropout's only
+  sl.d_seq_rows.mirror(sl.seq_rows, "positions", MemKind::activation);
+  sl.d_seq_resid.mirror(sl.seq_resid, "positions", MemKind::activation);
+  sl.d_pos_resid.mirror(sl.pos_resid, "positions", MemKind::activation);
+}
+
 void Llama::embed_forward(Slot& sl) {
   const int eu = table_.embed_unit;
   const float* E = store_->acquire_params(eu, Pass::forward);
   {
     MT_TIMED(Kernel::embedding);
-    plan_.embed_forward(sl.resid[0].data(), sl.inputs.data(),
+    plan_.embed_forward(sl.resid[0].data(), sl.d_inputs.data(),
                         E + (table_.embed - units_[static_cast<size_t>(eu)].begin), N_, cfg_.vocab_size,
                         plan_.entry(kEmbed));
   }
@@ -281,7 +294,7 @@ void Llama::embed_backward(Slot& sl, float* Eg) {
   {
     MT_TIMED(Kernel::embedding);
     plan_.embed_backward(Eg + (table_.embed - units_[static_cast<size_t>(eu)].begin), buf_->dres.data(),
-                         sl.inputs.data(), N_, cfg_.vocab_size, plan_.entry(kEmbed));
+                         sl.d_inputs.data(), N_, cfg_.vocab_size, plan_.entry(kEmbed));
   }
   store_->release_grads(eu);
 }

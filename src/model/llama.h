@@ -321,6 +321,7 @@ class Llama : public pp::Stage {
   // Where the rows of the current slot's residual stream sit (hidden dropout).
   TokenCoords residual_coords() const;
   void dropout_coords(Slot& sl) const;  // the slot's seq_rows, seq_resid, pos_resid
+  void upload_slot(Slot& sl) const;     // their device copies, and the ids, targets and positions
   bool sp_on() const { return tp_group() != nullptr && opts_.sp; }
   // --fingerprint (llama_probe.cpp): tensor `name` of model layer gl, its rows
   // the microbatch's N tokens (batch) or the residual stream's Nl, its columns

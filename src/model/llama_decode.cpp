@@ -86,6 +86,7 @@ void Llama::decode_layers(float* x, const int32_t* pos, int64_t rows, AttentionS
   sl.B = 1;
   sl.T = sl.N = sl.Nl = rows;
   sl.pos.assign(pos, pos + rows);
+  sl.d_pos.mirror(sl.pos, "positions", MemKind::activation);
   if (cfg_.moe()) sl.tally.reset(cfg_.top_k, cfg_.n_experts);
   cur_ = &sl;  // the next training forward or backward sets its own (use_slot)
   B_ = 1;

@@ -13,12 +13,12 @@ DropoutKey Llama::dropout_at(int64_t gl, const char* site, double p) const {
 const AttentionDropout* Llama::attention_dropout(int64_t gl, AttentionDropout* storage) const {
   const DropoutKey key = dropout_at(gl, "attn", cfg_.attention_dropout);
   if (!key.on) return nullptr;
-  *storage = {key, cur_->seq_rows.data(), tpr_.rank * td_.heads};  // heads split in rank order
+  *storage = {key, cur_->d_seq_rows.data(), tpr_.rank * td_.heads};  // heads split in rank order
   return storage;
 }
 
 TokenCoords Llama::residual_coords() const {
-  return {cur_->seq_resid.data(), cur_->pos_resid.data()};
+  return {cur_->d_seq_resid.data(), cur_->d_pos_resid.data()};
 }
 
 void Llama::dropout_coords(Slot& sl) const {

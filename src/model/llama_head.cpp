@@ -30,14 +30,15 @@ double Llama::head_forward(Slot& sl) {
   store_->release_params(fu, Pass::forward);
   if (!sl.has_targets) return 0.0;
   MT_TIMED(Kernel::cross_entropy);
-  plan_.loss_forward(sl.losses.data(), sl.lse_ce.data(), sl.logits.data(), sl.targets.data(), N, V,
+  plan_.loss_forward(sl.losses.data(), sl.lse_ce.data(), sl.logits.data(), sl.d_targets.data(), N, V,
                      kIgnoreIndex, e);
   if (opts_.probe != nullptr)  // each token's loss: one column, the same on every tp rank
     opts_.probe->record(cfg_.n_layers, "loss", false, sl.losses.data(), N, 1,
                         {sl.seq_rows.data(), sl.pos.data(), sl.T}, {{0, 0, 1}});
+  const HostView<float> losses(sl.losses.data(), N, "loss");
   double sum = 0.0;  // in token order: deterministic (and the same on every tp rank)
   for (int64_t i = 0; i < N; ++i)
-    sum += sl.losses.data()[i];
+    sum += losses[i];
   return sum;
 }
 
@@ -55,8 +56,8 @@ float* Llama::head_backward(float dloss) {
   MT_CHECK(sl.has_targets, "backward needs a forward with targets");
   {
     MT_TIMED(Kernel::cross_entropy);
-    plan_.loss_backward(sl.logits.data(), sl.logits.data(), sl.lse_ce.data(), sl.targets.data(), dloss, N, V,
-                        kIgnoreIndex, e);
+    plan_.loss_backward(sl.logits.data(), sl.logits.data(), sl.lse_ce.data(), sl.d_targets.data(), dloss, N,
+                        V, kIgnoreIndex, e);
   }
   const int fu = table_.final_unit;
   const float* Fp = store_->acquire_params(fu, Pass::backward);

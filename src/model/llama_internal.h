@@ -7,10 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "core/device_mirror.h"
 #include "core/tensor.h"
 #include "core/timer.h"
 #include "model/buffer_plan.h"
 #include "model/llama.h"
+#include "ops/primitives.h"
 #include "parallel/expert_parallel.h"
 
 namespace mt {
@@ -101,6 +103,10 @@ struct Llama::Slot {
   // global sequence and position of each residual-stream row here [Nl].
   std::vector<int64_t> seq_rows, seq_resid;
   std::vector<int32_t> pos_resid;
+  // The same on the run's device, where the kernels read them (uploaded by
+  // forward_slot: the "tokens" and "positions" crossings).
+  DeviceMirror<int32_t> d_inputs, d_targets, d_pos, d_pos_resid;
+  DeviceMirror<int64_t> d_seq_rows, d_seq_resid;
   bool has_targets = false;
   MoeTally tally;  // its router statistics (mixture of experts)
 
@@ -167,9 +173,7 @@ class KernelScope {
 };
 
 inline void add_inplace(float* y, const float* x, int64_t n) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i)
-    y[i] += x[i];
+  add(y, x, n);
 }
 
 #define MT_TIMED(kernel) KernelScope scope_##__LINE__(times_, kernel, opts_.profile)

@@ -4,6 +4,7 @@
 // attention_'s (parallel/cp_attention.h).
 #include <cstring>
 
+#include "core/device.h"
 #include "core/trace_spans.h"
 #include "model/llama_internal.h"
 #include "ops/attention.h"
@@ -20,7 +21,7 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
   const TraceScope span("layer", x_out ? "forward L" : "recompute L", gl);  // --trace (recompute: no output)
   const int64_t B = B_, T = T_, N = N_, Nl = Nl_, W = plan_.width(), F = td_.ffn, D = cfg_.head_dim();
   const int64_t H = td_.heads, KV = td_.kv_heads, Q = H * D, QKV = Q + 2 * KV * D;
-  const int32_t* pos = cur_->pos.data();
+  const int32_t* pos = cur_->d_pos.data();
   const float eps = static_cast<float>(cfg_.norm_eps);
   const tp::LinearPlan& p = plan_;
   float* ln1 = norm_output(a.ln1);
@@ -101,7 +102,7 @@ const float* Llama::dropped_grad(int64_t gl, const char* site, const float* dres
   if (!drop.on) return dres;
   float* g = buf_->dtmp.data();
   const int64_t W = plan_.width();
-  std::copy(dres, dres + Nl_ * W, g);
+  copy_bytes(g, dres, Nl_ * W * int64_t{sizeof(float)});
   dropout_rows(g, Nl_, W, drop, residual_coords());
   return g;
 }
@@ -184,7 +185,7 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
 void Llama::attention_core_backward(int64_t gl, LayerActs& a) {
   const int64_t B = B_, T = T_, N = N_, D = cfg_.head_dim();
   const int64_t H = td_.heads, KV = td_.kv_heads, Q = H * D, QKV = Q + 2 * KV * D;
-  const int32_t* pos = cur_->pos.data();
+  const int32_t* pos = cur_->d_pos.data();
   Buffers& b = *buf_;
   {
     MT_TIMED(Kernel::attention);

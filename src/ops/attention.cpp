@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ops/attention_tiles.h"
+#include "ops/cpu_kernels.h"
 #include "ops/gemm.h"
 #include "ops/vec_math.h"
 
@@ -104,8 +105,8 @@ void finish_rows(float* out, float* lse, const RunningRows& run, int64_t nq, int
 
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                       const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d) {
+void cpu::attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                            const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d) {
   validate(d);
   const int64_t B = d.batch, Tq = d.q_len, Tk = d.kv_len, H = d.n_heads, D = d.head_dim;
   const int64_t group = H / d.n_kv_heads;
@@ -148,10 +149,10 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
         const float* kb = k + (b * Tk + k0) * d.kv_stride + g * D;
         const float* vb = v + (b * Tk + k0) * d.kv_stride + g * D;
         // S[nq, nk] = Q · Kᵀ, turned into probabilities; acc[nq, D] += P · V
-        sgemm(Trans::no, Trans::yes, nq, nk, D, qb, d.q_stride, kb, d.kv_stride, S, kTileK, Out::assign);
+        cpu::sgemm(Trans::no, Trans::yes, nq, nk, D, qb, d.q_stride, kb, d.kv_stride, S, kTileK, Out::assign);
         online_softmax_tile(S, run, nq, nk, D, scale, k_pos + b * Tk + k0, qp, kr.hi <= qr.lo);
         if (d.dropout) dropout_tile(S, nq, nk, *d.dropout, b, h, qp, k_pos + b * Tk + k0);
-        sgemm(Trans::no, Trans::no, nq, D, nk, S, kTileK, vb, d.kv_stride, run.acc, D, Out::add);
+        cpu::sgemm(Trans::no, Trans::no, nq, D, nk, S, kTileK, vb, d.kv_stride, run.acc, D, Out::add);
       }
       finish_rows(out + (b * Tq + q0) * d.out_stride + h * D, lse + (b * H + h) * Tq + q0, run, nq, D,
                   d.out_stride);
@@ -159,8 +160,8 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
   }
 }
 
-void attention_merge(float* out, float* lse, const float* out_part, const float* lse_part,
-                     const AttentionDims& d) {
+void cpu::attention_merge(float* out, float* lse, const float* out_part, const float* lse_part,
+                          const AttentionDims& d) {
   MT_REQUIRE(d.batch >= 0 && d.q_len >= 0 && d.n_heads >= 1 && d.head_dim >= 1, ConfigError,
              "attention_merge: batch (", d.batch, "), q_len (", d.q_len, "), n_heads (", d.n_heads,
              ") and head_dim (", d.head_dim, ") must be valid");

@@ -16,6 +16,7 @@
 
 #include "ops/attention.h"
 #include "ops/attention_tiles.h"
+#include "ops/cpu_kernels.h"
 #include "ops/gemm.h"
 #include "ops/vec_math.h"
 
@@ -45,10 +46,10 @@ struct BackwardTile {
 // forward's, regenerated): the P returned is P ∘ Z (what dV needs) and
 // dS = P ∘ (Z ∘ dO·Vᵀ − Di) · scale; Di = rowsum(dO ∘ O) = Σ P ∘ Z ∘ dO·Vᵀ still.
 void probs_and_dscores(float* P, float* dS, const BackwardTile& t, const AttentionDims& d, float scale) {
-  sgemm(Trans::no, Trans::yes, t.nq, t.nk, d.head_dim, t.q, d.q_stride, t.k, d.kv_stride, P, kTileK,
-        Out::assign);
-  sgemm(Trans::no, Trans::yes, t.nq, t.nk, d.head_dim, t.dout, d.out_stride, t.v, d.kv_stride, dS, kTileK,
-        Out::assign);
+  cpu::sgemm(Trans::no, Trans::yes, t.nq, t.nk, d.head_dim, t.q, d.q_stride, t.k, d.kv_stride, P, kTileK,
+             Out::assign);
+  cpu::sgemm(Trans::no, Trans::yes, t.nq, t.nk, d.head_dim, t.dout, d.out_stride, t.v, d.kv_stride, dS,
+             kTileK, Out::assign);
   for (int64_t r = 0; r < t.nq; ++r) {
     float* p = P + r * kTileK;
     float* ds = dS + r * kTileK;
@@ -151,15 +152,15 @@ struct TileWork {
   // dV += Pᵀ · dO;  dK += dSᵀ · Q  for the tile in t (P and dS already computed).
   void add_dkv(const Backward& w, float* dkb, float* dvb) {
     const int64_t D = w.d.head_dim;
-    sgemm(Trans::yes, Trans::no, t.nk, D, t.nq, p_buf.data(), kTileK, t.dout, w.d.out_stride, dvb,
-          w.d.kv_stride, Out::add);
-    sgemm(Trans::yes, Trans::no, t.nk, D, t.nq, ds_buf.data(), kTileK, t.q, w.d.q_stride, dkb, w.d.kv_stride,
-          Out::add);
+    cpu::sgemm(Trans::yes, Trans::no, t.nk, D, t.nq, p_buf.data(), kTileK, t.dout, w.d.out_stride, dvb,
+               w.d.kv_stride, Out::add);
+    cpu::sgemm(Trans::yes, Trans::no, t.nk, D, t.nq, ds_buf.data(), kTileK, t.q, w.d.q_stride, dkb,
+               w.d.kv_stride, Out::add);
   }
   // dQ += dS · K for the tile in t.
   void add_dq(const Backward& w, float* dqb) {
-    sgemm(Trans::no, Trans::no, t.nq, w.d.head_dim, t.nk, ds_buf.data(), kTileK, t.k, w.d.kv_stride, dqb,
-          w.d.q_stride, Out::add);
+    cpu::sgemm(Trans::no, Trans::no, t.nq, w.d.head_dim, t.nk, ds_buf.data(), kTileK, t.k, w.d.kv_stride, dqb,
+               w.d.q_stride, Out::add);
   }
   bool next(const Backward& w, int64_t b, int64_t h, int64_t qt, int64_t kt) {
     if (!w.tile(b, h, qt, kt, t)) return false;
@@ -215,9 +216,9 @@ void backward_two_passes(const Backward& w, TileWork& tw) {
 
 }  // namespace
 
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
-                        const float* lse, const float* q, const float* k, const float* v,
-                        const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d) {
+void cpu::attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                             const float* lse, const float* q, const float* k, const float* v,
+                             const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d) {
   validate(d);
   const int64_t B = d.batch, Tq = d.q_len, Tk = d.kv_len, KV = d.n_kv_heads;
   Backward w{.d = d,

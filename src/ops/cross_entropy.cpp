@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "ops/cpu_kernels.h"
 #include "ops/vec_math.h"
 
 namespace mt {
@@ -24,8 +25,8 @@ void check_targets(const int32_t* targets, int64_t N, int64_t V, int32_t ignore_
 
 }  // namespace
 
-void cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
-                           int64_t V, int32_t ignore_index) {
+void cpu::cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                                int64_t N, int64_t V, int32_t ignore_index) {
   check_targets(targets, N, V, ignore_index);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
@@ -52,8 +53,9 @@ void cross_entropy_forward(float* losses, float* lse, const float* logits, const
   }
 }
 
-void cross_entropy_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
-                            float dloss, int64_t N, int64_t V, int32_t ignore_index) {
+void cpu::cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
+                                 const int32_t* targets, float dloss, int64_t N, int64_t V,
+                                 int32_t ignore_index) {
   check_targets(targets, N, V, ignore_index);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "ops/cpu_kernels.h"
 
 namespace mt {
 
@@ -19,7 +20,7 @@ DropoutKey dropout_key(uint64_t seed, int64_t step, int64_t layer, std::string_v
   return k;
 }
 
-void dropout_rows(float* x, int64_t rows, int64_t C, const DropoutKey& k, const TokenCoords& at) {
+void cpu::dropout_rows(float* x, int64_t rows, int64_t C, const DropoutKey& k, const TokenCoords& at) {
   if (!k.on) return;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 
+#include "ops/cpu_kernels.h"
+
 namespace mt {
 
-void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int64_t C) {
+void cpu::embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int64_t C) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* row = table + static_cast<int64_t>(ids[n]) * C;
@@ -14,7 +16,7 @@ void embedding_forward(float* out, const int32_t* ids, const float* table, int64
   }
 }
 
-void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t N, int64_t C) {
+void cpu::embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t N, int64_t C) {
   // Threads own disjoint channel blocks and walk the tokens in order, so a row
   // hit by several tokens receives their gradients in token order whatever the
   // thread count: no atomics, bitwise reproducible. 64 floats = 4 cache lines.

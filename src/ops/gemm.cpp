@@ -9,6 +9,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "ops/cpu_kernels.h"
 #include "ops/gemm_onednn.h"
 
 namespace mt {
@@ -104,8 +105,8 @@ MatmulPrecision matmul_precision() {
   return g_precision.load(std::memory_order_relaxed);
 }
 
-void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-           const float* B, int64_t ldb, float* C, int64_t ldc, Out out) {
+void cpu::sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                const float* B, int64_t ldb, float* C, int64_t ldc, Out out) {
   if (M == 0 || N == 0) return;
   if (K == 0) {
     // An empty sum: BLAS would reject lda = 0 and leave C untouched, but the

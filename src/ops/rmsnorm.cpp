@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ops/cpu_kernels.h"
+
 namespace mt {
 
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C,
-                     float eps) {
+void cpu::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
+                          int64_t C, float eps) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;
@@ -25,8 +27,8 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
   }
 }
 
-void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                      const float* rstd, int64_t N, int64_t C) {
+void cpu::rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                           const float* weight, const float* rstd, int64_t N, int64_t C) {
   // With x̂ = x · r and y = x̂ · w:
   //   dx = r · (w ⊙ dy) − r³ / C · x · Σ_c (w ⊙ dy ⊙ x)
   //   dw = Σ_n dy ⊙ x̂

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/cpu_kernels.h"
 #include "ops/rope_scaling.h"
 
 namespace mt {
@@ -71,13 +72,13 @@ void rotate(float* x, const int32_t* pos, const RopeTable& table, int64_t N, int
 
 }  // namespace
 
-void rope_forward(float* x, const int32_t* pos, const RopeTable& table, int64_t N, int64_t n_heads,
-                  int64_t row_stride) {
+void cpu::rope_forward(float* x, const int32_t* pos, const RopeTable& table, int64_t N, int64_t n_heads,
+                       int64_t row_stride) {
   rotate(x, pos, table, N, n_heads, row_stride, 1.0f);
 }
 
-void rope_backward(float* dx, const int32_t* pos, const RopeTable& table, int64_t N, int64_t n_heads,
-                   int64_t row_stride) {
+void cpu::rope_backward(float* dx, const int32_t* pos, const RopeTable& table, int64_t N, int64_t n_heads,
+                        int64_t row_stride) {
   // The rotation is orthogonal: its transpose is the rotation by −a.
   rotate(dx, pos, table, N, n_heads, row_stride, -1.0f);
 }

@@ -4,6 +4,8 @@
 #include <limits>
 #include <vector>
 
+#include "ops/cpu_kernels.h"
+
 namespace mt {
 
 namespace {
@@ -26,8 +28,8 @@ void softmax_row(float* p, float* lse, const float* z, int64_t E) {
 
 }  // namespace
 
-double router_forward(float* probs, float* lse, int32_t* experts, float* weights, const float* logits,
-                      const float* bias, RouterDims d) {
+double cpu::router_forward(float* probs, float* lse, int32_t* experts, float* weights, const float* logits,
+                           const float* bias, RouterDims d) {
   const int64_t N = d.N, E = d.E, k = d.k;
   double margin = std::numeric_limits<double>::infinity();
 #pragma omp parallel for schedule(static) reduction(min : margin)
@@ -64,9 +66,9 @@ double router_forward(float* probs, float* lse, int32_t* experts, float* weights
   return margin;
 }
 
-void router_backward(float* dlogits, const float* dweights, const float* dprob_all, float z_scale,
-                     const float* probs, const float* lse, const int32_t* experts, const float* weights,
-                     RouterDims d) {
+void cpu::router_backward(float* dlogits, const float* dweights, const float* dprob_all, float z_scale,
+                          const float* probs, const float* lse, const int32_t* experts, const float* weights,
+                          RouterDims d) {
   const int64_t N = d.N, E = d.E, k = d.k;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {

@@ -2,11 +2,12 @@
 
 #include <cstdint>
 
+#include "ops/cpu_kernels.h"
 #include "ops/vec_math.h"
 
 namespace mt {
 
-void swiglu_forward(float* out, const float* gu, int64_t N, int64_t F) {
+void cpu::swiglu_forward(float* out, const float* gu, int64_t N, int64_t F) {
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* g = gu + n * 2 * F;
@@ -20,7 +21,7 @@ void swiglu_forward(float* out, const float* gu, int64_t N, int64_t F) {
   }
 }
 
-void swiglu_backward(float* dgu, const float* dout, const float* gu, int64_t N, int64_t F) {
+void cpu::swiglu_backward(float* dgu, const float* dout, const float* gu, int64_t N, int64_t F) {
   // d silu(g) / dg = σ(g) · (1 + g · (1 − σ(g)))
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "ops/optimizer_kernels.h"
 
 namespace mt {
 
@@ -28,28 +29,5 @@ struct DecayRange {
   int64_t numel = 0;
   bool decay = true;
 };
-
-// The bias-corrected Adam direction m̂ / (√v̂ + ε) of one element at step t,
-// its moments updated in place: what AdamW and LAMB (optim/optimizer.h) share.
-struct AdamMoments {
-  float b1, b2, c1, c2, eps;
-  AdamMoments(double beta1, double beta2, double epsilon, int64_t t)
-      : b1(static_cast<float>(beta1)),
-        b2(static_cast<float>(beta2)),
-        c1(static_cast<float>(1.0 / (1.0 - std::pow(beta1, static_cast<double>(t))))),
-        c2(static_cast<float>(1.0 / (1.0 - std::pow(beta2, static_cast<double>(t))))),
-        eps(static_cast<float>(epsilon)) {}
-  float direction(float g, float& m, float& v) const {
-    const float mi = b1 * m + (1.0f - b1) * g;
-    const float vi = b2 * v + (1.0f - b2) * g * g;
-    m = mi;
-    v = vi;
-    return (mi * c1) / (std::sqrt(vi * c2) + eps);
-  }
-};
-
-// One element's update, exposed for the golden tests (docs/MODEL.md, "Optimizer and schedule").
-void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, double lr, double beta1,
-                  double beta2, double eps, double weight_decay, int64_t t);
 
 }  // namespace mt

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/primitives.h"
 #include "optim/clip.h"
 
 namespace mt {
@@ -12,32 +13,6 @@ OptimizerKind parse_optimizer(const std::string& name) {
   if (name == "sgd") return OptimizerKind::sgd;
   if (name == "lamb") return OptimizerKind::lamb;
   MT_THROW(ConfigError, "train.optimizer '", name, "' must be adamw, sgd or lamb");
-}
-
-void sgd_update(float* params, const float* grads, float* buf, int64_t n, double lr, double momentum,
-                bool nesterov, double weight_decay) {
-  const float lr_f = static_cast<float>(lr), mu = static_cast<float>(momentum);
-  const float wd = static_cast<float>(weight_decay);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float d = grads[i] + wd * params[i];
-    if (buf != nullptr) {
-      // b starts at 0, so the first step's b = d, as PyTorch's clone of d.
-      const float b = mu * buf[i] + d;
-      buf[i] = b;
-      d = nesterov ? d + mu * b : b;
-    }
-    params[i] -= lr_f * d;
-  }
-}
-
-void lamb_direction(const float* params, float* grads, float* m, float* v, int64_t n, double beta1,
-                    double beta2, double eps, double weight_decay, int64_t t) {
-  const AdamMoments adam(beta1, beta2, eps, t);
-  const float wd = static_cast<float>(weight_decay);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i)
-    grads[i] = adam.direction(grads[i], m[i], v[i]) + wd * params[i];
 }
 
 double lamb_trust_ratio(double param_sq, double update_sq) {
@@ -112,11 +87,7 @@ void Optimizer::lamb_step(float* params, float* grads, double lr, const NormRedu
                                       : lamb_trust_ratio(sums[static_cast<size_t>(2 * p.tensor)],
                                                          sums[static_cast<size_t>(2 * p.tensor + 1)]);
     const float scale = static_cast<float>(lr * trust);
-    float* w = params + p.offset;
-    const float* u = grads + p.offset;
-#pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < p.numel; ++j)
-      w[j] -= scale * u[j];
+    axpy(params + p.offset, -scale, grads + p.offset, p.numel);  // w − s·u, exactly w + (−s)·u
   }
 }
 

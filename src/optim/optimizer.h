@@ -86,13 +86,6 @@ class Optimizer {
   int64_t t_ = 0;
 };
 
-// Element updates, exposed for the golden tests.
-// SGD with coupled weight decay and momentum buffer `buf` (null: no momentum).
-void sgd_update(float* params, const float* grads, float* buf, int64_t n, double lr, double momentum,
-                bool nesterov, double weight_decay);
-// LAMB's first pass: the moments, then grads ← r (see above).
-void lamb_direction(const float* params, float* grads, float* m, float* v, int64_t n, double beta1,
-                    double beta2, double eps, double weight_decay, int64_t t);
 // LAMB's trust ratio from a tensor's Σθ² and Σr².
 double lamb_trust_ratio(double param_sq, double update_sq);
 

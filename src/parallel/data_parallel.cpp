@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "ops/primitives.h"
 #include "optim/clip.h"
 #include "parallel/expert_grads.h"
 #include "parallel/local_store.h"
@@ -19,9 +20,7 @@ double now_s() {
   return epoch.seconds();
 }
 void add_into(float* y, const float* x, int64_t n) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i)
-    y[i] += x[i];
+  add(y, x, n);
 }
 }  // namespace
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "parallel/data_parallel.h"
 #include "parallel/local_store.h"
@@ -122,7 +123,7 @@ void DataParallelStore::after_update() {
 
 void DataParallelStore::gather_full_params(float* out) {
   if (opts_.zero < 3) {
-    std::memcpy(out, full_params_.data(), static_cast<size_t>(full_params_.nbytes()));
+    copy_to_host(out, full_params_.data(), full_params_.nbytes(), "checkpoint");
     return;
   }
   for (size_t u = 0; u < units_.size(); ++u)
@@ -131,7 +132,7 @@ void DataParallelStore::gather_full_params(float* out) {
 
 void DataParallelStore::scatter_full_params(const float* full) {
   if (opts_.zero < 3) {
-    std::memcpy(full_params_.data(), full, static_cast<size_t>(full_params_.nbytes()));
+    copy_from_host(full_params_.data(), full, full_params_.nbytes(), "checkpoint");
     return;
   }
   for (size_t u = 0; u < units_.size(); ++u)
@@ -142,7 +143,7 @@ void DataParallelStore::init_params(const ParamFill& fill) {
   if (opts_.zero < 3) {
     for (const auto& u : units_) {
       for (const auto& p : u.params)
-        fill(p, 0, p.numel(), full_params_.data() + p.offset);
+        fill_on_device(fill, p, 0, p.numel(), full_params_.data() + p.offset);
     }
     return;
   }
@@ -152,8 +153,8 @@ void DataParallelStore::init_params(const ParamFill& fill) {
       const int64_t K = p.param->row_size;
       const auto [b, e] = part.shards.rows_of(p, part.group->rank());
       if (e > b)
-        fill(*p.param, b * K, (e - b) * K,
-             local_params_.data() + shard_offset_[u] + part.in_shard + p.in_shard);
+        fill_on_device(fill, *p.param, b * K, (e - b) * K,
+                       local_params_.data() + shard_offset_[u] + part.in_shard + p.in_shard);
     });
   }
 }

@@ -6,7 +6,9 @@
 #include <numeric>
 #include <sstream>
 
+#include "core/device.h"
 #include "core/error.h"
+#include "ops/primitives.h"
 #include "ops/rmsnorm.h"
 #include "parallel/tp2d_linear.h"
 #include "parallel/tp_comm.h"
@@ -32,7 +34,7 @@ bool LinearEntry::gathers() const {
 }
 
 PartialGrads::PartialGrads(Group* over, float* scratch, int64_t n) : over_(over), scratch_(scratch), n_(n) {
-  if (over_ != nullptr) std::fill(scratch_, scratch_ + n_, 0.0f);
+  if (over_ != nullptr) zero_bytes(scratch_, n_ * int64_t{sizeof(float)});
 }
 
 void PartialGrads::finish(std::initializer_list<std::pair<float*, int64_t>> grads, std::string_view site,
@@ -41,9 +43,7 @@ void PartialGrads::finish(std::initializer_list<std::pair<float*, int64_t>> grad
   over_->all_reduce(scratch_, n_, comm_label(site, what, "backward", shape));
   const float* part = scratch_;
   for (const auto& [g, n] : grads) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i)
-      g[i] += part[i];
+    add(g, part, n);
     part += n;
   }
 }

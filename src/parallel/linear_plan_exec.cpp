@@ -7,6 +7,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/gemm.h"
+#include "ops/primitives.h"
 #include "parallel/linear_plan.h"
 #include "parallel/tp2d_linear.h"
 #include "parallel/tp_comm.h"
@@ -16,9 +17,7 @@ namespace mt::tp {
 namespace {
 
 void add_into(float* y, const float* x, int64_t n) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i)
-    y[i] += x[i];
+  add(y, x, n);
 }
 
 tp2d::Linear2d grid_layer(const LinearEntry& e, std::string_view label) {

@@ -1,11 +1,21 @@
 #include "parallel/local_store.h"
 
 #include <cstring>
+#include <vector>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "optim/clip.h"
 
 namespace mt {
+
+void fill_on_device(const ParamStore::ParamFill& fill, const ParamSlot& param, int64_t first, int64_t n,
+                    float* out) {
+  if (device_of(out) == kHost) return fill(param, first, n, out);
+  std::vector<float> host(static_cast<size_t>(n));
+  fill(param, first, n, host.data());
+  copy_from_host(out, host.data(), n * int64_t{sizeof(float)}, "init");
+}
 
 int64_t units_total(const std::vector<UnitSpec>& units) {
   return units.empty() ? 0 : units.back().end;
@@ -76,17 +86,17 @@ std::vector<DecayRange> LocalStore::local_decay_ranges() const {
 }
 
 void LocalStore::gather_full_params(float* out) {
-  std::memcpy(out, params_.data(), static_cast<size_t>(params_.nbytes()));
+  copy_to_host(out, params_.data(), params_.nbytes(), "checkpoint");
 }
 
 void LocalStore::scatter_full_params(const float* full) {
-  std::memcpy(params_.data(), full, static_cast<size_t>(params_.nbytes()));
+  copy_from_host(params_.data(), full, params_.nbytes(), "checkpoint");
 }
 
 void LocalStore::init_params(const ParamFill& fill) {
   for (const auto& u : units_) {
     for (const auto& p : u.params)
-      fill(p, 0, p.numel(), params_.data() + p.offset);
+      fill_on_device(fill, p, 0, p.numel(), params_.data() + p.offset);
   }
 }
 

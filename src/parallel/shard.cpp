@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/device.h"
 #include "mesh/layout.h"
 
 namespace mt {
@@ -29,8 +30,8 @@ void UnitShards::extract(const float* full, int r, float* shard) const {
     const int64_t K = p.param->row_size;
     const auto [b, e] = rows_of(p, r);
     float* dst = shard + p.in_shard;
-    if (e > b) std::memcpy(dst, full + p.in_unit + b * K, static_cast<size_t>((e - b) * K) * sizeof(float));
-    std::memset(dst + (e - b) * K, 0, static_cast<size_t>((p.shard_rows - (e - b)) * K) * sizeof(float));
+    if (e > b) copy_bytes(dst, full + p.in_unit + b * K, (e - b) * K * int64_t{sizeof(float)});
+    zero_bytes(dst + (e - b) * K, (p.shard_rows - (e - b)) * K * int64_t{sizeof(float)});
   }
 }
 
@@ -46,8 +47,7 @@ void UnitShards::unpack(const float* packed, float* full) const {
       const int64_t K = p.param->row_size;
       const auto [b, e] = rows_of(p, r);
       if (e > b) {
-        std::memcpy(full + p.in_unit + b * K, shard + p.in_shard,
-                    static_cast<size_t>((e - b) * K) * sizeof(float));
+        copy_bytes(full + p.in_unit + b * K, shard + p.in_shard, (e - b) * K * int64_t{sizeof(float)});
       }
     }
   }

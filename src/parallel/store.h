@@ -113,7 +113,8 @@ class ParamStore {
   virtual void after_update() = 0;
 
   // --- whole-model access (checkpoints, initialisation); collective for sharded stores ---
-  // Writes the full parameters into out[total] (on every rank).
+  // Writes the full parameters into out[total] (on every rank). `out` and
+  // `full` below are host memory: these are the "checkpoint" crossings.
   virtual void gather_full_params(float* out) = 0;
   // Sets this rank's share from the full parameters (every rank passes the same full buffer).
   virtual void scatter_full_params(const float* full) = 0;
@@ -123,6 +124,11 @@ class ParamStore {
   using ParamFill = std::function<void(const ParamSlot& param, int64_t first, int64_t n, float* out)>;
   virtual void init_params(const ParamFill& fill) = 0;
 };
+
+// fill(param, first, n, out) for an `out` on the run's device: straight into
+// `out` on the host device, else into a host buffer and across ("init").
+void fill_on_device(const ParamStore::ParamFill& fill, const ParamSlot& param, int64_t first, int64_t n,
+                    float* out);
 
 // Units in order; total = end of the last one.
 int64_t units_total(const std::vector<UnitSpec>& units);

@@ -2,9 +2,11 @@
 
 #include <cstring>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/fault_point.h"
 #include "ops/gemm.h"
+#include "ops/primitives.h"
 #include "parallel/tp_comm.h"
 #include "parallel/tp_overlap.h"
 
@@ -13,13 +15,11 @@ namespace mt::tp {
 namespace {
 
 void add_into(float* y, const float* x, int64_t n) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i)
-    y[i] += x[i];
+  add(y, x, n);
 }
 
 void copy(float* dst, const float* src, int64_t n) {
-  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  copy_bytes(dst, src, n * int64_t{sizeof(float)});
 }
 
 // dweight += dout[N, OCl]ᵀ · gemm_inp, the rows in `rep` summed over rep.group:
@@ -34,7 +34,7 @@ void column_weight_grad(float* dweight, const float* dout, const float* gemm_inp
   float* g = dweight + rep.first * rep.row_size;
   const int64_t n = rep.count * rep.row_size;
   copy(rep.scratch, g, n);
-  std::memset(g, 0, static_cast<size_t>(n) * sizeof(float));
+  zero_bytes(g, n * int64_t{sizeof(float)});
   linear_backward(nullptr, dweight, dout, gemm_inp, nullptr, N, IC, OCl);
   rep.group->all_reduce(g, n, comm_label(rep.site, "replica grads", "backward", {rep.count, rep.row_size}));
   add_into(g, rep.scratch, n);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "parallel/tp_comm.h"
 
@@ -99,7 +100,7 @@ void all_gather_matmul(float* full, const float* local, int64_t N, int64_t C, Gr
     return;
   }
   float* own = full + me * Nl * C;
-  if (own != local) std::memcpy(own, local, static_cast<size_t>(Nl * C) * sizeof(float));
+  if (own != local) copy_bytes(own, local, Nl * C * int64_t{sizeof(float)});
   const std::string label = comm_label(where.site, where.pair, where.direction, {Nl, C});
   std::vector<Work> recvs(static_cast<size_t>(P)), sends;
   for (int j = 0; j < P; ++j) {

@@ -21,29 +21,19 @@
 #include <string_view>
 
 #include "comm/group.h"
+#include "ops/vocab_kernels.h"
 #include "parallel/tensor_parallel.h"
 
 namespace mt::tp {
 
 // This rank's piece of the vocabulary: real global rows [begin, end), and the
 // padded local row count (the same on every rank).
-struct VocabShard {
-  int64_t begin = 0, end = 0;
-  int64_t rows = 0;  // ceil(V / tp)
-};
+using VocabShard = VocabRange;  // rows = ceil(V / tp)
 VocabShard vocab_shard(int64_t V, int tp, int rank);
 
-// The lookup of one vocabulary shard, without communication (the embedding's
-// local half, 1-D here below and on a grid in linear_plan_exec.cpp):
-// out[n, :] = table_local[ids[n] − vs.begin, :] for the ids this rank owns,
-// zeros for the others (out[N, C] is Partial over the shard's group).
-// Ids must lie in [0, V) (MT_CHECK).
-void vocab_lookup(float* out, const int32_t* ids, const float* table_local, int64_t N, int64_t C, int64_t V,
-                  const VocabShard& vs);
-// Its backward: dtable_local[ids[n] − vs.begin, :] += dout[n, :] for the ids
-// this rank owns, in token order.
-void vocab_lookup_backward(float* dtable_local, const float* dout, const int32_t* ids, int64_t N, int64_t C,
-                           int64_t V, const VocabShard& vs);
+// The lookup of one vocabulary shard without communication is
+// ops/vocab_kernels.h's vocab_lookup (and its backward): the embedding's
+// local half, 1-D here below and on a grid in linear_plan_exec.cpp.
 
 // out[N, C] (SP: [N/tp, C]) = table[ids[n], :] over the whole vocabulary, where
 // table_local[Vl, C] holds this rank's rows. Ids must lie in [0, V) (MT_CHECK).

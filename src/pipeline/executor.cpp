@@ -3,6 +3,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "core/trace_spans.h"
@@ -92,7 +93,7 @@ void Executor::take_receive(size_t action, float* dst, int64_t n) {
            " was not posted ahead");
   PostedRecv& r = posted_.front();
   r.work.wait();
-  std::memcpy(dst, r.buf.data(), static_cast<size_t>(n) * sizeof(float));
+  copy_bytes(dst, r.buf.data(), n * int64_t{sizeof(float)});
   recv_pool_.push_back(std::move(r.buf));
   posted_.pop_front();
 }
@@ -145,7 +146,7 @@ double Executor::run_actions(const int32_t* inputs, const int32_t* targets, floa
       }
       case Op::send_grad: {
         SendBuffer& b = send_buffer(n);
-        std::memcpy(b.data.data(), model.input_grad(), static_cast<size_t>(n) * sizeof(float));
+        copy_bytes(b.data.data(), model.input_grad(), n * int64_t{sizeof(float)});
         b.work = pp().send_async(b.data.data(), n, ElemType::f32, a.peer, a.tag, "pp gradient");
         break;
       }

@@ -9,6 +9,7 @@
 #include "ckpt/checkpoint_meta.h"
 #include "ckpt/checkpoint_read.h"
 #include "core/atomic_dir.h"
+#include "core/device_mirror.h"
 #include "core/error.h"
 #include "formats/hf_config.h"
 #include "formats/safetensors.h"
@@ -81,7 +82,8 @@ void save_model_dir(const std::string& dir, const std::vector<Llama*>& chunks, c
       const float* piece = model->store().local_param_of(s.name, &n);
       MT_CHECK(n == local_numel(s.state_layout, sizes), "the store's piece of ", s.name, " has ", n,
                " elements, its layout ", s.state_layout.to_string(), " another count");
-      copy_to_full(s.state_layout, sizes, coords, piece, full.data() + global.find(s.name).offset);
+      const HostView<float> host(piece, n, "checkpoint");
+      copy_to_full(s.state_layout, sizes, coords, host.data(), full.data() + global.find(s.name).offset);
     }
   }
   if (mesh != nullptr && mesh->world_size() > 1) {

@@ -33,10 +33,12 @@ RunMesh make_run_mesh(const Config& cfg, const Group* world) {
   m.grid = cfg.parsed().tp_grid;
   if (world == nullptr) return m;
   m.ep = static_cast<int>(cfg.parallel.ep);
-  m.world_ = std::make_unique<Group>(*world);
+  // On a device other than the host, every group stages its device buffers
+  // through host memory (comm/staged_backend.h); on the host it is the world itself.
+  m.world_ = std::make_unique<Group>(world->for_run_device());
   m.world_size = world->size();
   m.rank = world->rank();
-  m.mesh_ = std::make_unique<DeviceMesh>(*world, sizes, sub_axis_sizes(cfg, m.grid));  // every group
+  m.mesh_ = std::make_unique<DeviceMesh>(*m.world_, sizes, sub_axis_sizes(cfg, m.grid));  // every group
   const DeviceMesh& mesh = *m.mesh_;
   m.dp_rank = mesh.coord(Axis::dp);
   m.dp_cp_group_ = std::make_unique<Group>(mesh.group(m.cp > 1 ? "dp+cp" : "dp"));

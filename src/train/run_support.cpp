@@ -16,6 +16,7 @@
 #include "core/fault_point.h"
 #include "core/file.h"
 #include "model/llama.h"
+#include "ops/primitives.h"
 
 namespace mt {
 
@@ -152,10 +153,7 @@ void require_finite_result(const std::vector<Llama*>& chunks,
                            bool lead) {
   int64_t bad = 0;
   for (Llama* c : chunks) {
-    const float* p = c->store().local_params();
-    const int64_t n = c->store().local_numel();
-    for (int64_t i = 0; i < n; ++i)
-      bad += !std::isfinite(p[i]);
+    bad += count_nonfinite(c->store().local_params(), c->store().local_numel());
   }
   if (world != nullptr) {
     Group g = *world;  // a Group is a value; the copy shares the communicator

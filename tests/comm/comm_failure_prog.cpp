@@ -1,6 +1,9 @@
 // A job that fails on purpose, one way per mode; run_job.sh checks how it ends.
 //   watchdog     (3 ranks) rank 1 sleeps 30 s before an all_reduce the others
 //                wait for; rank 0 under a 2 s watchdog, rank 2 under 30 s.
+//   watchdog_staged  the same on a fake-device buffer, through the host-staging
+//                decorator (comm/staged_backend.h), which must pass the roll
+//                call's announcements on.
 //   throw        (4 ranks) rank 2 throws mt::Error at step 3; main calls abort_job.
 //   startup_all  every rank reports the same validation error.
 //   startup_one  only rank 1 reports one.
@@ -15,7 +18,9 @@
 
 #include "comm/context.h"
 #include "comm/runtime.h"
+#include "core/device.h"
 #include "core/error.h"
+#include "core/fake_device.h"
 
 namespace {
 
@@ -25,17 +30,16 @@ void say_exit() {
   std::fprintf(stderr, "rank %d exits after startup agreement\n", g_rank);
 }
 
-void watchdog(mt::Group& world) {
+void watchdog(mt::Group& world, float* buf) {
   // Ranks 0 and 2 both wait on rank 1; only rank 0's watchdog is short, so the
   // report names one rank whatever the scheduling (with equal limits either
   // rank could fire first).
   world.context().timeout_s = world.rank() == 0 ? 2 : 30;
   mt::Group dp = world.split(0, world.rank(), "dp");
-  std::vector<float> buf(1024, 1.0f);
   for (int64_t step = 0; step < 3; ++step) {
     world.context().step = step;
     if (step == 2 && world.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(30));
-    dp.all_reduce(buf.data(), 1024, step == 2 ? "stalled reduce" : "grads");
+    dp.all_reduce(buf, 1024, step == 2 ? "stalled reduce" : "grads");
   }
   std::fprintf(stderr, "rank %d finished\n", world.rank());
 }
@@ -69,7 +73,13 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   try {
     if (mode == "watchdog") {
-      watchdog(world);
+      std::vector<float> buf(1024, 1.0f);
+      watchdog(world, buf.data());
+    } else if (mode == "watchdog_staged") {
+      mt::set_run_allocator(mt::fake_allocator());
+      mt::Group staged = world.for_run_device();
+      mt::DeviceBuffer buf(mt::fake_allocator(), 1024 * sizeof(float), mt::MemKind::scratch);
+      watchdog(staged, static_cast<float*>(buf.data()));
     } else if (mode == "throw") {
       throw_at_step_3(world);
     } else if (mode.rfind("startup_", 0) == 0) {

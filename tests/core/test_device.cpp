@@ -7,6 +7,8 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "core/fake_device.h"
+#include "core/tensor.h"
 
 namespace mt {
 namespace {
@@ -76,6 +78,45 @@ TEST(Device, HostBufferIsZeroedAndAligned) {
 TEST(Device, OverFreeAndBadIndexAreCaught) {
   EXPECT_THROW(DeviceMemoryTracker::on_free(cuda_device(7), MemKind::grad, 8), Error);
   EXPECT_THROW(DeviceMemoryTracker::stats(cuda_device(kMaxCudaDevices)), Error);
+}
+
+// The fake device: a host read through its pointer faults; copies across are
+// counted by label; a Tensor made while it is the run's device lives there.
+TEST(FakeDevice, HostDereferenceFaults) {
+  DeviceBuffer buf(fake_allocator(), 64, MemKind::scratch);
+  ASSERT_TRUE(fake_tagged(buf.data()));
+  const volatile float* p = static_cast<const float*>(buf.data());
+  EXPECT_DEATH({ [[maybe_unused]] float x = *p; }, "");
+  const volatile float* host = fake_untag(static_cast<const float*>(buf.data()));
+  EXPECT_EQ(*host, 0.0f);  // zero-initialised, readable once untagged
+}
+
+TEST(FakeDevice, CrossingsAreCountedAndCopiesRoundTrip) {
+  set_run_allocator(fake_allocator());
+  reset_crossing_counts();
+  {
+    Tensor t({4, 8}, MemKind::activation);
+    EXPECT_EQ(t.device(), kFake);
+    EXPECT_EQ(device_of(t.data()), kFake);
+    std::vector<float> in(32), out(32, -1.0f);
+    for (int i = 0; i < 32; ++i)
+      in[static_cast<size_t>(i)] = static_cast<float>(i) * 0.5f;
+    copy_from_host(t.data(), in.data(), 32 * sizeof(float), "test in");
+    copy_to_host(out.data(), t.data(), 16 * sizeof(float), "test out");
+    copy_to_host(out.data() + 16, t.data() + 16, 16 * sizeof(float), "test out");
+    EXPECT_EQ(in, out);
+    EXPECT_EQ(crossing_count("test in"), (CrossingCount{0, 0, 1, 128}));
+    EXPECT_EQ(crossing_count("test out"), (CrossingCount{2, 128, 0, 0}));
+    // A copy with one side on the host is a crossing of its own label.
+    copy_bytes(out.data(), t.data(), 8);
+    EXPECT_EQ(crossing_count("copy_bytes"), (CrossingCount{1, 8, 0, 0}));
+    // Host to host is no crossing.
+    copy_to_host(out.data(), in.data(), 8, "host");
+    EXPECT_EQ(crossing_count("host"), CrossingCount{});
+  }
+  set_run_allocator(host_allocator());
+  const float on_host = 1.0f;
+  EXPECT_EQ(device_of(&on_host), kHost);
 }
 
 }  // namespace

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The kernel seam under the fake device (train.device = fake; docs/ARCHITECTURE.md
+# "The kernel seam"): every tensor lives behind pointers that fault if the host
+# dereferences them, the kernels untag and run the cpu code, and collectives
+# stage device buffers through host memory. Checks:
+#   - each covered layout trains bitwise as under cpu (losses, gradient norms,
+#     saved model: compare --rtol 0);
+#   - the last step's crossings equal the analytic list (number and bytes):
+#     per microbatch of N = mb·T tokens, the stage with the embedding mirrors its
+#     ids (4N bytes), the stage with the head its targets (4N) and copies its
+#     per-token losses out (4N), every stage mirrors the positions (4N); nothing
+#     else crosses outside the collectives' staging;
+#   - a checkpoint written under fake resumes under cpu bitwise;
+#   - the devices it does not cover, cuda, and an unknown name are refused by name.
+set -euo pipefail
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/dist/common.sh
+source "$(dirname "$0")/common.sh"
+make_data
+tiny+=(--set train.steps=3)
+
+layouts=(
+  "one 1 --set train.microbatch_size=4"
+  "dp2_zero1 2 --dp 2 --zero 1 --set train.microbatch_size=2"
+  "dp2_zero3 2 --dp 2 --zero 3 --set train.microbatch_size=2"
+  "tp2_sp 2 --tp 2 --set parallel.sp=true --set train.microbatch_size=4"
+  "tp2_overlap 2 --tp 2 --set parallel.tp_overlap=true --set train.microbatch_size=4"
+  "pp2_1f1b 2 --pp 2 --set train.microbatch_size=2"
+  "pp2_interleaved 2 --pp 2 --set model.n_layers=4 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set train.microbatch_size=1"
+  "tp2_dropout 2 --tp 2 --set model.attention_dropout=0.1 --set model.hidden_dropout=0.1 --set train.microbatch_size=4"
+  "recompute_lamb 1 --set train.recompute=true --set train.optimizer=lamb --set train.microbatch_size=4"
+  "tp2_bf16 2 --tp 2 --set train.precision=bf16 --set train.microbatch_size=4"
+)
+for spec in "${layouts[@]}"; do
+  read -r name np flags <<<"$spec"
+  for dev in cpu fake; do
+    # shellcheck disable=SC2086
+    timeout 120 "${mpi[@]}" -np "$np" "$bin" train "${tiny[@]}" $flags --set train.device=$dev \
+      --metrics "$tmp/${name}_$dev.jsonl" --save "$tmp/${name}_$dev" 2>"$tmp/${name}_$dev.err" >/dev/null ||
+      { echo "FAIL $name ($dev): the run failed"; tail -3 "$tmp/${name}_$dev.err"; failures=$((failures + 1)); }
+  done
+  if "$bin" compare --rtol 0 "$tmp/${name}_cpu.jsonl" "$tmp/${name}_fake.jsonl" \
+    --model-a "$tmp/${name}_cpu" --model-b "$tmp/${name}_fake" >"$tmp/$name.cmp" 2>&1; then
+    echo "ok   $name: fake is bitwise cpu"
+  else
+    echo "FAIL $name: fake differs from cpu"; cat "$tmp/$name.cmp"; failures=$((failures + 1))
+  fi
+done
+
+# crossings LAYOUT LABEL TO_N TO_BYTES FROM_N FROM_BYTES: rank 0's last-step line.
+crossings() {
+  local got want="to_host $3 $4 bytes, from_host $5 $6 bytes"
+  got=$(sed -n "s/^crossings step [0-9]* $2: //p" "$tmp/$1_fake.err")
+  if [ "$got" = "$want" ]; then
+    echo "ok   $1 crossings '$2': $got"
+  else
+    echo "FAIL $1 crossings '$2': '$got', the analytic list says '$want'"; failures=$((failures + 1))
+  fi
+}
+# One process, batch 8 in 2 microbatches of N = 4·16 = 64 tokens: ids and
+# targets in (2·2, 4·256 bytes), positions in (2, 2·256), losses out (2, 2·256).
+crossings one tokens 0 0 4 1024
+crossings one positions 0 0 2 512
+crossings one loss 2 512 0 0
+# pp2 rank 0 (the embedding's stage), 4 microbatches of N = 2·16 = 32: ids only, no loss.
+crossings pp2_1f1b tokens 0 0 4 512
+crossings pp2_1f1b positions 0 0 4 512
+# Dropout adds its coordinates: per microbatch the rows' sequences (8·4), and
+# each residual row's sequence and position (tp2 without SP: 64 rows, 8 + 4 bytes).
+crossings tp2_dropout positions 0 0 8 $((2 * (256 + 32 + 64 * 12)))
+for name in one pp2_1f1b tp2_dropout; do
+  extra=$(grep '^crossings' "$tmp/${name}_fake.err" | grep -v ' \(tokens\|positions\|loss\|comm staging\|init\|checkpoint\):' || true)
+  [ -z "$extra" ] || { echo "FAIL $name: crossings outside the list: $extra"; failures=$((failures + 1)); }
+done
+
+# A checkpoint written under fake at step 2 (a fault stops the run there) resumes
+# under cpu to step 3 bitwise.
+ck=(--set train.checkpoint_dir="$tmp/ck" --set train.checkpoint_every=2 --set train.microbatch_size=2)
+MESHTRAIN_FAULT=throw:0:2 "${mpi[@]}" -np 2 "$bin" train "${tiny[@]}" --dp 2 --zero 1 "${ck[@]}" \
+  --set train.device=fake >/dev/null 2>&1 || true  # stopped after the step-2 checkpoint
+[ -f "$tmp/ck/step-00000002/metadata.json" ] || { echo "FAIL no step-2 checkpoint under fake"; exit 1; }
+"${mpi[@]}" -np 2 "$bin" train "${tiny[@]}" --dp 2 --zero 1 "${ck[@]}" --resume auto --set train.device=cpu \
+  --metrics "$tmp/resumed.jsonl" --save "$tmp/resumed" >/dev/null 2>&1
+if "$bin" compare --rtol 0 "$tmp/dp2_zero1_cpu.jsonl" "$tmp/resumed.jsonl" --model-a "$tmp/dp2_zero1_cpu" \
+  --model-b "$tmp/resumed" >"$tmp/resume.cmp" 2>&1; then
+  echo "ok   a checkpoint saved under fake resumes under cpu bitwise"
+else
+  echo "FAIL resume of a fake checkpoint under cpu"; cat "$tmp/resume.cmp"; failures=$((failures + 1))
+fi
+
+# refused NAME PATTERN FLAGS...: the run exits non-zero with PATTERN on stderr.
+refused() {
+  local name=$1 pattern=$2
+  shift 2
+  if "$bin" train "${tiny[@]}" "$@" >/dev/null 2>"$tmp/refused.err"; then
+    echo "FAIL $name: not refused"; failures=$((failures + 1))
+  elif grep -q "$pattern" "$tmp/refused.err"; then
+    echo "ok   $name refused: $(head -1 "$tmp/refused.err")"
+  else
+    echo "FAIL $name: refused without '$pattern':"; cat "$tmp/refused.err"; failures=$((failures + 1))
+  fi
+}
+refused "fake with cp" "train.device = fake does not cover context parallelism" --cp 2 --set train.device=fake
+refused "fake with MoE" "does not cover mixture-of-experts" --set model.n_experts=4 \
+  --set model.expert_ffn_hidden=24 --set train.device=fake
+refused "cuda" "train.device = cuda: the trainer has no CUDA kernel table" --set train.device=cuda
+refused "unknown device" "train.device = 'tpu': the devices are cpu, fake" --set train.device=tpu
+
+[ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
+echo "fake device: all checks passed"
