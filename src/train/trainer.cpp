@@ -69,6 +69,10 @@ std::vector<std::string> validate_run(Config& cfg, RunOptions& opts, int world_s
   if (!opts.metrics_path.empty() && rank == 0) check_file_writable(opts.metrics_path, "--metrics");
   if (!opts.fingerprint_path.empty() && rank == 0)
     check_file_writable(opts.fingerprint_path, "--fingerprint");
+  // The fingerprint hashes activations on the host (train/fingerprint.h): a run on the host device only.
+  MT_REQUIRE(opts.fingerprint_path.empty() || cfg.parsed().device == RunDevice::cpu, ConfigError,
+             "--fingerprint with train.device = ", run_device_name(cfg.parsed().device),
+             ": the fingerprint reads activations on the host; it needs train.device = cpu");
   MT_REQUIRE(opts.trace_steps.empty() || !opts.trace_path.empty(), ConfigError, "--trace-steps '",
              opts.trace_steps, "' chooses the steps of a trace: it needs --trace FILE");
   if (!opts.trace_path.empty()) {

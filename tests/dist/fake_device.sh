@@ -106,6 +106,7 @@ refused "fake with cp" "train.device = fake does not cover context parallelism" 
 refused "fake with MoE" "does not cover mixture-of-experts" --set model.n_experts=4 \
   --set model.expert_ffn_hidden=24 --set train.device=fake
 refused "cuda" "train.device = cuda: the trainer has no CUDA kernel table" --set train.device=cuda
+refused "fingerprint under fake" "fingerprint with train.device = fake" --set train.device=fake --fingerprint "$tmp/fp"
 refused "unknown device" "train.device = 'tpu': the devices are cpu, fake" --set train.device=tpu
 
 [ "$failures" -eq 0 ] || { echo "$failures failure(s)"; exit 1; }
