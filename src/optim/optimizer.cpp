@@ -14,6 +14,10 @@ OptimizerKind parse_optimizer(const std::string& name) {
   MT_THROW(ConfigError, "train.optimizer '", name, "' must be adamw, sgd or lamb");
 }
 
+int optimizer_state_count(OptimizerKind kind, double momentum) {
+  return kind != OptimizerKind::sgd ? 2 : momentum != 0 ? 1 : 0;
+}
+
 void sgd_update(float* params, const float* grads, float* buf, int64_t n, double lr, double momentum,
                 bool nesterov, double weight_decay) {
   const float lr_f = static_cast<float>(lr), mu = static_cast<float>(momentum);
@@ -62,7 +66,7 @@ Optimizer::Optimizer(int64_t n, const OptimizerOptions& opts, std::vector<DecayR
     }
     MT_CHECK(covered == n_, "LAMB's tensor pieces cover ", covered, " of ", n_, " elements");
   }
-  const int count = opts_.kind != OptimizerKind::sgd ? 2 : opts_.momentum != 0 ? 1 : 0;
+  const int count = optimizer_state_count(opts_.kind, opts_.momentum);
   for (int k = 0; k < count; ++k)
     state_.emplace_back(std::vector<int64_t>{n}, MemKind::optim);
 }
