@@ -8,7 +8,8 @@
 #include "cost/memory_model_parts.h"
 #include "model/params.h"
 #include "model/stage_split.h"
-#include "parallel/shard.h"
+#include "parallel/store_plan.h"
+#include "parallel/store_sharding.h"
 #include "parallel/tp2d.h"
 #include "pipeline/executor.h"
 
@@ -45,111 +46,32 @@ struct Floats {
   }
 };
 
-// One unit's shards under a DataParallelStore (parallel/data_parallel_state.cpp
-// make_parts): one part over the whole dp×cp group, or with ep and ZeRO the
-// dense parameters over it and the experts over their replicas.
-struct UnitShape {
-  int64_t numel = 0;     // the full unit
-  int64_t shard = 0;     // this rank's shard of it
-  int64_t gathered = 0;  // Σ over parts of group size × shard: one all-gather's (or reduce-scatter's) buffers
-  int64_t max_part = 0;  // the largest of one part's
-};
-
-UnitShape unit_shape(const UnitSpec& u, const ParallelConfig& p) {
-  UnitShape s;
-  s.numel = u.numel();
-  const int P = static_cast<int>(p.dp * p.cp);
-  auto add = [&](const UnitShards& sh, int size) {
-    s.shard += sh.shard_numel();
-    s.gathered += size * sh.shard_numel();
-    s.max_part = std::max(s.max_part, size * sh.shard_numel());
-  };
-  if (p.ep <= 1 || p.zero == 0) {
-    add(UnitShards(u, P), P);
-    return s;
-  }
-  for (const bool expert : {false, true}) {
-    const int size = expert ? P / static_cast<int>(p.ep) : P;
-    const UnitShards sh(u, size, [expert](const ParamSlot& q) { return q.expert == expert; });
-    if (!sh.pieces().empty()) add(sh, size);
-  }
-  return s;
-}
-
-// ZeRO 2/3 acquire one unit's full gradient at a time, freed once packed for
-// its reduce-scatter; a head tied to the embedding of the same stage adds into
-// the embedding unit's gradient from the head's backward to the embedding's,
-// so that one is held beside every other unit's.
-int64_t held_grads(const ParamTable& table, const std::vector<UnitSpec>& units) {
-  int64_t largest = 0, others = 0;
-  for (size_t u = 0; u < units.size(); ++u) {
-    largest = std::max(largest, units[u].numel());
-    if (static_cast<int>(u) != table.embed_unit) others = std::max(others, units[u].numel());
-  }
-  const bool tied_here = table.embed_unit >= 0 && table.lm_head >= 0 && table.lm_head == table.embed;
-  return tied_here ? units[static_cast<size_t>(table.embed_unit)].numel() + others : largest;
-}
-
-// A chunk's parameters, gradients, optimizer state and ZeRO buffers
-// (parallel/local_store.cpp, parallel/data_parallel.cpp).
+// A chunk's parameters, gradients, ZeRO buffers (the store's own plan,
+// parallel/store_plan.h, for the store the trainer gives it) and optimizer
+// state (the optimizer's states over what the store updates).
 void add_store(const Config& cfg, const ParamTable& table, const std::vector<UnitSpec>& units, Floats& f) {
   const ParallelConfig& p = cfg.parallel;
-  const int64_t states = memory_model::optimizer_states(cfg);
-  const int64_t total = units_total(units);
   const int z = static_cast<int>(p.zero);
-  if (p.dp * p.cp == 1 && z == 0) {  // the model's own LocalStore
-    f.add(MemKind::param, total);
-    f.add(MemKind::grad, total);
-    f.add(MemKind::optim, states * total);
-    return;
-  }
-  int64_t local = 0, max_unit = 0, max_part = 0, max_gather = 0, max_scatter = 0;
-  for (const UnitSpec& u : units) {
-    const UnitShape s = unit_shape(u, p);
-    local += s.shard;
-    max_unit = std::max(max_unit, s.numel);
-    max_part = std::max(max_part, s.max_part);
-    max_gather = std::max(max_gather, s.gathered);
-    max_scatter = std::max(max_scatter, s.gathered + s.shard);  // send buffers and the received shard
-  }
-  f.add(MemKind::param, z <= 2 ? total : local);
-  // ZeRO 1 keeps both: the all-reduced full gradient, then its shard copied out for the update.
-  f.add(MemKind::grad, (z <= 1 ? total : 0) + (z >= 1 ? local : 0));
-  if (z == 1 || z == 2) f.add(MemKind::scratch, local);  // the updated shard before its all-gather
-  f.add(MemKind::optim, states * (z == 0 ? total : local));
-  if (z >= 2) f.add(MemKind::grad, held_grads(table, units));
-  if (z == 3) f.add(MemKind::param, max_unit, 2 * max_unit);  // the gathered unit (and the next, prefetched)
-  // The pool of communication buffers (parallel/data_parallel.cpp take_comm):
-  // ZeRO 1 all-gathers the updated shards one part at a time; ZeRO 2 keeps one
-  // unit's reduce-scatter in flight (its send buffer then serves the
-  // all-gathers); ZeRO 3 also prefetches one unit's gather while the previous
-  // unit's reduce-scatter runs. Which unit's buffers meet depends on the order
-  // the units' sizes come in, hence the bound.
-  // Units (and, with ep, the dense and expert parts) differ in size, and the
-  // pool's best fit can leave one more part's buffer beside those in use
-  // (measured: a tied embedding's unit, ep's two parts).
-  const int64_t stranded = max_part;
-  if (z == 1) f.add(MemKind::comm, max_part);
-  if (z == 2) f.add(MemKind::comm, max_scatter, max_scatter + stranded);
-  if (z == 3) {
-    f.add(MemKind::comm, max_scatter + (units.size() > 1 ? max_gather : 0),
-          2 * max_gather + max_scatter + stranded);
-  }
+  const int P = static_cast<int>(p.dp * p.cp);
+  StoreShape shape;
+  shape.group = store_sharding(p.dp, p.cp, z).group == 0 ? 0 : P;
+  shape.replicas = p.ep > 1 && z > 0 ? P / static_cast<int>(p.ep) : 0;  // the experts' replica group
+  shape.zero = z;
+  const bool tied_here = table.embed_unit >= 0 && table.lm_head >= 0 && table.lm_head == table.embed;
+  shape.tied_unit = tied_here ? table.embed_unit : -1;
+  const StorePlan plan = store_plan(units, shape);
+  for (const StoreBuffer& b : plan.buffers)
+    f.add(b.kind, b.least, b.most);
+  f.add(MemKind::optim, memory_model::optimizer_states(cfg) * plan.local_numel);
 }
 
-// The pipeline's transfer buffers (pipeline/executor.cpp): kRecvAhead posted
-// receives, and a send buffer per gradient send still on the wire.
+// The pipeline's transfer buffers, each one residual (the buffer plan's
+// entry): the executor's own transfer plan for this rank's actions.
 void add_pipeline(const Config& cfg, const pp::Schedule& s, int64_t pp_rank, int64_t residual, Floats& f) {
   const ParallelConfig& p = cfg.parallel;
   if (p.pp * p.virtual_stages <= 1) return;
-  int64_t recvs = 0, grad_sends = 0;
-  for (const pp::Action& a : s.ranks[static_cast<size_t>(pp_rank)]) {
-    recvs += a.op == pp::Op::recv_act || a.op == pp::Op::recv_grad;
-    grad_sends += a.op == pp::Op::send_grad;
-  }
-  const int64_t posted = std::min<int64_t>(static_cast<int64_t>(pp::Executor::kRecvAhead), recvs);
-  f.add(MemKind::comm, (posted + std::min<int64_t>(1, grad_sends)) * residual,
-        (posted + grad_sends) * residual);
+  const pp::Executor::TransferPlan t = pp::Executor::transfer_plan(s.ranks[static_cast<size_t>(pp_rank)]);
+  f.add(MemKind::comm, (t.recvs + t.least_sends) * residual, (t.recvs + t.most_sends) * residual);
 }
 
 // A chunk's store (add_store) depends on its layers' kinds, whether it holds

@@ -5,7 +5,9 @@
 #include "config/mesh_sizes.h"
 #include "model/buffer_plan.h"
 #include "model/param_slice.h"
+#include "optim/optimizer.h"
 #include "parallel/cp_attention.h"
+#include "parallel/store_sharding.h"
 #include "parallel/tp2d.h"
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
@@ -96,7 +98,7 @@ CpFloats cp_floats(const Config& cfg, const TpDims& td) {
 }
 
 int64_t optimizer_states(const Config& cfg) {
-  return cfg.parsed().optimizer != OptimizerKind::sgd ? 2 : cfg.train.momentum != 0 ? 1 : 0;
+  return optimizer_state_count(cfg.parsed().optimizer, cfg.train.momentum);
 }
 
 int64_t checkpoint_staging_floats(const Config& cfg, int64_t rank, const ParamTable& chunk) {
@@ -105,10 +107,7 @@ int64_t checkpoint_staging_floats(const Config& cfg, int64_t rank, const ParamTa
   const ParallelConfig& p = cfg.parallel;
   const MeshSizes sizes = mesh_sizes(p);
   const MeshCoords coords = mesh_coords_of(static_cast<int>(rank), sizes);
-  // The store's sharding (train/train_model.cpp make_store, DataParallelStore::sharding).
-  AxisSet group = 0;  // 0: the model's own LocalStore, nothing sharded
-  if (p.dp * p.cp > 1 || p.zero > 0) group = axis_bit(Axis::dp) | (p.cp > 1 ? axis_bit(Axis::cp) : 0u);
-  set_state_layouts(table, {static_cast<int>(p.zero), group});
+  set_state_layouts(table, store_sharding(p.dp, p.cp, static_cast<int>(p.zero)));  // the trainer's store
   int64_t written = 0;
   for (const ParamSpec& spec : table.specs) {
     const LocalSlice s = spec_slice(spec, sizes, coords);

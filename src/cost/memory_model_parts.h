@@ -48,8 +48,8 @@ struct CpFloats {
 };
 CpFloats cp_floats(const Config& cfg, const TpDims& td);
 
-// The optimizer's state tensors per parameter: AdamW and LAMB 2, SGD 1 with
-// momentum, 0 without (optim/optimizer.cpp).
+// The optimizer's state tensors per parameter, the Optimizer's own count
+// (optim/optimizer.h optimizer_state_count) for the configured optimizer.
 int64_t optimizer_states(const Config& cfg);
 
 // Floats of one chunk's part of a checkpoint's staging copy on rank `rank`

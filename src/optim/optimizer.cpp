@@ -15,6 +15,10 @@ OptimizerKind parse_optimizer(const std::string& name) {
   MT_THROW(ConfigError, "train.optimizer '", name, "' must be adamw, sgd or lamb");
 }
 
+int optimizer_state_count(OptimizerKind kind, double momentum) {
+  return kind != OptimizerKind::sgd ? 2 : momentum != 0 ? 1 : 0;
+}
+
 double lamb_trust_ratio(double param_sq, double update_sq) {
   return param_sq > 0 && update_sq > 0 ? std::sqrt(param_sq) / std::sqrt(update_sq) : 1.0;
 }
@@ -37,7 +41,7 @@ Optimizer::Optimizer(int64_t n, const OptimizerOptions& opts, std::vector<DecayR
     }
     MT_CHECK(covered == n_, "LAMB's tensor pieces cover ", covered, " of ", n_, " elements");
   }
-  const int count = opts_.kind != OptimizerKind::sgd ? 2 : opts_.momentum != 0 ? 1 : 0;
+  const int count = optimizer_state_count(opts_.kind, opts_.momentum);
   for (int k = 0; k < count; ++k)
     state_.emplace_back(std::vector<int64_t>{n}, MemKind::optim);
 }

@@ -36,6 +36,12 @@ struct OptimizerOptions {
   bool nesterov = false;  // sgd
 };
 
+// The state tensors an Optimizer of `kind` keeps, each as large as what it
+// updates: adamw and lamb 2 (the moments), sgd 1 with momentum (its buffer),
+// 0 without. The constructor allocates this many and the memory model
+// (cost/memory_model.cpp) counts them, so the rule is stated once.
+int optimizer_state_count(OptimizerKind kind, double momentum);
+
 // A piece of the share that belongs to one tensor, for LAMB: [offset, offset
 // + numel) of tensor `tensor` (an index every rank of the reduction agrees on;
 // -1: padding of a shard, in no tensor). `counted`: this rank's squares count

@@ -11,6 +11,7 @@
 #include "optim/clip.h"
 #include "parallel/expert_grads.h"
 #include "parallel/local_store.h"
+#include "parallel/store_plan.h"
 
 namespace mt {
 
@@ -66,13 +67,14 @@ DataParallelStore::DataParallelStore(std::vector<UnitSpec> units, Group dp, cons
     shard_numel_.push_back(last == nullptr ? 0 : last->in_shard + last->shards.shard_numel());
     local_numel_ += shard_numel_.back();
   }
-  const int64_t total = units_total(units_);
   const int z = opts_.zero;
-  if (z <= 2) full_params_ = Tensor({total}, MemKind::param);
-  if (z <= 1) full_grads_ = Tensor({total}, MemKind::grad);
-  if (z == 3) local_params_ = Tensor({local_numel_}, MemKind::param);
-  if (z >= 1 && z <= 2) local_params_ = Tensor({local_numel_}, MemKind::scratch);
-  if (z >= 1) local_grads_ = Tensor({local_numel_}, MemKind::grad);
+  const StorePlan plan = store_plan(units_, {P_, replicas(), z});  // the fixed buffers of stage z
+  full_params_ = plan.make("full_params");
+  full_grads_ = plan.make("full_grads");
+  local_params_ = plan.make("local_params");
+  local_grads_ = plan.make("local_grads");
+  MT_CHECK(plan.local_numel == local_numel(), "the store plan's local share (", plan.local_numel,
+           ") is not the store's (", local_numel(), ")");
   if (z <= 1) {
     // Buckets in backward order: the last units first.
     bucket_of_unit_.assign(units_.size(), -1);

@@ -99,6 +99,8 @@ class DataParallelStore : public ParamStore {
     std::string suffix;  // of its collectives' labels: "" or " experts"
   };
   std::vector<Part> make_parts(const UnitSpec& unit);
+  // The experts' replicas when their shards are apart (unit_parts), else 0.
+  int replicas() const { return opts_.ep == nullptr || opts_.zero == 0 ? 0 : opts_.expert_replicas->size(); }
   // The unit's shard of full (the unit's elements) for this rank, into shard.
   void extract(size_t unit, const float* full, float* shard) const;
   // f(part, piece) for every piece of the unit's shard.

@@ -8,22 +8,17 @@
 #include "core/error.h"
 #include "parallel/data_parallel.h"
 #include "parallel/local_store.h"
+#include "parallel/store_plan.h"
 
 namespace mt {
 
 std::vector<DataParallelStore::Part> DataParallelStore::make_parts(const UnitSpec& unit) {
   std::vector<Part> parts;
-  if (opts_.ep == nullptr || opts_.zero == 0) {
-    parts.push_back({UnitShards(unit, P_), &dp_, 0, ""});
-    return parts;
-  }
   int64_t at = 0;
-  for (const bool expert : {false, true}) {
-    Group* g = expert ? opts_.expert_replicas : &dp_;
-    UnitShards sh(unit, g->size(), [expert](const ParamSlot& p) { return p.expert == expert; });
-    if (sh.pieces().empty()) continue;
-    const int64_t n = sh.shard_numel();
-    parts.push_back({std::move(sh), g, at, expert ? " experts" : ""});
+  for (UnitPart& p : unit_parts(unit, P_, replicas())) {  // the store plan's split
+    const int64_t n = p.shards.shard_numel();
+    parts.push_back(
+        {std::move(p.shards), p.expert ? opts_.expert_replicas : &dp_, at, p.expert ? " experts" : ""});
     at += n;
   }
   return parts;

@@ -6,6 +6,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "optim/clip.h"
+#include "parallel/store_plan.h"
 
 namespace mt {
 
@@ -47,8 +48,8 @@ std::vector<DecayRange> full_decay_ranges(const std::vector<UnitSpec>& units) {
 
 LocalStore::LocalStore(std::vector<UnitSpec> units)
     : units_(std::move(units)),
-      params_({units_total(units_)}, MemKind::param),
-      grads_({units_total(units_)}, MemKind::grad) {
+      params_(store_plan(units_, StoreShape{}).make("params")),
+      grads_(store_plan(units_, StoreShape{}).make("grads")) {
   int64_t at = 0;
   for (const auto& u : units_) {
     MT_CHECK(u.begin == at, "units must tile the parameter buffer in order");

@@ -1,5 +1,6 @@
 #include "pipeline/executor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -50,6 +51,7 @@ Executor::Executor(Schedule schedule, int pp_rank, Group* pp, std::vector<Stage*
                    int64_t T)
     : schedule_(std::move(schedule)), pp_rank_(pp_rank), pp_(pp), chunks_(std::move(chunks)), mb_(mb), T_(T) {
   MT_CHECK(static_cast<int>(chunks_.size()) == schedule_.v, "a rank needs one model chunk per virtual stage");
+  transfers_ = transfer_plan(schedule_.ranks[static_cast<size_t>(pp_rank_)]);
   const size_t V = chunks_.size();
   slot_of_.assign(V, std::vector<int>(static_cast<size_t>(schedule_.microbatches), -1));
   free_slots_.assign(V, {});
@@ -58,16 +60,27 @@ Executor::Executor(Schedule schedule, int pp_rank, Group* pp, std::vector<Stage*
     free_slots_[c].push_back(0);
 }
 
+Executor::TransferPlan Executor::transfer_plan(const std::vector<Action>& actions) {
+  int64_t recvs = 0, grad_sends = 0;
+  for (const Action& a : actions) {
+    recvs += a.op == Op::recv_act || a.op == Op::recv_grad;
+    grad_sends += a.op == Op::send_grad;
+  }
+  return {std::min(static_cast<int64_t>(kRecvAhead), recvs), std::min<int64_t>(1, grad_sends), grad_sends};
+}
+
 Executor::SendBuffer& Executor::send_buffer(int64_t n) {
   for (SendBuffer& b : send_buffers_) {
     if (b.data.numel() >= n && b.work.test()) return b;
   }
+  MT_CHECK(static_cast<int64_t>(send_buffers_.size()) < transfers_.most_sends, "pipeline send buffer ",
+           send_buffers_.size() + 1, " beyond the transfer plan's ", transfers_.most_sends);
   send_buffers_.push_back({Tensor({n}, MemKind::comm), Work()});
   return send_buffers_.back();
 }
 
 void Executor::post_receives(const std::vector<Action>& actions) {
-  while (posted_.size() < kRecvAhead) {
+  while (static_cast<int64_t>(posted_.size()) < transfers_.recvs) {
     while (next_recv_ < actions.size() && actions[next_recv_].op != Op::recv_act &&
            actions[next_recv_].op != Op::recv_grad)
       ++next_recv_;

@@ -66,6 +66,19 @@ class Executor {
   // action then waits for it and copies it where the stage reads it.
   static constexpr size_t kRecvAhead = 2;
 
+  // The transfer buffers a run of `actions` (one rank's) allocates, each
+  // holding one residual (Stage::residual_numel), all comm: `recvs` buffers of
+  // posted receives (kRecvAhead at most, pooled across steps), and between
+  // `least_sends` and `most_sends` gradient send buffers (one, reused, when
+  // each send has completed by the next; one per send when none has). The
+  // run allocates from it (post_receives posts `recvs`; a send buffer beyond
+  // `most_sends` stops the run) and the memory model (cost/memory_model.cpp
+  // add_pipeline) counts it (docs/ARCHITECTURE.md "Sizes are data").
+  struct TransferPlan {
+    int64_t recvs = 0, least_sends = 0, most_sends = 0;
+  };
+  static TransferPlan transfer_plan(const std::vector<Action>& actions);
+
  private:
   struct SendBuffer {
     Tensor data;
@@ -93,6 +106,7 @@ class Executor {
   std::vector<std::vector<int>> slot_of_;     // [chunk][microbatch] → activation slot (−1: none)
   std::vector<std::vector<int>> free_slots_;  // [chunk]
   std::vector<int> slots_made_;               // [chunk]
+  TransferPlan transfers_;                    // of this rank's actions
   std::vector<SendBuffer> send_buffers_;
   std::vector<Work> act_sends_;
   std::deque<PostedRecv> posted_;

@@ -7,6 +7,7 @@
 #include "model/params.h"
 #include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
+#include "parallel/store_sharding.h"
 #include "pipeline/stages.h"
 #include "train/model_io.h"
 
@@ -39,7 +40,7 @@ namespace {
 // its group is the dp × cp group.
 std::unique_ptr<ParamStore> make_store(const Config& cfg, const RunMesh& mesh, const StageRange& stage) {
   const int zero = static_cast<int>(cfg.parallel.zero);
-  if (!mesh.dp_cp_group() || (mesh.dp * mesh.cp == 1 && zero == 0)) return nullptr;
+  if (!mesh.dp_cp_group() || store_sharding(mesh.dp, mesh.cp, zero).group == 0) return nullptr;
   DataParallelOptions o;
   o.zero = zero;
   o.bucket_bytes = static_cast<int64_t>(cfg.parallel.bucket_mb * (1 << 20));
