@@ -190,28 +190,29 @@ void keep_save_timings(const CheckpointSaver& saver, RunResult& result) {
 
 namespace {
 
-// Under a device other than the host, rank 0 prints the last step's
-// crossings between the device and the host, one line per label (number and
-// bytes each way): the list docs/ARCHITECTURE.md "The kernel seam" derives,
-// which tests/dist/fake_device.sh holds them to.
-void report_crossings(RunDevice device, bool lead, int64_t step) {
-  if (device == RunDevice::cpu || !lead) return;
+// Under a device other than the host, the crossings between the device and
+// the host since the previous step's report (that step's evaluation and
+// checkpoint included), printed by rank 0 after the last step (`print`), one
+// line per label (number and bytes each way): the list docs/ARCHITECTURE.md
+// "The kernel seam" derives, which tests/dist/fake_device.sh holds them to.
+void report_crossings(RunDevice device, bool print, int64_t step) {
+  if (device == RunDevice::cpu) return;
+  if (!print) return reset_crossing_counts();  // each step's count starts from zero
   for (const auto& [label, n] : crossing_counts()) {
     std::fprintf(stderr, "crossings step %lld %s: to_host %lld %lld bytes, from_host %lld %lld bytes\n",
                  static_cast<long long>(step), label.c_str(), static_cast<long long>(n.to_host),
                  static_cast<long long>(n.to_host_bytes), static_cast<long long>(n.from_host),
                  static_cast<long long>(n.from_host_bytes));
   }
+  reset_crossing_counts();
 }
 
 }  // namespace
 
 RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* world) {
   const TrainConfig& tc = cfg.train;
-  // Every matrix product of this run, on every thread (docs/MODEL.md "Precision").
-  const MatmulPrecisionGuard precision(cfg.parsed().precision);
-  // The kernel table and allocator of every tensor from here on (ops/kernels.h).
-  const RunDeviceGuard device(cfg.parsed().device);
+  const MatmulPrecisionGuard precision(cfg.parsed().precision);  // every product (docs/MODEL.md "Precision")
+  const RunDeviceGuard device(cfg.parsed().device);  // the kernel table and allocator (ops/kernels.h)
   set_num_threads(tc.threads > 0 ? static_cast<int>(tc.threads)
                                  : std::max(1, hardware_threads() / std::max(1, opts.local_ranks)));
   const RunMesh mesh = make_run_mesh(cfg, world);
@@ -249,7 +250,6 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
     trace.begin_step(step);
     StepVotes votes{saver.writer_done(), got_sigterm() ? 1 : 0, got_sigusr1() ? 1 : 0};
     StepStats s;
-    reset_crossing_counts();  // the crossings of this step alone (report_crossings below)
     try {
       s = train_step(model, mesh, cfg, train_file, step, lr_schedule.at(step),
                      checkpoints ? &votes : nullptr);
@@ -257,12 +257,11 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
       if (model.bad_steps >= tc.max_bad_steps) saver.finish(metrics);
       throw;
     }
-    if (step + 1 == tc.steps) report_crossings(cfg.parsed().device, lead, step);
+    report_crossings(cfg.parsed().device, lead && step + 1 == tc.steps, step);  // and restarts the counts
     headline_figures(s, ceiling, flops_per_token, progress, first_step);
     result.steps.push_back(s);
     report_step(metrics, mesh, model, s, tc, opts);
-    write_rank_lines(metrics, mesh, model, s,
-                     !opts.metrics_path.empty());  // collective; after --explain's step 0
+    write_rank_lines(metrics, mesh, model, s, !opts.metrics_path.empty());  // collective; after --explain
     remeasure_ceiling(mesh, tc, step, ceiling);
     if (do_eval && (step + 1) % tc.eval_every == 0) evaluate(step);
     if (checkpoints) {
