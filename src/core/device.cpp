@@ -165,17 +165,6 @@ void zero_bytes(void* dst, int64_t bytes) {
   if (bytes > 0) allocator_of(dst).zero(dst, bytes);
 }
 
-CrossingCount crossing_total() {
-  CrossingCount t;
-  for (const auto& [label, n] : crossing_counts()) {
-    t.to_host += n.to_host;
-    t.to_host_bytes += n.to_host_bytes;
-    t.from_host += n.from_host;
-    t.from_host_bytes += n.from_host_bytes;
-  }
-  return t;
-}
-
 CrossingCount crossing_count(const std::string& label) {
   auto& c = crossings();
   std::lock_guard<std::mutex> lock(c.mu);

@@ -103,8 +103,7 @@ struct CrossingCount {
   int64_t from_host = 0, from_host_bytes = 0;
   bool operator==(const CrossingCount&) const = default;
 };
-// Counted crossings since the last reset, in total and by label.
-CrossingCount crossing_total();
+// Counted crossings since the last reset, by label.
 CrossingCount crossing_count(const std::string& label);
 std::vector<std::pair<std::string, CrossingCount>> crossing_counts();
 void reset_crossing_counts();

@@ -24,11 +24,6 @@ double train_flops_per_token(const ModelConfig& c, int64_t seq_len) {
          6.0 * static_cast<double>(c.n_layers * c.n_heads * c.head_dim() * seq_len);
 }
 
-double measure_sgemm_gflops(int64_t n, double seconds, int min_reps) {
-  const MatmulPrecisionGuard fp32(MatmulPrecision::fp32);
-  return measure_matmul_gflops(n, seconds, min_reps);
-}
-
 const char* matmul_ceiling_name() {
   if (matmul_precision() == MatmulPrecision::fp32) return "sgemm";
   return bf16_kernel() == Bf16Kernel::onednn ? "bf16 onednn gemm" : "bf16 emulated gemm";

@@ -21,12 +21,9 @@ int64_t matmul_params(const ModelConfig& cfg);
 // halved by the causal mask, ×3 for forward + backward).
 double train_flops_per_token(const ModelConfig& cfg, int64_t seq_len);
 
-// GFLOP/s of cblas_sgemm (fp32, whatever the matmul precision) on n×n matrices with the current thread count,
-// best of the repetitions run within about `seconds` (at least min_reps).
-double measure_sgemm_gflops(int64_t n = 1024, double seconds = 0.5, int min_reps = 3);
-
-// The same measurement through the path the run's products take: ops/gemm.h's
-// sgemm at the current matmul precision and bf16 kernel — OpenBLAS fp32, or
+// GFLOP/s of n×n products with the current thread count, best of the
+// repetitions run within about `seconds` (at least min_reps), through the path
+// the run's products take: ops/gemm.h's sgemm at the current matmul precision and bf16 kernel — OpenBLAS fp32, or
 // under bf16 the emulated kernel or oneDNN, the rounding of both operands
 // included as in training.
 double measure_matmul_gflops(int64_t n = 1024, double seconds = 0.5, int min_reps = 3);

@@ -50,10 +50,6 @@ KernelTable make_cpu_table() {
   t.add = &cpu::add;
   t.axpy = &cpu::axpy;
   t.scale = &cpu::scale;
-  t.fill = &cpu::fill;
-  t.copy_rows = &cpu::copy_rows;
-  t.gather_rows = &cpu::gather_rows;
-  t.scatter_add_rows = &cpu::scatter_add_rows;
   t.count_nonfinite = &cpu::count_nonfinite;
   return t;
 }
@@ -131,10 +127,6 @@ KernelTable make_fake_table() {
   t.add = &Untagged<&cpu::add>::call;
   t.axpy = &Untagged<&cpu::axpy>::call;
   t.scale = &Untagged<&cpu::scale>::call;
-  t.fill = &Untagged<&cpu::fill>::call;
-  t.copy_rows = &Untagged<&cpu::copy_rows>::call;
-  t.gather_rows = &Untagged<&cpu::gather_rows>::call;
-  t.scatter_add_rows = &Untagged<&cpu::scatter_add_rows>::call;
   t.count_nonfinite = &Untagged<&cpu::count_nonfinite>::call;
   return t;
 }
@@ -314,20 +306,6 @@ void axpy(float* y, float a, const float* x, int64_t n) {
 }
 void scale(float* y, float a, int64_t n) {
   kernels().scale(y, a, n);
-}
-void fill(float* y, float value, int64_t n) {
-  kernels().fill(y, value, n);
-}
-void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
-               int64_t cols) {
-  kernels().copy_rows(dst, dst_stride, src, src_stride, rows, cols);
-}
-void gather_rows(float* dst, const float* src, const int32_t* rows, int64_t n, int64_t C) {
-  kernels().gather_rows(dst, src, rows, n, C);
-}
-void scatter_add_rows(float* dst, const float* src, const int32_t* rows, const float* weights, int64_t n,
-                      int64_t C) {
-  kernels().scatter_add_rows(dst, src, rows, weights, n, C);
 }
 
 int64_t count_nonfinite(const float* x, int64_t n) {

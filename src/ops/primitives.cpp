@@ -27,38 +27,6 @@ void cpu::scale(float* y, float a, int64_t n) {
     y[i] *= a;
 }
 
-void cpu::fill(float* y, float value, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    y[i] = value;
-}
-
-void cpu::copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
-                    int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(dst + r * dst_stride, src + r * src_stride, static_cast<size_t>(cols) * sizeof(float));
-}
-
-void cpu::gather_rows(float* dst, const float* src, const int32_t* rows, int64_t n, int64_t C) {
-  for (int64_t i = 0; i < n; ++i)
-    std::memcpy(dst + i * C, src + static_cast<int64_t>(rows[i]) * C, static_cast<size_t>(C) * sizeof(float));
-}
-
-void cpu::scatter_add_rows(float* dst, const float* src, const int32_t* rows, const float* weights, int64_t n,
-                           int64_t C) {
-  for (int64_t i = 0; i < n; ++i) {
-    float* d = dst + static_cast<int64_t>(rows[i]) * C;
-    const float* s = src + i * C;
-    if (weights == nullptr) {
-      for (int64_t c = 0; c < C; ++c)
-        d[c] += s[c];
-    } else {
-      const float w = weights[i];
-      for (int64_t c = 0; c < C; ++c)
-        d[c] += w * s[c];
-    }
-  }
-}
-
 int64_t cpu::count_nonfinite(const float* x, int64_t n) {
   int64_t bad = 0;
   for (int64_t i = 0; i < n; ++i)

@@ -10,15 +10,6 @@ namespace mt {
 void add(float* y, const float* x, int64_t n);            // y += x
 void axpy(float* y, float a, const float* x, int64_t n);  // y += a·x
 void scale(float* y, float a, int64_t n);                 // y *= a
-void fill(float* y, float value, int64_t n);              // y = value
-// dst[r·dst_stride + c] = src[r·src_stride + c] for r < rows, c < cols.
-void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
-               int64_t cols);
-// dst[i] = src[rows[i]] (rows of C floats), i < n.
-void gather_rows(float* dst, const float* src, const int32_t* rows, int64_t n, int64_t C);
-// dst[rows[i]] += weights[i]·src[i] in order of i (weights null: 1), i < n.
-void scatter_add_rows(float* dst, const float* src, const int32_t* rows, const float* weights, int64_t n,
-                      int64_t C);
 
 // The number of elements that are NaN or ±Inf (returned to the host).
 int64_t count_nonfinite(const float* x, int64_t n);
