@@ -11,7 +11,7 @@ CMAKE_FLAGS ?=
 # ours. Every other test runs with leak detection on.
 MPI_TESTS = ^(comm_|mesh_mpi|cli_|dist_|tp_np|tp_seed|cp_np|train_explain)
 
-.PHONY: all deps build demo test test-asan bench bench-bf16 bench-ddp bench-attention bench-dist bench-tp bench-pp bench-cp bench-moe bench-generate format clean
+.PHONY: all deps build demo test test-asan bench bench-bf16 bench-bf16-layouts bench-ddp bench-attention bench-dist bench-tp bench-pp bench-cp bench-moe bench-generate format clean
 
 all: build
 
@@ -44,6 +44,9 @@ bench: build
 
 bench-bf16: build
 	bash scripts/bench_bf16.sh $(BUILD)
+
+bench-bf16-layouts: build
+	bash scripts/bench_bf16_layouts.sh $(BUILD)
 
 bench-ddp: build
 	bash scripts/bench_ddp.sh $(BUILD)
