@@ -72,12 +72,13 @@ class Backend {
                                           int tag) = 0;
   virtual std::unique_ptr<PendingOp> recv(void* buf, int64_t count, ElemType type, int peer, int tag) = 0;
   virtual std::unique_ptr<PendingOp> barrier() = 0;
-  // The rank-ordered sums (Group's SumOrder::ranks forms), f32 or f64: by
-  // default ranked_sum.h's, built from this backend's exchanges; a decorator
-  // may take one whole (the host-staging one stages its buffers once around it).
-  virtual std::unique_ptr<PendingOp> all_reduce_in_rank_order(void* buf, int64_t count, ElemType type);
-  virtual std::unique_ptr<PendingOp> reduce_scatter_in_rank_order(const void* send, void* recv, int64_t count,
-                                                                  ElemType type);
+  // The ordered sums (Group's SumOrder::ranks and SumOrder::tree forms), f32
+  // or f64: by default ranked_sum.h's, built from this backend's exchanges; a
+  // decorator may take one whole (the host-staging one stages its buffers once around it).
+  virtual std::unique_ptr<PendingOp> all_reduce_ordered(void* buf, int64_t count, ElemType type,
+                                                        SumOrder order);
+  virtual std::unique_ptr<PendingOp> reduce_scatter_ordered(const void* send, void* recv, int64_t count,
+                                                            ElemType type, SumOrder order);
 
   // Ends every process of the job with `status` (the message is already printed).
   [[noreturn]] virtual void abort_job(int status) = 0;

@@ -141,7 +141,7 @@ Work Group::all_reduce_async(void* buf, int64_t count, ElemType type, SumOrder o
   check_count("all_reduce", axis_, count);
   check_ranked(axis_, type, label);
   return start_op(backend_, ctx_, axis_, "all_reduce", label, count, type,
-                  [&](Backend& b) { return b.all_reduce_in_rank_order(buf, count, type); });
+                  [&](Backend& b) { return b.all_reduce_ordered(buf, count, type, order); });
 }
 
 void Group::all_reduce(void* buf, int64_t count, ElemType type, SumOrder order, std::string_view label) {
@@ -154,7 +154,7 @@ Work Group::reduce_scatter_async(const void* send, void* recv, int64_t count, El
   check_ranked(axis_, type, label);
   check_count("reduce_scatter", axis_, count);
   return start_op(backend_, ctx_, axis_, "reduce_scatter", label, count * size(), type,
-                  [&](Backend& b) { return b.reduce_scatter_in_rank_order(send, recv, count, type); });
+                  [&](Backend& b) { return b.reduce_scatter_ordered(send, recv, count, type, order); });
 }
 
 void Group::reduce_scatter(const void* send, void* recv, int64_t count, ElemType type, SumOrder order,

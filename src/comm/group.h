@@ -34,8 +34,11 @@ enum class ElemType { f32, f64, i32, i64 };
 // messages, in ring order for large ones). ranks: every element is summed as
 // ((x0 + x1) + x2) + … in rank order whatever the count, so that a tensor
 // reduced in chunks equals it reduced whole, bit for bit (comm/ranked_sum.h;
-// f32 and f64 only). With 2 ranks both give x0 + x1.
-enum class SumOrder { library, ranks };
+// f32 and f64 only). tree: every element summed as the canonical tree over
+// the ranks (core/exact_sum.h CanonicalTree: ((x0 + x1) + (x2 + x3)) + …), the
+// DP reduction of the canonical mode (docs/PARALLELISM.md "The canonical mode").
+// With 2 ranks all three give x0 + x1.
+enum class SumOrder { library, ranks, tree };
 
 class CommContext;  // ledger, watchdog settings, current step (context.h)
 class Backend;      // one implementation per transport (backend.h)

@@ -5,6 +5,7 @@
 
 #include "comm/buffer_pool.h"
 #include "core/error.h"
+#include "core/exact_sum.h"
 
 namespace mt {
 
@@ -23,6 +24,17 @@ void sum_in_rank_order(void* dst, const void* parts, int ranks, int64_t n, ElemT
   } else {
     MT_CHECK(type == ElemType::f64, "sum_in_rank_order: f32 or f64 only");
     run(static_cast<double*>(dst), static_cast<const double*>(parts));
+  }
+}
+
+void sum_in_order(void* dst, const void* parts, int ranks, int64_t n, ElemType type, SumOrder order) {
+  if (order != SumOrder::tree) {
+    sum_in_rank_order(dst, parts, ranks, n, type);
+  } else if (type == ElemType::f32) {
+    sum_in_tree_order(static_cast<float*>(dst), static_cast<const float*>(parts), ranks, n);
+  } else {
+    MT_CHECK(type == ElemType::f64, "sum_in_order: f32 or f64 only");
+    sum_in_tree_order(static_cast<double*>(dst), static_cast<const double*>(parts), ranks, n);
   }
 }
 
@@ -50,6 +62,7 @@ struct RankedAllReduce final : PendingOp {
   char* buf = nullptr;
   ElemType type = ElemType::f32;
   int64_t esize = 4;
+  SumOrder order = SumOrder::ranks;
   int P = 1, me = 0, tag = 0;
   std::vector<int64_t> begin, size;
   // [P, my block] received; my block summed (pooled: comm/buffer_pool.h)
@@ -60,7 +73,7 @@ struct RankedAllReduce final : PendingOp {
 
   void start_gather() {
     const int64_t n = size[static_cast<size_t>(me)];
-    sum_in_rank_order(mine->data(), parts->data(), P, n, type);
+    sum_in_order(mine->data(), parts->data(), P, n, type, order);
     std::memcpy(buf + begin[static_cast<size_t>(me)] * esize, mine->data(), static_cast<size_t>(n * esize));
     for (int j = 0; j < P; ++j) {
       if (j == me) continue;
@@ -95,8 +108,10 @@ struct RankedAllReduce final : PendingOp {
 
 }  // namespace
 
-std::unique_ptr<PendingOp> ranked_all_reduce(Backend& b, void* buf, int64_t count, ElemType type) {
+std::unique_ptr<PendingOp> ranked_all_reduce(Backend& b, void* buf, int64_t count, ElemType type,
+                                             SumOrder order) {
   auto op = std::make_unique<RankedAllReduce>();
+  op->order = order;
   op->b = &b;
   op->buf = static_cast<char*>(buf);
   op->type = type;
@@ -128,6 +143,7 @@ namespace {
 struct RankedReduceScatter final : PendingOp {
   void* recv = nullptr;
   ElemType type = ElemType::f32;
+  SumOrder order = SumOrder::ranks;
   int P = 1;
   int64_t n = 0;
   std::unique_ptr<std::vector<char>> parts;  // [P, n]: rank i's block for this rank (pooled)
@@ -137,7 +153,7 @@ struct RankedReduceScatter final : PendingOp {
   bool poll() override {
     if (done) return true;
     if (!cur->poll()) return false;
-    sum_in_rank_order(recv, parts->data(), P, n, type);
+    sum_in_order(recv, parts->data(), P, n, type, order);
     done = true;
     comm_buffer_pool().give(std::move(parts));
     return true;
@@ -147,8 +163,9 @@ struct RankedReduceScatter final : PendingOp {
 }  // namespace
 
 std::unique_ptr<PendingOp> ranked_reduce_scatter(Backend& b, const void* send, void* recv, int64_t count,
-                                                 ElemType type) {
+                                                 ElemType type, SumOrder order) {
   auto op = std::make_unique<RankedReduceScatter>();
+  op->order = order;
   op->recv = recv;
   op->type = type;
   op->P = b.size();
@@ -158,13 +175,14 @@ std::unique_ptr<PendingOp> ranked_reduce_scatter(Backend& b, const void* send, v
   return op;
 }
 
-std::unique_ptr<PendingOp> Backend::all_reduce_in_rank_order(void* buf, int64_t count, ElemType type) {
-  return ranked_all_reduce(*this, buf, count, type);
+std::unique_ptr<PendingOp> Backend::all_reduce_ordered(void* buf, int64_t count, ElemType type,
+                                                       SumOrder order) {
+  return ranked_all_reduce(*this, buf, count, type, order);
 }
 
-std::unique_ptr<PendingOp> Backend::reduce_scatter_in_rank_order(const void* send, void* recv, int64_t count,
-                                                                 ElemType type) {
-  return ranked_reduce_scatter(*this, send, recv, count, type);
+std::unique_ptr<PendingOp> Backend::reduce_scatter_ordered(const void* send, void* recv, int64_t count,
+                                                           ElemType type, SumOrder order) {
+  return ranked_reduce_scatter(*this, send, recv, count, type, order);
 }
 
 }  // namespace mt

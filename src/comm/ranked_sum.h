@@ -1,6 +1,8 @@
 // Sums in a fixed rank order, built from the transport's exchanges rather than
-// its reductions (comm/ only; Group's SumOrder::ranks forms call these through
-// Backend's *_in_rank_order, whose defaults they are).
+// its reductions (comm/ only; Group's SumOrder::ranks and SumOrder::tree forms
+// call these through Backend's *_ordered, whose defaults they are).
+// SumOrder::tree is the same exchange with the blocks summed as the canonical
+// tree over ranks (core/exact_sum.h) instead of the left fold below.
 //
 // A transport's all-reduce may regroup a sum by message size (Open MPI sums 4
 // ranks as (x0 + x1) + (x2 + x3) for small messages and in ring order for large
@@ -28,9 +30,12 @@ namespace mt {
 
 // dst[k] = ((parts[0·n + k] + parts[1·n + k]) + …) + parts[(ranks−1)·n + k], k < n.
 void sum_in_rank_order(void* dst, const void* parts, int ranks, int64_t n, ElemType type);
+// The same parts summed in `order` (ranks: the left fold above; tree: the canonical tree).
+void sum_in_order(void* dst, const void* parts, int ranks, int64_t n, ElemType type, SumOrder order);
 
-std::unique_ptr<PendingOp> ranked_all_reduce(Backend& b, void* buf, int64_t count, ElemType type);
+std::unique_ptr<PendingOp> ranked_all_reduce(Backend& b, void* buf, int64_t count, ElemType type,
+                                             SumOrder order = SumOrder::ranks);
 std::unique_ptr<PendingOp> ranked_reduce_scatter(Backend& b, const void* send, void* recv, int64_t count,
-                                                 ElemType type);
+                                                 ElemType type, SumOrder order = SumOrder::ranks);
 
 }  // namespace mt

@@ -250,15 +250,16 @@ std::unique_ptr<PendingOp> StagedBackend::recv(void* buf, int64_t count, ElemTyp
   return finish(std::move(s), wrapped_->recv(h, count, type, peer, tag));
 }
 
-std::unique_ptr<PendingOp> StagedBackend::all_reduce_in_rank_order(void* buf, int64_t count, ElemType type) {
+std::unique_ptr<PendingOp> StagedBackend::all_reduce_ordered(void* buf, int64_t count, ElemType type,
+                                                             SumOrder order) {
   return stage_all_reduce(buf, count, type,
-                          [&](char* h) { return wrapped_->all_reduce_in_rank_order(h, count, type); });
+                          [&](char* h) { return wrapped_->all_reduce_ordered(h, count, type, order); });
 }
 
-std::unique_ptr<PendingOp> StagedBackend::reduce_scatter_in_rank_order(const void* send, void* recv,
-                                                                       int64_t count, ElemType type) {
+std::unique_ptr<PendingOp> StagedBackend::reduce_scatter_ordered(const void* send, void* recv, int64_t count,
+                                                                 ElemType type, SumOrder order) {
   return stage_reduce_scatter(send, recv, count, type, size(), [&](const char* send_h, char* recv_h) {
-    return wrapped_->reduce_scatter_in_rank_order(send_h, recv_h, count, type);
+    return wrapped_->reduce_scatter_ordered(send_h, recv_h, count, type, order);
   });
 }
 

@@ -83,9 +83,10 @@ class StagedBackend final : public Backend {
   std::unique_ptr<PendingOp> send(const void* buf, int64_t count, ElemType type, int peer, int tag) override;
   std::unique_ptr<PendingOp> recv(void* buf, int64_t count, ElemType type, int peer, int tag) override;
   std::unique_ptr<PendingOp> barrier() override { return wrapped_->barrier(); }
-  std::unique_ptr<PendingOp> all_reduce_in_rank_order(void* buf, int64_t count, ElemType type) override;
-  std::unique_ptr<PendingOp> reduce_scatter_in_rank_order(const void* send, void* recv, int64_t count,
-                                                          ElemType type) override;
+  std::unique_ptr<PendingOp> all_reduce_ordered(void* buf, int64_t count, ElemType type,
+                                                SumOrder order) override;
+  std::unique_ptr<PendingOp> reduce_scatter_ordered(const void* send, void* recv, int64_t count,
+                                                    ElemType type, SumOrder order) override;
 
   [[noreturn]] void abort_job(int status) override;
   int world_rank_of(int r) const override { return wrapped_->world_rank_of(r); }

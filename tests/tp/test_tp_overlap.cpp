@@ -85,6 +85,35 @@ TEST(RankedSum, ReduceScatterIsTheRankOrderSum) {
     EXPECT_EQ(recv[static_cast<size_t>(k)], ranked_sum(P, me * n + k, 1)) << "k=" << k;
 }
 
+// SumOrder::tree (the canonical mode's DP reduction): the canonical tree over
+// ranks, written out by hand for the rank counts this test runs on.
+float tree_sum(int P, int64_t row, int64_t col) {
+  auto x = [&](int r) { return part_value(r, row, col); };
+  if (P == 2) return x(0) + x(1);
+  if (P == 4) return (x(0) + x(1)) + (x(2) + x(3));
+  ADD_FAILURE() << "no hand-written tree for " << P << " ranks";
+  return 0.0f;
+}
+
+TEST(RankedSum, TreeOrderIsTheCanonicalTreeOverRanks) {
+  const int P = world().size(), me = world().rank();
+  for (int64_t n : {int64_t{1}, int64_t{37}, int64_t{1000}}) {
+    std::vector<float> buf(static_cast<size_t>(n));
+    for (int64_t k = 0; k < n; ++k)
+      buf[static_cast<size_t>(k)] = part_value(me, k, 2);
+    world().all_reduce(buf.data(), n, ElemType::f32, SumOrder::tree, "test tree");
+    for (int64_t k = 0; k < n; ++k)
+      EXPECT_EQ(buf[static_cast<size_t>(k)], tree_sum(P, k, 2)) << "n=" << n << " k=" << k;
+  }
+  const int64_t n = 13;
+  std::vector<float> send(static_cast<size_t>(P * n)), recv(static_cast<size_t>(n));
+  for (int64_t k = 0; k < P * n; ++k)
+    send[static_cast<size_t>(k)] = part_value(me, k, 3);
+  world().reduce_scatter(send.data(), recv.data(), n, ElemType::f32, SumOrder::tree, "test tree rs");
+  for (int64_t k = 0; k < n; ++k)
+    EXPECT_EQ(recv[static_cast<size_t>(k)], tree_sum(P, me * n + k, 3)) << "k=" << k;
+}
+
 TEST(TpOverlap, ChunkRowsCoverTheRowsOnceUnevenly) {
   const tp::RowRange a = tp::chunk_rows(11, 4, 0), d = tp::chunk_rows(11, 4, 3);
   EXPECT_EQ(a.first, 0);
