@@ -183,6 +183,12 @@ std::vector<Entry> parallel_entries() {
              "layers per virtual stage, e.g. \"3,2,2,1\" (pp x virtual_stages entries summing to n_layers); "
              "empty: an even split, the first stages taking one more"),
       MT_KEY(parallel, cp_impl, "string", "context-parallel attention: ring | allgather"),
+      MT_KEY(
+          parallel, reduction, "string",
+          "default | canonical: canonical sums every gradient over a fixed tree of microbatches and the loss "
+          "and gradient norm exactly, so that every layout it covers (dp, ZeRO 0-3, pp, recompute, dropout) "
+          "is bitwise the one-process run with the same train.microbatch_size (docs/PARALLELISM.md \"The "
+          "canonical mode\")"),
       MT_KEY(parallel, bucket_mb, "float", "gradient bucket size in MiB for the ZeRO 0/1 all-reduce"),
       MT_KEY(parallel, timeout_s, "float",
              "watchdog: a collective not complete after this many seconds ends the job"),

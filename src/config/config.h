@@ -13,6 +13,7 @@
 #include "ops/gemm.h"
 #include "ops/kernels.h"
 #include "optim/optimizer.h"
+#include "parallel/canonical.h"
 #include "parallel/context_parallel.h"
 #include "parallel/tp2d.h"
 #include "pipeline/schedule.h"
@@ -74,6 +75,9 @@ struct ParallelConfig {
   int64_t virtual_stages = 1;
   std::string stage_layers;  // "" or "3,2,2,1": layers per virtual stage
   std::string cp_impl = "ring";
+  // "default" or "canonical": every layout bitwise the one-process run
+  // (parallel/canonical.h; docs/PARALLELISM.md "The canonical mode").
+  std::string reduction = "default";
   double bucket_mb = 25.0;       // ZeRO 0/1 gradient bucket size
   double timeout_s = 300.0;      // watchdog: a collective not done after this long ends the job
   double io_timeout_s = 3600.0;  // the same for waits on another rank's long local work (save, trace)
@@ -89,6 +93,7 @@ struct ParsedKeys {
   RunDevice device = RunDevice::cpu;                          // train.device
   pp::ScheduleKind schedule = pp::ScheduleKind::one_f_one_b;  // parallel.schedule
   cp::CpImpl cp_impl = cp::CpImpl::ring;                      // parallel.cp_impl
+  Reduction reduction = Reduction::standard;                  // parallel.reduction
   tp2d::Grid tp_grid;                                         // parallel.tp2d ("": {1, tp})
   // parallel.stage_layers: layers per virtual stage (pp::stage_layer_counts),
   // pp x virtual_stages entries; empty without pipeline stages.

@@ -2,6 +2,7 @@
 // checked by calling the function that the code relying on it calls, so that
 // the rule and its message live in one place.
 #include <cstdint>
+#include <cstdlib>
 #include <sstream>
 
 #include "config/config.h"
@@ -9,6 +10,7 @@
 #include "model/params.h"
 #include "ops/gemm.h"
 #include "optim/optimizer.h"
+#include "parallel/canonical.h"
 #include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
 #include "parallel/expert_parallel.h"
@@ -109,6 +111,18 @@ void check_fake_device_coverage(const Config& c, const ParsedKeys& keys) {
              "(docs/ARCHITECTURE.md \"The kernel seam\")");
 }
 
+// parallel.reduction: the canonical mode's rules (parallel/canonical.h).
+void validate_reduction(const Config& c, ParsedKeys& keys) {
+  keys.reduction = parse_reduction(c.parallel.reduction);
+  if (keys.reduction != Reduction::canonical) return;
+  const ParallelConfig& p = c.parallel;
+  const bool onednn = keys.precision == MatmulPrecision::bf16 &&
+                      resolve_bf16_kernel(std::getenv("MESHTRAIN_BF16_MATMUL")) == Bf16Kernel::onednn;
+  check_canonical({p.dp, p.tp, p.cp, p.pp, p.ep, p.sp, p.tp_overlap, keys.tp_grid.two_d(), c.model.moe(),
+                   keys.optimizer == OptimizerKind::lamb, c.model.tie_embeddings, onednn, c.train.batch_size,
+                   c.train.microbatch_size});
+}
+
 }  // namespace
 
 void Config::validate() {
@@ -146,6 +160,7 @@ void Config::validate() {
   validate_pipeline(*this, keys);
   validate_moe_layout(*this, keys);
   check_fake_device_coverage(*this, keys);
+  validate_reduction(*this, keys);
   parsed_ = std::move(keys);
   validated_ = true;
 }

@@ -4,8 +4,6 @@
 #include <cstring>
 #include <utility>
 
-#include "core/error.h"
-
 namespace mt {
 
 namespace {
@@ -42,7 +40,10 @@ void ExactSum::add_mantissa(int64_t mantissa, int position) {
 }
 
 void ExactSum::add(double x) {
-  MT_REQUIRE(std::isfinite(x), Error, "ExactSum: a non-finite term (", x, ") has no exact sum");
+  if (!std::isfinite(x)) {
+    ++limb_[kLimbs];
+    return;
+  }
   if (x == 0.0) return;
   uint64_t bits = 0;
   std::memcpy(&bits, &x, sizeof(bits));
@@ -68,7 +69,7 @@ void ExactSum::merge(const ExactSum& other) {
   ExactSum o = other;
   o.normalise();
   normalise();
-  for (int i = 0; i < kLimbs; ++i)
+  for (int i = 0; i < kWords; ++i)
     limb_[i] += o.limb_[i];
   normalise();
 }
@@ -85,12 +86,13 @@ void ExactSum::normalise() {
 }
 
 double ExactSum::value() const {
+  if (limb_[kLimbs] > 0) return std::nan("");
   ExactSum t = *this;
   t.normalise();
   const bool negative = t.limb_[kLimbs - 1] < 0;
   if (negative) {  // the magnitude: negate every limb, then carry
-    for (int64_t& l : t.limb_)
-      l = -l;
+    for (int i = 0; i < kLimbs; ++i)
+      t.limb_[i] = -t.limb_[i];
     t.normalise();
   }
   int h = kLimbs - 1;

@@ -31,27 +31,29 @@ class ExactSum {
   // 32-bit digits: bit 0 of limb 0 weighs 2^kLowBit; the top limb carries the sign.
   static constexpr int kLowBit = -1074 - 64;  // room below the smallest subnormal's mantissa
   static constexpr int kLimbs = 70;           // up to 2^(kLowBit + 32·70) = 2^1102: headroom above 2^1024
+  // What a sum over ranks adds: the limbs, then the count of non-finite terms.
+  static constexpr int kWords = kLimbs + 1;
 
   ExactSum() { clear(); }
   void clear();
-  // Non-finite values are refused (an Error): the callers test finiteness first.
+  // A non-finite term is counted, not added: value() is then NaN.
   void add(double x);
   // Σ x[i]² (each square exact in double: 24-bit mantissas).
   void add_squares(const float* x, int64_t n);
   void merge(const ExactSum& other);
-  // The limbs, normalised, for a sum over ranks as int64 (Group::all_reduce with
-  // ElemType::i64): after it, call normalise() before value().
-  int64_t* limbs() {
+  // The kWords words, normalised, for a sum over ranks as int64 (Group::all_reduce
+  // with ElemType::i64): after it, call normalise() before value().
+  int64_t* words() {
     normalise();
     return limb_;
   }
   void normalise();
-  // The exact total rounded to the nearest double (ties to even).
+  // The exact total rounded to the nearest double (ties to even); NaN after a non-finite term.
   double value() const;
 
  private:
   void add_mantissa(int64_t mantissa, int position);  // mantissa · 2^(position + kLowBit), |mantissa| < 2^53
-  int64_t limb_[kLimbs];
+  int64_t limb_[kWords];                              // limb_[kLimbs]: the non-finite terms
   int64_t pending_ = 0;  // additions since the last normalise (each adds < 2^32 to a limb)
 };
 

@@ -207,7 +207,7 @@ void DataParallelStore::release_grads(int unit) {
     s->send.push_back(take_comm(part.group->size() * n));
     part.shards.pack(it->second.data(), s->send.back().data());
     s->works.push_back(part.group->reduce_scatter_async(
-        s->send.back().data(), s->recv.data() + part.in_shard, n, ElemType::f32, ReduceOp::sum,
+        s->send.back().data(), s->recv.data() + part.in_shard, n, ElemType::f32, opts_.order,
         units_[static_cast<size_t>(unit)].name + " grads" + part.suffix));
   }
   unit_grads_.erase(it);
@@ -222,7 +222,7 @@ void DataParallelStore::unit_ready_for_buckets(int unit) {
   b.works.clear();
   if (opts_.ep == nullptr)
     b.works.push_back(dp_.all_reduce_async(full_grads_.data() + b.begin, b.end - b.begin, ElemType::f32,
-                                           ReduceOp::sum, b.label));
+                                           opts_.order, b.label));
   else  // the experts over their replicas only
     b.works =
         all_reduce_runs(units_, full_grads_.data(), b.begin, b.end, dp_, opts_.expert_replicas, b.label);
@@ -313,6 +313,25 @@ double DataParallelStore::grad_sum_squares() {
   }
   dp_.all_reduce(&s, 1, "grad norm");
   return s;
+}
+
+void DataParallelStore::grad_sum_squares_exact(ExactSum& acc) {
+  MT_CHECK(opts_.ep == nullptr, "the exact gradient norm does not cover expert parallelism");
+  if (opts_.zero <= 1) {
+    counted_sum_squares_exact(units_, full_grads_.data(), acc);  // replicated: every element once
+    return;
+  }
+  ExactSum mine;  // disjoint shards, then their sum over the group
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const float* shard = local_grads_.data() + shard_offset_[u];
+    for_each_piece(u, [&](const Part& part, const UnitShards::Piece& p) {
+      if (p.param->norm_counted)
+        mine.add_squares(shard + part.in_shard + p.in_shard, p.shard_rows * p.param->row_size);
+    });
+  }
+  dp_.all_reduce(mine.words(), ExactSum::kWords, "grad norm");
+  mine.normalise();
+  acc.merge(mine);
 }
 
 }  // namespace mt

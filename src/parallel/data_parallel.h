@@ -36,6 +36,9 @@ void check_zero_stage(int64_t zero);
 struct DataParallelOptions {
   int zero = 0;
   int64_t bucket_bytes = 25 << 20;  // ZeRO 0/1 gradient buckets
+  // How the gradients are summed over the group: the transport's own order, or
+  // the canonical tree over ranks (SumOrder::tree: parallel.reduction = canonical).
+  SumOrder order = SumOrder::library;
   // Expert parallelism (parallel/expert_grads.h): the parameters marked
   // expert are summed over expert_replicas (the ranks holding the same
   // experts; null or size 1: not reduced) instead of the store's group, and
@@ -69,6 +72,7 @@ class DataParallelStore : public ParamStore {
   void begin_microbatch(int64_t index) override;
   void finish_grads() override;
   double grad_sum_squares() override;
+  void grad_sum_squares_exact(ExactSum& acc) override;
   float* local_grad_of(const std::string& name, int64_t* n) override;
   float* local_param_of(const std::string& name, int64_t* n) override;
   float* local_params() override;

@@ -32,6 +32,14 @@ double counted_sum_squares(const std::vector<UnitSpec>& units, const float* full
   return s;
 }
 
+void counted_sum_squares_exact(const std::vector<UnitSpec>& units, const float* full, ExactSum& acc) {
+  for (const auto& u : units) {
+    for (const auto& p : u.params) {
+      if (p.norm_counted) acc.add_squares(full + p.offset, p.numel());
+    }
+  }
+}
+
 std::vector<DecayRange> full_decay_ranges(const std::vector<UnitSpec>& units) {
   std::vector<DecayRange> r;
   for (const auto& u : units) {
@@ -80,6 +88,10 @@ float* LocalStore::local_param_of(const std::string& name, int64_t* n) {
 
 double LocalStore::grad_sum_squares() {
   return counted_sum_squares(units_, grads_.data());
+}
+
+void LocalStore::grad_sum_squares_exact(ExactSum& acc) {
+  counted_sum_squares_exact(units_, grads_.data(), acc);
 }
 
 std::vector<DecayRange> LocalStore::local_decay_ranges() const {

@@ -22,6 +22,7 @@ class LocalStore : public ParamStore {
   void begin_microbatch(int64_t) override {}
   void finish_grads() override {}
   double grad_sum_squares() override;
+  void grad_sum_squares_exact(ExactSum& acc) override;
   float* local_grad_of(const std::string& name, int64_t* n) override;
   float* local_param_of(const std::string& name, int64_t* n) override;
   float* local_params() override { return params_.data(); }

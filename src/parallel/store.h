@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/exact_sum.h"
 #include "mesh/mesh_shape.h"
 #include "optim/adamw.h"
 
@@ -92,6 +93,10 @@ class ParamStore {
   // Σ g² over this rank's model (its tp shard) after the dp reduction, each
   // element counted once; parameters with norm_counted = false are left out.
   virtual double grad_sum_squares() = 0;
+  // The canonical mode's form of it (parallel/canonical.h): the same elements,
+  // each square added exactly to `acc`, and summed over the same ranks by
+  // integer sums of acc's limbs — a total that does not depend on the sharding.
+  virtual void grad_sum_squares_exact(ExactSum& acc) = 0;
   // This rank's share of parameters and gradients, what the optimizer updates.
   virtual float* local_params() = 0;
   virtual float* local_grads() = 0;
@@ -138,5 +143,7 @@ const ParamSlot& find_slot(const std::vector<UnitSpec>& units, const std::string
 
 // Σ g² over the parameters with norm_counted, of a full flat buffer.
 double counted_sum_squares(const std::vector<UnitSpec>& units, const float* full);
+// The same, each square added exactly to `acc`.
+void counted_sum_squares_exact(const std::vector<UnitSpec>& units, const float* full, ExactSum& acc);
 
 }  // namespace mt

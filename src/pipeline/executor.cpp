@@ -138,8 +138,13 @@ double Executor::run_actions(const int32_t* inputs, const int32_t* targets, floa
       }
       case Op::forward:
         model.set_forward_rows(first_row_ + m * mb_);
-        loss += model.forward_slot(take_slot(c, m), inputs + m * tokens, targets + m * tokens, mb_, T_);
-        break;
+        {
+          const double l =
+              model.forward_slot(take_slot(c, m), inputs + m * tokens, targets + m * tokens, mb_, T_);
+          loss += l;
+          loss_exact_.add(l);
+          break;
+        }
       case Op::send_act: {
         const float* out = model.stage_output(slot_of_[static_cast<size_t>(c)][static_cast<size_t>(m)]);
         act_sends_.push_back(pp().send_async(out, n, ElemType::f32, a.peer, a.tag, "pp activation"));
@@ -151,6 +156,9 @@ double Executor::run_actions(const int32_t* inputs, const int32_t* targets, floa
         break;
       case Op::backward: {
         int& s = slot_of_[static_cast<size_t>(c)][static_cast<size_t>(m)];
+        MT_CHECK(backwards[static_cast<size_t>(c)] == m, "the schedule runs chunk ", c,
+                 "'s backward of microbatch ", m, " as its backward number ",
+                 backwards[static_cast<size_t>(c)], ": not in microbatch order");
         model.begin_microbatch(backwards[static_cast<size_t>(c)]++);
         model.backward_slot(s, dloss);
         free_slots_[static_cast<size_t>(c)].push_back(s);
@@ -205,6 +213,7 @@ double Executor::run(const int32_t* inputs, const int32_t* targets, int64_t vali
       c->begin_step(schedule_.microbatches);
   }
   double loss = 0.0;
+  loss_exact_.clear();
   if (valid_tokens > 0)
     loss = run_actions(inputs, targets, static_cast<float>(1.0 / static_cast<double>(valid_tokens)));
   const TraceScope span("phase", "finish grads");  // the last gradient reductions

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comm/group.h"
+#include "core/exact_sum.h"
 #include "core/tensor.h"
 #include "pipeline/schedule.h"
 #include "pipeline/stage.h"
@@ -45,7 +46,12 @@ class Executor {
   // microbatch m at offset m·mb·T. The loss is the sum over the global batch
   // divided by valid_tokens (its valid targets, summed over every rank); with
   // none, nothing is computed. Returns the last stage's loss sum (0 elsewhere).
+  // Every schedule runs a chunk's backwards in microbatch order, so the i of
+  // begin_microbatch(i) is the microbatch's index (checked).
   double run(const int32_t* inputs, const int32_t* targets, int64_t valid_tokens);
+  // The same loss sum, the microbatches' sums added exactly (core/exact_sum.h):
+  // the canonical mode's loss, the same bits however the microbatches are split.
+  const ExactSum& loss_exact() const { return loss_exact_; }
   // The global index of this rank's first row in the step's batch (the data-
   // parallel rank's offset): microbatch m's rows start at first_row + m·mb.
   void set_first_row(int64_t first_row) { first_row_ = first_row; }
@@ -114,6 +120,7 @@ class Executor {
   size_t next_recv_ = 0;  // the next action to consider for posting
   std::vector<Span> spans_;
   double busy_s_ = 0, wall_s_ = 0;
+  ExactSum loss_exact_;
 };
 
 }  // namespace mt::pp

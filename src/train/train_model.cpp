@@ -5,8 +5,10 @@
 
 #include "ckpt/checkpoint_read.h"
 #include "model/params.h"
+#include "parallel/canonical_store.h"
 #include "parallel/context_parallel.h"
 #include "parallel/data_parallel.h"
+#include "parallel/local_store.h"
 #include "parallel/store_sharding.h"
 #include "pipeline/stages.h"
 #include "train/model_io.h"
@@ -37,19 +39,31 @@ std::vector<Llama*> TrainModel::chunk_ptrs() const {
 namespace {
 
 // The store of one chunk under the layout (null: the model's own LocalStore);
-// its group is the dp × cp group.
+// its group is the dp × cp group. In the canonical mode (parallel/canonical.h)
+// it is wrapped in a CanonicalStore and sums over dp by the canonical tree.
 std::unique_ptr<ParamStore> make_store(const Config& cfg, const RunMesh& mesh, const StageRange& stage) {
   const int zero = static_cast<int>(cfg.parallel.zero);
-  if (!mesh.dp_cp_group() || store_sharding(mesh.dp, mesh.cp, zero).group == 0) return nullptr;
-  DataParallelOptions o;
-  o.zero = zero;
-  o.bucket_bytes = static_cast<int64_t>(cfg.parallel.bucket_mb * (1 << 20));
-  o.ep = mesh.ep_group();
-  o.expert_replicas = mesh.expert_replica_group();
+  const bool canonical = cfg.parsed().reduction == Reduction::canonical;
+  const bool sharded = mesh.dp_cp_group() && store_sharding(mesh.dp, mesh.cp, zero).group != 0;
+  if (!sharded && !canonical) return nullptr;
   const EpRank ep = mesh.ep > 1 ? EpRank{mesh.ep, mesh.ep_rank, mesh.cp} : EpRank{};
   const ParamTable table = make_param_table(cfg.model, {mesh.tp, mesh.tp_rank}, stage, ep,
                                             mesh.grid);  // this rank's tp shard and experts of the stage
-  return std::make_unique<DataParallelStore>(make_units(table, cfg.model), *mesh.dp_cp_group(), o);
+  std::vector<UnitSpec> units = make_units(table, cfg.model);
+  std::unique_ptr<ParamStore> store;
+  if (sharded) {
+    DataParallelOptions o;
+    o.zero = zero;
+    o.bucket_bytes = static_cast<int64_t>(cfg.parallel.bucket_mb * (1 << 20));
+    o.ep = mesh.ep_group();
+    o.expert_replicas = mesh.expert_replica_group();
+    o.order = canonical ? SumOrder::tree : SumOrder::library;
+    store = std::make_unique<DataParallelStore>(units, *mesh.dp_cp_group(), o);
+  } else {
+    store = std::make_unique<LocalStore>(units);
+  }
+  if (canonical) store = std::make_unique<CanonicalStore>(std::move(store), std::move(units));
+  return store;
 }
 
 // The pieces of `m`'s local share, for LAMB's per-tensor norms: each parameter

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 
 #include "core/error.h"
@@ -11,6 +12,7 @@
 #include "core/trace_spans.h"
 #include "data/sampler.h"
 #include "optim/clip.h"
+#include "parallel/canonical.h"
 #include "parallel/context_parallel.h"
 #include "train/evaluate.h"
 
@@ -46,6 +48,24 @@ void sum_over_dp_cp(const RunMesh& mesh, T* v, const char* label, int64_t n = 1)
 
 void sum_over(Group* g, double* v, const char* label, int64_t n = 1) {
   if (g) g->all_reduce(v, n, label);
+}
+
+// The canonical mode's totals (parallel/canonical.h): an exact sum whose words
+// (limbs and non-finite count) are summed over `groups` as integers, so the
+// total is the same bits on every layout.
+double exact_total(ExactSum s, std::initializer_list<Group*> groups, const char* label) {
+  for (Group* g : groups)
+    if (g && g->size() > 1) g->all_reduce(s.words(), ExactSum::kWords, label);
+  s.normalise();
+  return s.value();
+}
+
+// Σ g² over every chunk, exactly, then over tp and pp (each store sums its dp shards).
+double exact_grad_sum_squares(TrainModel& model, const RunMesh& mesh) {
+  ExactSum sq;
+  for (auto& c : model.chunks)
+    c->store().grad_sum_squares_exact(sq);
+  return exact_total(sq, {mesh.tp_group(), mesh.pp_group()}, "grad norm");
 }
 
 constexpr int64_t kVotes = 3;  // the fields of StepVotes
@@ -147,16 +167,21 @@ StepStats train_step(TrainModel& model, const RunMesh& mesh, const Config& cfg, 
     model.fingerprint->end_pass();
     model.fingerprint->record_grads(model, mesh, step);
   }
-  sum_over(mesh.pp_group(), &loss_sum, "pp sum");  // only the last stage has a loss
-  sum_over_dp_cp(mesh, &loss_sum, "loss");
+  const bool canonical = cfg.parsed().reduction == Reduction::canonical;
+  if (canonical) {
+    loss_sum = exact_total(model.executor->loss_exact(), {mesh.pp_group(), mesh.dp_cp_group()}, "loss");
+  } else {
+    sum_over(mesh.pp_group(), &loss_sum, "pp sum");  // only the last stage has a loss
+    sum_over_dp_cp(mesh, &loss_sum, "loss");
+  }
   double norm[1 + kVotes] = {0.0};  // Σ g², then the votes (small counts: exact in double)
   for (auto& c : model.chunks)
-    norm[0] += c->store().grad_sum_squares();
+    if (!canonical) norm[0] += c->store().grad_sum_squares();
   for (int64_t i = 1; i < n; ++i)
     norm[i] = static_cast<double>(counts[i]);
   sum_over(mesh.tp_group(), norm, "grad norm", n);  // each tp rank counts its shard and one copy of the rest
   sum_over(mesh.pp_group(), norm, "pp sum", n);
-  const double sum_sq = norm[0];
+  const double sum_sq = canonical ? exact_grad_sum_squares(model, mesh) : norm[0];
   if (votes)
     *votes = {static_cast<int64_t>(norm[1]), static_cast<int64_t>(norm[2]), static_cast<int64_t>(norm[3])};
 

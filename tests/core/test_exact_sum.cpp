@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -30,6 +31,10 @@ TEST(ExactSum, CancellationThatDoubleAdditionLoses) {
   u.add(std::ldexp(1.0, -1074));  // the smallest subnormal, twice
   u.add(std::ldexp(1.0, -1074));
   EXPECT_EQ(u.value(), std::ldexp(1.0, -1073));
+  ExactSum nan;
+  nan.add(1.0);
+  nan.add(std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(std::isnan(nan.value()));
   ExactSum neg;
   neg.add(-3.5);
   neg.add(1.25);
@@ -74,9 +79,9 @@ TEST(ExactSum, SquaresInAnyOrderAndSplitAreTheSameBits) {
   ExactSum merged = a;
   merged.merge(b);
   EXPECT_EQ(merged.value(), whole.value());
-  int64_t* la = a.limbs();  // the limbs summed as integers, as an all-reduce over ranks does
-  const int64_t* lb = b.limbs();
-  for (int i = 0; i < ExactSum::kLimbs; ++i)
+  int64_t* la = a.words();  // the words summed as integers, as an all-reduce over ranks does
+  const int64_t* lb = b.words();
+  for (int i = 0; i < ExactSum::kWords; ++i)
     la[i] += lb[i];
   a.normalise();
   EXPECT_EQ(a.value(), whole.value());

@@ -1,0 +1,51 @@
+// The canonical reduction mode (parallel.reduction = canonical;
+// docs/PARALLELISM.md "The canonical mode"): every sum whose order a layout
+// could change is taken in an order every layout reproduces, so that each
+// supported layout is bitwise the one-process run.
+//
+//   batch:  the atom is one microbatch (train.microbatch_size sequences, the
+//           grain, recorded in checkpoints); each unit's gradient is the
+//           canonical tree (core/exact_sum.h) over the step's atoms:
+//           CanonicalStore (canonical_store.h) over a rank's microbatches, the
+//           DP all-reduce or ZeRO reduce-scatter by SumOrder::tree over the dp
+//           ranks, which hold aligned blocks of atoms (a power of two each);
+//   scalars: the loss and the gradient norm as exact sums (ExactSum), whose
+//           value does not depend on any order or split.
+//
+// What does not yet have a canonical form is refused by name at start-up
+// (check_canonical): tensor parallelism in every form (its row-parallel sums
+// over K are not yet cut into fixed chunks), context parallelism (key blocks),
+// experts (token order, per-microbatch aux terms), LAMB (its per-tensor norms),
+// tied embeddings over pipeline stages (their two copies' gradients would be
+// summed outside the tree), and the oneDNN bf16 kernel (its accumulation order
+// is the library's).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace mt {
+
+enum class Reduction { standard, canonical };
+
+// "default" or "canonical" (parallel.reduction); ConfigError otherwise.
+Reduction parse_reduction(std::string_view name);
+const char* reduction_name(Reduction r);
+
+// What check_canonical reads of a run.
+struct CanonicalLayout {
+  int64_t dp = 1, tp = 1, cp = 1, pp = 1, ep = 1;
+  bool sp = false, tp_overlap = false, tp2d = false;
+  bool experts = false, lamb = false, tied_embeddings = false, bf16_onednn = false;
+  int64_t batch_size = 1, microbatch_size = 1;
+};
+
+// The refusals above, and the batch rule: with dp > 1 each dp rank's atoms
+// (batch_size / microbatch_size / dp) are a power of two, so that every rank
+// holds an aligned subtree of the tree over the global atoms.
+void check_canonical(const CanonicalLayout& l);
+
+// n a power of two (n ≥ 1).
+bool is_power_of_two(int64_t n);
+
+}  // namespace mt

@@ -1,0 +1,93 @@
+#include "parallel/canonical_store.h"
+
+#include <algorithm>
+#include <bit>
+#include <utility>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "ops/primitives.h"
+
+namespace mt {
+
+CanonicalStore::CanonicalStore(std::unique_ptr<ParamStore> inner, std::vector<UnitSpec> units)
+    : inner_(std::move(inner)), units_(std::move(units)), trees_(units_.size()) {
+  MT_CHECK(inner_ != nullptr, "CanonicalStore needs the run's store");
+}
+
+int CanonicalStore::take_buffer(UnitTree& t, int unit) {
+  if (t.free.empty()) {
+    t.bufs.emplace_back(std::vector<int64_t>{units_[static_cast<size_t>(unit)].numel()}, MemKind::grad);
+    t.free.push_back(static_cast<int>(t.bufs.size()) - 1);
+  }
+  const int i = t.free.back();
+  t.free.pop_back();
+  return i;
+}
+
+float* CanonicalStore::acquire_grads(int unit) {
+  if (microbatches_ == 1) return inner_->acquire_grads(unit);
+  UnitTree& t = trees_[static_cast<size_t>(unit)];
+  if (t.open < 0) {
+    MT_CHECK(t.open_microbatch != current_, "CanonicalStore: unit ", unit, " released twice in microbatch ",
+             current_);
+    t.open = take_buffer(t, unit);
+    t.open_microbatch = current_;
+    zero_bytes(buffer(t, t.open), t.bufs[static_cast<size_t>(t.open)].nbytes());
+  }
+  return buffer(t, t.open);
+}
+
+void CanonicalStore::release_grads(int unit) {
+  if (microbatches_ == 1) {
+    inner_->release_grads(unit);
+    return;
+  }
+  UnitTree& t = trees_[static_cast<size_t>(unit)];
+  MT_CHECK(t.open >= 0, "CanonicalStore: release of gradients not acquired (unit ", unit, ")");
+  const int64_t n = units_[static_cast<size_t>(unit)].numel();
+  auto sum = [&](int& left, int& right) { add(buffer(t, left), buffer(t, right), n); };  // left + right
+  auto give_back = [&](int i) { t.free.push_back(i); };
+  t.tree.insert(t.open_microbatch, t.open, sum, give_back);
+  t.open = -1;
+  if (!t.tree.complete()) return;
+  const int root = t.tree.finish(sum, give_back);
+  copy_bytes(inner_->acquire_grads(unit), buffer(t, root), n * int64_t{sizeof(float)});
+  inner_->release_grads(unit);
+  t.free.push_back(root);
+}
+
+void CanonicalStore::begin_step(int64_t microbatches) {
+  microbatches_ = microbatches;
+  current_ = 0;
+  for (UnitTree& t : trees_) {
+    t.tree.reset(microbatches);
+    t.open = -1;
+    t.open_microbatch = -1;
+  }
+  inner_->begin_step(microbatches);
+}
+
+void CanonicalStore::begin_microbatch(int64_t index) {
+  current_ = index;
+  inner_->begin_microbatch(index);
+}
+
+void CanonicalStore::finish_grads() {
+  if (microbatches_ > 1) {
+    for (size_t u = 0; u < trees_.size(); ++u)
+      MT_CHECK(trees_[u].tree.complete(), "CanonicalStore: unit ", u, " has ", trees_[u].tree.inserted(),
+               " of ", microbatches_, " microbatch gradients at the end of the step");
+  }
+  inner_->finish_grads();
+}
+
+int64_t canonical_buffers_per_unit(int64_t microbatches) {
+  if (microbatches <= 1) return 0;
+  int most = 0;
+  for (int64_t t = 0; t < microbatches; ++t)
+    most = std::max(most, std::popcount(static_cast<uint64_t>(t)));
+  return most + 1;
+}
+
+}  // namespace mt

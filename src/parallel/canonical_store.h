@@ -1,0 +1,82 @@
+// The canonical mode's store (parallel/canonical.h): a decorator of the run's
+// store (LocalStore or DataParallelStore) that makes each unit's gradient the
+// canonical tree over the step's microbatches (core/exact_sum.h CanonicalTree),
+// whatever the schedule. Each backward accumulates into a zeroed leaf of its
+// own; release_grads places the leaf at its microbatch's position, sibling
+// blocks are added as soon as both exist, and when the unit's last microbatch
+// is in, the root is copied into the inner store's buffer and released there —
+// once per step, so the inner store reduces it over dp (by SumOrder::tree)
+// exactly as it would one microbatch. With one microbatch the leaf is the inner
+// store's own buffer (the same bits: both start at zero).
+//
+// The partial sums it keeps are gradient memory (MemKind::grad), pooled per
+// unit and kept across steps (canonical_buffers_per_unit).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/exact_sum.h"
+#include "core/tensor.h"
+#include "parallel/store.h"
+
+namespace mt {
+
+class CanonicalStore : public ParamStore {
+ public:
+  CanonicalStore(std::unique_ptr<ParamStore> inner, std::vector<UnitSpec> units);
+
+  const float* acquire_params(int unit, Pass pass) override { return inner_->acquire_params(unit, pass); }
+  void release_params(int unit, Pass pass) override { inner_->release_params(unit, pass); }
+  float* acquire_grads(int unit) override;
+  void release_grads(int unit) override;
+  void poll() override { inner_->poll(); }
+  StoreSharding sharding() const override { return inner_->sharding(); }
+
+  void begin_step(int64_t microbatches) override;
+  void begin_microbatch(int64_t index) override;
+  void finish_grads() override;
+  double grad_sum_squares() override { return inner_->grad_sum_squares(); }
+  void grad_sum_squares_exact(ExactSum& acc) override { inner_->grad_sum_squares_exact(acc); }
+  float* local_params() override { return inner_->local_params(); }
+  float* local_grads() override { return inner_->local_grads(); }
+  int64_t local_numel() const override { return inner_->local_numel(); }
+  std::vector<DecayRange> local_decay_ranges() const override { return inner_->local_decay_ranges(); }
+  float* local_grad_of(const std::string& name, int64_t* n) override {
+    return inner_->local_grad_of(name, n);
+  }
+  float* local_param_of(const std::string& name, int64_t* n) override {
+    return inner_->local_param_of(name, n);
+  }
+  void after_update() override { inner_->after_update(); }
+  void gather_full_params(float* out) override { inner_->gather_full_params(out); }
+  void scatter_full_params(const float* full) override { inner_->scatter_full_params(full); }
+  void init_params(const ParamFill& fill) override { inner_->init_params(fill); }
+
+ private:
+  struct UnitTree {
+    CanonicalTree<int> tree;   // values: indices into bufs
+    std::vector<Tensor> bufs;  // the unit's pooled partial sums
+    std::vector<int> free;
+    int open = -1;                 // the leaf of the current microbatch, between acquire and release
+    int64_t open_microbatch = -1;  // which microbatch it belongs to
+  };
+  int take_buffer(UnitTree& t, int unit);
+  float* buffer(UnitTree& t, int i) { return t.bufs[static_cast<size_t>(i)].data(); }
+
+  std::unique_ptr<ParamStore> inner_;
+  std::vector<UnitSpec> units_;
+  std::vector<UnitTree> trees_;
+  int64_t microbatches_ = 1;
+  int64_t current_ = 0;  // the microbatch of the backward in progress
+};
+
+// The buffers of its unit's size that CanonicalStore keeps per unit for
+// `microbatches` backwards a step in ascending order: none for one microbatch,
+// else the most partial sums alive before a leaf arrives, max popcount(t) over
+// t < microbatches, plus that leaf. The pools are kept across steps, so
+// this times the chunk's gradient elements is what it holds from the first
+// step on (the memory model's canonical partial sums, cost/memory_model.h).
+int64_t canonical_buffers_per_unit(int64_t microbatches);
+
+}  // namespace mt
