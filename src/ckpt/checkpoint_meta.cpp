@@ -235,6 +235,24 @@ void check_resume_config(const std::string& dir, const json& saved, const Config
                "with this run's value)");
   }
 }
+// The reduction mode (parallel/canonical.h) is kept across a resume, and in
+// the canonical mode its grain too: the microbatch, the atom of the gradient
+// tree. A checkpoint whose config lacks the key was saved in the default mode.
+void check_resume_reduction(const std::string& dir, const json& saved, const Config& cfg) {
+  const std::string theirs = saved.contains("parallel.reduction")
+                                 ? saved.at("parallel.reduction").get<std::string>()
+                                 : std::string("default");
+  MT_REQUIRE(theirs == cfg.parallel.reduction, ConfigError, "--resume ", dir, ": parallel.reduction is ",
+             theirs, " in the checkpoint but ", cfg.parallel.reduction,
+             " in this run: the mode is kept across a resume (docs/PARALLELISM.md \"The canonical mode\")");
+  if (theirs != "canonical" || !saved.contains("train.microbatch_size")) return;
+  const std::string mb = saved.at("train.microbatch_size").get<std::string>();
+  MT_REQUIRE(
+      mb == config_get(cfg, "train.microbatch_size"), ConfigError, "--resume ", dir,
+      ": train.microbatch_size is ", mb, " in the checkpoint but ", config_get(cfg, "train.microbatch_size"),
+      " in this run: in the canonical mode the microbatch is the atom of the gradient tree, kept across "
+      "a resume");
+}
 }  // namespace
 
 void check_resume(const std::string& dir, const Config& cfg, int /*world_size: any; the loader reshards*/) {
@@ -252,6 +270,7 @@ void check_resume(const std::string& dir, const Config& cfg, int /*world_size: a
              ": the checkpoint holds ", tensors.size(), " tensors, this run's model ",
              make_param_table(cfg.model).specs.size(), " (a different model)");
   check_resume_config(dir, meta.at("config"), cfg);
+  check_resume_reduction(dir, meta.at("config"), cfg);
 }
 
 void check_checkpoint_dir(const std::string& dir) {

@@ -8,6 +8,7 @@
 #include "cost/memory_model_parts.h"
 #include "model/params.h"
 #include "model/stage_split.h"
+#include "parallel/canonical_store.h"
 #include "parallel/store_plan.h"
 #include "parallel/store_sharding.h"
 #include "parallel/tp2d.h"
@@ -74,6 +75,14 @@ void add_pipeline(const Config& cfg, const pp::Schedule& s, int64_t pp_rank, int
   f.add(MemKind::comm, (t.recvs + t.least_sends) * residual, (t.recvs + t.most_sends) * residual);
 }
 
+// The microbatches of chunk k's backwards on pp rank `pp_rank`, in the order the schedule runs them.
+std::vector<int64_t> backward_order(const pp::Schedule& s, int64_t pp_rank, int k) {
+  std::vector<int64_t> order;
+  for (const pp::Action& a : s.ranks[static_cast<size_t>(pp_rank)])
+    if (a.op == pp::Op::backward && s.chunk_of(a.vstage) == k) order.push_back(a.microbatch);
+  return order;
+}
+
 // A chunk's store (add_store) depends on its layers' kinds, whether it holds
 // the embedding and the head, and the tp and ep coordinates — not on which
 // layers it holds: stages of the same shape share one entry, so that a model
@@ -127,6 +136,10 @@ RankMemory rank_memory(const Config& cfg, const pp::Schedule& s, int64_t rank, S
     f.add(MemKind::activation, cf.activation);
     f.add(MemKind::scratch, cf.scratch);
     residual = std::max(residual, cf.residual);
+    if (cfg.parsed().reduction ==
+        Reduction::canonical)  // the tree's partial sums (parallel/canonical_store.h)
+      f.add(MemKind::grad, canonical_buffers_per_unit(backward_order(s, c.pp, k)) *
+                               units_total(make_units(make_param_table(m, tpr, stage, ep, grid), m)));
   }
   add_pipeline(cfg, s, c.pp, residual, f);
   const memory_model::CpFloats cpf = memory_model::cp_floats(cfg, td);

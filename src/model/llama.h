@@ -186,9 +186,9 @@ class Llama : public pp::Stage {
   }
   // The stage's share of the step's gradient accumulation: its store's (store.h).
   void begin_step(int64_t microbatches) override;
-  void begin_microbatch(int64_t index) override {
+  void begin_microbatch(int64_t index, int64_t microbatch) override {
     microbatch_ = index;
-    store_->begin_microbatch(index);
+    store_->begin_microbatch(index, microbatch);
   }
   void finish_grads() override { store_->finish_grads(); }
   void set_forward_rows(int64_t first_row) override { next_first_row_ = first_row; }

@@ -1,7 +1,6 @@
 #include "parallel/canonical_store.h"
 
 #include <algorithm>
-#include <bit>
 #include <utility>
 
 #include "core/device.h"
@@ -68,9 +67,9 @@ void CanonicalStore::begin_step(int64_t microbatches) {
   inner_->begin_step(microbatches);
 }
 
-void CanonicalStore::begin_microbatch(int64_t index) {
-  current_ = index;
-  inner_->begin_microbatch(index);
+void CanonicalStore::begin_microbatch(int64_t index, int64_t microbatch) {
+  current_ = microbatch;
+  inner_->begin_microbatch(index, microbatch);
 }
 
 void CanonicalStore::finish_grads() {
@@ -82,12 +81,16 @@ void CanonicalStore::finish_grads() {
   inner_->finish_grads();
 }
 
-int64_t canonical_buffers_per_unit(int64_t microbatches) {
-  if (microbatches <= 1) return 0;
-  int most = 0;
-  for (int64_t t = 0; t < microbatches; ++t)
-    most = std::max(most, std::popcount(static_cast<uint64_t>(t)));
-  return most + 1;
+int64_t canonical_buffers_per_unit(const std::vector<int64_t>& order) {
+  if (order.size() <= 1) return 0;
+  CanonicalTree<int> tree(static_cast<int64_t>(order.size()));
+  int64_t most = 0;
+  for (const int64_t m : order) {
+    most = std::max(most, static_cast<int64_t>(tree.nodes().size()) + 1);
+    tree.insert(
+        m, 0, [](int&, int&) {}, [](int) {});
+  }
+  return most;
 }
 
 }  // namespace mt

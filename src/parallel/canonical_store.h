@@ -13,6 +13,7 @@
 // unit and kept across steps (canonical_buffers_per_unit).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -34,7 +35,7 @@ class CanonicalStore : public ParamStore {
   StoreSharding sharding() const override { return inner_->sharding(); }
 
   void begin_step(int64_t microbatches) override;
-  void begin_microbatch(int64_t index) override;
+  void begin_microbatch(int64_t index, int64_t microbatch) override;
   void finish_grads() override;
   double grad_sum_squares() override { return inner_->grad_sum_squares(); }
   void grad_sum_squares_exact(ExactSum& acc) override { inner_->grad_sum_squares_exact(acc); }
@@ -68,15 +69,16 @@ class CanonicalStore : public ParamStore {
   std::vector<UnitSpec> units_;
   std::vector<UnitTree> trees_;
   int64_t microbatches_ = 1;
-  int64_t current_ = 0;  // the microbatch of the backward in progress
+  int64_t current_ = 0;  // the microbatch of the backward in progress (its leaf's position)
 };
 
-// The buffers of its unit's size that CanonicalStore keeps per unit for
-// `microbatches` backwards a step in ascending order: none for one microbatch,
-// else the most partial sums alive before a leaf arrives, max popcount(t) over
-// t < microbatches, plus that leaf. The pools are kept across steps, so
-// this times the chunk's gradient elements is what it holds from the first
-// step on (the memory model's canonical partial sums, cost/memory_model.h).
-int64_t canonical_buffers_per_unit(int64_t microbatches);
+// The buffers of its unit's size that CanonicalStore keeps per unit when a
+// step's backwards arrive in `order` (the schedule's microbatch numbers): none
+// for one microbatch, else the most partial sums alive when a leaf arrives,
+// plus that leaf (max popcount(t) + 1 over t < M in ascending order). The pools
+// are kept across steps, so this times the chunk's gradient elements is what it
+// holds from the first step on (the memory model's canonical partial sums,
+// cost/memory_model.cpp).
+int64_t canonical_buffers_per_unit(const std::vector<int64_t>& order);
 
 }  // namespace mt

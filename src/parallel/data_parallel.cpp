@@ -275,7 +275,7 @@ void DataParallelStore::begin_step(int64_t microbatches) {
   first_launch_ = -1;
 }
 
-void DataParallelStore::begin_microbatch(int64_t index) {
+void DataParallelStore::begin_microbatch(int64_t index, int64_t /*microbatch: the index suffices*/) {
   microbatch_ = index;
 }
 

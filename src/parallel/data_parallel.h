@@ -69,7 +69,7 @@ class DataParallelStore : public ParamStore {
   StoreSharding sharding() const override;
 
   void begin_step(int64_t microbatches) override;
-  void begin_microbatch(int64_t index) override;
+  void begin_microbatch(int64_t index, int64_t microbatch) override;
   void finish_grads() override;
   double grad_sum_squares() override;
   void grad_sum_squares_exact(ExactSum& acc) override;

@@ -19,7 +19,7 @@ class LocalStore : public ParamStore {
   void release_grads(int) override {}
 
   void begin_step(int64_t) override { grads_.zero(); }
-  void begin_microbatch(int64_t) override {}
+  void begin_microbatch(int64_t, int64_t) override {}
   void finish_grads() override {}
   double grad_sum_squares() override;
   void grad_sum_squares_exact(ExactSum& acc) override;

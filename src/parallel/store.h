@@ -86,7 +86,10 @@ class ParamStore {
   // counted per store: the backward with index microbatches−1 is the last, and
   // its release_grads start the reductions. Counted by backward, not forward,
   // because a pipeline runs several forwards ahead of their backwards.
-  virtual void begin_microbatch(int64_t index) = 0;
+  // `microbatch` is the schedule's number of the microbatch this backward is
+  // for (0 … microbatches−1 on this rank, in batch order), which a schedule may
+  // run in another order (gpipe's backwards descend).
+  virtual void begin_microbatch(int64_t index, int64_t microbatch) = 0;
   // After the last backward: every reduction has completed.
   virtual void finish_grads() = 0;
   // --- trainer side (per step, after finish_grads) ---

@@ -156,10 +156,7 @@ double Executor::run_actions(const int32_t* inputs, const int32_t* targets, floa
         break;
       case Op::backward: {
         int& s = slot_of_[static_cast<size_t>(c)][static_cast<size_t>(m)];
-        MT_CHECK(backwards[static_cast<size_t>(c)] == m, "the schedule runs chunk ", c,
-                 "'s backward of microbatch ", m, " as its backward number ",
-                 backwards[static_cast<size_t>(c)], ": not in microbatch order");
-        model.begin_microbatch(backwards[static_cast<size_t>(c)]++);
+        model.begin_microbatch(backwards[static_cast<size_t>(c)]++, m);
         model.backward_slot(s, dloss);
         free_slots_[static_cast<size_t>(c)].push_back(s);
         s = -1;

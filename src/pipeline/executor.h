@@ -46,8 +46,6 @@ class Executor {
   // microbatch m at offset m·mb·T. The loss is the sum over the global batch
   // divided by valid_tokens (its valid targets, summed over every rank); with
   // none, nothing is computed. Returns the last stage's loss sum (0 elsewhere).
-  // Every schedule runs a chunk's backwards in microbatch order, so the i of
-  // begin_microbatch(i) is the microbatch's index (checked).
   double run(const int32_t* inputs, const int32_t* targets, int64_t valid_tokens);
   // The same loss sum, the microbatches' sums added exactly (core/exact_sum.h):
   // the canonical mode's loss, the same bits however the microbatches are split.

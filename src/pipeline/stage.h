@@ -38,7 +38,7 @@ class Stage {
   // forward_slot: where the microbatch's rows sit in the one-process batch,
   // which dropout's masks are keyed by (docs/MODEL.md, "Dropout").
   virtual void set_forward_rows(int64_t first_row) { (void)first_row; }
-  virtual void begin_microbatch(int64_t index) = 0;
+  virtual void begin_microbatch(int64_t index, int64_t microbatch) = 0;  // the store's (store.h)
   virtual void finish_grads() = 0;
 };
 

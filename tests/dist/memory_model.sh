@@ -15,7 +15,9 @@
 # saves every step (the shards of parameters and AdamW state), and pp 2 with
 # tied embeddings and synchronous saves (the last stage's tied copy not written);
 # 2-D tp on a 2 x 2 grid with recomputation and checkpoints (its 2-D pieces'
-# staging), and under dp 2 with ZeRO 3.
+# staging), and under dp 2 with ZeRO 3; the canonical mode's partial sums
+# (parallel/canonical_store.h) at 8, 3, 4 (dp 2 ZeRO 2), 3 (pp 2 gpipe: backwards
+# descending) and 4 (pp 2 interleaved) microbatches.
 set -euo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -52,6 +54,11 @@ layouts=(
   "tp2d_2x2_recompute_ckpt 4 --tp 4 --set parallel.tp2d=2,2 --set model.n_kv_heads=4 --set train.recompute=true --set train.checkpoint_dir=$tmp/ck_2d"
   "tp2d_2x2_dp2_zero3 8 --dp 2 --tp 4 --set parallel.tp2d=2,2 --set model.n_kv_heads=4 --zero 3 --set train.microbatch_size=2"
   "pp2_tied_sync_ckpt 2 --pp 2 --set model.tie_embeddings=true --set train.microbatch_size=2 --set train.checkpoint_dir=$tmp/ck_sync"
+  "canonical_one_m8 1 --set parallel.reduction=canonical --set train.microbatch_size=1"
+  "canonical_one_m3 1 --set parallel.reduction=canonical --set train.batch_size=6 --set train.microbatch_size=2"
+  "canonical_dp2_zero2_m4 2 --dp 2 --zero 2 --set parallel.reduction=canonical --set train.microbatch_size=1"
+  "canonical_pp2_gpipe_m3 2 --pp 2 --set parallel.schedule=gpipe --set parallel.reduction=canonical --set train.batch_size=3 --set train.microbatch_size=1"
+  "canonical_pp2_interleaved_m4 2 --pp 2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set parallel.reduction=canonical --set train.microbatch_size=2"
 )
 for spec in "${layouts[@]}"; do
   read -r -a words <<<"$spec"

@@ -150,7 +150,7 @@ StepLedger run_step(int zero, int64_t microbatches, int64_t step_id) {
   store.begin_step(microbatches);
   for (int64_t m = 0; m < microbatches; ++m) {
     const int64_t off = m * kMicrobatch * kSeq;
-    store.begin_microbatch(m);
+    store.begin_microbatch(m, m);
     model.forward(inputs.data() + off, targets.data() + off, kMicrobatch, kSeq);
     model.backward(1.0f / static_cast<float>(n * world().size()));
   }

@@ -80,7 +80,7 @@ Reduced reduce_through_store(int zero, const std::vector<float>& X, const std::v
   DataParallelStore store(units, world(), DataParallelOptions{zero, 25 << 20});
   store.scatter_full_params(kW.data());
   store.begin_step(1);
-  store.begin_microbatch(0);
+  store.begin_microbatch(0, 0);
   store.acquire_params(0, Pass::forward);
   store.release_params(0, Pass::forward);
   const float* W = store.acquire_params(0, Pass::backward);

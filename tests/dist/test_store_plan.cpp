@@ -86,7 +86,7 @@ void check_stage(int zero, bool tied) {
       tokens[i] = static_cast<int32_t>((i * 5 + static_cast<size_t>(world().rank())) % 37);
     ParamStore& store = model.store();
     store.begin_step(1);
-    store.begin_microbatch(0);
+    store.begin_microbatch(0, 0);
     model.forward(tokens.data(), tokens.data(), 2, 5);
     model.backward(1.0f / static_cast<float>(10 * world().size()));
     store.finish_grads();

@@ -240,7 +240,7 @@ TEST(Optimizer, Seed004LinearExampleThroughTheStoreAndSgd) {
   store.local_params()[1] = -1.0f;
   const float X[2][2] = {{1, 2}, {3, 4}}, Y[2] = {1, 3};
   store.begin_step(1);
-  store.begin_microbatch(0);
+  store.begin_microbatch(0, 0);
   const float* W = store.acquire_params(0, Pass::forward);
   float* G = store.acquire_grads(0);
   double loss = 0;

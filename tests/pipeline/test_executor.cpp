@@ -34,7 +34,7 @@ class FakeStage : public Stage {
   const float* input_grad() const override { return buf_.data(); }
   int64_t residual_numel(int64_t B, int64_t T) const override { return B * T; }
   void begin_step(int64_t m) override { note("begin_step ", m); }
-  void begin_microbatch(int64_t i) override { note("mb ", i); }
+  void begin_microbatch(int64_t i, int64_t) override { note("mb ", i); }
   void finish_grads() override { log.push_back("finish"); }
 
  private:

@@ -35,7 +35,7 @@ class QuietStage : public Stage {
   const float* input_grad() const override { return buf_.data(); }
   int64_t residual_numel(int64_t B, int64_t T) const override { return B * T; }
   void begin_step(int64_t) override {}
-  void begin_microbatch(int64_t) override {}
+  void begin_microbatch(int64_t, int64_t) override {}
   void finish_grads() override {}
 
  private:

@@ -109,7 +109,7 @@ TEST_F(Seed000, FfnOnTp2TimesFsdp2FromARealRun) {
   ctx.step = kStep;
   const size_t m0 = test::ledger_mark(world());
   store.begin_step(1);
-  store.begin_microbatch(0);
+  store.begin_microbatch(0, 0);
   {  // forward (§4): all-gather, [h1_t | h3_t] = X·[w1_t; w3_t]ᵀ, Z_t = silu(h1_t)·h3_t, Y = Σ_tp Z_t·w2_tᵀ
     const float* p = store.acquire_params(0, Pass::forward);
     tp::column_parallel_forward(gu.data(), nullptr, X.data(), p, 1, D, 2 * Hl, l13);

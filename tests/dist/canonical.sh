@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# The canonical mode (parallel.reduction = canonical; parallel/canonical.h,
+# docs/PARALLELISM.md "The canonical mode"): every layout it covers is BITWISE
+# the one-process run with the same microbatch (the atom) — per-step losses
+# and gradient norms, and the saved model, `compare --rtol 0` — with no
+# tolerance anywhere. Checks:
+#   - dp 2/4/8 with ZeRO 0-3, pp 2 and 4 under every schedule, dp × pp up to
+#     16 ranks, recompute, dropout, bf16 (the emulated kernel), and dp 3 with
+#     2 microbatches per rank against one process with the same 6;
+#   - the default mode on one of those layouts is not bitwise (the comparison
+#     can fail: it is what the mode changes);
+#   - a checkpoint saved at step 5 on dp 4 ZeRO 3 resumes on dp 2 × pp 2 and
+#     ends bitwise the one-process run; resuming it in the default mode, or
+#     with another microbatch size, is refused by name;
+#   - what the mode does not cover yet is refused at start-up by name.
+set -uo pipefail
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/dist/common.sh
+source "$(dirname "$0")/common.sh"
+make_data
+tiny+=(--set model.n_layers=4 --set train.microbatch_size=1)
+canon=(--set parallel.reduction=canonical)
+
+fail() {
+  echo "FAIL $1"
+  failures=$((failures + 1))
+}
+
+# train NAME RANKS FLAGS...: metrics and model under $tmp/NAME.
+train() {
+  local name=$1 np=$2
+  shift 2
+  timeout 180 "${mpi[@]}" -np "$np" "$bin" train "${tiny[@]}" "$@" --metrics "$tmp/$name.jsonl" \
+    --save "$tmp/$name" >/dev/null 2>"$tmp/$name.err" || { fail "$name: the run failed: $(tail -3 "$tmp/$name.err")"; return 1; }
+}
+
+# same NAME REF: bitwise equal (losses, gradient norms, every tensor).
+same() {
+  if "$bin" compare --rtol 0 "$tmp/$1.jsonl" "$tmp/$2.jsonl" --model-a "$tmp/$1" --model-b "$tmp/$2" \
+    >"$tmp/$1.cmp" 2>&1; then
+    echo "ok   $1: bitwise $2"
+  else
+    fail "$1: differs from $2"
+    tail -4 "$tmp/$1.cmp"
+  fi
+}
+
+train ref 1 "${canon[@]}"
+train ref_drop 1 "${canon[@]}" --set model.attention_dropout=0.1 --set model.hidden_dropout=0.1
+MESHTRAIN_BF16_MATMUL=emulated train ref_bf16 1 "${canon[@]}" --set train.precision=bf16
+train ref6 1 "${canon[@]}" --set train.batch_size=6
+
+layouts=(
+  "one_2threads 1 ref --set train.threads=2"
+  "dp2 2 ref --dp 2"
+  "dp4_zero1 4 ref --dp 4 --zero 1"
+  "dp2_zero2 2 ref --dp 2 --zero 2"
+  "dp8_zero3 8 ref --dp 8 --zero 3"
+  "pp2_1f1b 2 ref --pp 2"
+  "pp4_gpipe 4 ref --pp 4 --set parallel.schedule=gpipe"
+  "pp2_interleaved 2 ref --pp 2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2"
+  "dp2_pp2_zero3 4 ref --dp 2 --pp 2 --zero 3"
+  "dp4_pp4_zero2 16 ref --dp 4 --pp 4 --zero 2 --set parallel.schedule=gpipe"
+  "dp2_recompute 2 ref --dp 2 --set train.recompute=true"
+  "dp2_pp2_dropout 4 ref_drop --dp 2 --pp 2 --set model.attention_dropout=0.1 --set model.hidden_dropout=0.1"
+  "dp2_bf16 2 ref_bf16 --dp 2 --set train.precision=bf16"
+  "dp3 3 ref6 --dp 3 --set train.batch_size=6"
+)
+for spec in "${layouts[@]}"; do
+  read -r name np ref flags <<<"$spec"
+  # shellcheck disable=SC2086
+  MESHTRAIN_BF16_MATMUL=emulated train "$name" "$np" "${canon[@]}" $flags && same "$name" "$ref"
+done
+
+# The default mode is not bitwise on dp 4 (its all-reduce and its sums over
+# microbatches group the terms otherwise): the comparison above can fail.
+train default_one 1
+train default_dp4 4 --dp 4
+if "$bin" compare --rtol 0 "$tmp/default_dp4.jsonl" "$tmp/default_one.jsonl" --model-a "$tmp/default_dp4" \
+  --model-b "$tmp/default_one" >/dev/null 2>&1; then
+  fail "default_dp4: bitwise the one-process run in the default mode too: the checks above would not see a change"
+else
+  echo "ok   default_dp4: not bitwise in the default mode"
+fi
+
+# A checkpoint saved on dp 4 ZeRO 3 at step 5, resumed on dp 2 x pp 2.
+ck=$tmp/ck
+MESHTRAIN_FAULT=throw:0:5 "${mpi[@]}" -np 4 "$bin" train "${tiny[@]}" "${canon[@]}" --dp 4 --zero 3 \
+  --set train.checkpoint_dir="$ck" --set train.checkpoint_every=5 >/dev/null 2>&1
+if [ -f "$ck/step-00000005/metadata.json" ]; then
+  train resumed 4 "${canon[@]}" --dp 2 --pp 2 --set train.checkpoint_dir="$ck" --resume "$ck/step-00000005" &&
+    same resumed ref
+else
+  fail "resume: the saving run left no step-5 checkpoint"
+fi
+
+# refused NAME RANKS 'TEXT' FLAGS...: a non-zero exit whose message contains TEXT.
+refused() {
+  local name=$1 np=$2 text=$3
+  shift 3
+  if timeout 60 "${mpi[@]}" -np "$np" "$bin" train "${tiny[@]}" "$@" >"$tmp/$name.out" 2>&1; then
+    fail "$name: ran; the canonical mode should refuse it"
+  elif grep -qF -- "$text" "$tmp/$name.out"; then
+    echo "ok   $name refused: $(grep -m1 -F -- "$text" "$tmp/$name.out" | cut -c1-150)"
+  else
+    fail "$name: failed without naming '$text': $(tail -2 "$tmp/$name.out")"
+  fi
+}
+refused resume_default 1 "parallel.reduction is canonical in the checkpoint but default" \
+  --resume "$ck/step-00000005"
+refused resume_microbatch 1 "train.microbatch_size is 1 in the checkpoint but 2" "${canon[@]}" \
+  --set train.microbatch_size=2 --resume "$ck/step-00000005"
+refused tp2 2 "does not cover tensor parallelism" "${canon[@]}" --tp 2
+refused cp2 2 "does not cover context parallelism" "${canon[@]}" --set parallel.cp=2
+refused moe 1 "does not cover mixture-of-experts" "${canon[@]}" --set model.n_experts=4
+refused lamb 1 "does not cover train.optimizer = lamb" "${canon[@]}" --set train.optimizer=lamb
+refused tied_pp2 2 "does not cover tied embeddings over pipeline stages" "${canon[@]}" --pp 2 \
+  --set model.tie_embeddings=true
+refused dp2_three_each 2 "to be a power of two" "${canon[@]}" --dp 2 --set train.batch_size=6
+refused unknown_mode 1 "parallel.reduction ('exact') must be default or canonical" --set parallel.reduction=exact
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures canonical-mode check(s) failed"
+  exit 1
+fi
+echo "canonical mode: every layout bitwise the one-process run"
