@@ -119,8 +119,7 @@ void validate_reduction(const Config& c, ParsedKeys& keys) {
   const bool onednn = keys.precision == MatmulPrecision::bf16 &&
                       resolve_bf16_kernel(std::getenv("MESHTRAIN_BF16_MATMUL")) == Bf16Kernel::onednn;
   check_canonical({p.dp, p.tp, p.cp, p.pp, p.ep, p.sp, p.tp_overlap, keys.tp_grid.two_d(), c.model.moe(),
-                   keys.optimizer == OptimizerKind::lamb, c.model.tie_embeddings, onednn, c.train.batch_size,
-                   c.train.microbatch_size});
+                   c.model.tie_embeddings, onednn, c.train.batch_size, c.train.microbatch_size});
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -16,6 +17,7 @@ namespace mt {
 namespace {
 
 std::atomic<MatmulPrecision> g_precision{MatmulPrecision::fp32};
+std::atomic<bool> g_fixed_blocks{false};
 std::atomic<Bf16Kernel> g_bf16_kernel{Bf16Kernel::emulated};
 std::once_flag g_bf16_kernel_chosen;
 bool g_bf16_kernel_from_env = false;  // written once, under g_bf16_kernel_chosen
@@ -36,13 +38,39 @@ const float* rounded_copy(const float* X, int64_t rows, int64_t cols, int64_t ld
   return out;
 }
 
-void blas_sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-                const float* B, int64_t ldb, float* C, int64_t ldc, Out out) {
+void one_sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+               const float* B, int64_t ldb, float* C, int64_t ldc, Out out) {
   const float beta = out == Out::add ? 1.0f : 0.0f;
   cblas_sgemm(CblasRowMajor, trans_a == Trans::yes ? CblasTrans : CblasNoTrans,
               trans_b == Trans::yes ? CblasTrans : CblasNoTrans, static_cast<blasint>(M),
               static_cast<blasint>(N), static_cast<blasint>(K), 1.0f, A, static_cast<blasint>(lda), B,
               static_cast<blasint>(ldb), beta, C, static_cast<blasint>(ldc));
+}
+
+// C's rows in blocks of kFixedRowBlock (the last one shorter), each block one
+// OpenBLAS call on one thread, the blocks shared among this rank's threads.
+// OpenBLAS's own threading cuts M and N by the thread count, and the elements
+// at a cut are then computed by its edge kernels, with other bits
+// (tests/ops/test_gemm_invariance.cpp); here every element is computed by the
+// same call whatever the thread count. Inside the parallel region OpenBLAS
+// (its OpenMP build) runs on the calling thread.
+void fixed_block_sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+                       int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, Out out) {
+  const int64_t blocks = (M + kFixedRowBlock - 1) / kFixedRowBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t first = b * kFixedRowBlock, rows = std::min(kFixedRowBlock, M - first);
+    const float* a = trans_a == Trans::yes ? A + first : A + first * lda;  // A stored K × M when transposed
+    one_sgemm(trans_a, trans_b, rows, N, K, a, lda, B, ldb, C + first * ldc, ldc, out);
+  }
+}
+
+void blas_sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                const float* B, int64_t ldb, float* C, int64_t ldc, Out out) {
+  if (g_fixed_blocks.load(std::memory_order_relaxed))
+    fixed_block_sgemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, out);
+  else
+    one_sgemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, out);
 }
 
 }  // namespace
@@ -103,6 +131,14 @@ void set_matmul_precision(MatmulPrecision p) {
 
 MatmulPrecision matmul_precision() {
   return g_precision.load(std::memory_order_relaxed);
+}
+
+void set_fixed_gemm_blocks(bool on) {
+  g_fixed_blocks.store(on, std::memory_order_relaxed);
+}
+
+bool fixed_gemm_blocks() {
+  return g_fixed_blocks.load(std::memory_order_relaxed);
 }
 
 void cpu::sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,

@@ -73,6 +73,26 @@ Bf16Kernel bf16_kernel();
 // or "emulated (MESHTRAIN_BF16_MATMUL=emulated)" / "emulated (<why not oneDNN>)".
 std::string bf16_kernel_description();
 
+// The canonical mode's products (parallel.reduction = canonical;
+// docs/PARALLELISM.md "The canonical mode"): on, every product's rows are cut
+// into fixed blocks of kFixedRowBlock, each one single-threaded OpenBLAS call,
+// so that an element's bits do not depend on the thread count. Set once per
+// run, like the precision (FixedGemmBlocksGuard).
+inline constexpr int64_t kFixedRowBlock = 128;
+void set_fixed_gemm_blocks(bool on);
+bool fixed_gemm_blocks();
+
+class FixedGemmBlocksGuard {
+ public:
+  explicit FixedGemmBlocksGuard(bool on) : previous_(fixed_gemm_blocks()) { set_fixed_gemm_blocks(on); }
+  ~FixedGemmBlocksGuard() { set_fixed_gemm_blocks(previous_); }
+  FixedGemmBlocksGuard(const FixedGemmBlocksGuard&) = delete;
+  FixedGemmBlocksGuard& operator=(const FixedGemmBlocksGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // Row-major C[M, N] = op(A)[M, K] · op(B)[K, N] (+ C when out == Out::add).
 // lda, ldb, ldc are the row strides (in floats) of A, B, C as stored.
 // Under MatmulPrecision::bf16 the operands are rounded into per-thread scratch

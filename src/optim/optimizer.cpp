@@ -1,8 +1,10 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
+#include "core/exact_sum.h"
 #include "ops/primitives.h"
 #include "optim/clip.h"
 
@@ -52,10 +54,11 @@ const char* Optimizer::state_suffix(int k) const {
   return k == 0 ? ".exp_avg" : ".exp_avg_sq";
 }
 
-void Optimizer::step(float* params, float* grads, double lr, const NormReducer& reduce) {
+void Optimizer::step(float* params, float* grads, double lr, const NormReducer& reduce,
+                     const WordReducer& reduce_words) {
   ++t_;
   if (opts_.kind == OptimizerKind::lamb) {
-    lamb_step(params, grads, lr, reduce);
+    lamb_step(params, grads, lr, reduce, reduce_words);
     return;
   }
   const AdamWOptions& a = opts_.adam;
@@ -71,14 +74,8 @@ void Optimizer::step(float* params, float* grads, double lr, const NormReducer& 
   }
 }
 
-void Optimizer::lamb_step(float* params, float* grads, double lr, const NormReducer& reduce) {
-  const AdamWOptions& a = opts_.adam;
-  for (const auto& r : ranges_) {
-    lamb_direction(params + r.offset, grads + r.offset, state_[0].data() + r.offset,
-                   state_[1].data() + r.offset, r.numel, a.beta1, a.beta2, a.eps,
-                   r.decay ? a.weight_decay : 0.0, t_);
-  }
-  // Σθ² and Σr² of each tensor's pieces here, then over its other pieces.
+std::vector<double> Optimizer::lamb_sums(const float* params, const float* grads,
+                                         const NormReducer& reduce) const {
   std::vector<double> sums(static_cast<size_t>(2 * n_tensors_), 0.0);
   for (const TensorPiece& p : pieces_) {
     if (p.tensor < 0 || !p.counted) continue;
@@ -86,6 +83,43 @@ void Optimizer::lamb_step(float* params, float* grads, double lr, const NormRedu
     sums[static_cast<size_t>(2 * p.tensor + 1)] += sum_squares(grads + p.offset, p.numel);
   }
   if (reduce && n_tensors_ > 0) reduce(sums.data(), 2 * n_tensors_);
+  return sums;
+}
+
+std::vector<double> Optimizer::lamb_exact_sums(const float* params, const float* grads,
+                                               const WordReducer& reduce_words) const {
+  std::vector<ExactSum> exact(static_cast<size_t>(2 * n_tensors_));
+  for (const TensorPiece& p : pieces_) {
+    if (p.tensor < 0 || !p.counted) continue;
+    exact[static_cast<size_t>(2 * p.tensor)].add_squares(params + p.offset, p.numel);
+    exact[static_cast<size_t>(2 * p.tensor + 1)].add_squares(grads + p.offset, p.numel);
+  }
+  constexpr int64_t W = ExactSum::kWords;
+  std::vector<int64_t> words(exact.size() * static_cast<size_t>(W));
+  for (size_t i = 0; i < exact.size(); ++i)
+    std::copy(exact[i].words(), exact[i].words() + W, words.begin() + static_cast<int64_t>(i) * W);
+  if (reduce_words && n_tensors_ > 0) reduce_words(words.data(), static_cast<int64_t>(words.size()));
+  std::vector<double> sums(exact.size());
+  for (size_t i = 0; i < exact.size(); ++i) {
+    std::copy(words.begin() + static_cast<int64_t>(i) * W, words.begin() + static_cast<int64_t>(i + 1) * W,
+              exact[i].words());
+    exact[i].normalise();
+    sums[i] = exact[i].value();
+  }
+  return sums;
+}
+
+void Optimizer::lamb_step(float* params, float* grads, double lr, const NormReducer& reduce,
+                          const WordReducer& reduce_words) {
+  const AdamWOptions& a = opts_.adam;
+  for (const auto& r : ranges_) {
+    lamb_direction(params + r.offset, grads + r.offset, state_[0].data() + r.offset,
+                   state_[1].data() + r.offset, r.numel, a.beta1, a.beta2, a.eps,
+                   r.decay ? a.weight_decay : 0.0, t_);
+  }
+  // Σθ² and Σr² of each tensor's pieces here, then over its other pieces.
+  const std::vector<double> sums =
+      opts_.exact_norms ? lamb_exact_sums(params, grads, reduce_words) : lamb_sums(params, grads, reduce);
   for (const TensorPiece& p : pieces_) {
     const double trust = p.tensor < 0 ? 1.0
                                       : lamb_trust_ratio(sums[static_cast<size_t>(2 * p.tensor)],

@@ -34,6 +34,10 @@ struct OptimizerOptions {
   AdamWOptions adam;      // beta1, beta2, eps, weight_decay (sgd uses weight_decay only)
   double momentum = 0;    // sgd
   bool nesterov = false;  // sgd
+  // lamb: each tensor's two norms as exact sums (core/exact_sum.h), reduced as
+  // integer words — the canonical mode's (parallel/canonical.h): the same bits
+  // however the tensor is sharded.
+  bool exact_norms = false;
 };
 
 // The state tensors an Optimizer of `kind` keeps, each as large as what it
@@ -56,6 +60,8 @@ struct TensorPiece {
 
 // Adds v[0, n) over the ranks that hold pieces of the same tensors, in place.
 using NormReducer = std::function<void(double* v, int64_t n)>;
+// The same for exact sums' words (ExactSum::words, int64), with exact_norms.
+using WordReducer = std::function<void(int64_t* v, int64_t n)>;
 
 class Optimizer {
  public:
@@ -66,8 +72,10 @@ class Optimizer {
 
   // One update at learning rate lr (the step count advances by one). LAMB
   // overwrites `grads` with its update direction r; `reduce` (LAMB only) may
-  // be empty for a process that holds every tensor whole.
-  void step(float* params, float* grads, double lr, const NormReducer& reduce = {});
+  // be empty for a process that holds every tensor whole; with exact_norms
+  // `reduce_words` takes its place.
+  void step(float* params, float* grads, double lr, const NormReducer& reduce = {},
+            const WordReducer& reduce_words = {});
 
   int64_t steps_taken() const { return t_; }
   void set_steps_taken(int64_t t) { t_ = t; }
@@ -81,7 +89,12 @@ class Optimizer {
   float* state_data(int k) { return state_[static_cast<size_t>(k)].data(); }
 
  private:
-  void lamb_step(float* params, float* grads, double lr, const NormReducer& reduce);
+  void lamb_step(float* params, float* grads, double lr, const NormReducer& reduce,
+                 const WordReducer& reduce_words);
+  // Σθ² and Σr² of each tensor (2·n_tensors values), summed over its pieces.
+  std::vector<double> lamb_sums(const float* params, const float* grads, const NormReducer& reduce) const;
+  std::vector<double> lamb_exact_sums(const float* params, const float* grads,
+                                      const WordReducer& reduce_words) const;
 
   int64_t n_;
   OptimizerOptions opts_;

@@ -31,7 +31,6 @@ const char* not_canonical_yet(const CanonicalLayout& l) {
     return "mixture-of-experts layers (model.n_experts > 0): their token order and per-microbatch router "
            "terms "
            "are not yet canonical";
-  if (l.lamb) return "train.optimizer = lamb: its per-tensor norms are not yet exact sums";
   if (l.tied_embeddings && l.pp > 1)
     return "tied embeddings over pipeline stages (model.tie_embeddings with parallel.pp > 1): the two "
            "copies' "

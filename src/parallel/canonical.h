@@ -9,16 +9,15 @@
 //           CanonicalStore (canonical_store.h) over a rank's microbatches, the
 //           DP all-reduce or ZeRO reduce-scatter by SumOrder::tree over the dp
 //           ranks, which hold aligned blocks of atoms (a power of two each);
-//   scalars: the loss and the gradient norm as exact sums (ExactSum), whose
-//           value does not depend on any order or split.
+//   scalars: the loss, the gradient norm and LAMB's per-tensor norms as exact
+//           sums (ExactSum), whose value does not depend on any order or split.
 //
 // What does not yet have a canonical form is refused by name at start-up
 // (check_canonical): tensor parallelism in every form (its row-parallel sums
 // over K are not yet cut into fixed chunks), context parallelism (key blocks),
-// experts (token order, per-microbatch aux terms), LAMB (its per-tensor norms),
-// tied embeddings over pipeline stages (their two copies' gradients would be
-// summed outside the tree), and the oneDNN bf16 kernel (its accumulation order
-// is the library's).
+// experts (token order, per-microbatch aux terms), tied embeddings over pipeline stages (their two copies'
+// gradients would be summed outside the tree), and the oneDNN bf16 kernel (its accumulation order is the
+// library's).
 #pragma once
 
 #include <cstdint>
@@ -36,7 +35,7 @@ const char* reduction_name(Reduction r);
 struct CanonicalLayout {
   int64_t dp = 1, tp = 1, cp = 1, pp = 1, ep = 1;
   bool sp = false, tp_overlap = false, tp2d = false;
-  bool experts = false, lamb = false, tied_embeddings = false, bf16_onednn = false;
+  bool experts = false, tied_embeddings = false, bf16_onednn = false;
   int64_t batch_size = 1, microbatch_size = 1;
 };
 

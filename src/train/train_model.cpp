@@ -95,9 +95,11 @@ std::vector<TensorPiece> tensor_pieces(Llama& m, int64_t* n_tensors) {
   return tiled;
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& tc, OptimizerKind kind, Llama& m) {
+std::unique_ptr<Optimizer> make_optimizer(const Config& cfg, Llama& m) {
+  const TrainConfig& tc = cfg.train;
   OptimizerOptions o;
-  o.kind = kind;
+  o.kind = cfg.parsed().optimizer;
+  o.exact_norms = cfg.parsed().reduction == Reduction::canonical;
   o.adam = {tc.beta1, tc.beta2, tc.adam_eps, tc.weight_decay};
   o.momentum = tc.momentum;
   o.nesterov = tc.nesterov;
@@ -151,7 +153,7 @@ TrainModel make_train_model(const Config& cfg, const RunOptions& opts, const Run
     else
       load_model_dir(opts.init_from, m);
     ParamStore& st = m.store();
-    t.optims.push_back(make_optimizer(tc, cfg.parsed().optimizer, m));
+    t.optims.push_back(make_optimizer(cfg, m));
     if (cfg.model.tie_embeddings && (m.has_embed() || m.has_head())) t.tied_store = &st;
   }
   const int microbatches = static_cast<int>(tc.batch_size / (mesh.dp * tc.microbatch_size));

@@ -99,6 +99,15 @@ NormReducer lamb_reducer(const RunMesh& mesh, const ParamStore& st) {
   };
 }
 
+// lamb_reducer's groups for the canonical mode's exact norms (their words as int64).
+WordReducer lamb_word_reducer(const RunMesh& mesh, const ParamStore& st) {
+  return [&mesh, zero = st.sharding().zero](int64_t* v, int64_t n) {
+    if (zero >= 1 && mesh.dp_cp_group() && mesh.dp * mesh.cp > 1)
+      mesh.dp_cp_group()->all_reduce(v, n, "lamb norms");
+    if (mesh.tp_group()) mesh.tp_group()->all_reduce(v, n, "lamb norms");
+  };
+}
+
 // Clip and the optimizer on every chunk, or count a non-finite step (throws
 // after train.max_bad_steps of them in a row).
 void update(TrainModel& model, const RunMesh& mesh, const TrainConfig& tc, StepStats& s) {
@@ -121,7 +130,8 @@ void update(TrainModel& model, const RunMesh& mesh, const TrainConfig& tc, StepS
   for (size_t c = 0; c < model.chunks.size(); ++c) {
     ParamStore& st = model.chunks[c]->store();
     clip_by_norm(st.local_grads(), st.local_numel(), s.grad_norm, tc.grad_clip);
-    model.optims[c]->step(st.local_params(), st.local_grads(), s.lr, lamb_reducer(mesh, st));
+    model.optims[c]->step(st.local_params(), st.local_grads(), s.lr, lamb_reducer(mesh, st),
+                          lamb_word_reducer(mesh, st));
     st.after_update();
   }
 }

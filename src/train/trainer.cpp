@@ -213,6 +213,8 @@ RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* w
   const TrainConfig& tc = cfg.train;
   const MatmulPrecisionGuard precision(cfg.parsed().precision);  // every product (docs/MODEL.md "Precision")
   const RunDeviceGuard device(cfg.parsed().device);  // the kernel table and allocator (ops/kernels.h)
+  const FixedGemmBlocksGuard blocks(cfg.parsed().reduction ==
+                                    Reduction::canonical);  // thread-count free products
   set_num_threads(tc.threads > 0 ? static_cast<int>(tc.threads)
                                  : std::max(1, hardware_threads() / std::max(1, opts.local_ranks)));
   const RunMesh mesh = make_run_mesh(cfg, world);

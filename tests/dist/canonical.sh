@@ -5,10 +5,13 @@
 # and gradient norms, and the saved model, `compare --rtol 0` — with no
 # tolerance anywhere. Checks:
 #   - dp 2/4/8 with ZeRO 0-3, pp 2 and 4 under every schedule, dp × pp up to
-#     16 ranks, recompute, dropout, bf16 (the emulated kernel), and dp 3 with
-#     2 microbatches per rank against one process with the same 6;
+#     16 ranks, recompute, dropout, bf16 (the emulated kernel), LAMB under
+#     ZeRO 3 (its per-tensor norms over sharded pieces), SGD with momentum over
+#     pp 2, and dp 3 with 2 microbatches per rank against one process with the
+#     same 6;
 #   - the default mode on one of those layouts is not bitwise (the comparison
 #     can fail: it is what the mode changes);
+#   - `--fingerprint` of dp 2 × pp 2 has every checksum of one process's;
 #   - a checkpoint saved at step 5 on dp 4 ZeRO 3 resumes on dp 2 × pp 2 and
 #     ends bitwise the one-process run; resuming it in the default mode, or
 #     with another microbatch size, is refused by name;
@@ -51,6 +54,8 @@ train ref 1 "${canon[@]}"
 train ref_drop 1 "${canon[@]}" --set model.attention_dropout=0.1 --set model.hidden_dropout=0.1
 MESHTRAIN_BF16_MATMUL=emulated train ref_bf16 1 "${canon[@]}" --set train.precision=bf16
 train ref6 1 "${canon[@]}" --set train.batch_size=6
+train ref_lamb 1 "${canon[@]}" --set train.optimizer=lamb
+train ref_sgd 1 "${canon[@]}" --set train.optimizer=sgd --set train.momentum=0.9
 
 layouts=(
   "one_2threads 1 ref --set train.threads=2"
@@ -67,6 +72,8 @@ layouts=(
   "dp2_pp2_dropout 4 ref_drop --dp 2 --pp 2 --set model.attention_dropout=0.1 --set model.hidden_dropout=0.1"
   "dp2_bf16 2 ref_bf16 --dp 2 --set train.precision=bf16"
   "dp3 3 ref6 --dp 3 --set train.batch_size=6"
+  "dp4_zero3_lamb 4 ref_lamb --dp 4 --zero 3 --set train.optimizer=lamb"
+  "pp2_sgd 2 ref_sgd --pp 2 --set train.optimizer=sgd --set train.momentum=0.9"
 )
 for spec in "${layouts[@]}"; do
   read -r name np ref flags <<<"$spec"
@@ -83,6 +90,18 @@ if "$bin" compare --rtol 0 "$tmp/default_dp4.jsonl" "$tmp/default_one.jsonl" --m
   fail "default_dp4: bitwise the one-process run in the default mode too: the checks above would not see a change"
 else
   echo "ok   default_dp4: not bitwise in the default mode"
+fi
+
+# --fingerprint (docs/FINGERPRINT.md): every activation and gradient of dp 2 x pp 2
+# has the checksum of one process's, so compare finds no difference at all.
+fp=(--set train.steps=2)
+"$bin" train "${tiny[@]}" "${canon[@]}" "${fp[@]}" --fingerprint "$tmp/one.fp" >/dev/null 2>&1
+"${mpi[@]}" -np 4 "$bin" train "${tiny[@]}" "${canon[@]}" "${fp[@]}" --dp 2 --pp 2 --fingerprint "$tmp/dp2_pp2.fp" \
+  >/dev/null 2>&1
+if "$bin" compare "$tmp/dp2_pp2.fp" "$tmp/one.fp" --rtol 0 2>&1 | grep -q '^ok (bitwise)'; then
+  echo "ok   fingerprint: dp2_pp2's every checksum is one process's"
+else
+  fail "fingerprint: dp2_pp2 differs from one process: $("$bin" compare "$tmp/dp2_pp2.fp" "$tmp/one.fp" --rtol 0 2>&1 | head -3)"
 fi
 
 # A checkpoint saved on dp 4 ZeRO 3 at step 5, resumed on dp 2 x pp 2.
@@ -115,7 +134,6 @@ refused resume_microbatch 1 "train.microbatch_size is 1 in the checkpoint but 2"
 refused tp2 2 "does not cover tensor parallelism" "${canon[@]}" --tp 2
 refused cp2 2 "does not cover context parallelism" "${canon[@]}" --set parallel.cp=2
 refused moe 1 "does not cover mixture-of-experts" "${canon[@]}" --set model.n_experts=4
-refused lamb 1 "does not cover train.optimizer = lamb" "${canon[@]}" --set train.optimizer=lamb
 refused tied_pp2 2 "does not cover tied embeddings over pipeline stages" "${canon[@]}" --pp 2 \
   --set model.tie_embeddings=true
 refused dp2_three_each 2 "to be a power of two" "${canon[@]}" --dp 2 --set train.batch_size=6
