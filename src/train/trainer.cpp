@@ -207,16 +207,20 @@ void report_crossings(RunDevice device, bool print, int64_t step) {
   reset_crossing_counts();
 }
 
+// train.threads, or this machine's cores over the ranks on it.
+void set_run_threads(const TrainConfig& tc, const RunOptions& opts) {
+  set_num_threads(tc.threads > 0 ? static_cast<int>(tc.threads)
+                                 : std::max(1, hardware_threads() / std::max(1, opts.local_ranks)));
+}
+
 }  // namespace
 
 RunResult run_training(const Config& cfg, const RunOptions& opts, const Group* world) {
   const TrainConfig& tc = cfg.train;
   const MatmulPrecisionGuard precision(cfg.parsed().precision);  // every product (docs/MODEL.md "Precision")
   const RunDeviceGuard device(cfg.parsed().device);  // the kernel table and allocator (ops/kernels.h)
-  const FixedGemmBlocksGuard blocks(cfg.parsed().reduction ==
-                                    Reduction::canonical);  // thread-count free products
-  set_num_threads(tc.threads > 0 ? static_cast<int>(tc.threads)
-                                 : std::max(1, hardware_threads() / std::max(1, opts.local_ranks)));
+  const FixedGemmBlocksGuard blocks(cfg.parsed().reduction == Reduction::canonical);  // ops/gemm.h
+  set_run_threads(tc, opts);
   const RunMesh mesh = make_run_mesh(cfg, world);
   const bool checkpoints = !tc.checkpoint_dir.empty();
   if (checkpoints) install_stop_handlers();  // a signal from here on stops the run after its next step
