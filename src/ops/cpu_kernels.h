@@ -69,6 +69,11 @@ void vocab_ce_backward(float* dlogits_local, const float* logits_local, const fl
 void add(float* y, const float* x, int64_t n);
 void axpy(float* y, float a, const float* x, int64_t n);
 void scale(float* y, float a, int64_t n);
+void fill(float* y, float value, int64_t n);
+void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+               int64_t cols);
+void add_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+              int64_t cols);
 int64_t count_nonfinite(const float* x, int64_t n);
 
 }  // namespace mt::cpu

@@ -50,6 +50,9 @@ KernelTable make_cpu_table() {
   t.add = &cpu::add;
   t.axpy = &cpu::axpy;
   t.scale = &cpu::scale;
+  t.fill = &cpu::fill;
+  t.copy_rows = &cpu::copy_rows;
+  t.add_rows = &cpu::add_rows;
   t.count_nonfinite = &cpu::count_nonfinite;
   return t;
 }
@@ -127,6 +130,9 @@ KernelTable make_fake_table() {
   t.add = &Untagged<&cpu::add>::call;
   t.axpy = &Untagged<&cpu::axpy>::call;
   t.scale = &Untagged<&cpu::scale>::call;
+  t.fill = &Untagged<&cpu::fill>::call;
+  t.copy_rows = &Untagged<&cpu::copy_rows>::call;
+  t.add_rows = &Untagged<&cpu::add_rows>::call;
   t.count_nonfinite = &Untagged<&cpu::count_nonfinite>::call;
   return t;
 }
@@ -306,6 +312,17 @@ void axpy(float* y, float a, const float* x, int64_t n) {
 }
 void scale(float* y, float a, int64_t n) {
   kernels().scale(y, a, n);
+}
+void fill(float* y, float value, int64_t n) {
+  kernels().fill(y, value, n);
+}
+void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+               int64_t cols) {
+  kernels().copy_rows(dst, dst_stride, src, src_stride, rows, cols);
+}
+void add_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+              int64_t cols) {
+  kernels().add_rows(dst, dst_stride, src, src_stride, rows, cols);
 }
 
 int64_t count_nonfinite(const float* x, int64_t n) {

@@ -101,7 +101,12 @@ struct KernelTable {
   void (*add)(float* y, const float* x, int64_t n) = nullptr;            // y += x
   void (*axpy)(float* y, float a, const float* x, int64_t n) = nullptr;  // y += a·x
   void (*scale)(float* y, float a, int64_t n) = nullptr;                 // y *= a
-  int64_t (*count_nonfinite)(const float* x, int64_t n) = nullptr;       // to the host
+  void (*fill)(float* y, float value, int64_t n) = nullptr;              // y = value
+  void (*copy_rows)(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                    int64_t cols) = nullptr;  // a strided block of rows × cols
+  void (*add_rows)(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                   int64_t cols) = nullptr;  // dst += src over a strided block of rows × cols
+  int64_t (*count_nonfinite)(const float* x, int64_t n) = nullptr;  // to the host
 };
 
 // The run's table: the cpu one until set_kernels is called (once, at start-up).
