@@ -100,9 +100,7 @@ void validate_moe_layout(const Config& c, const ParsedKeys& keys) {
 // table, so a run with them is refused rather than left to fault.
 void check_fake_device_coverage(const Config& c, const ParsedKeys& keys) {
   if (keys.device != RunDevice::fake) return;
-  const char* missing = c.model.moe()          ? "mixture-of-experts layers (model.n_experts > 0)"
-                        : keys.tp_grid.two_d() ? "2-D tensor parallelism (parallel.tp2d)"
-                                               : nullptr;
+  const char* missing = c.model.moe() ? "mixture-of-experts layers (model.n_experts > 0)" : nullptr;
   MT_REQUIRE(missing == nullptr, ConfigError, "train.device = fake does not cover ", missing,
              " yet: its buffers are still packed and reduced by host loops outside the kernel table "
              "(docs/ARCHITECTURE.md \"The kernel seam\")");

@@ -10,6 +10,7 @@
 #include "ops/gemm.h"
 #include "ops/rope.h"
 #include "ops/router.h"
+#include "ops/split_rmsnorm.h"
 #include "ops/vocab_kernels.h"
 
 namespace mt::cpu {
@@ -75,5 +76,12 @@ void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_str
 void add_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
               int64_t cols);
 int64_t count_nonfinite(const float* x, int64_t n);
+void split_rmsnorm_sum_squares(double* ss, const float* inp, int64_t N, int64_t C);
+void split_rmsnorm_scale(float* out, float* rstd, const float* inp, const float* w, const double* ss,
+                         int64_t N, int64_t C, int64_t d, float eps);
+void split_rmsnorm_dot(double* dot, const float* dout, const float* inp, const float* w, int64_t N,
+                       int64_t C);
+void split_rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                            const float* rstd, const double* dot, int64_t N, int64_t C, int64_t d);
 
 }  // namespace mt::cpu

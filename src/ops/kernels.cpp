@@ -54,6 +54,10 @@ KernelTable make_cpu_table() {
   t.copy_rows = &cpu::copy_rows;
   t.add_rows = &cpu::add_rows;
   t.count_nonfinite = &cpu::count_nonfinite;
+  t.split_rmsnorm_sum_squares = &cpu::split_rmsnorm_sum_squares;
+  t.split_rmsnorm_scale = &cpu::split_rmsnorm_scale;
+  t.split_rmsnorm_dot = &cpu::split_rmsnorm_dot;
+  t.split_rmsnorm_backward = &cpu::split_rmsnorm_backward;
   return t;
 }
 
@@ -134,6 +138,10 @@ KernelTable make_fake_table() {
   t.copy_rows = &Untagged<&cpu::copy_rows>::call;
   t.add_rows = &Untagged<&cpu::add_rows>::call;
   t.count_nonfinite = &Untagged<&cpu::count_nonfinite>::call;
+  t.split_rmsnorm_sum_squares = &Untagged<&cpu::split_rmsnorm_sum_squares>::call;
+  t.split_rmsnorm_scale = &Untagged<&cpu::split_rmsnorm_scale>::call;
+  t.split_rmsnorm_dot = &Untagged<&cpu::split_rmsnorm_dot>::call;
+  t.split_rmsnorm_backward = &Untagged<&cpu::split_rmsnorm_backward>::call;
   return t;
 }
 

@@ -107,6 +107,16 @@ struct KernelTable {
   void (*add_rows)(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
                    int64_t cols) = nullptr;  // dst += src over a strided block of rows × cols
   int64_t (*count_nonfinite)(const float* x, int64_t n) = nullptr;  // to the host
+
+  // The feature-split RMSNorm's local parts (ops/split_rmsnorm.h).
+  void (*split_rmsnorm_sum_squares)(double* ss, const float* inp, int64_t N, int64_t C) = nullptr;
+  void (*split_rmsnorm_scale)(float* out, float* rstd, const float* inp, const float* w, const double* ss,
+                              int64_t N, int64_t C, int64_t d, float eps) = nullptr;
+  void (*split_rmsnorm_dot)(double* dot, const float* dout, const float* inp, const float* w, int64_t N,
+                            int64_t C) = nullptr;
+  void (*split_rmsnorm_backward)(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                                 const float* rstd, const double* dot, int64_t N, int64_t C,
+                                 int64_t d) = nullptr;
 };
 
 // The run's table: the cpu one until set_kernels is called (once, at start-up).
