@@ -95,17 +95,6 @@ void validate_moe_layout(const Config& c, const ParsedKeys& keys) {
              "): checkpoints do not save the bias of the later pipeline stages yet");
 }
 
-// What the fake device covers today (docs/ARCHITECTURE.md "The kernel seam"):
-// the parts below still read device memory on the host outside the kernel
-// table, so a run with them is refused rather than left to fault.
-void check_fake_device_coverage(const Config& c, const ParsedKeys& keys) {
-  if (keys.device != RunDevice::fake) return;
-  const char* missing = c.model.moe() ? "mixture-of-experts layers (model.n_experts > 0)" : nullptr;
-  MT_REQUIRE(missing == nullptr, ConfigError, "train.device = fake does not cover ", missing,
-             " yet: its buffers are still packed and reduced by host loops outside the kernel table "
-             "(docs/ARCHITECTURE.md \"The kernel seam\")");
-}
-
 }  // namespace
 
 void Config::validate() {
@@ -142,7 +131,6 @@ void Config::validate() {
              ")");
   validate_pipeline(*this, keys);
   validate_moe_layout(*this, keys);
-  check_fake_device_coverage(*this, keys);
   parsed_ = std::move(keys);
   validated_ = true;
 }

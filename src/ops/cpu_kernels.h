@@ -8,6 +8,7 @@
 #include "ops/attention.h"
 #include "ops/dropout.h"
 #include "ops/gemm.h"
+#include "ops/moe_kernels.h"
 #include "ops/rope.h"
 #include "ops/router.h"
 #include "ops/split_rmsnorm.h"
@@ -83,5 +84,15 @@ void split_rmsnorm_dot(double* dot, const float* dout, const float* inp, const f
                        int64_t C);
 void split_rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                             const float* rstd, const double* dot, int64_t N, int64_t C, int64_t d);
+
+void moe_dispatch(float* xs, const float* x, const int64_t* order, int64_t R, int64_t k, int64_t C);
+void moe_dispatch_backward(float* dx, const float* dxs, const int64_t* row_of, int64_t N, int64_t k,
+                           int64_t C);
+void moe_combine(float* yk, const float* ys, const int64_t* row_of, int64_t choices, int64_t C);
+void moe_combine_backward(float* dys, const float* dyk, const int64_t* order, int64_t R, int64_t C);
+void moe_weighted_sum(float* y, const float* mid, const float* w, const float* yk, int64_t N, int64_t k,
+                      int64_t C);
+void moe_weighted_sum_backward(float* dyk, float* dw, const float* dy, const float* w, const float* yk,
+                               int64_t N, int64_t k, int64_t C);
 
 }  // namespace mt::cpu

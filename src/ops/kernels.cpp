@@ -58,6 +58,12 @@ KernelTable make_cpu_table() {
   t.split_rmsnorm_scale = &cpu::split_rmsnorm_scale;
   t.split_rmsnorm_dot = &cpu::split_rmsnorm_dot;
   t.split_rmsnorm_backward = &cpu::split_rmsnorm_backward;
+  t.moe_dispatch = &cpu::moe_dispatch;
+  t.moe_dispatch_backward = &cpu::moe_dispatch_backward;
+  t.moe_combine = &cpu::moe_combine;
+  t.moe_combine_backward = &cpu::moe_combine_backward;
+  t.moe_weighted_sum = &cpu::moe_weighted_sum;
+  t.moe_weighted_sum_backward = &cpu::moe_weighted_sum_backward;
   return t;
 }
 
@@ -142,6 +148,12 @@ KernelTable make_fake_table() {
   t.split_rmsnorm_scale = &Untagged<&cpu::split_rmsnorm_scale>::call;
   t.split_rmsnorm_dot = &Untagged<&cpu::split_rmsnorm_dot>::call;
   t.split_rmsnorm_backward = &Untagged<&cpu::split_rmsnorm_backward>::call;
+  t.moe_dispatch = &Untagged<&cpu::moe_dispatch>::call;
+  t.moe_dispatch_backward = &Untagged<&cpu::moe_dispatch_backward>::call;
+  t.moe_combine = &Untagged<&cpu::moe_combine>::call;
+  t.moe_combine_backward = &Untagged<&cpu::moe_combine_backward>::call;
+  t.moe_weighted_sum = &Untagged<&cpu::moe_weighted_sum>::call;
+  t.moe_weighted_sum_backward = &Untagged<&cpu::moe_weighted_sum_backward>::call;
   return t;
 }
 

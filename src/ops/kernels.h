@@ -117,6 +117,20 @@ struct KernelTable {
   void (*split_rmsnorm_backward)(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                                  const float* rstd, const double* dot, int64_t N, int64_t C,
                                  int64_t d) = nullptr;
+
+  // The mixture-of-experts layer's row moves and weighted sums (ops/moe_kernels.h).
+  void (*moe_dispatch)(float* xs, const float* x, const int64_t* order, int64_t R, int64_t k,
+                       int64_t C) = nullptr;
+  void (*moe_dispatch_backward)(float* dx, const float* dxs, const int64_t* row_of, int64_t N, int64_t k,
+                                int64_t C) = nullptr;
+  void (*moe_combine)(float* yk, const float* ys, const int64_t* row_of, int64_t choices,
+                      int64_t C) = nullptr;
+  void (*moe_combine_backward)(float* dys, const float* dyk, const int64_t* order, int64_t R,
+                               int64_t C) = nullptr;
+  void (*moe_weighted_sum)(float* y, const float* mid, const float* w, const float* yk, int64_t N, int64_t k,
+                           int64_t C) = nullptr;
+  void (*moe_weighted_sum_backward)(float* dyk, float* dw, const float* dy, const float* w, const float* yk,
+                                    int64_t N, int64_t k, int64_t C) = nullptr;
 };
 
 // The run's table: the cpu one until set_kernels is called (once, at start-up).
