@@ -13,6 +13,9 @@
 #     experts plans its route on the host (both counted below); nothing else
 #     crosses outside the collectives' staging;
 #   - a checkpoint written under fake resumes under cpu bitwise;
+#   - generate under fake (one process greedy and sampled with chunked prefill,
+#     tp2, pp2, a mixture of experts) prints byte for byte what it prints under
+#     cpu, and one prompt's crossings equal the analytic list;
 #   - the devices it does not cover, cuda, and an unknown name are refused by name.
 set -euo pipefail
 bin=$1
@@ -111,6 +114,63 @@ if "$bin" compare --rtol 0 "$tmp/dp2_zero1_cpu.jsonl" "$tmp/resumed.jsonl" --mod
 else
   echo "FAIL resume of a fake checkpoint under cpu"; cat "$tmp/resume.cmp"; failures=$((failures + 1))
 fi
+
+# generate under fake against cpu, byte for byte (tokens and log-probs):
+# gen NAME MODEL NP FLAGS...
+gen() {
+  local name=$1 model=$2 np=$3
+  shift 3
+  for dev in cpu fake; do
+    "${mpi[@]}" -np "$np" "$bin" generate --model "$tmp/$model" --tokenizer "$tmp/data/tokenizer.model" \
+      --max-new-tokens 8 --output jsonl --logprobs --threads 1 --device $dev "$@" \
+      >"$tmp/gen_${name}_$dev.jsonl" 2>"$tmp/gen_${name}_$dev.err" ||
+      { echo "FAIL generate $name ($dev): the run failed"; tail -3 "$tmp/gen_${name}_$dev.err"; failures=$((failures + 1)); }
+  done
+  if [ -s "$tmp/gen_${name}_cpu.jsonl" ] && cmp -s "$tmp/gen_${name}_cpu.jsonl" "$tmp/gen_${name}_fake.jsonl"; then
+    echo "ok   generate $name: fake prints what cpu prints"
+  else
+    echo "FAIL generate $name: fake differs from cpu"; failures=$((failures + 1))
+  fi
+}
+two=(--prompt "short" --prompt "fortune")
+gen greedy one_cpu 1 "${two[@]}"
+gen sampled one_cpu 1 "${two[@]}" --temperature 0.9 --top-p 0.95 --seed 11 --prefill-chunk 2 --batch-size 1
+gen tp2 one_cpu 2 "${two[@]}" --tp 2
+gen pp2 one_cpu 2 "${two[@]}" --pp 2
+gen moe moe_one_cpu 1 "${two[@]}"
+# One prompt of P tokens, S of them generated (S steps, the first the prefill;
+# capacity P + 7): the ids in (4·(P + S − 1) bytes over S steps), the positions
+# twice a step, the attention's and the layers' (2 · 4·(P + S − 1)), and the
+# cache slots' once (4·(P + 7)); the logits out (4·V·S, V = 300); nothing else.
+gen one one_cpu 1 --prompt "fortune"
+python3 - "$tmp/gen_one_fake.jsonl" "$tmp/gen_one_fake.err" <<'PY' || failures=$((failures + 1))
+import json, re, sys
+S = len(json.loads(open(sys.argv[1]).readline())["tokens"])
+got = {m[0]: tuple(map(int, m[1:])) for m in re.findall(
+    r"crossings (.+?): to_host (\d+) (\d+) bytes, from_host (\d+) (\d+) bytes", open(sys.argv[2]).read())}
+P = got.get("tokens", (0, 0, 0, 0))[3] // 4 - S + 1
+want = {"tokens": (0, 0, S, 4 * (P + S - 1)), "logits": (S, 4 * 300 * S, 0, 0),
+        "positions": (0, 0, 2 * S + 1, 8 * (P + S - 1) + 4 * (P + 7))}
+if got == want:
+    print(f"ok   generate crossings (P {P}, S {S}): {got}")
+else:
+    print(f"FAIL generate crossings: {got}, the analytic list says {want}")
+    sys.exit(1)
+PY
+# What generate under fake does not cover, refused by name.
+for spec in "cp 2 --cp 2" "int8 1 --kv-cache int8"; do
+  read -r what np flags <<<"$spec"
+  # shellcheck disable=SC2086
+  if "${mpi[@]}" -np "$np" "$bin" generate --model "$tmp/one_cpu" --tokenizer "$tmp/data/tokenizer.model" \
+    --prompt short --max-new-tokens 2 --device fake $flags >/dev/null 2>"$tmp/gen_refused.err"; then
+    echo "FAIL generate $what under fake: not refused"; failures=$((failures + 1))
+  elif grep -q "generate --device fake does not cover" "$tmp/gen_refused.err"; then
+    echo "ok   generate $what under fake refused: $(grep -m1 'does not cover' "$tmp/gen_refused.err")"
+  else
+    echo "FAIL generate $what under fake: refused without naming it"; cat "$tmp/gen_refused.err"
+    failures=$((failures + 1))
+  fi
+done
 
 # refused NAME PATTERN FLAGS...: the run exits non-zero with PATTERN on stderr.
 refused() {
