@@ -45,6 +45,7 @@ struct GenerateArgs {
   int64_t dp = 1, tp = 1, pp = 1, cp = 1;  // the layout under mpirun (generate_command.cpp)
   std::string cp_impl = "ring";            // parallel.cp_impl: the prefill's attention under cp
   std::string precision = "fp32";          // matmul precision, as train.precision (ops/gemm.h)
+  std::string device = "cpu";              // as train.device: cpu, or fake (for tests)
 };
 // generate_command.cpp
 int run_generate_command(const GenerateArgs& args);

@@ -12,14 +12,16 @@
 #include "cli/commands.h"
 #include "cli/layout_command.h"
 #include "comm/runtime.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/threads.h"
+#include "cost/memory_estimate.h"
 #include "data/tokenizer.h"
 #include "infer/generate.h"
 #include "mesh/mesh.h"
 #include "ops/gemm.h"
-#include "cost/memory_estimate.h"
+#include "ops/kernels.h"
 #include "train/model_io.h"
 #include "train/run_mesh.h"
 #include "train/train_model.h"
@@ -129,6 +131,19 @@ void print_stats(const std::string& who, size_t first, size_t end, const Generat
                  static_cast<long long>(st.prefill_cp_gathers));
 }
 
+// Under a device other than the host, the batch's crossings between it and the
+// host, one line per label (docs/ARCHITECTURE.md "The kernel seam").
+void print_crossings(const std::string& who, size_t first, size_t end) {
+  if (run_allocator().device() == kHost) return;
+  for (const auto& [label, n] : crossing_counts())
+    std::fprintf(
+        stderr,
+        "generate: %sprompts %zu..%zu: crossings %s: to_host %lld %lld bytes, from_host %lld %lld bytes\n",
+        who.c_str(), first, end - 1, label.c_str(), static_cast<long long>(n.to_host),
+        static_cast<long long>(n.to_host_bytes), static_cast<long long>(n.from_host),
+        static_cast<long long>(n.from_host_bytes));
+}
+
 // Prints what each new token adds to the decoded text of prompt 0 (one prompt, text output).
 class Streamer {
  public:
@@ -166,6 +181,7 @@ std::vector<Generation> run_prompts(const Job& j, Llama& model, size_t begin, si
     const std::vector<std::vector<int32_t>> batch(j.ids.begin() + static_cast<std::ptrdiff_t>(first),
                                                   j.ids.begin() + static_cast<std::ptrdiff_t>(stop));
     GenerateStats st;
+    reset_crossing_counts();  // the batch's own, the model's load before it left out
     auto on_token = [&](int64_t, int32_t t) { stream->token(t); };
     const std::vector<Generation> gens =
         generate(model, batch, static_cast<int64_t>(first), j.o, &st,
@@ -173,6 +189,7 @@ std::vector<Generation> run_prompts(const Job& j, Llama& model, size_t begin, si
                                    : std::function<void(int64_t, int32_t)>(),
                  layout);
     print_stats(who, first, stop, st, j.o.kv_dtype, j.cfg.head_dim());
+    print_crossings(who, first, stop);
     all.insert(all.end(), gens.begin(), gens.end());
   }
   return all;
@@ -303,6 +320,7 @@ int generate_on_layout(const GenerateArgs& a, CommRuntime& runtime) {
 int run_generate_command(const GenerateArgs& a) {
   // Checked before MPI starts, so every rank refuses a bad name alike.
   const MatmulPrecisionGuard precision(parse_matmul_precision(a.precision, "--precision"));
+  const RunDeviceGuard device(parse_run_device(a.device, "--device"));  // the kernel table and allocator
   CommRuntime runtime(nullptr, nullptr);  // a process started without mpirun is a world of one
   if (a.dp * a.tp * a.pp * a.cp > 1 || runtime.world().size() > 1) return generate_on_layout(a, runtime);
   return generate_in_one_process(a);

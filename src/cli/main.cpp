@@ -135,6 +135,10 @@ CLI::App* add_generate(CLI::App& app, mt::GenerateArgs& g) {
   s->add_option("--threads", g.threads,
                 "Threads (0: all cores; under mpirun: cores / local ranks; at most 4 x the cores)");
   add_precision(*s, g.precision);
+  s->add_option("--device", g.device,
+                "The kernel table and memory, as train.device: cpu | fake (for tests: device memory behind "
+                "faulting pointers, docs/ARCHITECTURE.md \"The kernel seam\")")
+      ->capture_default_str();
   s->add_option("--dp", g.dp, "Data-parallel replicas under mpirun (prompts split in contiguous blocks)");
   s->add_option("--tp", g.tp, "Tensor-parallel ranks under mpirun (each caches its kv heads)");
   s->add_option("--pp", g.pp, "Pipeline stages under mpirun");

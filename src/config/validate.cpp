@@ -97,20 +97,6 @@ void validate_moe_layout(const Config& c, const ParsedKeys& keys) {
              "): checkpoints do not save the bias of the later pipeline stages yet");
 }
 
-// What the fake device covers today (docs/ARCHITECTURE.md "The kernel seam"):
-// the parts below still read device memory on the host outside the kernel
-// table, so a run with them is refused rather than left to fault.
-void check_fake_device_coverage(const Config& c, const ParsedKeys& keys) {
-  if (keys.device != RunDevice::fake) return;
-  const char* missing = c.parallel.cp > 1      ? "context parallelism (parallel.cp > 1)"
-                        : c.model.moe()        ? "mixture-of-experts layers (model.n_experts > 0)"
-                        : keys.tp_grid.two_d() ? "2-D tensor parallelism (parallel.tp2d)"
-                                               : nullptr;
-  MT_REQUIRE(missing == nullptr, ConfigError, "train.device = fake does not cover ", missing,
-             " yet: its buffers are still packed and reduced by host loops outside the kernel table "
-             "(docs/ARCHITECTURE.md \"The kernel seam\")");
-}
-
 // parallel.reduction: the canonical mode's rules (parallel/canonical.h).
 void validate_reduction(const Config& c, ParsedKeys& keys) {
   keys.reduction = parse_reduction(c.parallel.reduction);
@@ -121,7 +107,6 @@ void validate_reduction(const Config& c, ParsedKeys& keys) {
   check_canonical({p.dp, p.tp, p.cp, p.pp, p.ep, p.sp, p.tp_overlap, keys.tp_grid.two_d(), c.model.moe(),
                    c.model.tie_embeddings, onednn, c.train.batch_size, c.train.microbatch_size});
 }
-
 }  // namespace
 
 void Config::validate() {
@@ -158,7 +143,6 @@ void Config::validate() {
              ")");
   validate_pipeline(*this, keys);
   validate_moe_layout(*this, keys);
-  check_fake_device_coverage(*this, keys);
   validate_reduction(*this, keys);
   parsed_ = std::move(keys);
   validated_ = true;

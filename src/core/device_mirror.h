@@ -62,6 +62,37 @@ class DeviceScratch {
   DeviceBuffer buf_;
 };
 
+// n elements held on the run's device (a member's storage, sized once): a
+// plain host vector on the host device (untracked, as the arrays it replaces
+// always were), else a device buffer charged to `kind`. Zero-initialised.
+template <class T>
+class DeviceArray {
+ public:
+  void assign(int64_t n, MemKind kind) {
+    size_ = n;
+    if (run_allocator().device() == kHost) {
+      host_.assign(static_cast<size_t>(n), T{});
+      ptr_ = host_.data();
+    } else {
+      buf_ = DeviceBuffer(run_allocator(), n * int64_t{sizeof(T)}, kind);
+      ptr_ = static_cast<T*>(buf_.data());
+    }
+  }
+  // Grows to at least n elements (the contents are not kept).
+  void reserve(int64_t n, MemKind kind) {
+    if (n > size_) assign(n, kind);
+  }
+  T* data() { return ptr_; }
+  const T* data() const { return ptr_; }
+  int64_t size() const { return size_; }
+
+ private:
+  T* ptr_ = nullptr;
+  int64_t size_ = 0;
+  std::vector<T> host_;
+  DeviceBuffer buf_;
+};
+
 // The host's view of n elements of device memory, for the crossings out (the
 // loss sum, MoE routing counts): the memory itself on the host device, else a
 // host copy taken once (`label` names the crossing).

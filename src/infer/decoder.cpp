@@ -25,7 +25,22 @@ Decoder::Decoder(Llama& model, KvCache& cache, Group* cp, cp::CpImpl cp_impl)
              cache.shards(), " position shards but cp has ", cp_ != nullptr ? cp_->size() : 1, " ranks");
   MT_REQUIRE(cache.capacity() <= cfg_.max_seq_len, ConfigError, "the KV cache's capacity (", cache.capacity(),
              ") exceeds the model's max_seq_len (", cfg_.max_seq_len, ")");
+  const bool host = run_allocator().device() == kHost;
+  MT_REQUIRE(host || cp_ == nullptr, ConfigError, "generate --device ", device_name(run_allocator().device()),
+             " does not cover context parallelism (--cp ", cp_ != nullptr ? cp_->size() : 1,
+             "): its blocks are moved and merged on the host; use --device cpu");
+  MT_REQUIRE(host || cache.dtype() == KvDtype::f32, ConfigError, "generate --device ",
+             device_name(run_allocator().device()),
+             " does not cover --kv-cache int8: the cache quantises on the host; use --kv-cache f32");
 }
+
+namespace {
+// v grown to at least n elements (contents not kept); its data.
+float* sized(DeviceArray<float>& v, int64_t n) {
+  v.reserve(n, MemKind::activation);
+  return v.data();
+}
+}  // namespace
 
 void Decoder::stage_step(std::span<const DecodeRows> entries, const float* hidden, float* out,
                          bool all_logits) {
@@ -43,30 +58,33 @@ void Decoder::stage_step(std::span<const DecodeRows> entries, const float* hidde
   }
   attention_.begin_step(entries);
   const int64_t M = attention_.rows(), m0 = attention_.block_first(), mb = attention_.block_size();
-  x_.resize(static_cast<size_t>(std::max<int64_t>(M, 1) * C));
+  float* x = sized(x_, std::max<int64_t>(M, 1) * C);
   if (model_.has_embed()) {
-    model_.decode_embed(x_.data(), ids_.data(), M);
+    ids_dev_.mirror(ids_, "tokens", MemKind::activation);
+    model_.decode_embed(x, ids_dev_.data(), M);
   } else {
     MT_CHECK(hidden != nullptr, "a stage without the embedding reads the previous stage's hidden state");
-    std::memcpy(x_.data(), hidden, static_cast<size_t>(M * C) * sizeof(float));
+    copy_from_host(x, hidden, M * C * int64_t{sizeof(float)}, "generate hidden");
   }
-  if (m0 > 0 && mb > 0)  // this rank's block to the front of the residual stream
-    std::memmove(x_.data(), x_.data() + m0 * C, static_cast<size_t>(mb * C) * sizeof(float));
-  model_.decode_layers(x_.data(), attention_.positions() + m0, mb, attention_);
+  if (m0 > 0 && mb > 0)  // this rank's block to the front of the residual stream (cp: the host device)
+    std::memmove(x, x + m0 * C, static_cast<size_t>(mb * C) * sizeof(float));
+  model_.decode_layers(x, attention_.positions() + m0, mb, attention_);
   for (const DecodeRows& e : entries)
     cache_.advance(e.seq, e.n);
   if (cp_ != nullptr) {  // every row's hidden state on every cp rank, for the head or the next stage
-    std::vector<float> block(x_.begin(), x_.begin() + mb * C);
-    attention_.gather_blocks(block.data(), C, x_, "generate cp hidden");
+    std::vector<float> block(x, x + mb * C), all;
+    attention_.gather_blocks(block.data(), C, all, "generate cp hidden");
+    std::copy(all.begin(), all.begin() + M * C, x);
   }
   if (model_.has_head()) {
     head(entries, out, all_logits);
   } else {
-    std::memcpy(out, x_.data(), static_cast<size_t>(M * C) * sizeof(float));
+    copy_to_host(out, x, M * C * int64_t{sizeof(float)}, "generate hidden");
   }
 }
 
-// The rows whose logits are asked for, through the model's final norm and head.
+// The rows whose logits are asked for, through the model's final norm and
+// head; the logits cross to the host for sampling.
 void Decoder::head(std::span<const DecodeRows> entries, float* logits, bool all_logits) {
   const int64_t C = cfg_.d_model;
   std::vector<int64_t> rows;
@@ -76,12 +94,13 @@ void Decoder::head(std::span<const DecodeRows> entries, float* logits, bool all_
       rows.push_back(r + i);
     r += e.n;
   }
-  const int64_t R = static_cast<int64_t>(rows.size());
-  sel_.resize(static_cast<size_t>(R * C));
+  const int64_t R = static_cast<int64_t>(rows.size()), bytes = C * int64_t{sizeof(float)};
+  float* sel = sized(sel_, R * C);
   for (int64_t i = 0; i < R; ++i)
-    std::memcpy(sel_.data() + i * C, x_.data() + rows[static_cast<size_t>(i)] * C,
-                static_cast<size_t>(C) * sizeof(float));
-  model_.decode_head(logits, sel_.data(), R);
+    copy_bytes(sel + i * C, x_.data() + rows[static_cast<size_t>(i)] * C, bytes);
+  float* dev = sized(logits_, R * vocab_.rows);
+  model_.decode_head(dev, sel, R);
+  copy_to_host(logits, dev, R * vocab_.rows * int64_t{sizeof(float)}, "logits");
 }
 
 }  // namespace mt

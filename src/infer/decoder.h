@@ -18,6 +18,13 @@
 // runs the layers on its block of the step's rows, the attention strategy
 // exchanges over cp, and the hidden state is all-gathered at the end of the
 // stage.
+//
+// On the run's device (core/device.h) the step's activations, the KV cache and
+// the positions live there; the ids cross in ("tokens"), and the outputs out:
+// the logits ("logits", read by sampling on the host) or, on a stage before the
+// last, its hidden state ("generate hidden", in again on the next stage). The
+// fake device covers one process, tp and pp with an f32 cache; cp and the int8
+// cache read device memory on the host and are refused there by name.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +32,7 @@
 #include <vector>
 
 #include "comm/group.h"
+#include "core/device_mirror.h"
 #include "infer/kv_attention.h"
 #include "infer/kv_cache.h"
 #include "model/llama.h"
@@ -66,8 +74,9 @@ class Decoder {
   ModelConfig cfg_;
   tp::VocabShard vocab_;
   KvAttention attention_;
-  std::vector<float> x_, sel_;
+  DeviceArray<float> x_, sel_, logits_;  // on the run's device
   std::vector<int32_t> ids_;
+  DeviceMirror<int32_t> ids_dev_;
 };
 
 }  // namespace mt

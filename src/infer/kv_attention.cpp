@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "ops/attention.h"
+#include "ops/primitives.h"
 #include "ops/rope.h"
 
 namespace mt {
@@ -24,6 +25,7 @@ KvAttention::KvAttention(const ModelConfig& cfg, const TpDims& td, KvCache& cach
   kpos_.resize(static_cast<size_t>(cache.slots()));
   for (size_t j = 0; j < kpos_.size(); ++j)
     kpos_[j] = static_cast<int32_t>(cache.position_of(static_cast<int64_t>(j)));
+  kpos_dev_.mirror(kpos_, "positions", MemKind::activation);
 }
 
 const RopeTable& KvAttention::rope_for(int64_t seq_len) {
@@ -45,6 +47,8 @@ void KvAttention::begin_step(std::span<const DecodeRows> entries) {
       ++M_;
     }
   }
+  pos_.resize(static_cast<size_t>(M_));
+  pos_dev_.mirror(pos_, "positions", MemKind::activation);
   ring_ = cp_ != nullptr && cp_impl_ == cp::CpImpl::ring && chunk;
   const int R = cp_ != nullptr ? cp_->size() : 1, me = cp_ != nullptr ? cp_->rank() : 0;
   mp_ = (M_ + R - 1) / R;
@@ -73,8 +77,8 @@ void KvAttention::rotate(float* qkv, const int32_t* /*pos*/, const RopeTable& /*
     if (qr.n() == 0) continue;
     const RopeTable& rope = rope_for(cache_.length(entries_[i].seq) + entries_[i].n);
     float* q = qkv + (qr.a - m0_) * QKV;
-    rope_forward(q, pos_.data() + qr.a, rope, qr.n(), H, QKV);
-    if (!rotate_at_attention_) rope_forward(q + Q, pos_.data() + qr.a, rope, qr.n(), KV, QKV);
+    rope_forward(q, pos_dev_.data() + qr.a, rope, qr.n(), H, QKV);
+    if (!rotate_at_attention_) rope_forward(q + Q, pos_dev_.data() + qr.a, rope, qr.n(), KV, QKV);
   }
 }
 
@@ -99,7 +103,7 @@ void KvAttention::forward(int64_t layer, float* out, float* /*lse*/, const float
     }
     if (cp_ != nullptr) merge_over_cp();
   }
-  std::memcpy(out, att_.data() + m0_ * Q, static_cast<size_t>(mb_ * Q) * sizeof(float));
+  copy_bytes(out, att_.data() + m0_ * Q, mb_ * Q * int64_t{sizeof(float)});
 }
 
 void KvAttention::backward(float*, float*, float*, const float*, const float*, const float*, const float*,
@@ -116,25 +120,25 @@ void KvAttention::attend(int64_t l, const DecodeRows& e, int64_t r0, const float
                 QKV = Q + 2 * KVD;
   const int64_t len = cache_.length(e.seq), L = len + e.n, here = cache_.local_count(L);
   const float* q = qkv + r0 * QKV;
-  const int32_t* pos = pos_.data() + r0;
+  const int32_t* pos = pos_dev_.data() + r0;
   cache_.write(l, e.seq, len, e.n, q + Q, q + Q + KVD, QKV);
   float* out = att_.data() + r0 * Q;
   float* lse = lse_.data() + H * r0;
   if (here == 0) {  // no position of this sequence is cached on this cp rank yet
-    std::fill(out, out + e.n * Q, 0.0f);
-    std::fill(lse, lse + H * e.n, -std::numeric_limits<float>::infinity());
+    zero_bytes(out, e.n * Q * int64_t{sizeof(float)});
+    fill(lse, -std::numeric_limits<float>::infinity(), H * e.n);
     return;
   }
   const float* k = cache_.keys(l, e.seq, L, kbuf_);
   const float* v = cache_.values(l, e.seq, L, vbuf_);
   if (rotate_at_attention_) {  // every cached key, with this length's frequencies
     float* kr = sized(krot_, here * KVD);
-    std::memcpy(kr, k, static_cast<size_t>(here * KVD) * sizeof(float));
-    rope_forward(kr, kpos_.data(), rope_for(L), here, KV, KVD);
+    copy_bytes(kr, k, here * KVD * int64_t{sizeof(float)});
+    rope_forward(kr, kpos_dev_.data(), rope_for(L), here, KV, KVD);
     k = kr;
   }
   const AttentionDims d{1, e.n, here, H, KV, D, QKV, KVD, Q};
-  attention_forward(out, lse, q, k, v, pos, kpos_.data(), d);
+  attention_forward(out, lse, q, k, v, pos, kpos_dev_.data(), d);
 }
 
 // Context parallelism: each cp rank attended to its positions; all-gather the

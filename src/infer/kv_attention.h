@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "comm/group.h"
+#include "core/device_mirror.h"
 #include "infer/kv_cache.h"
 #include "model/config.h"
 #include "model/params.h"
@@ -87,6 +88,12 @@ class KvAttention final : public AttentionStrategy {
     if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
     return v.data();
   }
+  // A buffer on the run's device grown to at least n elements (its contents not kept).
+  template <typename T>
+  static T* sized(DeviceArray<T>& v, int64_t n) {
+    v.reserve(n, MemKind::activation);
+    return v.data();
+  }
   void attend(int64_t l, const DecodeRows& e, int64_t r0, const float* qkv);
   void merge_over_cp();
   // The ring form (ring_prefill.cpp): qkv is this rank's block [mb_, QKV].
@@ -117,8 +124,11 @@ class KvAttention final : public AttentionStrategy {
   // Under cp this rank's block of them, rows [m0_, m0_ + mb_) (mp_ = ceil(M / cp)
   // rows per rank); without cp the block is all M rows.
   int64_t m0_ = 0, mb_ = 0, mp_ = 0;
-  std::vector<float> qkv_, att_, lse_, kbuf_, vbuf_, krot_, gathered_;
+  std::vector<float> qkv_, kbuf_, vbuf_, gathered_;
+  DeviceArray<float> att_, lse_, krot_;  // on the run's device
   std::vector<int32_t> pos_, kpos_, ring_pos_;
+  // pos_ and kpos_ on the run's device, for the kernels (crossings: "positions").
+  DeviceMirror<int32_t> pos_dev_, kpos_dev_;
   std::vector<int64_t> e0_;  // each entry's first row in the step
   std::vector<float> packet_[2], ring_keys_, part_out_, part_lse_;
 };

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "core/error.h"
 
@@ -35,9 +34,14 @@ KvCache::KvCache(int64_t layers, int64_t batch, int64_t capacity, int64_t kv_hea
   MT_REQUIRE(shards >= 1 && shard >= 0 && shard < shards, ConfigError, "KV cache shard ", shard, " of ",
              shards, " does not exist");
   const size_t n = static_cast<size_t>(layers * batch * slots_ * row());
+  const bool host = run_allocator().device() == kHost;
   for (int w = 0; w < 2; ++w) {
-    if (dtype == KvDtype::f32) {
+    if (dtype == KvDtype::f32 && host) {
       f32_[w].assign(n, 0.0f);
+      f32_dev_[w] = f32_[w].data();
+    } else if (dtype == KvDtype::f32) {
+      f32_buf_[w] = DeviceBuffer(run_allocator(), static_cast<int64_t>(n * sizeof(float)), MemKind::kv_cache);
+      f32_dev_[w] = static_cast<float*>(f32_buf_[w].data());
     } else {
       q8_[w].assign(n, 0);
       scale_[w].assign(static_cast<size_t>(layers * batch * slots_ * kv_heads), 0.0f);
@@ -94,8 +98,7 @@ float quantise_head(int8_t* dst, const float* src, int64_t dim) {
 void KvCache::store(int w, int64_t l, int64_t s, int64_t slot, const float* x) {
   const int64_t R = row();
   if (dtype_ == KvDtype::f32) {
-    std::memcpy(f32_[w].data() + base(l, s) + static_cast<size_t>(slot * R), x,
-                static_cast<size_t>(R) * sizeof(float));
+    copy_bytes(f32(w) + base(l, s) + static_cast<size_t>(slot * R), x, R * int64_t{sizeof(float)});
     return;
   }
   for (int64_t h = 0; h < kv_; ++h) {
@@ -120,7 +123,7 @@ void KvCache::round_trip(float* x, int64_t n, int64_t stride) const {
 
 const float* KvCache::load(int w, int64_t l, int64_t s, int64_t n_positions,
                            std::vector<float>& scratch) const {
-  if (dtype_ == KvDtype::f32) return f32_[w].data() + base(l, s);
+  if (dtype_ == KvDtype::f32) return f32(w) + base(l, s);
   const int64_t R = row(), n = local_count(n_positions);
   scratch.resize(static_cast<size_t>(n * R));
   for (int64_t t = 0; t < n; ++t) {

@@ -13,12 +13,17 @@
 // the shards together hold every position once. Lengths stay global.
 // Bytes: 2 · layers · batch · slots · kv_heads · head_dim · 4 (f32), or
 // 2 · layers · batch · slots · kv_heads · (head_dim + 4) (int8).
+//
+// On the run's device (core/device.h): an f32 cache lives there (written by
+// device copies, read by the attention kernels); the int8 cache quantises on
+// the host and needs the host device (Decoder refuses it elsewhere by name).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/memory.h"
 
 namespace mt {
@@ -68,6 +73,7 @@ class KvCache {
 
  private:
   size_t base(int64_t l, int64_t s) const { return static_cast<size_t>(((l * batch_ + s) * slots_) * row()); }
+  float* f32(int which) const { return f32_dev_[which]; }
   void store(int which, int64_t l, int64_t s, int64_t slot, const float* x);
   const float* load(int which, int64_t l, int64_t s, int64_t n, std::vector<float>& scratch) const;
 
@@ -76,7 +82,9 @@ class KvCache {
   int shards_, shard_;
   int64_t slots_;
   // Charged to MemKind::kv_cache, exactly bytes() in all.
-  TrackedVector<float, MemKind::kv_cache> f32_[2];    // keys, values (f32)
+  TrackedVector<float, MemKind::kv_cache> f32_[2];    // keys, values (f32) on the host device
+  DeviceBuffer f32_buf_[2];                           // keys, values (f32) on another run device
+  float* f32_dev_[2] = {nullptr, nullptr};            // where the f32 keys and values are
   TrackedVector<int8_t, MemKind::kv_cache> q8_[2];    // keys, values (int8)
   TrackedVector<float, MemKind::kv_cache> scale_[2];  // [layers, batch, slots, kv_heads] (int8)
   std::vector<int64_t> len_;

@@ -108,8 +108,8 @@ void KvAttention::ring_attention(int64_t l, const float* qkv) {
   const int64_t most = std::max<int64_t>(1, *std::max_element(floats.begin(), floats.end()));
   pack_packet(l, qkv, sized(packet_[0], most));
   sized(packet_[1], most);
-  std::fill(att_.begin() + m0_ * Q, att_.begin() + (m0_ + mb_) * Q, 0.0f);
-  std::fill(lse_.begin() + H * m0_, lse_.begin() + H * (m0_ + mb_), -std::numeric_limits<float>::infinity());
+  std::fill(att_.data() + m0_ * Q, att_.data() + (m0_ + mb_) * Q, 0.0f);
+  std::fill(lse_.data() + H * m0_, lse_.data() + H * (m0_ + mb_), -std::numeric_limits<float>::infinity());
   int cur = 0;
   for (int j = 0; j < R; ++j) {
     const int s = (me - j + R) % R, from = (s + R - 1) % R;

@@ -45,8 +45,9 @@ Tensor& Llama::LayerActs::member(const char* name) {
 Llama::LayerActs::LayerActs(const buffers::List& plan) {
   for (const buffers::Entry& e : plan)
     member(e.name) = Tensor(e.shape.vec(), e.kind);
-  // The chosen experts [N, k]: host indices beside the router's weights (not an allocator buffer).
-  if (moe.weights.numel() > 0) moe.experts.assign(static_cast<size_t>(moe.weights.numel()), 0);
+  // The chosen experts [N, k]: indices beside the router's weights (not a buffer of the plan: on the
+  // host device a plain host array, as before the seam).
+  if (moe.weights.numel() > 0) moe.experts.assign(moe.weights.numel(), MemKind::activation);
 }
 
 Tensor& Llama::Slot::member(const char* name) {

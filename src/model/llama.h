@@ -56,6 +56,7 @@
 namespace mt {
 
 inline constexpr int32_t kIgnoreIndex = -1;
+struct MoeTally;  // a microbatch's router statistics (llama_internal.h)
 
 // Time spent per kernel family, for the benchmark's breakdown.
 enum class Kernel : int { gemm, attention, rmsnorm, rope, swiglu, embedding, cross_entropy, other, count_ };
@@ -293,6 +294,9 @@ class Llama : public pp::Stage {
   // all N (replicated over tp without SP); docs/PARALLELISM.md "Expert parallelism".
   void moe_forward(int64_t l, const float* P, LayerActs& a, float* x_out, bool tally);
   void moe_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* dres, float* dln2);
+  // Adds one layer's router statistics to the slot's tally (experts: its choices, on the host).
+  void moe_tally_layer(const LayerActs& a, const int32_t* experts, double margin);
+  void write_tally(const MoeTally& t, float* wire) const;  // onto the wire, on the device
   template <class F>
   void for_each_expert(F&& f) const;  // f(e) for each local expert (llama_moe.cpp)
   // gexp: the layer's first expert's gradient (w1|w3, then w2, per local expert).

@@ -4,7 +4,6 @@
 // infer/kv_attention.h) in place of the training attention. The kernels, their
 // shapes and their order are those of the training forward on the step's rows.
 #include <algorithm>
-#include <cstring>
 
 #include "core/error.h"
 #include "model/buffer_plan.h"
@@ -105,7 +104,7 @@ void Llama::decode_layers(float* x, const int32_t* pos, int64_t rows, AttentionS
     store_->release_params(unit, Pass::forward);
     std::swap(in, out);
   }
-  if (in != x) std::memcpy(x, in, static_cast<size_t>(rows * cfg_.d_model) * sizeof(float));
+  if (in != x) copy_bytes(x, in, rows * cfg_.d_model * int64_t{sizeof(float)});
 }
 
 void Llama::decode_head(float* logits, const float* x, int64_t rows) {

@@ -23,7 +23,7 @@ struct MoeActs {
   Tensor probs;                  // [N, E] router probabilities (fp32 softmax)
   Tensor lse;                    // [N]    logsumexp of the router logits
   Tensor weights;                // [N, k] the chosen experts' renormalised weights
-  std::vector<int32_t> experts;  // [N, k] the chosen experts, by decreasing score
+  DeviceArray<int32_t> experts;  // [N, k] the chosen experts, by decreasing score
   ep::RoutePlan plan;            // the choices sorted by expert
   Tensor xs;                     // [R, C]  the tokens of each expert's block
   Tensor xl;                     // [Rl, C] ep > 1: the rows this rank's experts received (expert-major)

@@ -7,10 +7,13 @@
 #include <algorithm>
 #include <string>
 
+#include "core/device_mirror.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "model/llama_internal.h"
 #include "ops/gemm.h"
+#include "ops/moe_kernels.h"
+#include "ops/primitives.h"
 #include "ops/router.h"
 #include "ops/swiglu.h"
 #include "parallel/linear_plan.h"
@@ -70,13 +73,17 @@ void Llama::moe_forward(int64_t l, const float* P, LayerActs& a, float* x_out, b
     MT_TIMED(Kernel::other);  // the router: logits, softmax, top-k, the plan, the dispatch
     linear_forward(buf_->rlogits.data(), a.ln2.data(), P + o.router, N, C, E);
     const std::vector<float>& bias = router_bias_[static_cast<size_t>(l)];
+    DeviceScratch<float> bias_dev(static_cast<int64_t>(bias.size()));
+    if (!bias.empty()) copy_from_host(bias_dev.data(), bias.data(), E * int64_t{sizeof(float)}, "router");
     margin = router_forward(m.probs.data(), m.lse.data(), m.experts.data(), m.weights.data(),
-                            buf_->rlogits.data(), bias.empty() ? nullptr : bias.data(), rd);
+                            buf_->rlogits.data(), bias.empty() ? nullptr : bias_dev.data(), rd);
     const std::string label = "layer " + std::to_string(table_.stage.first_layer + l) + " moe forward";
-    dispatch_.plan(m.plan, m.experts.data(), N * k, ep::expert_capacity(cfg_.capacity_factor, N, k, E),
-                   label);
+    // The route is planned on the host: the choices cross out, the plan's index arrays back in.
+    const HostView<int32_t> experts(m.experts.data(), N * k, "moe routing");
+    dispatch_.plan(m.plan, experts.data(), N * k, ep::expert_capacity(cfg_.capacity_factor, N, k, E), label);
     dispatch_.dispatch(m.xs.data(), a.ln2.data(), m.plan, k, C);
     if (ep) dispatch_.to_experts(xin, m.xs.data(), m.plan, C, label);
+    if (tally) moe_tally_layer(a, experts.data(), margin);
   }
   {
     MT_TIMED(Kernel::gemm);           // the experts' GEMM chains with their SwiGLU
@@ -95,32 +102,27 @@ void Llama::moe_forward(int64_t l, const float* P, LayerActs& a, float* x_out, b
     dispatch_.from_experts(buf_->dxs.data(), yout, m.plan, C,
                            "layer " + std::to_string(table_.stage.first_layer + l) + " moe forward");
   dispatch_.combine(m.yk.data(), buf_->dxs.data(), m.plan, C);
-  if (tally) {
-    MoeTally& t = cur_->tally;
-    for (int64_t n = 0; n < N; ++n) {
-      for (int64_t s = 0; s < k; ++s)
-        ++t.count[static_cast<size_t>(s * E + m.experts[static_cast<size_t>(n * k + s)])];
-      for (int64_t e = 0; e < E; ++e)
-        t.psum[static_cast<size_t>(e)] += m.probs.data()[n * E + e];
-      t.zsum += static_cast<double>(m.lse.data()[n]) * m.lse.data()[n];
-    }
-    t.rows += N;
-    t.margin = std::min(t.margin, margin);
-  }
-  if (x_out == nullptr) return;
   // x_out = mid + Σ_s w[n, s] · yk[n·k + s], in slot order.
-  const float* mid = a.mid.data();
-#pragma omp parallel for schedule(static)
+  if (x_out != nullptr) moe_weighted_sum(x_out, a.mid.data(), m.weights.data(), m.yk.data(), N, k, C);
+}
+
+// The microbatch's router statistics of one layer: the choices (on the host
+// already), the probabilities and the logsumexps, crossing out.
+void Llama::moe_tally_layer(const LayerActs& a, const int32_t* experts, double margin) {
+  const MoeActs& m = a.moe;
+  const int64_t N = Nl_, E = cfg_.n_experts, k = cfg_.top_k;
+  const HostView<float> probs(m.probs.data(), N * E, "moe routing");
+  const HostView<float> lse(m.lse.data(), N, "moe routing");
+  MoeTally& t = cur_->tally;
   for (int64_t n = 0; n < N; ++n) {
-    float* y = x_out + n * C;
-    std::copy(mid + n * C, mid + (n + 1) * C, y);
-    for (int64_t s = 0; s < k; ++s) {
-      const float w = m.weights.data()[n * k + s];
-      const float* v = m.yk.data() + (n * k + s) * C;
-      for (int64_t c = 0; c < C; ++c)
-        y[c] += w * v[c];
-    }
+    for (int64_t s = 0; s < k; ++s)
+      ++t.count[static_cast<size_t>(s * E + experts[n * k + s])];
+    for (int64_t e = 0; e < E; ++e)
+      t.psum[static_cast<size_t>(e)] += probs[n * E + e];
+    t.zsum += static_cast<double>(lse[n]) * lse[n];
   }
+  t.rows += N;
+  t.margin = std::min(t.margin, margin);
 }
 
 void Llama::moe_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* dres, float* dln2) {
@@ -143,22 +145,7 @@ void Llama::moe_backward(int64_t l, const float* P, float* G, LayerActs& a, cons
   }
   {
     MT_TIMED(Kernel::other);  // through the weighted sum: dyk = w · dres, dw = dres · yk
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      const float* d = dres + n * C;
-      for (int64_t s = 0; s < k; ++s) {
-        const int64_t c = n * k + s;
-        const float w = m.weights.data()[c];
-        const float* v = m.yk.data() + c * C;
-        float* dy = b.dyk.data() + c * C;
-        double dot = 0.0;
-        for (int64_t j = 0; j < C; ++j) {
-          dy[j] = w * d[j];
-          dot += static_cast<double>(d[j]) * v[j];
-        }
-        b.dweights.data()[c] = static_cast<float>(dot);
-      }
-    }
+    moe_weighted_sum_backward(b.dyk.data(), b.dweights.data(), dres, m.weights.data(), m.yk.data(), N, k, C);
     dispatch_.combine_backward(b.dys.data(), b.dyk.data(), m.plan, C);
   }
   if (dispatch_.distributed()) {  // the exchanges of the forward, mirrored
@@ -182,14 +169,14 @@ void Llama::moe_backward(int64_t l, const float* P, float* G, LayerActs& a, cons
   const MoeTally& t = cur_->tally;
   const double R = static_cast<double>(t.rows), M = static_cast<double>(microbatches_ * opts_.moe_groups);
   const std::vector<float> dprob = t.aux_grad(E, cfg_.router_aux_loss_coef / M);
+  DeviceScratch<float> dprob_dev(E);
+  copy_from_host(dprob_dev.data(), dprob.data(), E * int64_t{sizeof(float)}, "router");
   const auto z_scale = static_cast<float>(cfg_.router_z_loss_coef / M * 2.0 / R);
-  router_backward(b.drlogits.data(), b.dweights.data(), dprob.data(), z_scale, m.probs.data(), m.lse.data(),
-                  m.experts.data(), m.weights.data(), {N, E, k});
+  router_backward(b.drlogits.data(), b.dweights.data(), dprob_dev.data(), z_scale, m.probs.data(),
+                  m.lse.data(), m.experts.data(), m.weights.data(), {N, E, k});
   // dRouter += dlogitsᵀ · ln2; dln2 += dlogits · Router.
   linear_backward(b.dxs.data(), grouter, b.drlogits.data(), a.ln2.data(), P + o.router, N, C, E);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N * C; ++i)
-    dln2[i] += b.dxs.data()[i];
+  add(dln2, b.dxs.data(), N * C);
   const int64_t n = b.moeg.numel();
   moe_grads.finish({{G + o.router, n}}, labels_[static_cast<size_t>(l)].router, "sp moe grads", {n});
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/device_mirror.h"
 #include "core/error.h"
 #include "model/llama_internal.h"
 #include "parallel/token_sums.h"
@@ -117,22 +118,29 @@ void Llama::moe_tally_forward(Slot& sl) {
   if (tally_floats() > 0 && !has_embed()) {  // plus the stages before this one
     MoeTally before;
     before.reset(cfg_.top_k, cfg_.n_experts);
-    before.read_wire(sl.resid[0].data() + at);
+    before.read_wire(HostView<float>(sl.resid[0].data() + at, tally_floats(), "moe routing").data());
     const std::vector<double> b = before.sums();
     for (size_t i = 0; i < v.size(); ++i)
       v[i] += b[i];
   }
   t.set_sums(v);
-  if (tally_floats() > 0 && !has_head()) t.write_wire(sl.resid.back().data() + at);
+  if (tally_floats() > 0 && !has_head()) write_tally(t, sl.resid.back().data() + at);
+}
+
+// The tally onto the wire behind the activations on the run's device (a crossing in).
+void Llama::write_tally(const MoeTally& t, float* wire) const {
+  std::vector<float> host(static_cast<size_t>(tally_floats()));
+  t.write_wire(host.data());
+  copy_from_host(wire, host.data(), tally_floats() * int64_t{sizeof(float)}, "moe routing");
 }
 
 void Llama::moe_tally_backward(Slot& sl) {
   if (tally_floats() == 0) return;
   float* wire = buf_->dres.data() + Nl_ * cfg_.d_model;
   if (has_head())
-    sl.tally.write_wire(wire);  // the totals, after the output's gradient
-  else
-    sl.tally.read_wire(wire);  // the last stage's totals (this stage's margin stays its own)
+    write_tally(sl.tally, wire);  // the totals, after the output's gradient
+  else                            // the last stage's totals (this stage's margin stays its own)
+    sl.tally.read_wire(HostView<float>(wire, tally_floats(), "moe routing").data());
 }
 
 double Llama::moe_aux_loss() const {

@@ -8,8 +8,10 @@
 #include "ops/attention.h"
 #include "ops/dropout.h"
 #include "ops/gemm.h"
+#include "ops/moe_kernels.h"
 #include "ops/rope.h"
 #include "ops/router.h"
+#include "ops/split_rmsnorm.h"
 #include "ops/vocab_kernels.h"
 
 namespace mt::cpu {
@@ -69,6 +71,28 @@ void vocab_ce_backward(float* dlogits_local, const float* logits_local, const fl
 void add(float* y, const float* x, int64_t n);
 void axpy(float* y, float a, const float* x, int64_t n);
 void scale(float* y, float a, int64_t n);
+void fill(float* y, float value, int64_t n);
+void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+               int64_t cols);
+void add_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+              int64_t cols);
 int64_t count_nonfinite(const float* x, int64_t n);
+void split_rmsnorm_sum_squares(double* ss, const float* inp, int64_t N, int64_t C);
+void split_rmsnorm_scale(float* out, float* rstd, const float* inp, const float* w, const double* ss,
+                         int64_t N, int64_t C, int64_t d, float eps);
+void split_rmsnorm_dot(double* dot, const float* dout, const float* inp, const float* w, int64_t N,
+                       int64_t C);
+void split_rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                            const float* rstd, const double* dot, int64_t N, int64_t C, int64_t d);
+
+void moe_dispatch(float* xs, const float* x, const int64_t* order, int64_t R, int64_t k, int64_t C);
+void moe_dispatch_backward(float* dx, const float* dxs, const int64_t* row_of, int64_t N, int64_t k,
+                           int64_t C);
+void moe_combine(float* yk, const float* ys, const int64_t* row_of, int64_t choices, int64_t C);
+void moe_combine_backward(float* dys, const float* dyk, const int64_t* order, int64_t R, int64_t C);
+void moe_weighted_sum(float* y, const float* mid, const float* w, const float* yk, int64_t N, int64_t k,
+                      int64_t C);
+void moe_weighted_sum_backward(float* dyk, float* dw, const float* dy, const float* w, const float* yk,
+                               int64_t N, int64_t k, int64_t C);
 
 }  // namespace mt::cpu

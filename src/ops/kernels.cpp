@@ -50,7 +50,20 @@ KernelTable make_cpu_table() {
   t.add = &cpu::add;
   t.axpy = &cpu::axpy;
   t.scale = &cpu::scale;
+  t.fill = &cpu::fill;
+  t.copy_rows = &cpu::copy_rows;
+  t.add_rows = &cpu::add_rows;
   t.count_nonfinite = &cpu::count_nonfinite;
+  t.split_rmsnorm_sum_squares = &cpu::split_rmsnorm_sum_squares;
+  t.split_rmsnorm_scale = &cpu::split_rmsnorm_scale;
+  t.split_rmsnorm_dot = &cpu::split_rmsnorm_dot;
+  t.split_rmsnorm_backward = &cpu::split_rmsnorm_backward;
+  t.moe_dispatch = &cpu::moe_dispatch;
+  t.moe_dispatch_backward = &cpu::moe_dispatch_backward;
+  t.moe_combine = &cpu::moe_combine;
+  t.moe_combine_backward = &cpu::moe_combine_backward;
+  t.moe_weighted_sum = &cpu::moe_weighted_sum;
+  t.moe_weighted_sum_backward = &cpu::moe_weighted_sum_backward;
   return t;
 }
 
@@ -127,7 +140,20 @@ KernelTable make_fake_table() {
   t.add = &Untagged<&cpu::add>::call;
   t.axpy = &Untagged<&cpu::axpy>::call;
   t.scale = &Untagged<&cpu::scale>::call;
+  t.fill = &Untagged<&cpu::fill>::call;
+  t.copy_rows = &Untagged<&cpu::copy_rows>::call;
+  t.add_rows = &Untagged<&cpu::add_rows>::call;
   t.count_nonfinite = &Untagged<&cpu::count_nonfinite>::call;
+  t.split_rmsnorm_sum_squares = &Untagged<&cpu::split_rmsnorm_sum_squares>::call;
+  t.split_rmsnorm_scale = &Untagged<&cpu::split_rmsnorm_scale>::call;
+  t.split_rmsnorm_dot = &Untagged<&cpu::split_rmsnorm_dot>::call;
+  t.split_rmsnorm_backward = &Untagged<&cpu::split_rmsnorm_backward>::call;
+  t.moe_dispatch = &Untagged<&cpu::moe_dispatch>::call;
+  t.moe_dispatch_backward = &Untagged<&cpu::moe_dispatch_backward>::call;
+  t.moe_combine = &Untagged<&cpu::moe_combine>::call;
+  t.moe_combine_backward = &Untagged<&cpu::moe_combine_backward>::call;
+  t.moe_weighted_sum = &Untagged<&cpu::moe_weighted_sum>::call;
+  t.moe_weighted_sum_backward = &Untagged<&cpu::moe_weighted_sum_backward>::call;
   return t;
 }
 
@@ -306,6 +332,17 @@ void axpy(float* y, float a, const float* x, int64_t n) {
 }
 void scale(float* y, float a, int64_t n) {
   kernels().scale(y, a, n);
+}
+void fill(float* y, float value, int64_t n) {
+  kernels().fill(y, value, n);
+}
+void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+               int64_t cols) {
+  kernels().copy_rows(dst, dst_stride, src, src_stride, rows, cols);
+}
+void add_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+              int64_t cols) {
+  kernels().add_rows(dst, dst_stride, src, src_stride, rows, cols);
 }
 
 int64_t count_nonfinite(const float* x, int64_t n) {

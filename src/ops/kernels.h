@@ -101,7 +101,36 @@ struct KernelTable {
   void (*add)(float* y, const float* x, int64_t n) = nullptr;            // y += x
   void (*axpy)(float* y, float a, const float* x, int64_t n) = nullptr;  // y += a·x
   void (*scale)(float* y, float a, int64_t n) = nullptr;                 // y *= a
-  int64_t (*count_nonfinite)(const float* x, int64_t n) = nullptr;       // to the host
+  void (*fill)(float* y, float value, int64_t n) = nullptr;              // y = value
+  void (*copy_rows)(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                    int64_t cols) = nullptr;  // a strided block of rows × cols
+  void (*add_rows)(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+                   int64_t cols) = nullptr;  // dst += src over a strided block of rows × cols
+  int64_t (*count_nonfinite)(const float* x, int64_t n) = nullptr;  // to the host
+
+  // The feature-split RMSNorm's local parts (ops/split_rmsnorm.h).
+  void (*split_rmsnorm_sum_squares)(double* ss, const float* inp, int64_t N, int64_t C) = nullptr;
+  void (*split_rmsnorm_scale)(float* out, float* rstd, const float* inp, const float* w, const double* ss,
+                              int64_t N, int64_t C, int64_t d, float eps) = nullptr;
+  void (*split_rmsnorm_dot)(double* dot, const float* dout, const float* inp, const float* w, int64_t N,
+                            int64_t C) = nullptr;
+  void (*split_rmsnorm_backward)(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                                 const float* rstd, const double* dot, int64_t N, int64_t C,
+                                 int64_t d) = nullptr;
+
+  // The mixture-of-experts layer's row moves and weighted sums (ops/moe_kernels.h).
+  void (*moe_dispatch)(float* xs, const float* x, const int64_t* order, int64_t R, int64_t k,
+                       int64_t C) = nullptr;
+  void (*moe_dispatch_backward)(float* dx, const float* dxs, const int64_t* row_of, int64_t N, int64_t k,
+                                int64_t C) = nullptr;
+  void (*moe_combine)(float* yk, const float* ys, const int64_t* row_of, int64_t choices,
+                      int64_t C) = nullptr;
+  void (*moe_combine_backward)(float* dys, const float* dyk, const int64_t* order, int64_t R,
+                               int64_t C) = nullptr;
+  void (*moe_weighted_sum)(float* y, const float* mid, const float* w, const float* yk, int64_t N, int64_t k,
+                           int64_t C) = nullptr;
+  void (*moe_weighted_sum_backward)(float* dyk, float* dw, const float* dy, const float* w, const float* yk,
+                                    int64_t N, int64_t k, int64_t C) = nullptr;
 };
 
 // The run's table: the cpu one until set_kernels is called (once, at start-up).

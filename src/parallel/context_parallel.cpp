@@ -8,8 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "core/device_mirror.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "ops/primitives.h"
 #include "parallel/cp_buffer_plan.h"
 #include "parallel/tp_comm.h"
 
@@ -72,11 +74,9 @@ void check_dims(const AttentionDims& d, const char* who) {
 }
 
 void pack(float* dst, const float* k, const float* v, const int32_t* pos, const Packing& p, int64_t stride) {
-  for (int64_t t = 0; t < p.B * p.Tk; ++t) {
-    std::copy(k + t * stride, k + t * stride + p.row, dst + t * p.row);
-    std::copy(v + t * stride, v + t * stride + p.row, dst + p.kv() + t * p.row);
-  }
-  std::memcpy(dst + 2 * p.kv(), pos, static_cast<size_t>(p.B * p.Tk) * sizeof(int32_t));
+  copy_rows(dst, p.row, k, stride, p.B * p.Tk, p.row);
+  copy_rows(dst + p.kv(), p.row, v, stride, p.B * p.Tk, p.row);
+  copy_bytes(dst + 2 * p.kv(), pos, p.B * p.Tk * int64_t{sizeof(int32_t)});
 }
 
 const int32_t* packed_pos(const float* block, const Packing& p) {
@@ -85,15 +85,17 @@ const int32_t* packed_pos(const float* block, const Packing& p) {
 
 // dk[t, :row] += src[t], dv[t, :row] += src[kv + t] for the B·Tk rows.
 void add_dkv(float* dk, float* dv, const float* src, const Packing& p, int64_t stride) {
-  for (int64_t t = 0; t < p.B * p.Tk; ++t) {
-    for (int64_t c = 0; c < p.row; ++c) {
-      dk[t * stride + c] += src[t * p.row + c];
-      dv[t * stride + c] += src[p.kv() + t * p.row + c];
-    }
-  }
+  add_rows(dk, stride, src, p.row, p.B * p.Tk, p.row);
+  add_rows(dv, stride, src + p.kv(), p.row, p.B * p.Tk, p.row);
 }
 
-// True when no query of any sequence sees any key of the block.
+// The positions a block decision reads, on the host: the one crossing of
+// context parallelism ("cp positions", docs/ARCHITECTURE.md "The kernel seam").
+HostView<int32_t> host_positions(const int32_t* pos, int64_t batch, int64_t len) {
+  return HostView<int32_t>(pos, batch * len, "cp positions");
+}
+
+// True when no query of any sequence sees any key of the block (host positions).
 bool masked(const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d) {
   for (int64_t b = 0; b < d.batch; ++b) {
     const int32_t q_hi = *std::max_element(q_pos + b * d.q_len, q_pos + (b + 1) * d.q_len);
@@ -105,9 +107,10 @@ bool masked(const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d) 
 
 // out = 0 (the head columns) and lse = −inf: the result of a query that sees no key.
 void clear_output(float* out, float* lse, const AttentionDims& d) {
+  const int64_t width = d.n_heads * d.head_dim * int64_t{sizeof(float)};
   for (int64_t t = 0; t < d.batch * d.q_len; ++t)
-    std::fill(out + t * d.out_stride, out + t * d.out_stride + d.n_heads * d.head_dim, 0.0f);
-  std::fill(lse, lse + d.batch * d.n_heads * d.q_len, -std::numeric_limits<float>::infinity());
+    zero_bytes(out + t * d.out_stride, width);
+  fill(lse, -std::numeric_limits<float>::infinity(), d.batch * d.n_heads * d.q_len);
 }
 
 std::string kv_label(std::string_view site, const char* who, const char* dir, const Packing& p) {
@@ -169,6 +172,7 @@ CpStats ring_attention_forward(float* out, float* lse, const float* q, const flo
     part_lse = plan.make("part_lse");
   }
   CpStats st;
+  const HostView<int32_t> q_host = host_positions(q_pos, d.batch, d.q_len);
   int cur = 0;
   for (int j = 0; j < P; ++j) {
     Work send, recv;
@@ -181,7 +185,7 @@ CpStats ring_attention_forward(float* out, float* lse, const float* q, const flo
     const float* vb = j == 0 ? v : block[cur].data() + p.kv();
     const int32_t* pb = j == 0 ? k_pos : packed_pos(block[cur].data(), p);
     const AttentionDims& dj = j == 0 ? d : dp;
-    if (masked(q_pos, pb, dj)) {
+    if (masked(q_host.data(), host_positions(pb, dj.batch, dj.kv_len).data(), dj)) {
       ++st.blocks_skipped;
       if (j == 0) clear_output(out, lse, d);
     } else if (j == 0) {
@@ -227,6 +231,7 @@ CpStats ring_attention_backward(float* dq, float* dk, float* dv, const float* do
     pack(block[0].data(), k, v, k_pos, p, d.kv_stride);
   }
   CpStats st;
+  const HostView<int32_t> q_host = host_positions(q_pos, d.batch, d.q_len);
   Work acc_send[2], inbox_recv;
   int cur = 0;
   for (int j = 0; j < P; ++j) {
@@ -236,7 +241,7 @@ CpStats ring_attention_backward(float* dq, float* dk, float* dv, const float* do
       send = cp.send_async(block[cur].data(), p.numel(), ElemType::f32, next, kTagKv, kv_lab);
     }
     if (j == 0) {  // own block: straight into the caller's dk/dv
-      if (masked(q_pos, k_pos, d)) {
+      if (masked(q_host.data(), host_positions(k_pos, d.batch, d.kv_len).data(), d)) {
         ++st.blocks_skipped;
       } else {
         ++st.blocks_attended;
@@ -248,7 +253,7 @@ CpStats ring_attention_backward(float* dq, float* dk, float* dv, const float* do
       acc[j % 2].zero();
       const float* b = block[cur].data();
       const int32_t* pb = packed_pos(b, p);
-      if (masked(q_pos, pb, dp)) {
+      if (masked(q_host.data(), host_positions(pb, dp.batch, dp.kv_len).data(), dp)) {
         ++st.blocks_skipped;
       } else {
         ++st.blocks_attended;
@@ -256,9 +261,7 @@ CpStats ring_attention_backward(float* dq, float* dk, float* dv, const float* do
       }
       if (j >= 2) {  // the terms of ranks r−j+1 … r−1 for this block
         inbox_recv.wait();
-        const float* in = inbox.data();
-        for (int64_t i = 0; i < 2 * p.kv(); ++i)
-          a[i] += in[i];
+        add(a, inbox.data(), 2 * p.kv());
       }
       acc_send[j % 2] = cp.send_async(a, 2 * p.kv(), ElemType::f32, next, kTagDkv, dkv_lab);
       inbox_recv = cp.recv_async(inbox.data(), 2 * p.kv(), ElemType::f32, prev, kTagDkv, dkv_lab);
@@ -285,34 +288,38 @@ namespace {
 // K/V and positions of every rank, batch-major for one attention call:
 // k, v [B, P·Tk, KV·D], pos [B, P·Tk]; rank s's tokens at [s·Tk, (s+1)·Tk).
 struct Gathered {
+  explicit Gathered(int64_t positions) : pos(positions) {}
   Tensor k, v;
-  std::vector<int32_t> pos;
+  DeviceScratch<int32_t> pos;
   AttentionDims d;
 };
 
-Gathered gather_kv(const float* k, const float* v, const int32_t* k_pos, const AttentionDims& d, Group& cp,
-                   const CallPlan& plan, const std::string& label) {
+// n floats (or int32s) from src to dst on the run's device.
+template <class T>
+void copy_n(T* dst, const T* src, int64_t n) {
+  copy_bytes(dst, src, n * int64_t{sizeof(T)});
+}
+
+void gather_kv(Gathered& g, const float* k, const float* v, const int32_t* k_pos, const AttentionDims& d,
+               Group& cp, const CallPlan& plan, const std::string& label) {
   const int P = cp.size();
   const Packing p = packing(d);
   Tensor mine = plan.make("kv_mine"), all = plan.make("kv_all");
   pack(mine.data(), k, v, k_pos, p, d.kv_stride);
   cp.all_gather(mine.data(), all.data(), p.numel(), ElemType::f32, label);
-  Gathered g;
   g.d = Packing::dims(d);
   g.d.kv_len = P * p.Tk;
   g.k = plan.make("k_all");  // [B, P·Tk, KV·D] each
   g.v = plan.make("v_all");
-  g.pos.resize(static_cast<size_t>(p.B * g.d.kv_len));
   for (int s = 0; s < P; ++s) {
     const float* src = all.data() + s * p.numel();
     for (int64_t b = 0; b < p.B; ++b) {
       const int64_t from = b * p.Tk, to = b * g.d.kv_len + s * p.Tk;
-      std::copy(src + from * p.row, src + (from + p.Tk) * p.row, g.k.data() + to * p.row);
-      std::copy(src + p.kv() + from * p.row, src + p.kv() + (from + p.Tk) * p.row, g.v.data() + to * p.row);
-      std::copy(packed_pos(src, p) + from, packed_pos(src, p) + from + p.Tk, g.pos.begin() + to);
+      copy_n(g.k.data() + to * p.row, src + from * p.row, p.Tk * p.row);
+      copy_n(g.v.data() + to * p.row, src + p.kv() + from * p.row, p.Tk * p.row);
+      copy_n(g.pos.data() + to, packed_pos(src, p) + from, p.Tk);
     }
   }
-  return g;
 }
 
 }  // namespace
@@ -322,8 +329,8 @@ CpStats allgather_attention_forward(float* out, float* lse, const float* q, cons
                                     Group& cp, std::string_view site) {
   check_dims(d, "allgather_attention_forward");
   const std::string label = kv_label(site, "allgather_attention k,v,pos", "forward", packing(d));
-  const Gathered g =
-      gather_kv(k, v, k_pos, d, cp, call_plan(d, CpImpl::allgather, cp.size(), Pass::forward), label);
+  Gathered g(packing(d).B * cp.size() * packing(d).Tk);
+  gather_kv(g, k, v, k_pos, d, cp, call_plan(d, CpImpl::allgather, cp.size(), Pass::forward), label);
   attention_forward(out, lse, q, g.k.data(), g.v.data(), q_pos, g.pos.data(), g.d);
   return CpStats{1, 0, 1};
 }
@@ -336,8 +343,8 @@ CpStats allgather_attention_backward(float* dq, float* dk, float* dv, const floa
   const int P = cp.size();
   const Packing p = packing(d);
   const CallPlan plan = call_plan(d, CpImpl::allgather, P, Pass::backward);
-  const Gathered g =
-      gather_kv(k, v, k_pos, d, cp, plan, kv_label(site, "allgather_attention k,v,pos", "backward", p));
+  Gathered g(p.B * P * p.Tk);
+  gather_kv(g, k, v, k_pos, d, cp, plan, kv_label(site, "allgather_attention k,v,pos", "backward", p));
   Tensor gk = plan.make("dk_all"), gv = plan.make("dv_all");
   attention_backward(dq, gk.data(), gv.data(), dout, out, lse, q, g.k.data(), g.v.data(), q_pos, g.pos.data(),
                      g.d);
@@ -347,8 +354,8 @@ CpStats allgather_attention_backward(float* dq, float* dk, float* dv, const floa
     float* dst = send.data() + s * 2 * p.kv();
     for (int64_t b = 0; b < p.B; ++b) {
       const int64_t from = b * g.d.kv_len + s * p.Tk, to = b * p.Tk;
-      std::copy(gk.data() + from * p.row, gk.data() + (from + p.Tk) * p.row, dst + to * p.row);
-      std::copy(gv.data() + from * p.row, gv.data() + (from + p.Tk) * p.row, dst + p.kv() + to * p.row);
+      copy_n(dst + to * p.row, gk.data() + from * p.row, p.Tk * p.row);
+      copy_n(dst + p.kv() + to * p.row, gv.data() + from * p.row, p.Tk * p.row);
     }
   }
   cp.reduce_scatter(send.data(), mine.data(), 2 * p.kv(), ElemType::f32, ReduceOp::sum,

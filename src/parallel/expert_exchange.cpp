@@ -1,7 +1,6 @@
 // Expert parallelism's exchanges (expert_parallel.h): the per-expert counts
 // by all-to-all, the rows by all-to-all-v, over the ep group
 // (docs/PARALLELISM.md "Expert parallelism").
-#include <cstring>
 #include <string>
 
 #include "core/error.h"
@@ -61,7 +60,7 @@ void ExpertDispatch::move_rows(float* out, const float* in, const RoutePlan& p, 
     for (size_t j = 0; j < El; ++j) {
       const int64_t n = p.recv_count[i * El + j];
       const int64_t from = to_expert_major ? src : major[j], to = to_expert_major ? major[j] : src;
-      std::memcpy(out + to * C, in + from * C, sizeof(float) * static_cast<size_t>(n * C));
+      copy_bytes(out + to * C, in + from * C, n * C * int64_t{sizeof(float)});
       src += n;
       major[j] += n;
     }
@@ -71,13 +70,13 @@ void ExpertDispatch::move_rows(float* out, const float* in, const RoutePlan& p, 
 void ExpertDispatch::to_experts(float* local, const float* sorted, const RoutePlan& p, int64_t C,
                                 std::string_view label) const {
   if (!distributed()) {
-    std::memcpy(local, sorted, sizeof(float) * static_cast<size_t>(p.rows() * C));
+    copy_bytes(local, sorted, p.rows() * C * int64_t{sizeof(float)});
     return;
   }
   std::vector<int64_t> sc, sd, rc, rd;
   element_blocks(p.send_rows, C, sc, sd);
   element_blocks(p.recv_rows, C, rc, rd);
-  scratch_.resize(static_cast<size_t>(p.local_rows() * C));
+  scratch_.reserve(p.local_rows() * C, MemKind::scratch);
   group_->all_to_allv(sorted, sc, sd, scratch_.data(), rc, rd, ElemType::f32,
                       std::string(label) + ": rows to experts");
   move_rows(local, scratch_.data(), p, C, true);
@@ -86,13 +85,13 @@ void ExpertDispatch::to_experts(float* local, const float* sorted, const RoutePl
 void ExpertDispatch::from_experts(float* sorted, const float* local, const RoutePlan& p, int64_t C,
                                   std::string_view label) const {
   if (!distributed()) {
-    std::memcpy(sorted, local, sizeof(float) * static_cast<size_t>(p.rows() * C));
+    copy_bytes(sorted, local, p.rows() * C * int64_t{sizeof(float)});
     return;
   }
   std::vector<int64_t> sc, sd, rc, rd;
   element_blocks(p.recv_rows, C, sc, sd);
   element_blocks(p.send_rows, C, rc, rd);
-  scratch_.resize(static_cast<size_t>(p.local_rows() * C));
+  scratch_.reserve(p.local_rows() * C, MemKind::scratch);
   move_rows(scratch_.data(), local, p, C, false);
   group_->all_to_allv(scratch_.data(), sc, sd, sorted, rc, rd, ElemType::f32,
                       std::string(label) + ": rows from experts");

@@ -1,9 +1,9 @@
 #include "parallel/expert_parallel.h"
 
 #include <cmath>
-#include <cstring>
 
 #include "core/error.h"
+#include "ops/moe_kernels.h"
 
 namespace mt::ep {
 
@@ -65,6 +65,8 @@ void ExpertDispatch::plan(RoutePlan& p, const int32_t* expert_of, int64_t choice
     p.row_of[static_cast<size_t>(c)] = next[e];
     p.order[static_cast<size_t>(next[e]++)] = c;
   }
+  p.order_dev.mirror(p.order, "moe routing", MemKind::activation);
+  p.row_of_dev.mirror(p.row_of, "moe routing", MemKind::activation);
   if (distributed()) {
     exchange_counts(p, label);
   } else {
@@ -74,48 +76,20 @@ void ExpertDispatch::plan(RoutePlan& p, const int32_t* expert_of, int64_t choice
 }
 
 void ExpertDispatch::dispatch(float* xs, const float* x, const RoutePlan& p, int64_t k, int64_t C) const {
-  const int64_t R = p.rows();
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < R; ++r)
-    std::memcpy(xs + r * C, x + (p.order[static_cast<size_t>(r)] / k) * C,
-                sizeof(float) * static_cast<size_t>(C));
+  moe_dispatch(xs, x, p.order_dev.data(), p.rows(), k, C);
 }
 
 void ExpertDispatch::dispatch_backward(float* dx, const float* dxs, const RoutePlan& p, int64_t k,
                                        int64_t C) const {
-  const int64_t N = p.choices / k;
-  // Per token, its rows in slot order: a fixed order of the sum.
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    float* d = dx + n * C;
-    std::memset(d, 0, sizeof(float) * static_cast<size_t>(C));
-    for (int64_t s = 0; s < k; ++s) {
-      const int64_t r = p.row_of[static_cast<size_t>(n * k + s)];
-      if (r < 0) continue;
-      const float* g = dxs + r * C;
-      for (int64_t c = 0; c < C; ++c)
-        d[c] += g[c];
-    }
-  }
+  moe_dispatch_backward(dx, dxs, p.row_of_dev.data(), p.choices / k, k, C);
 }
 
 void ExpertDispatch::combine(float* yk, const float* ys, const RoutePlan& p, int64_t C) const {
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < p.choices; ++c) {
-    const int64_t r = p.row_of[static_cast<size_t>(c)];
-    if (r < 0)
-      std::memset(yk + c * C, 0, sizeof(float) * static_cast<size_t>(C));
-    else
-      std::memcpy(yk + c * C, ys + r * C, sizeof(float) * static_cast<size_t>(C));
-  }
+  moe_combine(yk, ys, p.row_of_dev.data(), p.choices, C);
 }
 
 void ExpertDispatch::combine_backward(float* dys, const float* dyk, const RoutePlan& p, int64_t C) const {
-  const int64_t R = p.rows();
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < R; ++r)
-    std::memcpy(dys + r * C, dyk + p.order[static_cast<size_t>(r)] * C,
-                sizeof(float) * static_cast<size_t>(C));
+  moe_combine_backward(dys, dyk, p.order_dev.data(), p.rows(), C);
 }
 
 }  // namespace mt::ep

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "comm/group.h"
+#include "core/device_mirror.h"
 
 namespace mt::ep {
 
@@ -53,6 +54,9 @@ struct RoutePlan {
   // rows (not elements) sent to and received from each rank.
   std::vector<int64_t> recv_count, send_rows, recv_rows;
   int64_t local_rows() const { return loffset.empty() ? 0 : loffset.back(); }
+  // order and row_of on the run's device, for the row-moving kernels
+  // (ops/moe_kernels.h): mirrored by plan(), a crossing labelled "moe routing".
+  DeviceMirror<int64_t> order_dev, row_of_dev;
 };
 
 // parallel.ep's rules, each refused with a ConfigError naming the numbers:
@@ -79,7 +83,8 @@ class ExpertDispatch {
   // group: the ep group (null or size 1: every expert here, a local permutation).
   ExpertDispatch(Group* group, int64_t n_experts);
 
-  // The plan of `choices` choices with experts expert_of[c] in [0, E). An
+  // The plan of `choices` choices with experts expert_of[c] in [0, E) (on the
+  // host; the plan's index arrays are then mirrored to the run's device). An
   // expert keeps its first `capacity` choices in the sorted order (the lowest
   // choice indices: earlier tokens, then lower slots) and drops the rest
   // (capacity −1: none dropped).
@@ -118,7 +123,7 @@ class ExpertDispatch {
 
   Group* group_ = nullptr;
   int64_t E_ = 0;
-  mutable std::vector<float> scratch_;  // the received rows, source-major
+  mutable DeviceArray<float> scratch_;  // the received rows, source-major
 };
 
 }  // namespace mt::ep

@@ -1,11 +1,12 @@
 #include "parallel/tp2d_linear.h"
 
-#include <cmath>
-#include <cstring>
 #include <string>
 
+#include "core/device_mirror.h"
 #include "core/error.h"
 #include "ops/gemm.h"
+#include "ops/primitives.h"
+#include "ops/split_rmsnorm.h"
 #include "parallel/tp_comm.h"
 
 namespace mt::tp2d {
@@ -25,38 +26,33 @@ Blocks checked(const Blocks& blocks, int64_t k, int g) {
 }
 
 // Between [N, k] (features in block order) and g rank-major slabs [N, k/g]:
-// slab j holds the j-th g-th of every block. f(slab_ptr, wide_offset, n)
-// visits each run of n features once.
-template <class F>
-void for_each_piece(int64_t N, int64_t k, const Blocks& blocks, int g, F&& f) {
+// slab j holds the j-th g-th of every block, one strided block copy per piece.
+void pack(float* slabs, const float* wide, int64_t N, int64_t k, const Blocks& blocks, int g) {
   const int64_t kl = k / g;
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    int64_t off = 0, loff = 0;  // the block's first feature in [N, k] and in a slab
-    for (int64_t s : blocks) {
-      const int64_t part = s / g;
-      for (int j = 0; j < g; ++j)
-        f((j * N + n) * kl + loff, n * k + off + j * part, part);
-      off += s;
-      loff += part;
-    }
+  int64_t off = 0, loff = 0;  // the block's first feature in [N, k] and in a slab
+  for (int64_t s : blocks) {
+    const int64_t part = s / g;
+    for (int j = 0; j < g; ++j)
+      copy_rows(slabs + j * N * kl + loff, kl, wide + off + j * part, k, N, part);
+    off += s;
+    loff += part;
   }
 }
 
-void pack(float* slabs, const float* wide, int64_t N, int64_t k, const Blocks& blocks, int g) {
-  for_each_piece(N, k, blocks, g, [&](int64_t a, int64_t w, int64_t n) {
-    std::memcpy(slabs + a, wide + w, static_cast<size_t>(n) * sizeof(float));
-  });
-}
-
 void unpack(float* wide, const float* slabs, int64_t N, int64_t k, const Blocks& blocks, int g) {
-  for_each_piece(N, k, blocks, g, [&](int64_t a, int64_t w, int64_t n) {
-    std::memcpy(wide + w, slabs + a, static_cast<size_t>(n) * sizeof(float));
-  });
+  const int64_t kl = k / g;
+  int64_t off = 0, loff = 0;
+  for (int64_t s : blocks) {
+    const int64_t part = s / g;
+    for (int j = 0; j < g; ++j)
+      copy_rows(wide + off + j * part, k, slabs + j * N * kl + loff, kl, N, part);
+    off += s;
+    loff += part;
+  }
 }
 
 void copy(float* dst, const float* src, int64_t n) {
-  std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  copy_bytes(dst, src, n * int64_t{sizeof(float)});
 }
 
 std::string label_of(std::string_view site, const char* pair, const char* dir, int64_t rows, int64_t cols) {
@@ -112,46 +108,20 @@ void linear2d_backward(float* dinp, float* dw, float* scratch, const float* dout
 
 void rmsnorm2d_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t dl,
                        int64_t d, float eps, Group& tp, std::string_view site) {
-  std::vector<double> ss(static_cast<size_t>(N), 0.0);
-  for (int64_t n = 0; n < N; ++n) {
-    const float* x = inp + n * dl;
-    for (int64_t c = 0; c < dl; ++c)
-      ss[static_cast<size_t>(n)] += static_cast<double>(x[c]) * x[c];
-  }
+  DeviceScratch<double> ss(N);  // per row, on the device
+  split_rmsnorm_sum_squares(ss.data(), inp, N, dl);
   tp.all_reduce(ss.data(), N, tp::comm_label(site, "norm sums of squares", "forward", {N}));
-  for (int64_t n = 0; n < N; ++n) {
-    const float r =
-        static_cast<float>(1.0 / std::sqrt(ss[static_cast<size_t>(n)] / static_cast<double>(d) + eps));
-    rstd[n] = r;
-    for (int64_t c = 0; c < dl; ++c)
-      out[n * dl + c] = (inp[n * dl + c] * r) * w[c];
-  }
+  split_rmsnorm_scale(out, rstd, inp, w, ss.data(), N, dl, d, eps);
 }
 
 void rmsnorm2d_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                         const float* rstd, int64_t N, int64_t dl, int64_t d, Group& tp,
                         std::string_view site) {
   // dx = r · (w ⊙ dy) − r³ / d · x · Σ over all d features of (w ⊙ dy ⊙ x)
-  std::vector<double> dot(static_cast<size_t>(N), 0.0);
-  for (int64_t n = 0; n < N; ++n) {
-    for (int64_t c = 0; c < dl; ++c)
-      dot[static_cast<size_t>(n)] += static_cast<double>(w[c] * dout[n * dl + c]) * inp[n * dl + c];
-  }
+  DeviceScratch<double> dot(N);
+  split_rmsnorm_dot(dot.data(), dout, inp, w, N, dl);
   tp.all_reduce(dot.data(), N, tp::comm_label(site, "norm sums", "backward", {N}));
-  for (int64_t n = 0; n < N; ++n) {
-    const float r = rstd[n];
-    const float k = static_cast<float>(static_cast<double>(r) * r * r * dot[static_cast<size_t>(n)] /
-                                       static_cast<double>(d));
-    for (int64_t c = 0; c < dl; ++c)
-      dinp[n * dl + c] = r * (w[c] * dout[n * dl + c]) - k * inp[n * dl + c];
-  }
-  if (dw == nullptr) return;
-  for (int64_t c = 0; c < dl; ++c) {
-    double s = 0.0;
-    for (int64_t n = 0; n < N; ++n)
-      s += static_cast<double>(dout[n * dl + c]) * (inp[n * dl + c] * rstd[n]);
-    dw[c] += static_cast<float>(s);
-  }
+  split_rmsnorm_backward(dinp, dw, dout, inp, w, rstd, dot.data(), N, dl, d);
 }
 
 }  // namespace mt::tp2d
