@@ -118,6 +118,9 @@ void validate_reduction(const Config& c, ParsedKeys& keys) {
              "parallel.canonical_tp (", c.parallel.canonical_tp,
              ") is the canonical mode's grain: it needs parallel.reduction = canonical");
   if (keys.reduction != Reduction::canonical) return;
+  MT_REQUIRE(c.parallel.canonical_tp == 1 || keys.device == RunDevice::cpu, ConfigError,
+             "parallel.canonical_tp (", c.parallel.canonical_tp, ") needs train.device = cpu, not ",
+             run_device_name(keys.device), ": its sums over tp pieces run on the host");
   const ParallelConfig& p = c.parallel;
   const bool onednn = keys.precision == MatmulPrecision::bf16 &&
                       resolve_bf16_kernel(std::getenv("MESHTRAIN_BF16_MATMUL")) == Bf16Kernel::onednn;

@@ -157,6 +157,8 @@ refused grain_heads 1 "parallel.canonical_tp (8) must divide model.n_heads (4)" 
 refused grain_three 1 "parallel.canonical_tp (3) must be a power of two" "${canon[@]}" \
   --set parallel.canonical_tp=3
 refused grain_default 1 "it needs parallel.reduction = canonical" --set parallel.canonical_tp=2
+refused grain_fake_device 1 "parallel.canonical_tp (2) needs train.device = cpu, not fake" "${canon[@]}" \
+  --set parallel.canonical_tp=2 --set train.device=fake
 refused cp2 2 "does not cover context parallelism" "${canon[@]}" --set parallel.cp=2
 refused moe 1 "does not cover mixture-of-experts" "${canon[@]}" --set model.n_experts=4
 refused lamb 1 "does not cover train.optimizer = lamb" "${canon[@]}" --set train.optimizer=lamb
