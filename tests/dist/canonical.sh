@@ -12,12 +12,13 @@
 #     tp 2 with ZeRO 1, tp 2 × pp 2 and tied embeddings at tp 2 (the
 #     vocab-parallel head and embedding sharing a weight), each against one
 #     process with the same 4 pieces; tp 2 with canonical_tp = 2 (one piece a
-#     rank) against one process with 2;
+#     rank) against one process with 2; tp 2 with dropout and recomputation;
 #   - the default mode on dp 4 and on tp 2 is not bitwise, nor is one process
 #     with canonical_tp = 1 against 4 (the comparisons can fail: they see what
 #     the mode and its pieces change);
 #   - a checkpoint saved at step 5 on dp 4 ZeRO 3 resumes on dp 2 × pp 2 and
-#     ends bitwise the one-process run; resuming it in the default mode, or
+#     ends bitwise the one-process run, and one saved on dp 2 × tp 2 (ZeRO 1,
+#     canonical_tp 4) resumes on tp 4 and ends bitwise one process with 4; resuming it in the default mode, or
 #     with another microbatch size or canonical_tp, is refused by name;
 #   - what the mode does not cover yet is refused at start-up by name.
 set -uo pipefail
@@ -62,6 +63,8 @@ ctp=(--set parallel.canonical_tp=4 --set model.n_kv_heads=4)
 train ref_c4 1 "${canon[@]}" "${ctp[@]}"
 train ref_c4_tied 1 "${canon[@]}" "${ctp[@]}" --set model.tie_embeddings=true
 train ref_c2 1 "${canon[@]}" --set parallel.canonical_tp=2
+drop=(--set model.attention_dropout=0.1 --set model.hidden_dropout=0.1)
+train ref_c4_drop 1 "${canon[@]}" "${ctp[@]}" "${drop[@]}"
 
 layouts=(
   "one_2threads 1 ref --set train.threads=2"
@@ -84,6 +87,7 @@ layouts=(
   "tp2_pp2 4 ref_c4 --tp 2 --pp 2 ${ctp[*]}"
   "tp2_tied 2 ref_c4_tied --tp 2 ${ctp[*]} --set model.tie_embeddings=true"
   "tp2_c2 2 ref_c2 --tp 2 --set parallel.canonical_tp=2"
+  "tp2_dropout_recompute 2 ref_c4_drop --tp 2 ${ctp[*]} ${drop[*]} --set train.recompute=true"
 )
 for spec in "${layouts[@]}"; do
   read -r name np ref flags <<<"$spec"
@@ -123,6 +127,17 @@ if [ -f "$ck/step-00000005/metadata.json" ]; then
     same resumed ref
 else
   fail "resume: the saving run left no step-5 checkpoint"
+fi
+
+# A checkpoint saved on dp 2 x tp 2 (ZeRO 1, canonical_tp 4) at step 5, resumed on tp 4.
+ck_tp=$tmp/ck_tp
+MESHTRAIN_FAULT=throw:0:5 "${mpi[@]}" -np 4 "$bin" train "${tiny[@]}" "${canon[@]}" "${ctp[@]}" --dp 2 --tp 2 \
+  --zero 1 --set train.checkpoint_dir="$ck_tp" --set train.checkpoint_every=5 >/dev/null 2>&1
+if [ -f "$ck_tp/step-00000005/metadata.json" ]; then
+  train resumed_tp4 4 "${canon[@]}" "${ctp[@]}" --tp 4 --set train.checkpoint_dir="$ck_tp" \
+    --resume "$ck_tp/step-00000005" && same resumed_tp4 ref_c4
+else
+  fail "resume: the dp 2 x tp 2 run left no step-5 checkpoint"
 fi
 
 # refused NAME RANKS 'TEXT' FLAGS...: a non-zero exit whose message contains TEXT.
