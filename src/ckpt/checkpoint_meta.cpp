@@ -245,7 +245,17 @@ void check_resume_reduction(const std::string& dir, const json& saved, const Con
   MT_REQUIRE(theirs == cfg.parallel.reduction, ConfigError, "--resume ", dir, ": parallel.reduction is ",
              theirs, " in the checkpoint but ", cfg.parallel.reduction,
              " in this run: the mode is kept across a resume (docs/PARALLELISM.md \"The canonical mode\")");
-  if (theirs != "canonical" || !saved.contains("train.microbatch_size")) return;
+  if (theirs != "canonical") return;
+  // A canonical checkpoint without the tp grain was saved before it existed, with no pieces.
+  const std::string c = saved.contains("parallel.canonical_tp")
+                            ? saved.at("parallel.canonical_tp").get<std::string>()
+                            : std::string("1");
+  MT_REQUIRE(c == config_get(cfg, "parallel.canonical_tp"), ConfigError, "--resume ", dir,
+             ": parallel.canonical_tp is ", c, " in the checkpoint but ",
+             config_get(cfg, "parallel.canonical_tp"),
+             " in this run: in the canonical mode it fixes the pieces of every tp-split sum, kept across a "
+             "resume");
+  if (!saved.contains("train.microbatch_size")) return;
   const std::string mb = saved.at("train.microbatch_size").get<std::string>();
   MT_REQUIRE(
       mb == config_get(cfg, "train.microbatch_size"), ConfigError, "--resume ", dir,

@@ -31,6 +31,7 @@ buffers::Shape shape_of(const Config& cfg, const StageRange& stage) {
   s.grid = p.tp > 1 ? cfg.parsed().tp_grid : tp2d::Grid{};
   s.ep = std::max<int64_t>(1, p.ep);
   s.recompute = cfg.train.recompute;
+  if (cfg.parsed().reduction == Reduction::canonical && p.canonical_tp > 1) s.pieces = p.canonical_tp / p.tp;
   s.embed = stage.embed;
   s.head = stage.head;
   const int64_t end = stage.end_layer < 0 ? m.n_layers : stage.end_layer;

@@ -142,6 +142,9 @@ List shared_buffers(const Sizes& m, const Shape& s) {
     out.push_back({"part", {m.N, m.C}});
     out.push_back({"kvg", {2 * m.kv_heads * m.D, m.C}, MemKind::scratch});
   }
+  // The canonical mode's per-piece partial sums of a row output or a column
+  // input gradient (parallel/canonical_tp.h), with more than one piece here.
+  if (s.pieces > 1) out.push_back({"leaves", {s.pieces, m.N, m.C}});
   if (s.sp) {
     out.push_back({"dfull", {m.N, m.C}});
     out.push_back({"dln", {m.Nl, m.C}});

@@ -58,6 +58,7 @@ struct Shape {
   bool recompute = false;          // one set of layer activations, recomputed in the backward
   bool embed = true, head = true;  // the stage holds the embedding / the final norm, LM head and loss
   std::vector<bool> moe_layers;    // one per stage layer: whether it is a mixture-of-experts layer
+  int64_t pieces = 0;              // canonical tp (parallel/canonical_tp.h): this rank's pieces; 0: off
 };
 
 // The widths one rank works with on an R × C grid (docs/PARALLELISM.md "2-D

@@ -84,15 +84,16 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
                                     .recompute = opts_.recompute,
                                     .embed = has_embed(),
                                     .head = has_head(),
-                                    .moe_layers = std::move(moe_layers)});
+                                    .moe_layers = std::move(moe_layers),
+                                    .pieces = opts_.canonical_tp > 1 ? opts_.canonical_tp / tpr_.size : 0});
   if (plan_.form() == tp::Form::grid) check_grid();
   Buffers& b = *buf_;  // sized by the buffer plan (model/buffer_plan.h)
   if (opts_.recompute) b.recompute.emplace_back(b.plan.recompute);
   b.allocate(b.plan.shared);
   if (plan_.form() == tp::Form::grid)
-    plan_.bind({nullptr, nullptr, b.grid.data(), nullptr});
+    plan_.bind({nullptr, nullptr, b.grid.data(), nullptr, nullptr});
   else
-    plan_.bind({b.part.data(), b.dfull.data(), nullptr, b.kvg.data()});
+    plan_.bind({b.part.data(), b.dfull.data(), nullptr, b.kvg.data(), b.leaves.data()});
   moe_init();
   slot(0);  // one microbatch's activations, allocated up front
 }

@@ -103,6 +103,10 @@ struct ModelOptions {
   // train --fingerprint (parallel/probe.h): reads each site's activations and
   // gradients at global coordinates; null: off (one pointer test per site).
   ActivationProbe* probe = nullptr;
+  // The canonical mode's tp grain (parallel.canonical_tp) when above 1: the
+  // linear sites run in that many fixed pieces (parallel/canonical_tp.h), in
+  // one process too. 0: off.
+  int64_t canonical_tp = 0;
 };
 
 // A step's mixture-of-experts statistics on this rank, from the microbatches

@@ -1,5 +1,7 @@
 #include "parallel/canonical.h"
 
+#include <utility>
+
 #include "core/error.h"
 
 namespace mt {
@@ -22,9 +24,13 @@ namespace {
 
 // The first feature of `l` without a canonical form yet, or null.
 const char* not_canonical_yet(const CanonicalLayout& l) {
-  if (l.tp > 1 || l.sp || l.tp_overlap || l.tp2d)
-    return "tensor parallelism (parallel.tp > 1, sp, tp_overlap, tp2d): its row-parallel sums over K are not "
-           "yet cut into fixed chunks";
+  if (l.sp) return "sequence parallelism (parallel.sp = true): its token shards are not yet canonical";
+  if (l.tp_overlap)
+    return "parallel.tp_overlap = true: its token-chunked collectives are not yet combined by the tree";
+  if (l.tp2d) return "2-D tensor parallelism (parallel.tp2d): its grid's sums are not yet cut into pieces";
+  if (l.tp > l.n_kv_heads)
+    return "kv heads replicated over tp (parallel.tp > model.n_kv_heads): their replicas' gradient sum is "
+           "not yet in the tree";
   if (l.cp > 1)
     return "context parallelism (parallel.cp > 1): its key blocks are not yet merged in a fixed order";
   if (l.experts || l.ep > 1)
@@ -41,6 +47,24 @@ const char* not_canonical_yet(const CanonicalLayout& l) {
   return nullptr;
 }
 
+// The tp grain: each of the model's split widths is c pieces, and tp ranks hold aligned blocks of them.
+void check_canonical_tp(const CanonicalLayout& l) {
+  const int64_t c = l.canonical_tp;
+  MT_REQUIRE(is_power_of_two(c), ConfigError, "parallel.canonical_tp (", c,
+             ") must be a power of two: tp ranks must hold aligned subtrees of the tree over its pieces");
+  const std::pair<const char*, int64_t> dims[] = {{"model.n_heads", l.n_heads},
+                                                  {"model.n_kv_heads", l.n_kv_heads},
+                                                  {"model.ffn_hidden", l.ffn_hidden},
+                                                  {"model.vocab_size", l.vocab_size}};
+  for (const auto& [key, n] : dims) {
+    MT_REQUIRE(n % c == 0, ConfigError, "parallel.canonical_tp (", c, ") must divide ", key, " (", n,
+               "): each piece is what tp rank p holds at tp = canonical_tp, without padding");
+  }
+  MT_REQUIRE(c % l.tp == 0, ConfigError, "parallel.tp (", l.tp, ") must divide parallel.canonical_tp (", c,
+             ") in the canonical mode: each tp rank sums its canonical_tp / tp pieces, an aligned subtree "
+             "(docs/PARALLELISM.md \"The canonical mode\")");
+}
+
 }  // namespace
 
 void check_canonical(const CanonicalLayout& l) {
@@ -53,6 +77,7 @@ void check_canonical(const CanonicalLayout& l) {
              l.batch_size, " / train.microbatch_size ", l.microbatch_size, " / parallel.dp ", l.dp,
              ") to be a power of two: every rank must hold an aligned subtree of the tree over the step's ",
              atoms, " microbatches (docs/PARALLELISM.md \"The canonical mode\")");
+  check_canonical_tp(l);
 }
 
 }  // namespace mt

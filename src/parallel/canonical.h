@@ -9,15 +9,18 @@
 //           CanonicalStore (canonical_store.h) over a rank's microbatches, the
 //           DP all-reduce or ZeRO reduce-scatter by SumOrder::tree over the dp
 //           ranks, which hold aligned blocks of atoms (a power of two each);
+//   tp:     the grain c = parallel.canonical_tp (a power of two, recorded in
+//           checkpoints): every sum over a tp-split dim is a tree over c fixed
+//           pieces, c / tp on each rank, in one process too (canonical_tp.h);
 //   scalars: the loss, the gradient norm and LAMB's per-tensor norms as exact
 //           sums (ExactSum), whose value does not depend on any order or split.
 //
 // What does not yet have a canonical form is refused by name at start-up
-// (check_canonical): tensor parallelism in every form (its row-parallel sums
-// over K are not yet cut into fixed chunks), context parallelism (key blocks),
-// experts (token order, per-microbatch aux terms), tied embeddings over pipeline stages (their two copies'
-// gradients would be summed outside the tree), and the oneDNN bf16 kernel (its accumulation order is the
-// library's).
+// (check_canonical): sequence parallelism, tp_overlap, 2-D tp and kv heads
+// replicated over tp (tp > n_kv_heads), context parallelism (key blocks),
+// experts (token order, per-microbatch aux terms), tied embeddings over
+// pipeline stages (their two copies' gradients would be summed outside the
+// tree), and the oneDNN bf16 kernel (its accumulation order is the library's).
 #pragma once
 
 #include <cstdint>
@@ -37,11 +40,16 @@ struct CanonicalLayout {
   bool sp = false, tp_overlap = false, tp2d = false;
   bool experts = false, tied_embeddings = false, bf16_onednn = false;
   int64_t batch_size = 1, microbatch_size = 1;
+  int64_t canonical_tp = 1;  // parallel.canonical_tp
+  int64_t n_heads = 1, n_kv_heads = 1, ffn_hidden = 1, vocab_size = 1;
 };
 
-// The refusals above, and the batch rule: with dp > 1 each dp rank's atoms
+// The refusals above; the batch rule: with dp > 1 each dp rank's atoms
 // (batch_size / microbatch_size / dp) are a power of two, so that every rank
-// holds an aligned subtree of the tree over the global atoms.
+// holds an aligned subtree of the tree over the global atoms; and the tp
+// rule: canonical_tp is a power of two dividing n_heads, n_kv_heads,
+// ffn_hidden and vocab_size (a piece is what tp rank p holds at tp = c,
+// unpadded), and tp divides it.
 void check_canonical(const CanonicalLayout& l);
 
 // n a power of two (n ≥ 1).

@@ -157,6 +157,10 @@ LinearEntry LinearPlan::make_entry(const ModelSite& s, const std::vector<Role>& 
     }
   }
   e.out = std::accumulate(e.out_blocks.begin(), e.out_blocks.end(), int64_t{0});
+  if (g.canonical_tp > 1 && (s.use == SiteUse::linear || s.use == SiteUse::head)) {
+    e.pieces = g.canonical_tp / (form_ == Form::megatron ? g.tp->size() : 1);
+    e.tp = form_ == Form::megatron ? g.tp : nullptr;
+  }
   return e;
 }
 
@@ -232,7 +236,9 @@ std::string LinearPlan::explain() const {
       os << "GEMM [" << e.in << " -> " << e.out << "]";
     os << " | forward: " << fwd << " | backward: " << bwd << " | sp "
        << (e.sp == SequenceParallel::on ? "on" : "off") << " | overlap "
-       << (e.overlap == Overlap::on ? "on" : "off") << "\n";
+       << (e.overlap == Overlap::on ? "on" : "off");
+    if (e.pieces > 0) os << " | canonical: " << e.pieces << " pieces, summed in the tree";
+    os << "\n";
   }
   os << "plan | norms | replicated | " << form_name(form_) << " | width " << norms_.width << " of "
      << norms_.d << " | forward: "

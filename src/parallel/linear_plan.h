@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "comm/group.h"
+#include "parallel/canonical_tp.h"
 #include "parallel/probe.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/tp_placement.h"
@@ -53,6 +54,10 @@ struct TpGroups {
   Group* tp_r = nullptr;  // the R ranks of this rank's grid column
   Group* tp_c = nullptr;  // the C ranks of this rank's grid row
   Group* kv = nullptr;    // the ranks sharing this rank's kv heads (tp > n_kv_heads); null: none
+  // The canonical mode's tp grain c (parallel.canonical_tp, canonical_tp.h) when
+  // it is above 1: the linear sites and the head run in c fixed pieces, c / tp
+  // on this rank, in one process too. 0: the forms below as they are.
+  int64_t canonical_tp = 0;
 };
 
 enum class Form { local, megatron, grid };
@@ -100,6 +105,7 @@ struct LinearEntry {
   Group* kv = nullptr;       // megatron q|k|v: replicated kv rows summed over it backward
   int64_t kv_first = 0, kv_count = 0;
   std::string_view kv_site;  // the plan site of its kv-replicated weights ("attn k|v")
+  int64_t pieces = 0;        // canonical: this rank's pieces of the split dim (canonical_tp.h); 0: none
 
   TpLayer layer(std::string_view label) const { return {tp, label, sp, overlap}; }
   // Whether the forward gathers its input (then saved: the backward's GEMM input).
@@ -120,6 +126,7 @@ struct LinearScratch {
   float* gathered = nullptr;  // megatron SP [N, d]: a gathered gradient
   float* grid = nullptr;      // grid: tp2d_linear.h's scratch
   float* kv = nullptr;        // megatron: a replicated kv head's gradient
+  float* leaves = nullptr;    // canonical [pieces, N, d]: per-piece partial sums (more than one piece)
 };
 
 // Gradients of replicated weights that each rank computes from its own
@@ -212,6 +219,9 @@ class LinearPlan {
 
  private:
   LinearEntry make_entry(const ModelSite& s, const std::vector<Role>& roles, const TpGroups& g) const;
+  Pieces pieces(const LinearEntry& e, std::string_view label) const {
+    return {e.pieces, e.tp, label, scratch_.leaves};
+  }
 
   std::vector<LinearEntry> entries_;
   NormEntry norms_;

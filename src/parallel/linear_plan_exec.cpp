@@ -28,6 +28,12 @@ tp2d::Linear2d grid_layer(const LinearEntry& e, std::string_view label) {
 
 void LinearPlan::forward(float* out, float* saved, const float* inp, const float* w, int64_t N,
                          const LinearEntry& e, std::string_view label, const float* resid) const {
+  if (e.pieces > 0 && e.role == Role::row)
+    return pieces_row_forward(out, inp, w, N, e.in, e.out, pieces(e, label), resid);
+  if (e.pieces > 0) {
+    MT_CHECK(resid == nullptr, "a column-parallel layer has no residual add (", std::string(label), ")");
+    return pieces_column_forward(out, inp, w, N, e.in, e.out_blocks, pieces(e, label));
+  }
   if (e.form == Form::grid) {
     tp2d::linear2d_forward(out, saved, scratch_.grid, inp, w, N, e.in, e.out, grid_layer(e, label));
     if (resid != nullptr) add_into(out, resid, N * (e.out / e.scatter->size()));
@@ -55,6 +61,10 @@ void LinearPlan::keep_input(float* saved, const float* inp, int64_t N, const Lin
 void LinearPlan::backward(float* dinp, float* dw, const float* dout, const float* gemm_in, const float* w,
                           int64_t N, const LinearEntry& e, std::string_view label,
                           std::string_view kv_label) const {
+  if (e.pieces > 0 && e.role == Role::row)
+    return pieces_row_backward(dinp, dw, dout, gemm_in, w, N, e.in, e.out, pieces(e, label));
+  if (e.pieces > 0)
+    return pieces_column_backward(dinp, dw, dout, gemm_in, w, N, e.in, e.out_blocks, pieces(e, label));
   if (e.form == Form::grid) {
     tp2d::linear2d_backward(dinp, dw, scratch_.grid, dout, gemm_in, w, N, e.in, e.out, grid_layer(e, label));
     return;
@@ -92,6 +102,7 @@ void LinearPlan::embed_backward(float* dtable, const float* dout, const int32_t*
 
 void LinearPlan::head_forward(float* logits, float* saved, const float* inp, const float* w, int64_t N,
                               const LinearEntry& e) const {
+  if (e.pieces > 0) return pieces_column_forward(logits, inp, w, N, e.in, e.out_blocks, pieces(e, e.site));
   if (e.form != Form::grid) {
     column_parallel_forward(logits, saved, inp, w, N, e.in, e.out, e.layer(e.site));
     return;
@@ -104,6 +115,8 @@ void LinearPlan::head_forward(float* logits, float* saved, const float* inp, con
 
 void LinearPlan::head_backward(float* dinp, float* dw, const float* dlogits, const float* gemm_in,
                                const float* w, int64_t N, const LinearEntry& e) const {
+  if (e.pieces > 0)
+    return pieces_column_backward(dinp, dw, dlogits, gemm_in, w, N, e.in, e.out_blocks, pieces(e, e.site));
   if (e.form != Form::grid) {
     column_parallel_backward(dinp, dw, scratch_.part, dlogits, gemm_in, w, N, e.in, e.out, e.layer(e.site));
     return;
@@ -116,6 +129,8 @@ void LinearPlan::head_backward(float* dinp, float* dw, const float* dlogits, con
 
 void LinearPlan::loss_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
                               int64_t N, int64_t V, int32_t ignore_index, const LinearEntry& e) const {
+  if (e.pieces > 0)
+    return pieces_cross_entropy_forward(losses, lse, logits, targets, N, V, ignore_index, pieces(e, e.site));
   if (e.vocab == nullptr) return cross_entropy_forward(losses, lse, logits, targets, N, V, ignore_index);
   vocab_cross_entropy_forward(losses, lse, logits, targets, N, V, ignore_index, *e.vocab, e.site);
 }
@@ -123,6 +138,9 @@ void LinearPlan::loss_forward(float* losses, float* lse, const float* logits, co
 void LinearPlan::loss_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
                                float dloss, int64_t N, int64_t V, int32_t ignore_index,
                                const LinearEntry& e) const {
+  if (e.pieces > 0)
+    return pieces_cross_entropy_backward(dlogits, logits, lse, targets, dloss, N, V, ignore_index,
+                                         pieces(e, e.site));
   if (e.vocab == nullptr)
     return cross_entropy_backward(dlogits, logits, lse, targets, dloss, N, V, ignore_index);
   vocab_cross_entropy_backward(dlogits, logits, lse, targets, dloss, N, V, ignore_index, *e.vocab);

@@ -9,12 +9,20 @@
 #     ZeRO 3 (its per-tensor norms over sharded pieces), SGD with momentum over
 #     pp 2, and dp 3 with 2 microbatches per rank against one process with the
 #     same 6;
-#   - the default mode on one of those layouts is not bitwise (the comparison
-#     can fail: it is what the mode changes);
+#   - tensor parallelism with the grain parallel.canonical_tp = 4 (4 kv heads,
+#     so that no kv head is replicated): tp 2 (two pieces a rank), tp 4, dp 2 ×
+#     tp 2 with ZeRO 1, tp 2 × pp 2 and tied embeddings at tp 2 (the
+#     vocab-parallel head and embedding sharing a weight), each against one
+#     process with the same 4 pieces; tp 2 with canonical_tp = 2 (one piece a
+#     rank) against one process with 2; tp 2 with dropout and recomputation;
+#   - the default mode on dp 4 and on tp 2 is not bitwise, nor is one process
+#     with canonical_tp = 1 against 4 (the comparisons can fail: they see what
+#     the mode and its pieces change);
 #   - `--fingerprint` of dp 2 × pp 2 has every checksum of one process's;
 #   - a checkpoint saved at step 5 on dp 4 ZeRO 3 resumes on dp 2 × pp 2 and
-#     ends bitwise the one-process run; resuming it in the default mode, or
-#     with another microbatch size, is refused by name;
+#     ends bitwise the one-process run, and one saved on dp 2 × tp 2 (ZeRO 1,
+#     canonical_tp 4) resumes on tp 4 and ends bitwise one process with 4; resuming it in the default mode, or
+#     with another microbatch size or canonical_tp, is refused by name;
 #   - what the mode does not cover yet is refused at start-up by name.
 set -uo pipefail
 bin=$1
@@ -56,6 +64,12 @@ MESHTRAIN_BF16_MATMUL=emulated train ref_bf16 1 "${canon[@]}" --set train.precis
 train ref6 1 "${canon[@]}" --set train.batch_size=6
 train ref_lamb 1 "${canon[@]}" --set train.optimizer=lamb
 train ref_sgd 1 "${canon[@]}" --set train.optimizer=sgd --set train.momentum=0.9
+ctp=(--set parallel.canonical_tp=4 --set model.n_kv_heads=4)
+train ref_c4 1 "${canon[@]}" "${ctp[@]}"
+train ref_c4_tied 1 "${canon[@]}" "${ctp[@]}" --set model.tie_embeddings=true
+train ref_c2 1 "${canon[@]}" --set parallel.canonical_tp=2
+drop=(--set model.attention_dropout=0.1 --set model.hidden_dropout=0.1)
+train ref_c4_drop 1 "${canon[@]}" "${ctp[@]}" "${drop[@]}"
 
 layouts=(
   "one_2threads 1 ref --set train.threads=2"
@@ -74,6 +88,13 @@ layouts=(
   "dp3 3 ref6 --dp 3 --set train.batch_size=6"
   "dp4_zero3_lamb 4 ref_lamb --dp 4 --zero 3 --set train.optimizer=lamb"
   "pp2_sgd 2 ref_sgd --pp 2 --set train.optimizer=sgd --set train.momentum=0.9"
+  "tp2 2 ref_c4 --tp 2 ${ctp[*]}"
+  "tp4 4 ref_c4 --tp 4 ${ctp[*]}"
+  "dp2_tp2_zero1 4 ref_c4 --dp 2 --tp 2 --zero 1 ${ctp[*]}"
+  "tp2_pp2 4 ref_c4 --tp 2 --pp 2 ${ctp[*]}"
+  "tp2_tied 2 ref_c4_tied --tp 2 ${ctp[*]} --set model.tie_embeddings=true"
+  "tp2_c2 2 ref_c2 --tp 2 --set parallel.canonical_tp=2"
+  "tp2_dropout_recompute 2 ref_c4_drop --tp 2 ${ctp[*]} ${drop[*]} --set train.recompute=true"
 )
 for spec in "${layouts[@]}"; do
   read -r name np ref flags <<<"$spec"
@@ -91,6 +112,18 @@ if "$bin" compare --rtol 0 "$tmp/default_dp4.jsonl" "$tmp/default_one.jsonl" --m
 else
   echo "ok   default_dp4: not bitwise in the default mode"
 fi
+# not_bitwise NAME REF WHY: compare --rtol 0 must fail.
+not_bitwise() {
+  if "$bin" compare --rtol 0 "$tmp/$1.jsonl" "$tmp/$2.jsonl" --model-a "$tmp/$1" --model-b "$tmp/$2" \
+    >/dev/null 2>&1; then
+    fail "$1: bitwise $2 ($3): the checks above would not see a change"
+  else
+    echo "ok   $1: not bitwise $2 ($3)"
+  fi
+}
+train default_tp2 2 --tp 2 && not_bitwise default_tp2 default_one "the default mode at tp 2"
+train ref_c1 1 "${canon[@]}" --set model.n_kv_heads=4 &&
+  not_bitwise ref_c1 ref_c4 "canonical_tp 1 against 4: the pieces change the sums"
 
 # --fingerprint (docs/FINGERPRINT.md): every activation and gradient of dp 2 x pp 2
 # has the checksum of one process's, so compare finds no difference at all.
@@ -115,6 +148,17 @@ else
   fail "resume: the saving run left no step-5 checkpoint"
 fi
 
+# A checkpoint saved on dp 2 x tp 2 (ZeRO 1, canonical_tp 4) at step 5, resumed on tp 4.
+ck_tp=$tmp/ck_tp
+MESHTRAIN_FAULT=throw:0:5 "${mpi[@]}" -np 4 "$bin" train "${tiny[@]}" "${canon[@]}" "${ctp[@]}" --dp 2 --tp 2 \
+  --zero 1 --set train.checkpoint_dir="$ck_tp" --set train.checkpoint_every=5 >/dev/null 2>&1
+if [ -f "$ck_tp/step-00000005/metadata.json" ]; then
+  train resumed_tp4 4 "${canon[@]}" "${ctp[@]}" --tp 4 --set train.checkpoint_dir="$ck_tp" \
+    --resume "$ck_tp/step-00000005" && same resumed_tp4 ref_c4
+else
+  fail "resume: the dp 2 x tp 2 run left no step-5 checkpoint"
+fi
+
 # refused NAME RANKS 'TEXT' FLAGS...: a non-zero exit whose message contains TEXT.
 refused() {
   local name=$1 np=$2 text=$3
@@ -131,7 +175,24 @@ refused resume_default 1 "parallel.reduction is canonical in the checkpoint but 
   --resume "$ck/step-00000005"
 refused resume_microbatch 1 "train.microbatch_size is 1 in the checkpoint but 2" "${canon[@]}" \
   --set train.microbatch_size=2 --resume "$ck/step-00000005"
-refused tp2 2 "does not cover tensor parallelism" "${canon[@]}" --tp 2
+refused resume_canonical_tp 1 "parallel.canonical_tp is 1 in the checkpoint but 2" "${canon[@]}" \
+  --set parallel.canonical_tp=2 --resume "$ck/step-00000005"
+refused tp2_grain1 2 "parallel.tp (2) must divide parallel.canonical_tp (1)" "${canon[@]}" --tp 2
+refused tp2_sp 2 "does not cover sequence parallelism" "${canon[@]}" --tp 2 --set parallel.canonical_tp=2 \
+  --set parallel.sp=true
+refused tp2_overlap 2 "does not cover parallel.tp_overlap = true" "${canon[@]}" --tp 2 \
+  --set parallel.canonical_tp=2 --set parallel.tp_overlap=true
+refused tp2d 4 "does not cover 2-D tensor parallelism" "${canon[@]}" --tp 4 --set parallel.tp2d=2,2 \
+  --set parallel.canonical_tp=4 --set model.n_kv_heads=4
+refused tp4_kv_replicated 4 "does not cover kv heads replicated over tp" "${canon[@]}" --tp 4 \
+  --set parallel.canonical_tp=4
+refused grain_heads 1 "parallel.canonical_tp (8) must divide model.n_heads (4)" "${canon[@]}" \
+  --set parallel.canonical_tp=8
+refused grain_three 1 "parallel.canonical_tp (3) must be a power of two" "${canon[@]}" \
+  --set parallel.canonical_tp=3
+refused grain_default 1 "it needs parallel.reduction = canonical" --set parallel.canonical_tp=2
+refused grain_fake_device 1 "parallel.canonical_tp (2) needs train.device = cpu, not fake" "${canon[@]}" \
+  --set parallel.canonical_tp=2 --set train.device=fake
 refused cp2 2 "does not cover context parallelism" "${canon[@]}" --set parallel.cp=2
 refused moe 1 "does not cover mixture-of-experts" "${canon[@]}" --set model.n_experts=4
 refused tied_pp2 2 "does not cover tied embeddings over pipeline stages" "${canon[@]}" --pp 2 \

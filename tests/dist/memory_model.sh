@@ -17,7 +17,9 @@
 # 2-D tp on a 2 x 2 grid with recomputation and checkpoints (its 2-D pieces'
 # staging), and under dp 2 with ZeRO 3; the canonical mode's partial sums
 # (parallel/canonical_store.h) at 8, 3, 4 (dp 2 ZeRO 2), 3 (pp 2 gpipe: backwards
-# descending) and 4 (pp 2 interleaved) microbatches.
+# descending) and 4 (pp 2 interleaved) microbatches; canonical tp 2 with
+# parallel.canonical_tp = 4 (two pieces a rank: the per-piece partial sums,
+# parallel/canonical_tp.h) and one process with the same 4 pieces.
 set -euo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -59,6 +61,8 @@ layouts=(
   "canonical_dp2_zero2_m4 2 --dp 2 --zero 2 --set parallel.reduction=canonical --set train.microbatch_size=1"
   "canonical_pp2_gpipe_m3 2 --pp 2 --set parallel.schedule=gpipe --set parallel.reduction=canonical --set train.batch_size=3 --set train.microbatch_size=1"
   "canonical_pp2_interleaved_m4 2 --pp 2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set parallel.reduction=canonical --set train.microbatch_size=2"
+  "canonical_tp2_c4 2 --tp 2 --set parallel.reduction=canonical --set parallel.canonical_tp=4 --set model.n_kv_heads=4 --set train.microbatch_size=2"
+  "canonical_one_c4 1 --set parallel.reduction=canonical --set parallel.canonical_tp=4 --set model.n_kv_heads=4 --set train.microbatch_size=2"
 )
 for spec in "${layouts[@]}"; do
   read -r -a words <<<"$spec"

@@ -154,7 +154,7 @@ TEST(LinearPlanGroups, AnEntryRunsItsFormsLayerMath) {
   std::vector<float> part(N * OC), gathered(N * OC), y1(N / P * OC), y2(N / P * OC);
   std::vector<float> dx1(N * ICl), dx2(N * ICl), dw1(OC * ICl, 0.f), dw2(OC * ICl, 0.f);
   tp::LinearPlan bound = p;
-  bound.bind({part.data(), gathered.data(), nullptr, nullptr});
+  bound.bind({part.data(), gathered.data(), nullptr, nullptr, nullptr});
   const tp::LinearEntry& e = bound.entry("attn o");
   bound.forward(y1.data(), nullptr, x.data(), wt.data(), N, e, "o");
   bound.backward(dx1.data(), dw1.data(), dy.data(), x.data(), wt.data(), N, e, "o");

@@ -1,0 +1,148 @@
+#include "parallel/canonical_tp.h"
+
+#include "core/device_mirror.h"
+#include "core/error.h"
+#include "core/exact_sum.h"
+#include "ops/gemm.h"
+#include "ops/primitives.h"
+#include "ops/vocab_kernels.h"
+#include "parallel/tp_comm.h"
+
+namespace mt::tp {
+
+namespace {
+
+// Where piece j's partial sum [n] goes: its leaf, or dst itself when the rank has one piece.
+float* leaf(float* dst, const Pieces& p, int64_t j, int64_t n) {
+  return p.count > 1 ? p.leaves + j * n : dst;
+}
+
+// dst[n] = the tree over this rank's leaves (nothing to do with one piece).
+void sum_leaves(float* dst, const Pieces& p, int64_t n) {
+  if (p.count > 1) sum_in_tree_order(dst, p.leaves, static_cast<int>(p.count), n);
+}
+
+// The ranks' roots combined by the same tree (their pieces are aligned blocks).
+void sum_over_tp(float* x, int64_t rows, int64_t cols, const Pieces& p, std::string_view pair,
+                 std::string_view direction) {
+  if (!p.tp_on()) return;
+  p.tp->all_reduce(x, rows * cols, ElemType::f32, SumOrder::tree,
+                   comm_label(p.site, pair, direction, {rows, cols}));
+}
+
+int64_t piece_width(int64_t width, const Pieces& p) {
+  MT_CHECK(p.count >= 1 && width % p.count == 0, "a split width (", width, ") is not ", p.count,
+           " pieces at site ", std::string(p.site));
+  return width / p.count;
+}
+
+// This rank's vocabulary rows [begin, begin + V/tp) (c divides V: no padding).
+VocabRange rank_vocab(int64_t V, const Pieces& p) {
+  const int64_t P = p.tp_on() ? p.tp->size() : 1, t = p.tp_on() ? p.tp->rank() : 0;
+  const int64_t Vl = V / P;
+  return {t * Vl, (t + 1) * Vl, Vl};
+}
+
+}  // namespace
+
+void pieces_column_forward(float* out, const float* inp, const float* w, int64_t N, int64_t IC,
+                           const std::vector<int64_t>& blocks, const Pieces& p) {
+  int64_t OCl = 0;
+  for (int64_t b : blocks)
+    OCl += b;
+  int64_t at = 0;  // the block's first row
+  for (int64_t b : blocks) {
+    const int64_t pw = piece_width(b, p);
+    for (int64_t j = 0; j < p.count; ++j) {
+      const int64_t r = at + j * pw;
+      sgemm(Trans::no, Trans::yes, N, pw, IC, inp, IC, w + r * IC, IC, out + r, OCl, Out::assign);
+    }
+    at += b;
+  }
+}
+
+void pieces_column_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                            int64_t N, int64_t IC, const std::vector<int64_t>& blocks, const Pieces& p) {
+  int64_t OCl = 0;
+  for (int64_t b : blocks)
+    OCl += b;
+  if (dw != nullptr) {
+    int64_t at = 0;
+    for (int64_t b : blocks) {
+      const int64_t pw = piece_width(b, p);
+      for (int64_t j = 0; j < p.count; ++j) {
+        const int64_t r = at + j * pw;
+        sgemm(Trans::yes, Trans::no, pw, IC, N, dout + r, OCl, inp, IC, dw + r * IC, IC, Out::add);
+      }
+      at += b;
+    }
+  }
+  if (dinp == nullptr) return;
+  for (int64_t j = 0; j < p.count; ++j) {
+    float* dst = leaf(dinp, p, j, N * IC);
+    int64_t at = 0;
+    for (size_t b = 0; b < blocks.size(); ++b) {  // the piece's blocks, accumulated in block order
+      const int64_t pw = piece_width(blocks[b], p), r = at + j * pw;
+      sgemm(Trans::no, Trans::no, N, IC, pw, dout + r, OCl, w + r * IC, IC, dst, IC,
+            b == 0 ? Out::assign : Out::add);
+      at += blocks[b];
+    }
+  }
+  sum_leaves(dinp, p, N * IC);
+  sum_over_tp(dinp, N, IC, p, "copy_to_tp", "backward");
+}
+
+void pieces_row_forward(float* out, const float* inp, const float* w, int64_t N, int64_t ICl, int64_t OC,
+                        const Pieces& p, const float* resid) {
+  const int64_t pw = piece_width(ICl, p);
+  for (int64_t j = 0; j < p.count; ++j)
+    sgemm(Trans::no, Trans::yes, N, OC, pw, inp + j * pw, ICl, w + j * pw, ICl, leaf(out, p, j, N * OC), OC,
+          Out::assign);
+  sum_leaves(out, p, N * OC);
+  sum_over_tp(out, N, OC, p, "reduce_from_tp", "forward");
+  if (resid != nullptr) add(out, resid, N * OC);
+}
+
+void pieces_row_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                         int64_t N, int64_t ICl, int64_t OC, const Pieces& p) {
+  const int64_t pw = piece_width(ICl, p);
+  for (int64_t j = 0; j < p.count; ++j) {
+    if (dinp != nullptr)
+      sgemm(Trans::no, Trans::no, N, pw, OC, dout, OC, w + j * pw, ICl, dinp + j * pw, ICl, Out::assign);
+    if (dw != nullptr)
+      sgemm(Trans::yes, Trans::no, OC, pw, N, dout, OC, inp + j * pw, ICl, dw + j * pw, ICl, Out::add);
+  }
+}
+
+void pieces_cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                                  int64_t N, int64_t V, int32_t ignore_index, const Pieces& p) {
+  const VocabRange vs = rank_vocab(V, p);
+  const int64_t pw = piece_width(vs.rows, p);
+  DeviceScratch<double> max(N), sum(N), target(N), parts(2 * p.count * N);
+  double *mx = max.data(), *sm = sum.data(), *tg = target.data();
+  double *sp = parts.data(), *tp = sp + p.count * N;  // per piece: Σ exp, the target's logit
+  vocab_ce_max(mx, logits, N, vs);                    // a maximum: exact in any order
+  if (p.tp_on()) p.tp->all_reduce(mx, N, comm_label(p.site, "vocab_ce max", "forward", {N}), ReduceOp::max);
+  for (int64_t j = 0; j < p.count; ++j) {  // piece j's columns: row stride Vl, vocabulary rows of piece j
+    const VocabRange piece{vs.begin + j * pw, vs.begin + (j + 1) * pw, vs.rows};
+    vocab_ce_sums(sp + j * N, tp + j * N, logits + j * pw, targets, mx, N, V, ignore_index, piece);
+  }
+  const int P = static_cast<int>(p.count);
+  sum_in_tree_order(sm, sp, P, N);
+  sum_in_tree_order(tg, tp, P, N);  // one non-zero term: exact
+  if (p.tp_on()) {
+    p.tp->all_reduce(sm, N, ElemType::f64, SumOrder::tree,
+                     comm_label(p.site, "vocab_ce sumexp", "forward", {N}));
+    p.tp->all_reduce(tg, N, ElemType::f64, SumOrder::tree,
+                     comm_label(p.site, "vocab_ce target", "forward", {N}));
+  }
+  vocab_ce_finish(losses, lse, mx, sm, tg, targets, N, ignore_index);
+}
+
+void pieces_cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
+                                   const int32_t* targets, float dloss, int64_t N, int64_t V,
+                                   int32_t ignore_index, const Pieces& p) {
+  vocab_ce_backward(dlogits, logits, lse, targets, dloss, N, V, ignore_index, rank_vocab(V, p));
+}
+
+}  // namespace mt::tp
