@@ -5,10 +5,12 @@
 # both modes: one process × 2 threads with microbatch 1 (8 microbatches: the
 # tree over 8 atoms) and with microbatch 8 (one microbatch: no tree, only the
 # fixed GEMM blocks and the exact sums); dp 2 and pp 2 (1f1b), 2 processes × 1
-# thread, microbatch 1. Each run's figure is the median step time of its steps
+# thread, microbatch 1; tp 2 + its one-process reference (microbatch 8), the
+# canonical side with parallel.canonical_tp = 2. Each run's figure is the median step time of its steps
 # after the first; the ratios are canonical ÷ default of the medians over rounds.
 # Every round also checks the canonical runs' dp 2 and pp 2 losses and
-# gradient norms bitwise the one-process canonical run's (compare --rtol 0).
+# gradient norms bitwise the one-process canonical run's, and tp 2's bitwise
+# its one-process run with the same 2 pieces (compare --rtol 0).
 #
 #   bash bench/canonical_cost.sh BUILD_DIR
 #
@@ -36,6 +38,7 @@ run() {  # $1: side, $2: round, $3: ranks, $4: mode, then the side's flags
   shift 4
   echo "$(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg) -- $side $mode" >>"$OUT/loads.txt"
   local f=(--set parallel.reduction="$mode" --metrics "$OUT/$side.$mode.$round.jsonl")
+  [[ $mode == canonical && $side == *_c2 ]] && f+=(--set parallel.canonical_tp=2)
   if [[ $np == 1 ]]; then
     "$BIN" train "${common[@]}" --set train.threads=2 "$@" "${f[@]}" >"$OUT/$side.$mode.$round.txt" 2>&1
   else
@@ -50,11 +53,15 @@ for r in $(seq 1 "$ROUNDS"); do
     run one_mb8 "$r" 1 "$mode" --set train.microbatch_size=8
     run dp2_mb1 "$r" 2 "$mode" --dp 2 --set train.microbatch_size=1
     run pp2_mb1 "$r" 2 "$mode" --pp 2 --set train.microbatch_size=1
+    run one_mb8_c2 "$r" 1 "$mode" --set train.microbatch_size=8
+    run tp2_mb8_c2 "$r" 2 "$mode" --tp 2 --set train.microbatch_size=8
   done
   for side in dp2_mb1 pp2_mb1; do
     "$BIN" compare --rtol 0 "$OUT/$side.canonical.$r.jsonl" "$OUT/one_mb1.canonical.$r.jsonl" >/dev/null ||
       { echo "canonical_cost.sh: $side is not bitwise one_mb1 in the canonical mode (round $r)" >&2; exit 1; }
   done
+  "$BIN" compare --rtol 0 "$OUT/tp2_mb8_c2.canonical.$r.jsonl" "$OUT/one_mb8_c2.canonical.$r.jsonl" >/dev/null ||
+    { echo "canonical_cost.sh: tp2_mb8_c2 is not bitwise one_mb8_c2 in the canonical mode (round $r)" >&2; exit 1; }
 done
 
 python3 - "$OUT" "$ROUNDS" <<'PY'
@@ -65,13 +72,14 @@ def median_step(name):
     return statistics.median(t[1:])
 print(f"{'side':<10} {'mode':<10} {'median step s per round':<28} {'median s':>9}")
 med = {}
-for side in ["one_mb1", "one_mb8", "dp2_mb1", "pp2_mb1"]:
+SIDES = ["one_mb1", "one_mb8", "dp2_mb1", "pp2_mb1", "one_mb8_c2", "tp2_mb8_c2"]
+for side in SIDES:
     for mode in ["default", "canonical"]:
         per = [median_step(f"{side}.{mode}.{r}") for r in range(1, rounds + 1)]
         med[side, mode] = statistics.median(per)
         print(f"{side:<10} {mode:<10} {' / '.join(f'{x:.3f}' for x in per):<28} {med[side, mode]:>9.3f}")
-for side in ["one_mb1", "one_mb8", "dp2_mb1", "pp2_mb1"]:
+for side in SIDES:
     print(f"{side}: canonical / default step time {med[side, 'canonical'] / med[side, 'default']:.3f}")
 print(f"one process, canonical microbatch 1 / default microbatch 8: {med['one_mb1', 'canonical'] / med['one_mb8', 'default']:.3f}")
-print("dp2_mb1 and pp2_mb1 canonical: bitwise one_mb1 canonical in every round (losses and gradient norms)")
+print("canonical: dp2_mb1 and pp2_mb1 bitwise one_mb1, tp2_mb8_c2 bitwise one_mb8_c2, in every round")
 PY
