@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/exact_sum.h"
 #include "ops/attention.h"
 #include "ops/dropout.h"
 #include "ops/gemm.h"
@@ -54,6 +55,7 @@ void sgd_update(float* params, const float* grads, float* buf, int64_t n, double
 void lamb_direction(const float* params, float* grads, float* m, float* v, int64_t n, double beta1,
                     double beta2, double eps, double weight_decay, int64_t t);
 double sum_squares(const float* g, int64_t n);
+void exact_sum_squares(ExactSum* acc, const float* g, int64_t n);
 
 void vocab_lookup(float* out, const int32_t* ids, const float* table_local, int64_t N, int64_t C, int64_t V,
                   VocabRange vs);

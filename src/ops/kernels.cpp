@@ -41,6 +41,7 @@ KernelTable make_cpu_table() {
   t.sgd_update = &cpu::sgd_update;
   t.lamb_direction = &cpu::lamb_direction;
   t.sum_squares = &cpu::sum_squares;
+  t.exact_sum_squares = &cpu::exact_sum_squares;
   t.vocab_lookup = &cpu::vocab_lookup;
   t.vocab_lookup_backward = &cpu::vocab_lookup_backward;
   t.vocab_ce_max = &cpu::vocab_ce_max;
@@ -131,6 +132,7 @@ KernelTable make_fake_table() {
   t.sgd_update = &Untagged<&cpu::sgd_update>::call;
   t.lamb_direction = &Untagged<&cpu::lamb_direction>::call;
   t.sum_squares = &Untagged<&cpu::sum_squares>::call;
+  t.exact_sum_squares = &Untagged<&cpu::exact_sum_squares>::call;
   t.vocab_lookup = &Untagged<&cpu::vocab_lookup>::call;
   t.vocab_lookup_backward = &Untagged<&cpu::vocab_lookup_backward>::call;
   t.vocab_ce_max = &Untagged<&cpu::vocab_ce_max>::call;
@@ -299,6 +301,9 @@ void lamb_direction(const float* params, float* grads, float* m, float* v, int64
 }
 double sum_squares(const float* g, int64_t n) {
   return kernels().sum_squares(g, n);
+}
+void exact_sum_squares(ExactSum& acc, const float* g, int64_t n) {
+  kernels().exact_sum_squares(&acc, g, n);
 }
 void vocab_lookup(float* out, const int32_t* ids, const float* table_local, int64_t N, int64_t C, int64_t V,
                   VocabRange vs) {

@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/exact_sum.h"
 #include "ops/attention.h"
 #include "ops/dropout.h"
 #include "ops/gemm.h"
@@ -80,6 +81,7 @@ struct KernelTable {
   void (*lamb_direction)(const float* params, float* grads, float* m, float* v, int64_t n, double beta1,
                          double beta2, double eps, double weight_decay, int64_t t) = nullptr;
   double (*sum_squares)(const float* g, int64_t n) = nullptr;
+  void (*exact_sum_squares)(ExactSum* acc, const float* g, int64_t n) = nullptr;  // acc: host
 
   // The vocabulary-parallel embedding's and cross-entropy's local parts (ops/vocab_kernels.h).
   void (*vocab_lookup)(float* out, const int32_t* ids, const float* table_local, int64_t N, int64_t C,

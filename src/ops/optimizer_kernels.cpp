@@ -76,6 +76,10 @@ void cpu::lamb_direction(const float* params, float* grads, float* m, float* v, 
     grads[i] = adam.direction(grads[i], m[i], v[i]) + wd * params[i];
 }
 
+void cpu::exact_sum_squares(ExactSum* acc, const float* g, int64_t n) {
+  acc->add_squares(g, n);
+}
+
 double cpu::sum_squares(const float* g, int64_t n) {
   // Chunk c's sum is over [c·kChunk, min(n, (c+1)·kChunk)) in element order,
   // and the chunk sums are added in chunk order: the bits depend on neither

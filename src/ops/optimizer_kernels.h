@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/exact_sum.h"
+
 namespace mt {
 
 // The bias-corrected Adam direction m̂ / (√v̂ + ε) of one element at step t,
@@ -41,5 +43,8 @@ void lamb_direction(const float* params, float* grads, float* m, float* v, int64
 // partial squares over the ranks that own distinct elements.) Returned to the
 // host: a crossing.
 double sum_squares(const float* g, int64_t n);
+// The canonical mode's form: each g² added exactly to the host accumulator
+// `acc` (core/exact_sum.h), so the total does not depend on any order or split.
+void exact_sum_squares(ExactSum& acc, const float* g, int64_t n);
 
 }  // namespace mt

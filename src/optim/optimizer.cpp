@@ -91,8 +91,8 @@ std::vector<double> Optimizer::lamb_exact_sums(const float* params, const float*
   std::vector<ExactSum> exact(static_cast<size_t>(2 * n_tensors_));
   for (const TensorPiece& p : pieces_) {
     if (p.tensor < 0 || !p.counted) continue;
-    exact[static_cast<size_t>(2 * p.tensor)].add_squares(params + p.offset, p.numel);
-    exact[static_cast<size_t>(2 * p.tensor + 1)].add_squares(grads + p.offset, p.numel);
+    exact_sum_squares(exact[static_cast<size_t>(2 * p.tensor)], params + p.offset, p.numel);
+    exact_sum_squares(exact[static_cast<size_t>(2 * p.tensor + 1)], grads + p.offset, p.numel);
   }
   constexpr int64_t W = ExactSum::kWords;
   std::vector<int64_t> words(exact.size() * static_cast<size_t>(W));

@@ -326,7 +326,7 @@ void DataParallelStore::grad_sum_squares_exact(ExactSum& acc) {
     const float* shard = local_grads_.data() + shard_offset_[u];
     for_each_piece(u, [&](const Part& part, const UnitShards::Piece& p) {
       if (p.param->norm_counted)
-        mine.add_squares(shard + part.in_shard + p.in_shard, p.shard_rows * p.param->row_size);
+        exact_sum_squares(mine, shard + part.in_shard + p.in_shard, p.shard_rows * p.param->row_size);
     });
   }
   dp_.all_reduce(mine.words(), ExactSum::kWords, "grad norm");

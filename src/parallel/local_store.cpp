@@ -35,7 +35,7 @@ double counted_sum_squares(const std::vector<UnitSpec>& units, const float* full
 void counted_sum_squares_exact(const std::vector<UnitSpec>& units, const float* full, ExactSum& acc) {
   for (const auto& u : units) {
     for (const auto& p : u.params) {
-      if (p.norm_counted) acc.add_squares(full + p.offset, p.numel());
+      if (p.norm_counted) exact_sum_squares(acc, full + p.offset, p.numel());
     }
   }
 }

@@ -7,8 +7,9 @@
 #   - dp 2/4/8 with ZeRO 0-3, pp 2 and 4 under every schedule, dp × pp up to
 #     16 ranks, recompute, dropout, bf16 (the emulated kernel), LAMB under
 #     ZeRO 3 (its per-tensor norms over sharded pieces), SGD with momentum over
-#     pp 2, and dp 3 with 2 microbatches per rank against one process with the
-#     same 6;
+#     pp 2, dp 2 ZeRO 1 under the fake device (train.device = fake: the exact
+#     norms' squares through the kernel table), and dp 3 with 2 microbatches
+#     per rank against one process with the same 6;
 #   - tensor parallelism with the grain parallel.canonical_tp = 4 (4 kv heads,
 #     so that no kv head is replicated): tp 2 (two pieces a rank), tp 4, dp 2 ×
 #     tp 2 with ZeRO 1, tp 2 × pp 2 and tied embeddings at tp 2 (the
@@ -88,6 +89,7 @@ layouts=(
   "dp3 3 ref6 --dp 3 --set train.batch_size=6"
   "dp4_zero3_lamb 4 ref_lamb --dp 4 --zero 3 --set train.optimizer=lamb"
   "pp2_sgd 2 ref_sgd --pp 2 --set train.optimizer=sgd --set train.momentum=0.9"
+  "dp2_zero1_fake 2 ref --dp 2 --zero 1 --set train.device=fake"
   "tp2 2 ref_c4 --tp 2 ${ctp[*]}"
   "tp4 4 ref_c4 --tp 4 ${ctp[*]}"
   "dp2_tp2_zero1 4 ref_c4 --dp 2 --tp 2 --zero 1 ${ctp[*]}"
