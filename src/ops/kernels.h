@@ -8,7 +8,8 @@
 // Every pointer argument is a pointer on the run's device (core/device.h);
 // scalars, sizes and the small host structs (AttentionDims, DropoutKey,
 // RouterDims) are host values. A kernel returning a value (router_forward's
-// auxiliary-loss sum, sum_squares) returns it to the host: those are crossings
+// auxiliary-loss sum, sum_squares; exact_sum_squares into a host accumulator)
+// returns it to the host: those are crossings
 // too (docs/ARCHITECTURE.md "The kernel seam").
 //
 // Backends: `cpu` (ops/cpu_kernels.h: OpenBLAS or oneDNN GEMMs by
