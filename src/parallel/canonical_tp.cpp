@@ -30,6 +30,24 @@ void sum_over_tp(float* x, int64_t rows, int64_t cols, const Pieces& p, std::str
                    comm_label(p.site, pair, direction, {rows, cols}));
 }
 
+// Under SP the whole sum is formed in p.full, and this rank keeps its tokens' rows.
+float* whole(float* dst, const Pieces& p) {
+  if (!p.sp) return dst;
+  MT_CHECK(p.full != nullptr && p.tp_on(), "canonical pieces under SP need tp and scratch [N, d] at site ",
+           std::string(p.site));
+  return p.full;
+}
+
+// The ranks' roots combined by the tree, into dst: all-reduced in place, or
+// (SP) reduce-scattered from p.full into this rank's N / tp rows.
+void finish_over_tp(float* dst, int64_t rows, int64_t cols, const Pieces& p, std::string_view pair,
+                    std::string_view direction) {
+  if (!p.sp) return sum_over_tp(dst, rows, cols, p, pair, direction);
+  const int64_t local = rows / p.tp->size();
+  p.tp->reduce_scatter(p.full, dst, local * cols, ElemType::f32, SumOrder::tree,
+                       comm_label(p.site, pair, direction, {rows, cols}));
+}
+
 int64_t piece_width(int64_t width, const Pieces& p) {
   MT_CHECK(p.count >= 1 && width % p.count == 0, "a split width (", width, ") is not ", p.count,
            " pieces at site ", std::string(p.site));
@@ -78,8 +96,9 @@ void pieces_column_backward(float* dinp, float* dw, const float* dout, const flo
     }
   }
   if (dinp == nullptr) return;
+  float* sum = whole(dinp, p);
   for (int64_t j = 0; j < p.count; ++j) {
-    float* dst = leaf(dinp, p, j, N * IC);
+    float* dst = leaf(sum, p, j, N * IC);
     int64_t at = 0;
     for (size_t b = 0; b < blocks.size(); ++b) {  // the piece's blocks, accumulated in block order
       const int64_t pw = piece_width(blocks[b], p), r = at + j * pw;
@@ -88,19 +107,20 @@ void pieces_column_backward(float* dinp, float* dw, const float* dout, const flo
       at += blocks[b];
     }
   }
-  sum_leaves(dinp, p, N * IC);
-  sum_over_tp(dinp, N, IC, p, "copy_to_tp", "backward");
+  sum_leaves(sum, p, N * IC);
+  finish_over_tp(dinp, N, IC, p, p.sp ? "gather_from_sp" : "copy_to_tp", "backward");
 }
 
 void pieces_row_forward(float* out, const float* inp, const float* w, int64_t N, int64_t ICl, int64_t OC,
                         const Pieces& p, const float* resid) {
   const int64_t pw = piece_width(ICl, p);
+  float* sum = whole(out, p);
   for (int64_t j = 0; j < p.count; ++j)
-    sgemm(Trans::no, Trans::yes, N, OC, pw, inp + j * pw, ICl, w + j * pw, ICl, leaf(out, p, j, N * OC), OC,
+    sgemm(Trans::no, Trans::yes, N, OC, pw, inp + j * pw, ICl, w + j * pw, ICl, leaf(sum, p, j, N * OC), OC,
           Out::assign);
-  sum_leaves(out, p, N * OC);
-  sum_over_tp(out, N, OC, p, "reduce_from_tp", "forward");
-  if (resid != nullptr) add(out, resid, N * OC);
+  sum_leaves(sum, p, N * OC);
+  finish_over_tp(out, N, OC, p, p.sp ? "scatter_to_sp" : "reduce_from_tp", "forward");
+  if (resid != nullptr) add(out, resid, (p.sp ? N / p.tp->size() : N) * OC);
 }
 
 void pieces_row_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,

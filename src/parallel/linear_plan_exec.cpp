@@ -32,7 +32,8 @@ void LinearPlan::forward(float* out, float* saved, const float* inp, const float
     return pieces_row_forward(out, inp, w, N, e.in, e.out, pieces(e, label), resid);
   if (e.pieces > 0) {
     MT_CHECK(resid == nullptr, "a column-parallel layer has no residual add (", std::string(label), ")");
-    return pieces_column_forward(out, inp, w, N, e.in, e.out_blocks, pieces(e, label));
+    return pieces_column_forward(out, gathered_input(saved, inp, N, e, label), w, N, e.in, e.out_blocks,
+                                 pieces(e, label));
   }
   if (e.form == Form::grid) {
     tp2d::linear2d_forward(out, saved, scratch_.grid, inp, w, N, e.in, e.out, grid_layer(e, label));
@@ -45,6 +46,13 @@ void LinearPlan::forward(float* out, float* saved, const float* inp, const float
   }
   MT_CHECK(resid == nullptr, "a column-parallel layer has no residual add (", std::string(label), ")");
   column_parallel_forward(out, saved, inp, w, N, e.in, e.out, e.layer(label));
+}
+
+const float* LinearPlan::gathered_input(float* saved, const float* inp, int64_t N, const LinearEntry& e,
+                                        std::string_view label) const {
+  if (!e.gathers()) return inp;
+  keep_input(saved, inp, N, e, label);
+  return saved;
 }
 
 void LinearPlan::keep_input(float* saved, const float* inp, int64_t N, const LinearEntry& e,
@@ -61,8 +69,14 @@ void LinearPlan::keep_input(float* saved, const float* inp, int64_t N, const Lin
 void LinearPlan::backward(float* dinp, float* dw, const float* dout, const float* gemm_in, const float* w,
                           int64_t N, const LinearEntry& e, std::string_view label,
                           std::string_view kv_label) const {
-  if (e.pieces > 0 && e.role == Role::row)
-    return pieces_row_backward(dinp, dw, dout, gemm_in, w, N, e.in, e.out, pieces(e, label));
+  if (e.pieces > 0 && e.role == Role::row) {
+    const float* d = dout;  // SP: the output gradient of every token (scatter_to_sp backward)
+    if (e.sp == SequenceParallel::on) {
+      scatter_to_sp_backward(scratch_.gathered, dout, N, e.out, *e.tp, label);
+      d = scratch_.gathered;
+    }
+    return pieces_row_backward(dinp, dw, d, gemm_in, w, N, e.in, e.out, pieces(e, label));
+  }
   if (e.pieces > 0)
     return pieces_column_backward(dinp, dw, dout, gemm_in, w, N, e.in, e.out_blocks, pieces(e, label));
   if (e.form == Form::grid) {
@@ -102,7 +116,9 @@ void LinearPlan::embed_backward(float* dtable, const float* dout, const int32_t*
 
 void LinearPlan::head_forward(float* logits, float* saved, const float* inp, const float* w, int64_t N,
                               const LinearEntry& e) const {
-  if (e.pieces > 0) return pieces_column_forward(logits, inp, w, N, e.in, e.out_blocks, pieces(e, e.site));
+  if (e.pieces > 0)
+    return pieces_column_forward(logits, gathered_input(saved, inp, N, e, e.site), w, N, e.in, e.out_blocks,
+                                 pieces(e, e.site));
   if (e.form != Form::grid) {
     column_parallel_forward(logits, saved, inp, w, N, e.in, e.out, e.layer(e.site));
     return;

@@ -3,7 +3,8 @@
 // output, input gradient and this rank's slice of every weight gradient is
 // BITWISE what one process computes with the same 4 pieces over the full
 // weights — a fused column layer (blocks 16 | 8 | 8, as q | k | v), a row
-// layer with a residual, and the vocab-parallel cross-entropy. The one-process
+// layer with a residual, the vocab-parallel cross-entropy, and the row layer's
+// output and a column layer's input gradient under SP. The one-process
 // pieces are also checked against float64 references (bounds of
 // tp_test_util.h), so that "equal" cannot be "equally wrong".
 #include <gtest/gtest.h>
@@ -139,6 +140,35 @@ TEST(CanonicalTp, RowLayerOnTpIsBitwiseOneProcess) {
   EXPECT_TRUE(same_bits(out, out1));
   EXPECT_TRUE(same_bits(dx, block(dx1, K, 0, N, t * K / P, K / P)));
   EXPECT_TRUE(same_bits(dw, block(dw1, K, 0, OC, t * K / P, K / P)));
+}
+
+// Sequence parallelism: the row layer's output and the column layer's input
+// gradient are formed whole and reduce-scattered by the tree, so rank t's N/P
+// token rows are those of one process's, bit for bit.
+TEST(CanonicalTp, SumsUnderSpAreBitwiseOneProcessRows) {
+  const int P = test::world().size();
+  DeviceMesh mesh = test::tp_mesh(P);
+  Group g = mesh.group("tp");
+  const int t = g.rank();
+  constexpr int64_t Ns = 8, K = 16, OC = 8;
+  const int64_t Nl = Ns / P;
+  const auto x = random_vec(Ns * K, 11), w = random_vec(OC * K, 12), resid = random_vec(Ns * OC, 13);
+  const auto dout = random_vec(Ns * K, 14);  // the column layer's: [Ns, K] out of a [K, OC] weight's input OC
+  std::vector<float> leaves(static_cast<size_t>(kC * Ns * OC)), full(static_cast<size_t>(Ns * OC));
+  const tp::Pieces one{kC, nullptr, "one", leaves.data()};
+  std::vector<float> out1(Ns * OC), dx1(Ns * OC);
+  tp::pieces_row_forward(out1.data(), x.data(), w.data(), Ns, K, OC, one, resid.data());
+  const auto wc = transpose(w, OC, K);  // a column layer [K, OC]: output features K split
+  tp::pieces_column_backward(dx1.data(), nullptr, dout.data(), nullptr, wc.data(), Ns, OC, {K}, one);
+  const tp::Pieces mine{kC / P, &g, "sp", leaves.data(), true, full.data()};
+  const auto xl = block(x, K, 0, Ns, t * K / P, K / P), wl = block(w, K, 0, OC, t * K / P, K / P);
+  const auto residl = block(resid, OC, t * Nl, Nl, 0, OC);
+  std::vector<float> out(Nl * OC), dx(Nl * OC);
+  tp::pieces_row_forward(out.data(), xl.data(), wl.data(), Ns, K / P, OC, mine, residl.data());
+  const auto wcl = block(wc, OC, t * K / P, K / P, 0, OC), doutl = block(dout, K, 0, Ns, t * K / P, K / P);
+  tp::pieces_column_backward(dx.data(), nullptr, doutl.data(), nullptr, wcl.data(), Ns, OC, {K / P}, mine);
+  EXPECT_TRUE(same_bits(out, block(out1, OC, t * Nl, Nl, 0, OC)));
+  EXPECT_TRUE(same_bits(dx, block(dx1, OC, t * Nl, Nl, 0, OC)));
 }
 
 TEST(CanonicalTp, CrossEntropyOnTpIsBitwiseOneProcess) {
