@@ -29,6 +29,16 @@
 // same tree); the column layer's input and the row layer's output gradient
 // are all-gathered by the caller (copies, exact).
 //
+// Under tp_overlap (without SP) the row layer's output and a column layer's
+// input gradient run in chunks of kFixedRowBlock token rows (ops/gemm.h): a
+// chunk's products, the tree over its pieces, then its tree all-reduce in
+// flight while the next chunk multiplies (a column layer's weight gradient
+// computes while the last is in flight). The chunks are the canonical mode's
+// fixed GEMM blocks, so each chunk's product is the same OpenBLAS call as the
+// whole product's for those rows (only addresses differ), and every sum is
+// elementwise: the chunking changes no element's bits. With N ≤ 128 tokens a
+// microbatch there is one chunk.
+//
 // Argument grammar as tensor_parallel.h. Parameter gradients accumulate (+=),
 // activation gradients are assigned. `leaves` [pieces, N, d] holds a rank's
 // per-piece partial sums when it has more than one piece (d: the width of
@@ -50,6 +60,7 @@ struct Pieces {
   float* leaves = nullptr;
   bool sp = false;        // sequence parallelism: N / tp tokens on the residual stream
   float* full = nullptr;  // sp: [N, d], the whole sum before its reduce-scatter
+  bool overlap = false;   // tp_overlap (no sp): the sums over tp in row chunks, each in flight (below)
 
   bool tp_on() const { return tp != nullptr && tp->size() > 1; }
 };

@@ -237,7 +237,13 @@ class LinearPlan {
   const float* gathered_input(float* saved, const float* inp, int64_t N, const LinearEntry& e,
                               std::string_view label) const;
   Pieces pieces(const LinearEntry& e, std::string_view label) const {
-    return {e.pieces, e.tp, label, scratch_.leaves, e.sp == SequenceParallel::on, scratch_.part};
+    return {e.pieces,
+            e.tp,
+            label,
+            scratch_.leaves,
+            e.sp == SequenceParallel::on,
+            scratch_.part,
+            e.overlap == Overlap::on};
   }
 
   std::vector<LinearEntry> entries_;

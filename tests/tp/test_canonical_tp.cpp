@@ -4,7 +4,8 @@
 // BITWISE what one process computes with the same 4 pieces over the full
 // weights — a fused column layer (blocks 16 | 8 | 8, as q | k | v), a row
 // layer with a residual, the vocab-parallel cross-entropy, and the row layer's
-// output and a column layer's input gradient under SP. The one-process
+// output and a column layer's input gradient under SP and, in chunks, under
+// tp_overlap. The one-process
 // pieces are also checked against float64 references (bounds of
 // tp_test_util.h), so that "equal" cannot be "equally wrong".
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "comm/mpi_test.h"
+#include "ops/gemm.h"
 #include "ops/reference.h"
 #include "parallel/canonical_tp.h"
 #include "tp_test_util.h"
@@ -169,6 +171,34 @@ TEST(CanonicalTp, SumsUnderSpAreBitwiseOneProcessRows) {
   tp::pieces_column_backward(dx.data(), nullptr, doutl.data(), nullptr, wcl.data(), Ns, OC, {K / P}, mine);
   EXPECT_TRUE(same_bits(out, block(out1, OC, t * Nl, Nl, 0, OC)));
   EXPECT_TRUE(same_bits(dx, block(dx1, OC, t * Nl, Nl, 0, OC)));
+}
+
+// tp_overlap: with 264 tokens the row layer's output and a column layer's
+// input gradient run in 3 chunks of the fixed GEMM blocks (128, 128, 8 rows),
+// each chunk's tree all-reduce in flight: bitwise one process's whole sums.
+TEST(CanonicalTp, OverlappedChunksAreBitwiseOneProcess) {
+  const FixedGemmBlocksGuard blocks(true);
+  const int P = test::world().size();
+  DeviceMesh mesh = test::tp_mesh(P);
+  Group g = mesh.group("tp");
+  const int t = g.rank();
+  constexpr int64_t No = 2 * kFixedRowBlock + 8, K = 16, OC = 8;
+  const auto x = random_vec(No * K, 21), w = random_vec(OC * K, 22), dout = random_vec(No * K, 23);
+  std::vector<float> leaves(static_cast<size_t>(kC * No * OC));
+  const tp::Pieces one{kC, nullptr, "one", leaves.data()};
+  std::vector<float> out1(No * OC), dx1(No * OC), dw1(K * OC, 0.5f);
+  const auto wc = transpose(w, OC, K);
+  tp::pieces_row_forward(out1.data(), x.data(), w.data(), No, K, OC, one);
+  tp::pieces_column_backward(dx1.data(), dw1.data(), dout.data(), x.data(), wc.data(), No, OC, {K}, one);
+  const tp::Pieces mine{kC / P, &g, "overlap", leaves.data(), false, nullptr, true};
+  const auto xl = block(x, K, 0, No, t * K / P, K / P), wl = block(w, K, 0, OC, t * K / P, K / P);
+  const auto wcl = block(wc, OC, t * K / P, K / P, 0, OC), doutl = block(dout, K, 0, No, t * K / P, K / P);
+  std::vector<float> out(No * OC), dx(No * OC), dw(wcl.size(), 0.5f);
+  tp::pieces_row_forward(out.data(), xl.data(), wl.data(), No, K / P, OC, mine);
+  tp::pieces_column_backward(dx.data(), dw.data(), doutl.data(), x.data(), wcl.data(), No, OC, {K / P}, mine);
+  EXPECT_TRUE(same_bits(out, out1));
+  EXPECT_TRUE(same_bits(dx, dx1));
+  EXPECT_TRUE(same_bits(dw, block(dw1, OC, t * K / P, K / P, 0, OC)));
 }
 
 TEST(CanonicalTp, CrossEntropyOnTpIsBitwiseOneProcess) {
