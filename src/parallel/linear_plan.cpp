@@ -278,7 +278,10 @@ std::string LinearPlan::explain() const {
      << (norms_.sums                 ? "all-reduce sums" + over(norms_.sums)
          : norms_.partial != nullptr ? "all-reduce weight grads" + over(norms_.partial)
                                      : std::string("none"))
-     << " | sp " << (norms_.partial ? "on" : "off") << "\n";
+     << " | sp " << (norms_.partial ? "on" : "off");
+  if (norms_.shards > 0)
+    os << " | canonical: weight grads over " << norms_.shards << " token shards, in the tree";
+  os << "\n";
   return os.str();
 }
 
