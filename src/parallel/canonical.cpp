@@ -24,9 +24,6 @@ namespace {
 
 // The first feature of `l` without a canonical form yet, or null.
 const char* not_canonical_yet(const CanonicalLayout& l) {
-  if (l.tp_overlap && l.sp)
-    return "parallel.tp_overlap = true with parallel.sp = true: its token-chunked reduce-scatters and "
-           "gathers are not yet cut at the fixed GEMM blocks";
   if (l.tp2d) return "2-D tensor parallelism (parallel.tp2d): its grid's sums are not yet cut into pieces";
   if (l.tp > l.n_kv_heads)
     return "kv heads replicated over tp (parallel.tp > model.n_kv_heads): their replicas' gradient sum is "

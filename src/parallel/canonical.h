@@ -20,10 +20,10 @@
 //           sum, then the tree over shards, in one process too (linear_plan.h
 //           NormEntry); the reduce-scatters that sum pieces use the tree.
 //   overlap: tp_overlap's token chunks are the fixed GEMM blocks, each
-//           chunk's sum the same tree (canonical_tp.h).
+//           chunk's sum the same tree (canonical_tp.h), with or without SP.
 //
 // What does not yet have a canonical form is refused by name at start-up
-// (check_canonical): tp_overlap with sp, 2-D tp and kv heads
+// (check_canonical): 2-D tp and kv heads
 // replicated over tp (tp > n_kv_heads), context parallelism (key blocks),
 // experts (token order, per-microbatch aux terms), tied embeddings over
 // pipeline stages (their two copies' gradients would be summed outside the

@@ -45,23 +45,36 @@ void finish_over_tp(float* dst, int64_t rows, int64_t cols, const Pieces& p, std
 // Piece j's product for rows [r0, r0 + rows) of a sum over pieces, into `into` [rows, C].
 using PieceRows = std::function<void(int64_t j, int64_t r0, int64_t rows, float* into)>;
 
-// Rows [r0, r0 + rows) of dst [·, C] = the tree over this rank's pieces (one piece: its product in place).
-void rows_over_pieces(float* dst, int64_t r0, int64_t rows, int64_t C, const Pieces& p,
+// at [rows, C] = rows [r0, r0 + rows) of the tree over this rank's pieces (one piece: its product in place).
+void rows_over_pieces(float* at, int64_t r0, int64_t rows, int64_t C, const Pieces& p,
                       const PieceRows& gemm) {
-  float* at = dst + r0 * C;
   for (int64_t j = 0; j < p.count; ++j)
     gemm(j, r0, rows, p.count > 1 ? p.leaves + j * rows * C : at);
   if (p.count > 1) sum_in_tree_order(at, p.leaves, static_cast<int>(p.count), rows * C);
 }
 
+// Chunk k of SP's reduce-scatter: rows [r0, r0 + rows) of every rank's token block, in p.full as
+// [tp, rows, C] (chunk k's region starts at row r0 · tp), then the tree reduce-scatter into this rank's rows.
+Work scatter_chunk(float* dst, int64_t N, int64_t C, int64_t r0, int64_t rows, const Pieces& p,
+                   const PieceRows& gemm, std::string_view pair, std::string_view direction) {
+  const int P = p.tp->size();
+  const int64_t Nl = N / P;
+  float* chunk = p.full + r0 * P * C;
+  for (int t = 0; t < P; ++t)
+    rows_over_pieces(chunk + t * rows * C, t * Nl + r0, rows, C, p, gemm);
+  return p.tp->reduce_scatter_async(chunk, dst + r0 * C, rows * C, ElemType::f32, SumOrder::tree,
+                                    comm_label(p.site, pair, direction, {P * rows, C}));
+}
+
 // dst [N, C] (SP: [N / tp, C]) = the sum over pieces and then over tp, `meanwhile` run before the last
-// collective completes. Whole: one product per piece and one collective. Under tp_overlap (no SP) in
-// chunks of kFixedRowBlock rows, each chunk's tree all-reduce in flight while the next multiplies: the
-// chunks are the fixed GEMM blocks (ops/gemm.h), so each chunk's product is the very OpenBLAS call the
-// whole product makes for those rows, and the tree gives an element the same bits in any chunk.
+// collective completes. Whole: one product per piece and one collective. Under tp_overlap in chunks of
+// kFixedRowBlock rows (SP: of each rank's token block, chunked_under_sp), each chunk's tree all-reduce
+// (SP: reduce-scatter) in flight while the next multiplies: the chunks are the fixed GEMM blocks
+// (ops/gemm.h), so each chunk's product is the very OpenBLAS call the whole product makes for those
+// rows, and the tree gives an element the same bits in any chunk.
 void sum_rows(float* dst, int64_t N, int64_t C, const Pieces& p, const PieceRows& gemm, std::string_view pair,
               std::string_view direction, const std::function<void()>& meanwhile = {}) {
-  if (!p.overlap || !p.tp_on() || p.sp) {
+  if (!p.overlap || !p.tp_on() || (p.sp && !chunked_under_sp(N, p))) {
     rows_over_pieces(whole(dst, p), 0, N, C, p, gemm);
     finish_over_tp(dst, N, C, p, pair, direction);
     if (meanwhile) meanwhile();
@@ -70,9 +83,14 @@ void sum_rows(float* dst, int64_t N, int64_t C, const Pieces& p, const PieceRows
   MT_CHECK(fixed_gemm_blocks(), "canonical tp_overlap needs the fixed GEMM blocks (ops/gemm.h) at site ",
            std::string(p.site));
   std::vector<Work> inflight;
-  for (int64_t r0 = 0; r0 < N; r0 += kFixedRowBlock) {
-    const int64_t rows = std::min(kFixedRowBlock, N - r0);
-    rows_over_pieces(dst, r0, rows, C, p, gemm);
+  const int64_t span = p.sp ? N / p.tp->size() : N;  // the rows each chunk cuts
+  for (int64_t r0 = 0; r0 < span; r0 += kFixedRowBlock) {
+    const int64_t rows = std::min(kFixedRowBlock, span - r0);
+    if (p.sp) {
+      inflight.push_back(scatter_chunk(dst, N, C, r0, rows, p, gemm, pair, direction));
+      continue;
+    }
+    rows_over_pieces(dst + r0 * C, r0, rows, C, p, gemm);
     inflight.push_back(p.tp->all_reduce_async(dst + r0 * C, rows * C, ElemType::f32, SumOrder::tree,
                                               comm_label(p.site, pair, direction, {rows, C})));
   }
@@ -95,6 +113,10 @@ VocabRange rank_vocab(int64_t V, const Pieces& p) {
 }
 
 }  // namespace
+
+bool chunked_under_sp(int64_t N, const Pieces& p) {
+  return p.sp && p.overlap && p.tp_on() && (N / p.tp->size()) % kFixedRowBlock == 0;
+}
 
 void pieces_column_forward(float* out, const float* inp, const float* w, int64_t N, int64_t IC,
                            const std::vector<int64_t>& blocks, const Pieces& p) {

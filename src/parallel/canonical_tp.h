@@ -29,15 +29,20 @@
 // same tree); the column layer's input and the row layer's output gradient
 // are all-gathered by the caller (copies, exact).
 //
-// Under tp_overlap (without SP) the row layer's output and a column layer's
-// input gradient run in chunks of kFixedRowBlock token rows (ops/gemm.h): a
-// chunk's products, the tree over its pieces, then its tree all-reduce in
-// flight while the next chunk multiplies (a column layer's weight gradient
-// computes while the last is in flight). The chunks are the canonical mode's
-// fixed GEMM blocks, so each chunk's product is the same OpenBLAS call as the
-// whole product's for those rows (only addresses differ), and every sum is
+// Under tp_overlap the row layer's output and a column layer's input gradient
+// run in chunks of kFixedRowBlock token rows (ops/gemm.h): a chunk's
+// products, the tree over its pieces, then its tree all-reduce in flight
+// while the next chunk multiplies (a column layer's weight gradient computes
+// while the last is in flight). The chunks are the canonical mode's fixed
+// GEMM blocks, so each chunk's product is the same OpenBLAS call as the whole
+// product's for those rows (only addresses differ), and every sum is
 // elementwise: the chunking changes no element's bits. With N ≤ 128 tokens a
-// microbatch there is one chunk.
+// microbatch there is one chunk. Under SP a chunk is rows [r0, r0 + 128) of
+// every rank's block of N / tp tokens, reduce-scattered by the tree, and the
+// caller multiplies each rank's gathered block as it arrives
+// (all_gather_matmul): this needs N / tp to be a multiple of 128, so that the
+// blocks are still the fixed GEMM blocks (chunked_under_sp); otherwise the
+// sums and gathers are whole (the same bits, nothing overlapped).
 //
 // Argument grammar as tensor_parallel.h. Parameter gradients accumulate (+=),
 // activation gradients are assigned. `leaves` [pieces, N, d] holds a rank's
@@ -60,10 +65,13 @@ struct Pieces {
   float* leaves = nullptr;
   bool sp = false;        // sequence parallelism: N / tp tokens on the residual stream
   float* full = nullptr;  // sp: [N, d], the whole sum before its reduce-scatter
-  bool overlap = false;   // tp_overlap (no sp): the sums over tp in row chunks, each in flight (below)
+  bool overlap = false;   // tp_overlap: the sums over tp in row chunks, each in flight (below)
 
   bool tp_on() const { return tp != nullptr && tp->size() > 1; }
 };
+
+// Whether SP's sums and gathers run in chunks under tp_overlap (above).
+bool chunked_under_sp(int64_t N, const Pieces& p);
 
 // out[N, OCl] = inp[N, IC] · w[OCl, IC]ᵀ, the blocks (local widths, in block
 // order) each cut into `count` pieces; no communication (copy_to_tp forward).

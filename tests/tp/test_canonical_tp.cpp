@@ -201,6 +201,35 @@ TEST(CanonicalTp, OverlappedChunksAreBitwiseOneProcess) {
   EXPECT_TRUE(same_bits(dw, block(dw1, OC, t * K / P, K / P, 0, OC)));
 }
 
+// tp_overlap under SP: 256 tokens a rank, so each rank's block is two fixed
+// GEMM blocks; each chunk (128 rows of every rank's block) reduce-scattered
+// by the tree: rank t's rows of one process's whole sums.
+TEST(CanonicalTp, OverlappedChunksUnderSpAreBitwiseOneProcessRows) {
+  const FixedGemmBlocksGuard blocks(true);
+  const int P = test::world().size();
+  DeviceMesh mesh = test::tp_mesh(P);
+  Group g = mesh.group("tp");
+  const int t = g.rank();
+  const int64_t Nl = 2 * kFixedRowBlock, No = P * Nl;
+  constexpr int64_t K = 16, OC = 8;
+  const auto x = random_vec(No * K, 31), w = random_vec(OC * K, 32), dout = random_vec(No * K, 33);
+  std::vector<float> leaves(static_cast<size_t>(kC * No * OC)), full(static_cast<size_t>(No * OC));
+  const tp::Pieces one{kC, nullptr, "one", leaves.data()};
+  std::vector<float> out1(No * OC), dx1(No * OC);
+  const auto wc = transpose(w, OC, K);
+  tp::pieces_row_forward(out1.data(), x.data(), w.data(), No, K, OC, one);
+  tp::pieces_column_backward(dx1.data(), nullptr, dout.data(), nullptr, wc.data(), No, OC, {K}, one);
+  const tp::Pieces mine{kC / P, &g, "sp overlap", leaves.data(), true, full.data(), true};
+  ASSERT_TRUE(tp::chunked_under_sp(No, mine));
+  const auto xl = block(x, K, 0, No, t * K / P, K / P), wl = block(w, K, 0, OC, t * K / P, K / P);
+  const auto wcl = block(wc, OC, t * K / P, K / P, 0, OC), doutl = block(dout, K, 0, No, t * K / P, K / P);
+  std::vector<float> out(Nl * OC), dx(Nl * OC);
+  tp::pieces_row_forward(out.data(), xl.data(), wl.data(), No, K / P, OC, mine);
+  tp::pieces_column_backward(dx.data(), nullptr, doutl.data(), nullptr, wcl.data(), No, OC, {K / P}, mine);
+  EXPECT_TRUE(same_bits(out, block(out1, OC, t * Nl, Nl, 0, OC)));
+  EXPECT_TRUE(same_bits(dx, block(dx1, OC, t * Nl, Nl, 0, OC)));
+}
+
 TEST(CanonicalTp, CrossEntropyOnTpIsBitwiseOneProcess) {
   const int P = test::world().size();
   DeviceMesh mesh = test::tp_mesh(P);
