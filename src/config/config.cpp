@@ -187,15 +187,18 @@ std::vector<Entry> parallel_entries() {
           parallel, reduction, "string",
           "default | canonical: canonical sums every gradient over a fixed tree of microbatches and the loss "
           "and gradient norm exactly, so that every layout it covers (dp, ZeRO 0-3, pp, tp up to "
-          "parallel.canonical_tp, recompute, dropout) "
+          "parallel.canonical_tp with parallel.sp and tp_overlap, recompute, dropout) "
           "is bitwise the one-process run with the same train.microbatch_size (docs/PARALLELISM.md \"The "
           "canonical mode\")"),
-      MT_KEY(parallel, canonical_tp, "int",
-             "the canonical mode's tp grain c, a power of two dividing n_heads, n_kv_heads, ffn_hidden and "
-             "vocab_size: every sum over a tp-split dim (row outputs, column input gradients, the "
-             "cross-entropy's sum of exponentials) is a fixed tree over c pieces, so tp 1 to c (any tp "
-             "dividing c, no sp, tp_overlap or tp2d) is bitwise the one-process run with the same c; 1: no "
-             "pieces, tp 1 only; kept across a resume"),
+      MT_KEY(
+          parallel, canonical_tp, "int",
+          "the canonical mode's tp grain c, a power of two dividing n_heads, n_kv_heads, ffn_hidden and "
+          "vocab_size and a microbatch's tokens: every sum over a tp-split dim (row outputs, column input "
+          "gradients, the cross-entropy's sum of exponentials) is a fixed tree over c pieces and the norm "
+          "weights' gradients a tree over c token shards, so tp 1 to c (any tp dividing c, with or without "
+          "sp or tp_overlap; no tp2d) is bitwise the one-process run with the same c; 1: no "
+          "pieces, tp 1 "
+          "only; kept across a resume"),
       MT_KEY(parallel, bucket_mb, "float", "gradient bucket size in MiB for the ZeRO 0/1 all-reduce"),
       MT_KEY(parallel, timeout_s, "float",
              "watchdog: a collective not complete after this many seconds ends the job"),

@@ -73,12 +73,14 @@ Llama::Slot::Slot(const buffers::ChunkPlan& plan) {
 Tensor& Llama::Buffers::member(const char* name) {
   using B = Buffers;
   static const std::pair<std::string_view, Tensor B::*> table[] = {
-      {"norm_out", &B::norm_out}, {"dres", &B::dres},         {"dtmp", &B::dtmp},    {"dmid", &B::dmid},
-      {"dqkv", &B::dqkv},         {"dgu", &B::dgu},           {"part", &B::part},    {"dfull", &B::dfull},
-      {"dln", &B::dln},           {"normg", &B::normg},       {"kvg", &B::kvg},      {"rlogits", &B::rlogits},
-      {"drlogits", &B::drlogits}, {"dweights", &B::dweights}, {"dyk", &B::dyk},      {"dys", &B::dys},
-      {"dxs", &B::dxs},           {"dgu_e", &B::dgu_e},       {"dh_e", &B::dh_e},    {"xfer", &B::xfer},
-      {"moeg", &B::moeg},         {"grid", &B::grid},         {"leaves", &B::leaves}};
+      {"norm_out", &B::norm_out}, {"dres", &B::dres},         {"dtmp", &B::dtmp},
+      {"dmid", &B::dmid},         {"dqkv", &B::dqkv},         {"dgu", &B::dgu},
+      {"part", &B::part},         {"dfull", &B::dfull},       {"dln", &B::dln},
+      {"normg", &B::normg},       {"kvg", &B::kvg},           {"rlogits", &B::rlogits},
+      {"drlogits", &B::drlogits}, {"dweights", &B::dweights}, {"dyk", &B::dyk},
+      {"dys", &B::dys},           {"dxs", &B::dxs},           {"dgu_e", &B::dgu_e},
+      {"dh_e", &B::dh_e},         {"xfer", &B::xfer},         {"moeg", &B::moeg},
+      {"grid", &B::grid},         {"leaves", &B::leaves},     {"nshards", &B::nshards}};
   return named(*this, table, name, "Buffers");
 }
 

@@ -145,6 +145,10 @@ List shared_buffers(const Sizes& m, const Shape& s) {
   // The canonical mode's per-piece partial sums of a row output or a column
   // input gradient (parallel/canonical_tp.h), with more than one piece here.
   if (s.pieces > 1) out.push_back({"leaves", {s.pieces, m.N, m.C}});
+  // The norms' per-shard weight gradients (linear_plan.h NormEntry): c token
+  // shards, c / tp of them here under SP, with more than one here.
+  const int64_t shards = s.sp ? s.pieces : s.pieces * s.tp;
+  if (shards > 1) out.push_back({"nshards", {shards, m.C}, MemKind::scratch});
   if (s.sp) {
     out.push_back({"dfull", {m.N, m.C}});
     out.push_back({"dln", {m.Nl, m.C}});

@@ -93,7 +93,7 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
   if (plan_.form() == tp::Form::grid)
     plan_.bind({nullptr, nullptr, b.grid.data(), nullptr, nullptr});
   else
-    plan_.bind({b.part.data(), b.dfull.data(), nullptr, b.kvg.data(), b.leaves.data()});
+    plan_.bind({b.part.data(), b.dfull.data(), nullptr, b.kvg.data(), b.leaves.data(), b.nshards.data()});
   moe_init();
   slot(0);  // one microbatch's activations, allocated up front
 }

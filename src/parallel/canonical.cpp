@@ -24,9 +24,6 @@ namespace {
 
 // The first feature of `l` without a canonical form yet, or null.
 const char* not_canonical_yet(const CanonicalLayout& l) {
-  if (l.sp) return "sequence parallelism (parallel.sp = true): its token shards are not yet canonical";
-  if (l.tp_overlap)
-    return "parallel.tp_overlap = true: its token-chunked collectives are not yet combined by the tree";
   if (l.tp2d) return "2-D tensor parallelism (parallel.tp2d): its grid's sums are not yet cut into pieces";
   if (l.tp > l.n_kv_heads)
     return "kv heads replicated over tp (parallel.tp > model.n_kv_heads): their replicas' gradient sum is "
@@ -60,6 +57,9 @@ void check_canonical_tp(const CanonicalLayout& l) {
     MT_REQUIRE(n % c == 0, ConfigError, "parallel.canonical_tp (", c, ") must divide ", key, " (", n,
                "): each piece is what tp rank p holds at tp = canonical_tp, without padding");
   }
+  MT_REQUIRE(c == 1 || l.microbatch_tokens % c == 0, ConfigError, "parallel.canonical_tp (", c,
+             ") must divide a microbatch's tokens (train.microbatch_size x train.seq_len = ",
+             l.microbatch_tokens, "): the norms' weight gradients sum over that many fixed token shards");
   MT_REQUIRE(c % l.tp == 0, ConfigError, "parallel.tp (", l.tp, ") must divide parallel.canonical_tp (", c,
              ") in the canonical mode: each tp rank sums its canonical_tp / tp pieces, an aligned subtree "
              "(docs/PARALLELISM.md \"The canonical mode\")");

@@ -15,8 +15,15 @@
 //   scalars: the loss, the gradient norm and LAMB's per-tensor norms as exact
 //           sums (ExactSum), whose value does not depend on any order or split.
 //
+//   sp:     the tokens of a microbatch cut into c fixed shards (what SP rank
+//           p holds at tp = c): the norms' weight gradients are each shard's
+//           sum, then the tree over shards, in one process too (linear_plan.h
+//           NormEntry); the reduce-scatters that sum pieces use the tree.
+//   overlap: tp_overlap's token chunks are the fixed GEMM blocks, each
+//           chunk's sum the same tree (canonical_tp.h), with or without SP.
+//
 // What does not yet have a canonical form is refused by name at start-up
-// (check_canonical): sequence parallelism, tp_overlap, 2-D tp and kv heads
+// (check_canonical): 2-D tp and kv heads
 // replicated over tp (tp > n_kv_heads), context parallelism (key blocks),
 // experts (token order, per-microbatch aux terms), tied embeddings over
 // pipeline stages (their two copies' gradients would be summed outside the
@@ -40,7 +47,8 @@ struct CanonicalLayout {
   bool sp = false, tp_overlap = false, tp2d = false;
   bool experts = false, tied_embeddings = false, bf16_onednn = false;
   int64_t batch_size = 1, microbatch_size = 1;
-  int64_t canonical_tp = 1;  // parallel.canonical_tp
+  int64_t microbatch_tokens = 1;  // train.microbatch_size × train.seq_len
+  int64_t canonical_tp = 1;       // parallel.canonical_tp
   int64_t n_heads = 1, n_kv_heads = 1, ffn_hidden = 1, vocab_size = 1;
 };
 
@@ -48,8 +56,8 @@ struct CanonicalLayout {
 // (batch_size / microbatch_size / dp) are a power of two, so that every rank
 // holds an aligned subtree of the tree over the global atoms; and the tp
 // rule: canonical_tp is a power of two dividing n_heads, n_kv_heads,
-// ffn_hidden and vocab_size (a piece is what tp rank p holds at tp = c,
-// unpadded), and tp divides it.
+// ffn_hidden, vocab_size (a piece is what tp rank p holds at tp = c,
+// unpadded) and the microbatch's tokens (the norms' shards), and tp divides it.
 void check_canonical(const CanonicalLayout& l);
 
 // n a power of two (n ≥ 1).

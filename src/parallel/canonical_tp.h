@@ -22,6 +22,28 @@
 // logit are exact (a max; one non-zero term), and everything else is
 // elementwise or per head.
 //
+// Under sequence parallelism (`sp`) the sums over pieces that land on the
+// residual stream — the row layer's output, a column layer's input gradient —
+// are formed whole over the N tokens in `full` [N, d] and reduce-scattered by
+// SumOrder::tree (each rank keeps its N / tp tokens: the same elements, the
+// same tree); the column layer's input and the row layer's output gradient
+// are all-gathered by the caller (copies, exact).
+//
+// Under tp_overlap the row layer's output and a column layer's input gradient
+// run in chunks of kFixedRowBlock token rows (ops/gemm.h): a chunk's
+// products, the tree over its pieces, then its tree all-reduce in flight
+// while the next chunk multiplies (a column layer's weight gradient computes
+// while the last is in flight). The chunks are the canonical mode's fixed
+// GEMM blocks, so each chunk's product is the same OpenBLAS call as the whole
+// product's for those rows (only addresses differ), and every sum is
+// elementwise: the chunking changes no element's bits. With N ≤ 128 tokens a
+// microbatch there is one chunk. Under SP a chunk is rows [r0, r0 + 128) of
+// every rank's block of N / tp tokens, reduce-scattered by the tree, and the
+// caller multiplies each rank's gathered block as it arrives
+// (all_gather_matmul): this needs N / tp to be a multiple of 128, so that the
+// blocks are still the fixed GEMM blocks (chunked_under_sp); otherwise the
+// sums and gathers are whole (the same bits, nothing overlapped).
+//
 // Argument grammar as tensor_parallel.h. Parameter gradients accumulate (+=),
 // activation gradients are assigned. `leaves` [pieces, N, d] holds a rank's
 // per-piece partial sums when it has more than one piece (d: the width of
@@ -41,9 +63,15 @@ struct Pieces {
   Group* tp = nullptr;    // null or of size 1: one process holds all c
   std::string_view site;  // the ledger site
   float* leaves = nullptr;
+  bool sp = false;        // sequence parallelism: N / tp tokens on the residual stream
+  float* full = nullptr;  // sp: [N, d], the whole sum before its reduce-scatter
+  bool overlap = false;   // tp_overlap: the sums over tp in row chunks, each in flight (below)
 
   bool tp_on() const { return tp != nullptr && tp->size() > 1; }
 };
+
+// Whether SP's sums and gathers run in chunks under tp_overlap (above).
+bool chunked_under_sp(int64_t N, const Pieces& p);
 
 // out[N, OCl] = inp[N, IC] · w[OCl, IC]ᵀ, the blocks (local widths, in block
 // order) each cut into `count` pieces; no communication (copy_to_tp forward).
@@ -51,13 +79,15 @@ void pieces_column_forward(float* out, const float* inp, const float* w, int64_t
                            const std::vector<int64_t>& blocks, const Pieces& p);
 
 // dinp [N, IC] = Σ over pieces (tree) of dout[:, piece] · w[piece] (null:
-// skipped, on every rank alike), then summed over tp (copy_to_tp backward);
+// skipped, on every rank alike), then summed over tp (copy_to_tp backward;
+// sp: dinp [N / tp, IC], gather_from_sp backward);
 // dw [OCl, IC] += doutᵀ · inp per piece (null: skipped).
 void pieces_column_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                             int64_t N, int64_t IC, const std::vector<int64_t>& blocks, const Pieces& p);
 
 // out[N, OC] = Σ over pieces (tree, then over tp: reduce_from_tp forward) of
-// inp[:, piece] · w[:, piece]ᵀ, plus resid (same shape) when given.
+// inp[:, piece] · w[:, piece]ᵀ, plus resid (same shape) when given (sp: out
+// and resid [N / tp, OC], scatter_to_sp forward).
 void pieces_row_forward(float* out, const float* inp, const float* w, int64_t N, int64_t ICl, int64_t OC,
                         const Pieces& p, const float* resid = nullptr);
 

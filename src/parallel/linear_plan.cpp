@@ -8,6 +8,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "core/exact_sum.h"
 #include "ops/primitives.h"
 #include "ops/rmsnorm.h"
 #include "parallel/tp2d_linear.h"
@@ -33,14 +34,19 @@ bool LinearEntry::gathers() const {
          role != Role::row;
 }
 
-PartialGrads::PartialGrads(Group* over, float* scratch, int64_t n) : over_(over), scratch_(scratch), n_(n) {
+PartialGrads::PartialGrads(Group* over, float* scratch, int64_t n, SumOrder order)
+    : over_(over), scratch_(scratch), n_(n), order_(order) {
   if (over_ != nullptr) zero_bytes(scratch_, n_ * int64_t{sizeof(float)});
 }
 
 void PartialGrads::finish(std::initializer_list<std::pair<float*, int64_t>> grads, std::string_view site,
                           std::string_view what, std::initializer_list<int64_t> shape) const {
   if (over_ == nullptr) return;
-  over_->all_reduce(scratch_, n_, comm_label(site, what, "backward", shape));
+  const std::string label = comm_label(site, what, "backward", shape);
+  if (order_ == SumOrder::library)
+    over_->all_reduce(scratch_, n_, label);
+  else
+    over_->all_reduce(scratch_, n_, ElemType::f32, order_, label);
   const float* part = scratch_;
   for (const auto& [g, n] : grads) {
     add(g, part, n);
@@ -105,6 +111,8 @@ LinearPlan::LinearPlan(const std::vector<PlanRow>& table, const std::vector<Mode
   norms_.width = form_ == Form::grid ? model_width / g.tp->size() : model_width;
   if (form_ == Form::grid) norms_.sums = g.tp;
   if (form_ == Form::megatron && g.sp) norms_.partial = g.tp;
+  if (g.canonical_tp > 1 && form_ != Form::grid)
+    norms_.shards = norms_.partial != nullptr ? g.canonical_tp / g.tp->size() : g.canonical_tp;
   for (const ModelSite& s : sites) {
     std::vector<Role> roles;
     for (const SiteWeight& w : s.weights)
@@ -187,8 +195,31 @@ void LinearPlan::norm_backward(float* dinp, float* dw, const float* dout, const 
                                const float* rstd, int64_t rows, std::string_view label) const {
   if (norms_.sums != nullptr)
     tp2d::rmsnorm2d_backward(dinp, dw, dout, inp, w, rstd, rows, norms_.width, norms_.d, *norms_.sums, label);
+  else if (norms_.shards > 0)
+    norm_backward_shards(dinp, dw, dout, inp, w, rstd, rows, label);
   else
     rmsnorm_backward(dinp, dw, dout, inp, w, rstd, rows, norms_.d);
+}
+
+void LinearPlan::norm_backward_shards(float* dinp, float* dw, const float* dout, const float* inp,
+                                      const float* w, const float* rstd, int64_t rows,
+                                      std::string_view label) const {
+  const int64_t S = norms_.shards, d = norms_.d;
+  MT_CHECK(rows % S == 0, "the norms' rows (", rows, ") are not ", S, " token shards at ",
+           std::string(label));
+  const int64_t n = rows / S;
+  // One shard: its sum accumulates into dw directly (under SP, PartialGrads' zeroed scratch).
+  float* leaves = S > 1 && dw != nullptr ? scratch_.shards : nullptr;
+  MT_CHECK(S == 1 || dw == nullptr || leaves != nullptr, "the norms' shard scratch is not bound");
+  if (leaves != nullptr) zero_bytes(leaves, S * d * int64_t{sizeof(float)});
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t at = s * n * d;
+    float* g = leaves != nullptr ? leaves + s * d : dw;
+    rmsnorm_backward(dinp + at, g, dout + at, inp + at, w, rstd + s * n, n, d);
+  }
+  if (leaves == nullptr) return;
+  sum_in_tree_order(leaves, leaves, static_cast<int>(S), d);  // the root in the first leaf
+  add(dw, leaves, d);
 }
 
 namespace {
@@ -247,7 +278,10 @@ std::string LinearPlan::explain() const {
      << (norms_.sums                 ? "all-reduce sums" + over(norms_.sums)
          : norms_.partial != nullptr ? "all-reduce weight grads" + over(norms_.partial)
                                      : std::string("none"))
-     << " | sp " << (norms_.partial ? "on" : "off") << "\n";
+     << " | sp " << (norms_.partial ? "on" : "off");
+  if (norms_.shards > 0)
+    os << " | canonical: weight grads over " << norms_.shards << " token shards, in the tree";
+  os << "\n";
   return os.str();
 }
 

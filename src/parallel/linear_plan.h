@@ -114,10 +114,16 @@ struct LinearEntry {
 
 // The norms' entry: local, or on a grid with the sums of squares over tp;
 // under SP their weight gradients are Partial over `partial`.
+// In the canonical mode (c = parallel.canonical_tp > 1) the weight gradient
+// is a sum over the microbatch's N tokens cut into c fixed shards — shard s is
+// what SP rank s holds at tp = c — each shard's sum formed apart, then the
+// canonical tree over shards: this rank's `shards` (c, or c / tp under SP)
+// here, the ranks' roots by PartialGrads (SumOrder::tree).
 struct NormEntry {
   Group* sums = nullptr;     // grid: tp
   Group* partial = nullptr;  // SP: tp
   int64_t width = 0, d = 0;  // this rank's features of a row, and the row's
+  int64_t shards = 0;        // canonical: this rank's token shards; 0: one sum over its rows
 };
 
 // Scratch the entries use, bound once after the model allocates it.
@@ -127,15 +133,17 @@ struct LinearScratch {
   float* grid = nullptr;      // grid: tp2d_linear.h's scratch
   float* kv = nullptr;        // megatron: a replicated kv head's gradient
   float* leaves = nullptr;    // canonical [pieces, N, d]: per-piece partial sums (more than one piece)
+  float* shards = nullptr;    // canonical [shards, d]: the norms' per-shard weight gradients (more than one)
 };
 
 // Gradients of replicated weights that each rank computes from its own
 // tokens (SP): Partial over tp. They collect in scratch [n] (zeroed here) and
-// are summed over tp once, then added to their gradients; without SP they
-// accumulate in place and finish does nothing.
+// are summed over tp once (by SumOrder::tree in the canonical mode), then
+// added to their gradients; without SP they accumulate in place and finish
+// does nothing.
 class PartialGrads {
  public:
-  PartialGrads(Group* over, float* scratch, int64_t n);
+  PartialGrads(Group* over, float* scratch, int64_t n, SumOrder order = SumOrder::library);
   // Where the part at `at` of the scratch accumulates: there, or `grad` itself.
   float* into(float* grad, int64_t at) const { return over_ ? scratch_ + at : grad; }
   // Σ_tp of the scratch (one all-reduce, "<site>: <what> backward [shape]"),
@@ -147,6 +155,7 @@ class PartialGrads {
   Group* over_;
   float* scratch_;
   int64_t n_;
+  SumOrder order_;
 };
 
 class LinearPlan {
@@ -199,7 +208,12 @@ class LinearPlan {
                     std::string_view label) const;
   void norm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                      const float* rstd, int64_t rows, std::string_view label) const;
-  PartialGrads partial_grads(float* scratch, int64_t n) const { return {norms_.partial, scratch, n}; }
+  // The canonical mode's norm backward (NormEntry::shards).
+  void norm_backward_shards(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                            const float* rstd, int64_t rows, std::string_view label) const;
+  PartialGrads partial_grads(float* scratch, int64_t n) const {
+    return {norms_.partial, scratch, n, norms_.shards > 0 ? SumOrder::tree : SumOrder::library};
+  }
 
   // The embedding (linear_plan_ends.cpp): out [rows(N), width()] from ids [N].
   void embed_forward(float* out, const int32_t* ids, const float* table, int64_t N, int64_t V,
@@ -219,8 +233,17 @@ class LinearPlan {
 
  private:
   LinearEntry make_entry(const ModelSite& s, const std::vector<Role>& roles, const TpGroups& g) const;
+  // A column layer's GEMM input: inp, or (SP) gathered into saved (keep_input).
+  const float* gathered_input(float* saved, const float* inp, int64_t N, const LinearEntry& e,
+                              std::string_view label) const;
   Pieces pieces(const LinearEntry& e, std::string_view label) const {
-    return {e.pieces, e.tp, label, scratch_.leaves};
+    return {e.pieces,
+            e.tp,
+            label,
+            scratch_.leaves,
+            e.sp == SequenceParallel::on,
+            scratch_.part,
+            e.overlap == Overlap::on};
   }
 
   std::vector<LinearEntry> entries_;

@@ -11,6 +11,7 @@
 #include "parallel/linear_plan.h"
 #include "parallel/tp2d_linear.h"
 #include "parallel/tp_comm.h"
+#include "parallel/tp_overlap.h"
 
 namespace mt::tp {
 
@@ -24,6 +25,22 @@ tp2d::Linear2d grid_layer(const LinearEntry& e, std::string_view label) {
   return {e.gather, e.scatter, e.out_blocks, label};
 }
 
+// A canonical column layer's (or the head's) forward under SP with chunked
+// overlap (canonical_tp.h chunked_under_sp): each rank's block of the input,
+// gathered into saved, multiplied as it arrives.
+void chunked_column_forward(float* out, float* saved, const float* inp, const float* w, int64_t N,
+                            const LinearEntry& e, const Pieces& p, std::string_view label) {
+  int64_t OCl = 0;
+  for (int64_t b : e.out_blocks)
+    OCl += b;
+  all_gather_matmul(saved, inp, N, e.in, *e.tp, Overlap::on,
+                    [&](int64_t first, int64_t rows) {
+                      pieces_column_forward(out + first * OCl, saved + first * e.in, w, rows, e.in,
+                                            e.out_blocks, p);
+                    },
+                    {label, "gather_from_sp", "forward"}, {});
+}
+
 }  // namespace
 
 void LinearPlan::forward(float* out, float* saved, const float* inp, const float* w, int64_t N,
@@ -32,7 +49,10 @@ void LinearPlan::forward(float* out, float* saved, const float* inp, const float
     return pieces_row_forward(out, inp, w, N, e.in, e.out, pieces(e, label), resid);
   if (e.pieces > 0) {
     MT_CHECK(resid == nullptr, "a column-parallel layer has no residual add (", std::string(label), ")");
-    return pieces_column_forward(out, inp, w, N, e.in, e.out_blocks, pieces(e, label));
+    if (chunked_under_sp(N, pieces(e, label)))
+      return chunked_column_forward(out, saved, inp, w, N, e, pieces(e, label), label);
+    return pieces_column_forward(out, gathered_input(saved, inp, N, e, label), w, N, e.in, e.out_blocks,
+                                 pieces(e, label));
   }
   if (e.form == Form::grid) {
     tp2d::linear2d_forward(out, saved, scratch_.grid, inp, w, N, e.in, e.out, grid_layer(e, label));
@@ -45,6 +65,13 @@ void LinearPlan::forward(float* out, float* saved, const float* inp, const float
   }
   MT_CHECK(resid == nullptr, "a column-parallel layer has no residual add (", std::string(label), ")");
   column_parallel_forward(out, saved, inp, w, N, e.in, e.out, e.layer(label));
+}
+
+const float* LinearPlan::gathered_input(float* saved, const float* inp, int64_t N, const LinearEntry& e,
+                                        std::string_view label) const {
+  if (!e.gathers()) return inp;
+  keep_input(saved, inp, N, e, label);
+  return saved;
 }
 
 void LinearPlan::keep_input(float* saved, const float* inp, int64_t N, const LinearEntry& e,
@@ -61,8 +88,25 @@ void LinearPlan::keep_input(float* saved, const float* inp, int64_t N, const Lin
 void LinearPlan::backward(float* dinp, float* dw, const float* dout, const float* gemm_in, const float* w,
                           int64_t N, const LinearEntry& e, std::string_view label,
                           std::string_view kv_label) const {
-  if (e.pieces > 0 && e.role == Role::row)
-    return pieces_row_backward(dinp, dw, dout, gemm_in, w, N, e.in, e.out, pieces(e, label));
+  if (e.pieces > 0 && e.role == Role::row && chunked_under_sp(N, pieces(e, label))) {
+    float* d = scratch_.gathered;  // every token's output gradient, each rank's block used as it arrives
+    all_gather_matmul(d, dout, N, e.out, *e.tp, Overlap::on,
+                      [&](int64_t first, int64_t rows) {
+                        if (dinp != nullptr)
+                          pieces_row_backward(dinp + first * e.in, nullptr, d + first * e.out, nullptr, w,
+                                              rows, e.in, e.out, pieces(e, label));
+                      },
+                      {label, "scatter_to_sp", "backward"}, {});
+    return pieces_row_backward(nullptr, dw, d, gemm_in, w, N, e.in, e.out, pieces(e, label));
+  }
+  if (e.pieces > 0 && e.role == Role::row) {
+    const float* d = dout;  // SP: the output gradient of every token (scatter_to_sp backward)
+    if (e.sp == SequenceParallel::on) {
+      scatter_to_sp_backward(scratch_.gathered, dout, N, e.out, *e.tp, label);
+      d = scratch_.gathered;
+    }
+    return pieces_row_backward(dinp, dw, d, gemm_in, w, N, e.in, e.out, pieces(e, label));
+  }
   if (e.pieces > 0)
     return pieces_column_backward(dinp, dw, dout, gemm_in, w, N, e.in, e.out_blocks, pieces(e, label));
   if (e.form == Form::grid) {
@@ -102,7 +146,11 @@ void LinearPlan::embed_backward(float* dtable, const float* dout, const int32_t*
 
 void LinearPlan::head_forward(float* logits, float* saved, const float* inp, const float* w, int64_t N,
                               const LinearEntry& e) const {
-  if (e.pieces > 0) return pieces_column_forward(logits, inp, w, N, e.in, e.out_blocks, pieces(e, e.site));
+  if (e.pieces > 0 && chunked_under_sp(N, pieces(e, e.site)))
+    return chunked_column_forward(logits, saved, inp, w, N, e, pieces(e, e.site), e.site);
+  if (e.pieces > 0)
+    return pieces_column_forward(logits, gathered_input(saved, inp, N, e, e.site), w, N, e.in, e.out_blocks,
+                                 pieces(e, e.site));
   if (e.form != Form::grid) {
     column_parallel_forward(logits, saved, inp, w, N, e.in, e.out, e.layer(e.site));
     return;

@@ -16,6 +16,11 @@
 #     vocab-parallel head and embedding sharing a weight), each against one
 #     process with the same 4 pieces; tp 2 with canonical_tp = 2 (one piece a
 #     rank) against one process with 2; tp 2 with dropout and recomputation;
+#     sequence parallelism at tp 2 and at dp 2 × tp 4 (the norms' weight
+#     gradients over 4 fixed token shards, c / tp a rank), against one process
+#     with the same 4 pieces; tp_overlap at tp 2 with 512 tokens a microbatch
+#     (chunks of the fixed GEMM blocks: 4, and under SP 2 of each rank's
+#     block) with and without SP, against one process with the same;
 #   - the default mode on dp 4 and on tp 2 is not bitwise, nor is one process
 #     with canonical_tp = 1 against 4 (the comparisons can fail: they see what
 #     the mode and its pieces change);
@@ -71,6 +76,10 @@ train ref_c4_tied 1 "${canon[@]}" "${ctp[@]}" --set model.tie_embeddings=true
 train ref_c2 1 "${canon[@]}" --set parallel.canonical_tp=2
 drop=(--set model.attention_dropout=0.1 --set model.hidden_dropout=0.1)
 train ref_c4_drop 1 "${canon[@]}" "${ctp[@]}" "${drop[@]}"
+# 512 tokens a microbatch: tp_overlap's chunks are fixed GEMM blocks of 128 rows, 4 of them, and
+# under SP at tp 2 two of each rank's 256 tokens.
+m32=(--set train.batch_size=32 --set train.microbatch_size=32 --set train.steps=3)
+train ref_c4_m32 1 "${canon[@]}" "${ctp[@]}" "${m32[@]}"
 
 layouts=(
   "one_2threads 1 ref --set train.threads=2"
@@ -97,6 +106,10 @@ layouts=(
   "tp2_tied 2 ref_c4_tied --tp 2 ${ctp[*]} --set model.tie_embeddings=true"
   "tp2_c2 2 ref_c2 --tp 2 --set parallel.canonical_tp=2"
   "tp2_dropout_recompute 2 ref_c4_drop --tp 2 ${ctp[*]} ${drop[*]} --set train.recompute=true"
+  "tp2_sp 2 ref_c4 --tp 2 ${ctp[*]} --set parallel.sp=true"
+  "dp2_tp4_sp 8 ref_c4 --dp 2 --tp 4 ${ctp[*]} --set parallel.sp=true"
+  "tp2_overlap 2 ref_c4_m32 --tp 2 ${ctp[*]} ${m32[*]} --set parallel.tp_overlap=true"
+  "tp2_sp_overlap 2 ref_c4_m32 --tp 2 ${ctp[*]} ${m32[*]} --set parallel.tp_overlap=true --set parallel.sp=true"
 )
 for spec in "${layouts[@]}"; do
   read -r name np ref flags <<<"$spec"
@@ -180,10 +193,8 @@ refused resume_microbatch 1 "train.microbatch_size is 1 in the checkpoint but 2"
 refused resume_canonical_tp 1 "parallel.canonical_tp is 1 in the checkpoint but 2" "${canon[@]}" \
   --set parallel.canonical_tp=2 --resume "$ck/step-00000005"
 refused tp2_grain1 2 "parallel.tp (2) must divide parallel.canonical_tp (1)" "${canon[@]}" --tp 2
-refused tp2_sp 2 "does not cover sequence parallelism" "${canon[@]}" --tp 2 --set parallel.canonical_tp=2 \
-  --set parallel.sp=true
-refused tp2_overlap 2 "does not cover parallel.tp_overlap = true" "${canon[@]}" --tp 2 \
-  --set parallel.canonical_tp=2 --set parallel.tp_overlap=true
+refused grain_tokens 1 "parallel.canonical_tp (4) must divide a microbatch's tokens" "${canon[@]}" "${ctp[@]}" \
+  --set train.seq_len=6
 refused tp2d 4 "does not cover 2-D tensor parallelism" "${canon[@]}" --tp 4 --set parallel.tp2d=2,2 \
   --set parallel.canonical_tp=4 --set model.n_kv_heads=4
 refused tp4_kv_replicated 4 "does not cover kv heads replicated over tp" "${canon[@]}" --tp 4 \

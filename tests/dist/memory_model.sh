@@ -19,7 +19,9 @@
 # (parallel/canonical_store.h) at 8, 3, 4 (dp 2 ZeRO 2), 3 (pp 2 gpipe: backwards
 # descending) and 4 (pp 2 interleaved) microbatches; canonical tp 2 with
 # parallel.canonical_tp = 4 (two pieces a rank: the per-piece partial sums,
-# parallel/canonical_tp.h) and one process with the same 4 pieces.
+# parallel/canonical_tp.h; the norms' 4 token shards) and one process with the
+# same 4 pieces, canonical tp 2 with SP (two token shards a rank) and with
+# tp_overlap and SP (two chunks).
 set -euo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -63,6 +65,8 @@ layouts=(
   "canonical_pp2_interleaved_m4 2 --pp 2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set parallel.reduction=canonical --set train.microbatch_size=2"
   "canonical_tp2_c4 2 --tp 2 --set parallel.reduction=canonical --set parallel.canonical_tp=4 --set model.n_kv_heads=4 --set train.microbatch_size=2"
   "canonical_one_c4 1 --set parallel.reduction=canonical --set parallel.canonical_tp=4 --set model.n_kv_heads=4 --set train.microbatch_size=2"
+  "canonical_tp2_overlap_c4 2 --tp 2 --set parallel.tp_overlap=true --set parallel.sp=true --set parallel.reduction=canonical --set parallel.canonical_tp=4 --set model.n_kv_heads=4 --set train.batch_size=16 --set train.microbatch_size=16"
+  "canonical_tp2_sp_c4 2 --tp 2 --set parallel.sp=true --set parallel.reduction=canonical --set parallel.canonical_tp=4 --set model.n_kv_heads=4 --set train.microbatch_size=2"
 )
 for spec in "${layouts[@]}"; do
   read -r -a words <<<"$spec"

@@ -3,7 +3,9 @@
 // output, input gradient and this rank's slice of every weight gradient is
 // BITWISE what one process computes with the same 4 pieces over the full
 // weights — a fused column layer (blocks 16 | 8 | 8, as q | k | v), a row
-// layer with a residual, and the vocab-parallel cross-entropy. The one-process
+// layer with a residual, the vocab-parallel cross-entropy, and the row layer's
+// output and a column layer's input gradient under SP and, in chunks, under
+// tp_overlap. The one-process
 // pieces are also checked against float64 references (bounds of
 // tp_test_util.h), so that "equal" cannot be "equally wrong".
 #include <gtest/gtest.h>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "comm/mpi_test.h"
+#include "ops/gemm.h"
 #include "ops/reference.h"
 #include "parallel/canonical_tp.h"
 #include "tp_test_util.h"
@@ -139,6 +142,92 @@ TEST(CanonicalTp, RowLayerOnTpIsBitwiseOneProcess) {
   EXPECT_TRUE(same_bits(out, out1));
   EXPECT_TRUE(same_bits(dx, block(dx1, K, 0, N, t * K / P, K / P)));
   EXPECT_TRUE(same_bits(dw, block(dw1, K, 0, OC, t * K / P, K / P)));
+}
+
+// Sequence parallelism: the row layer's output and the column layer's input
+// gradient are formed whole and reduce-scattered by the tree, so rank t's N/P
+// token rows are those of one process's, bit for bit.
+TEST(CanonicalTp, SumsUnderSpAreBitwiseOneProcessRows) {
+  const int P = test::world().size();
+  DeviceMesh mesh = test::tp_mesh(P);
+  Group g = mesh.group("tp");
+  const int t = g.rank();
+  constexpr int64_t Ns = 8, K = 16, OC = 8;
+  const int64_t Nl = Ns / P;
+  const auto x = random_vec(Ns * K, 11), w = random_vec(OC * K, 12), resid = random_vec(Ns * OC, 13);
+  const auto dout = random_vec(Ns * K, 14);  // the column layer's: [Ns, K] out of a [K, OC] weight's input OC
+  std::vector<float> leaves(static_cast<size_t>(kC * Ns * OC)), full(static_cast<size_t>(Ns * OC));
+  const tp::Pieces one{kC, nullptr, "one", leaves.data()};
+  std::vector<float> out1(Ns * OC), dx1(Ns * OC);
+  tp::pieces_row_forward(out1.data(), x.data(), w.data(), Ns, K, OC, one, resid.data());
+  const auto wc = transpose(w, OC, K);  // a column layer [K, OC]: output features K split
+  tp::pieces_column_backward(dx1.data(), nullptr, dout.data(), nullptr, wc.data(), Ns, OC, {K}, one);
+  const tp::Pieces mine{kC / P, &g, "sp", leaves.data(), true, full.data()};
+  const auto xl = block(x, K, 0, Ns, t * K / P, K / P), wl = block(w, K, 0, OC, t * K / P, K / P);
+  const auto residl = block(resid, OC, t * Nl, Nl, 0, OC);
+  std::vector<float> out(Nl * OC), dx(Nl * OC);
+  tp::pieces_row_forward(out.data(), xl.data(), wl.data(), Ns, K / P, OC, mine, residl.data());
+  const auto wcl = block(wc, OC, t * K / P, K / P, 0, OC), doutl = block(dout, K, 0, Ns, t * K / P, K / P);
+  tp::pieces_column_backward(dx.data(), nullptr, doutl.data(), nullptr, wcl.data(), Ns, OC, {K / P}, mine);
+  EXPECT_TRUE(same_bits(out, block(out1, OC, t * Nl, Nl, 0, OC)));
+  EXPECT_TRUE(same_bits(dx, block(dx1, OC, t * Nl, Nl, 0, OC)));
+}
+
+// tp_overlap: with 264 tokens the row layer's output and a column layer's
+// input gradient run in 3 chunks of the fixed GEMM blocks (128, 128, 8 rows),
+// each chunk's tree all-reduce in flight: bitwise one process's whole sums.
+TEST(CanonicalTp, OverlappedChunksAreBitwiseOneProcess) {
+  const FixedGemmBlocksGuard blocks(true);
+  const int P = test::world().size();
+  DeviceMesh mesh = test::tp_mesh(P);
+  Group g = mesh.group("tp");
+  const int t = g.rank();
+  constexpr int64_t No = 2 * kFixedRowBlock + 8, K = 16, OC = 8;
+  const auto x = random_vec(No * K, 21), w = random_vec(OC * K, 22), dout = random_vec(No * K, 23);
+  std::vector<float> leaves(static_cast<size_t>(kC * No * OC));
+  const tp::Pieces one{kC, nullptr, "one", leaves.data()};
+  std::vector<float> out1(No * OC), dx1(No * OC), dw1(K * OC, 0.5f);
+  const auto wc = transpose(w, OC, K);
+  tp::pieces_row_forward(out1.data(), x.data(), w.data(), No, K, OC, one);
+  tp::pieces_column_backward(dx1.data(), dw1.data(), dout.data(), x.data(), wc.data(), No, OC, {K}, one);
+  const tp::Pieces mine{kC / P, &g, "overlap", leaves.data(), false, nullptr, true};
+  const auto xl = block(x, K, 0, No, t * K / P, K / P), wl = block(w, K, 0, OC, t * K / P, K / P);
+  const auto wcl = block(wc, OC, t * K / P, K / P, 0, OC), doutl = block(dout, K, 0, No, t * K / P, K / P);
+  std::vector<float> out(No * OC), dx(No * OC), dw(wcl.size(), 0.5f);
+  tp::pieces_row_forward(out.data(), xl.data(), wl.data(), No, K / P, OC, mine);
+  tp::pieces_column_backward(dx.data(), dw.data(), doutl.data(), x.data(), wcl.data(), No, OC, {K / P}, mine);
+  EXPECT_TRUE(same_bits(out, out1));
+  EXPECT_TRUE(same_bits(dx, dx1));
+  EXPECT_TRUE(same_bits(dw, block(dw1, OC, t * K / P, K / P, 0, OC)));
+}
+
+// tp_overlap under SP: 256 tokens a rank, so each rank's block is two fixed
+// GEMM blocks; each chunk (128 rows of every rank's block) reduce-scattered
+// by the tree: rank t's rows of one process's whole sums.
+TEST(CanonicalTp, OverlappedChunksUnderSpAreBitwiseOneProcessRows) {
+  const FixedGemmBlocksGuard blocks(true);
+  const int P = test::world().size();
+  DeviceMesh mesh = test::tp_mesh(P);
+  Group g = mesh.group("tp");
+  const int t = g.rank();
+  const int64_t Nl = 2 * kFixedRowBlock, No = P * Nl;
+  constexpr int64_t K = 16, OC = 8;
+  const auto x = random_vec(No * K, 31), w = random_vec(OC * K, 32), dout = random_vec(No * K, 33);
+  std::vector<float> leaves(static_cast<size_t>(kC * No * OC)), full(static_cast<size_t>(No * OC));
+  const tp::Pieces one{kC, nullptr, "one", leaves.data()};
+  std::vector<float> out1(No * OC), dx1(No * OC);
+  const auto wc = transpose(w, OC, K);
+  tp::pieces_row_forward(out1.data(), x.data(), w.data(), No, K, OC, one);
+  tp::pieces_column_backward(dx1.data(), nullptr, dout.data(), nullptr, wc.data(), No, OC, {K}, one);
+  const tp::Pieces mine{kC / P, &g, "sp overlap", leaves.data(), true, full.data(), true};
+  ASSERT_TRUE(tp::chunked_under_sp(No, mine));
+  const auto xl = block(x, K, 0, No, t * K / P, K / P), wl = block(w, K, 0, OC, t * K / P, K / P);
+  const auto wcl = block(wc, OC, t * K / P, K / P, 0, OC), doutl = block(dout, K, 0, No, t * K / P, K / P);
+  std::vector<float> out(Nl * OC), dx(Nl * OC);
+  tp::pieces_row_forward(out.data(), xl.data(), wl.data(), No, K / P, OC, mine);
+  tp::pieces_column_backward(dx.data(), nullptr, doutl.data(), nullptr, wcl.data(), No, OC, {K / P}, mine);
+  EXPECT_TRUE(same_bits(out, block(out1, OC, t * Nl, Nl, 0, OC)));
+  EXPECT_TRUE(same_bits(dx, block(dx1, OC, t * Nl, Nl, 0, OC)));
 }
 
 TEST(CanonicalTp, CrossEntropyOnTpIsBitwiseOneProcess) {
