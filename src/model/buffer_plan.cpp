@@ -68,7 +68,7 @@ constexpr RecomputeModule kNorms = RecomputeModule::norms, kAttn = RecomputeModu
                           kMlp = RecomputeModule::mlp;
 
 // A layer's entries that choice `r` recomputes (`recomputed`), or keeps.
-List split(const List& layer, const Recompute& r, bool recomputed) {
+List pick(const List& layer, const Recompute& r, bool recomputed) {
   List out;
   for (const Entry& e : layer)
     if (r.recomputes(e.by) == recomputed) out.push_back(e);
@@ -196,8 +196,8 @@ void grid_plan(const ModelConfig& c, const TpDims& d, const Sizes& m, ChunkPlan&
                       {"ln2", {N, w.dl}, kAct, kNorms},     {"ln2_full", {N, w.dR}, kAct, kNorms},
                       {"rstd2", {N}, kAct, kNorms},         {"gu", {N, 2 * w.Fl}},
                       {"h", {N, w.Fl}, kAct, kMlp},         {"h_full", {N, w.FC}, kAct, kMlp}};
-  if (s.recompute.any()) p.recompute = split(layer, s.recompute, true);
-  if (!s.recompute.full()) p.dense_layer = split(layer, s.recompute, false);
+  if (s.recompute.any()) p.recompute = pick(layer, s.recompute, true);
+  if (!s.recompute.full()) p.dense_layer = pick(layer, s.recompute, false);
   // The grid entries' layers need at most 3 N × (their widest side) floats.
   p.shared = {{"dres", {N, w.dl}},
               {"dtmp", {N, w.dl}},
@@ -223,14 +223,13 @@ ChunkPlan chunk_plan(const ModelConfig& c, const TpDims& d, const Shape& s) {
   if (tp::on_grid(s.grid)) {
     grid_plan(c, d, m, p, s);
   } else {
-    if (s.recompute.any()) p.recompute = split(layer_acts(m, s, any_dense, any_moe), s.recompute, true);
+    if (s.recompute.any()) p.recompute = pick(layer_acts(m, s, any_dense, any_moe), s.recompute, true);
     p.shared = shared_buffers(m, s);
     const Dims resid = m.X > 0 ? Dims{m.Nl * m.C + m.X} : Dims{m.Nl, m.C};
     p.resid.assign(s.moe_layers.size() + 1, Entry{"resid", resid});
     if (!s.recompute.full() && any_dense)
-      p.dense_layer = split(layer_acts(m, s, true, false), s.recompute, false);
-    if (!s.recompute.full() && any_moe)
-      p.moe_layer = split(layer_acts(m, s, false, true), s.recompute, false);
+      p.dense_layer = pick(layer_acts(m, s, true, false), s.recompute, false);
+    if (!s.recompute.full() && any_moe) p.moe_layer = pick(layer_acts(m, s, false, true), s.recompute, false);
     if (s.head) {
       p.head = {{"lnf", {m.Nl, m.C}}, {"rstdf", {m.Nl}}};
       if (s.sp) p.head.push_back({"lnf_full", {m.N, m.C}});
