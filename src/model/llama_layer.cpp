@@ -111,6 +111,7 @@ void Llama::layer_recompute(int64_t l, const float* P, LayerActs& a, const float
   const LayerLabels& at = labels_[static_cast<size_t>(l)];
   const tp::LinearPlan& p = plan_;
   const Recompute& r = opts_.recompute;
+  const TraceScope span("layer", "recompute L", table_.stage.first_layer + l);  // --trace, as a full one's
   const float eps = static_cast<float>(cfg_.norm_eps);
   if (r.recomputes(RecomputeModule::norms)) {
     float* ln1 = norm_output(a.ln1);
