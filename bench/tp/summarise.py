@@ -63,7 +63,8 @@ def activation_terms(model, train, P, sp):
     N = B·T tokens of a microbatch; Nl = N / P under sequence parallelism (the
     residual stream and the norms' inputs are sharded by token), else N; the
     attention and MLP widths are this rank's. One set of layer activations per
-    layer, or one shared set with train.recompute.
+    layer, or one shared set with train.recompute = full (true); a selective
+    choice is not counted here (the buffer plan is: docs/MODEL.md).
     """
     B, T = train.get("microbatch_size", train["batch_size"]), train["seq_len"]
     C, L = model["d_model"], model["n_layers"]
@@ -73,7 +74,7 @@ def activation_terms(model, train, P, sp):
     tp_on, sp_on = P > 1, bool(sp) and P > 1
     N = B * T
     Nl = N // P if sp_on else N
-    S = 1 if train.get("recompute", False) else L
+    S = 1 if train.get("recompute", False) in (True, "true", "full") else L
     QKV = (Hl + 2 * KVl) * D
     layer = [
         ("ln1 (gathered under sp) [N, C]", N * C),

@@ -92,7 +92,12 @@ std::vector<Entry> train_data_entries() {
       MT_KEY(train, seed, "int", "seed of the initialisation and of the data sampler"),
       MT_KEY(train, eval_every, "int", "validation loss every N steps and at the end (0: never)"),
       MT_KEY(train, eval_windows, "int", "validation windows of seq_len tokens per evaluation"),
-      MT_KEY(train, recompute, "bool", "recompute each block's activations in its backward (saves memory)"),
+      MT_KEY(train, recompute, "bool|string",
+             "recompute activations in the backward (saves memory): none | full (each block keeps only its "
+             "input) | selective (the modules of train.recompute_modules); true = full, false = none"),
+      MT_KEY(train, recompute_modules, "string",
+             "with recompute = selective, a comma-separated list of: attention (the attention core's output "
+             "and logsumexp), mlp (the SwiGLU output of dense layers), norms (both RMSNorms' outputs)"),
       MT_KEY(train, max_bad_steps, "int",
              "stop after this many consecutive steps with a NaN/Inf loss or grad norm"),
       MT_KEY(train, log_every, "int", "print a log line every N steps"),
@@ -349,9 +354,9 @@ Config parse_config_text(const std::string& toml_text, const std::string& source
       else
         MT_THROW(ConfigError, source_name, ": ", key, " must be of type ", e.key.type);
       // A TOML string where a number is expected (or the reverse) is an error, not a conversion.
-      const bool is_string = value.is_string();
-      MT_REQUIRE(is_string == (e.key.type == "string"), ConfigError, source_name, ": ", key, " = ", text,
-                 " must be of type ", e.key.type,
+      const bool is_string = value.is_string();  // "bool|string": either
+      MT_REQUIRE(is_string ? e.key.type.ends_with("string") : e.key.type != "string", ConfigError,
+                 source_name, ": ", key, " = ", text, " must be of type ", e.key.type,
                  (is_string ? " (found a quoted string)" : " (quote strings)"));
       MT_REQUIRE(!(e.key.type == "int" && value.is_floating_point()), ConfigError, source_name, ": ", key,
                  " = ", text, " must be an integer");

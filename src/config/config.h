@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/recompute.h"
 #include "ops/gemm.h"
 #include "ops/kernels.h"
 #include "optim/optimizer.h"
@@ -41,7 +42,8 @@ struct TrainConfig {
   uint64_t seed = 1234;
   int64_t eval_every = 50;
   int64_t eval_windows = 16;
-  bool recompute = false;
+  std::string recompute = "none";               // none | full | selective (true = full, false = none)
+  std::string recompute_modules = "attention";  // selective: attention, mlp, norms (model/recompute.h)
   int64_t max_bad_steps = 5;
   int64_t log_every = 1;
   int64_t threads = 0;            // 0: all cores (divided among the ranks on this machine)
@@ -98,6 +100,7 @@ struct ParsedKeys {
   cp::CpImpl cp_impl = cp::CpImpl::ring;                      // parallel.cp_impl
   Reduction reduction = Reduction::standard;                  // parallel.reduction
   tp2d::Grid tp_grid;                                         // parallel.tp2d ("": {1, tp})
+  Recompute recompute;                                        // train.recompute, train.recompute_modules
   // parallel.stage_layers: layers per virtual stage (pp::stage_layer_counts),
   // pp x virtual_stages entries; empty without pipeline stages.
   std::vector<int64_t> stage_layers;

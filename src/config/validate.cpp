@@ -152,6 +152,7 @@ void Config::validate() {
   validate_pipeline(*this, keys);
   validate_moe_layout(*this, keys);
   validate_reduction(*this, keys);
+  keys.recompute = parse_recompute(t.recompute, t.recompute_modules);
   parsed_ = std::move(keys);
   validated_ = true;
 }
@@ -181,6 +182,7 @@ std::vector<std::string> ineffective_keys(const Config& c) {
        {"model.moe_every", "model.top_k", "model.expert_ffn_hidden", "model.router_aux_loss_coef",
         "model.router_z_loss_coef", "model.capacity_factor", "model.router_bias_rate", "model.router_skew"})
     note(key, !c.model.moe(), "model.n_experts", c.model.n_experts);
+  note("train.recompute_modules", c.train.recompute != "selective", "train.recompute", c.train.recompute);
   note("train.async_checkpoint", c.train.checkpoint_dir.empty(), "train.checkpoint_dir", "\"\"");
   for (const char* key : {"train.momentum", "train.nesterov"})
     note(key, c.train.optimizer != "sgd", "train.optimizer", c.train.optimizer);

@@ -114,7 +114,7 @@ MemoryEstimate coarse_training_memory(const Config& cfg) {
   const int64_t tokens = checked_mul(cfg.train.microbatch_size,
                                      cfg.train.seq_len / std::max<int64_t>(1, p.cp), "a microbatch's tokens");
   const int64_t in_flight = p.pp > 1 ? p.pp : 1;  // microbatches whose activations a stage holds at once
-  const int64_t layers = cfg.train.recompute ? 1 : (m.n_layers + p.pp - 1) / std::max<int64_t>(1, p.pp);
+  const int64_t layers = cfg.parsed().recompute.full() ? 1 : (m.n_layers + p.pp - 1) / std::max<int64_t>(1, p.pp);
   int64_t act =
       checked_mul(checked_mul(tokens, floats_per_token_layer(m), "activations"), layers, "activations");
   act = checked_mul(checked_mul(act, in_flight, "activations"), kFloat, "activations");

@@ -30,7 +30,7 @@ buffers::Shape shape_of(const Config& cfg, const StageRange& stage) {
   s.sp = p.sp && p.tp > 1;
   s.grid = p.tp > 1 ? cfg.parsed().tp_grid : tp2d::Grid{};
   s.ep = std::max<int64_t>(1, p.ep);
-  s.recompute = cfg.train.recompute;
+  s.recompute = cfg.parsed().recompute;
   if (cfg.parsed().reduction == Reduction::canonical && p.canonical_tp > 1) s.pieces = p.canonical_tp / p.tp;
   s.embed = stage.embed;
   s.head = stage.head;

@@ -64,6 +64,16 @@ int64_t ChunkPlan::slot_floats(MemKind kind) const {
 namespace {
 
 constexpr MemKind kAct = MemKind::activation;
+constexpr RecomputeModule kNorms = RecomputeModule::norms, kAttn = RecomputeModule::attention,
+                          kMlp = RecomputeModule::mlp;
+
+// A layer's entries that choice `r` recomputes (`recomputed`), or keeps.
+List pick(const List& layer, const Recompute& r, bool recomputed) {
+  List out;
+  for (const Entry& e : layer)
+    if (r.recomputes(e.by) == recomputed) out.push_back(e);
+  return out;
+}
 
 // The sizes every buffer of a chunk is made of: N = B·T tokens; Nl those of
 // the residual stream here (N / tp under SP); the widths this rank's.
@@ -108,21 +118,23 @@ void moe_acts(const Sizes& m, int64_t ep, List& out) {
 }
 
 // LayerActs of a layer with the dense MLP and/or the experts (with
-// recomputation the one set serves every layer: both when the stage has both).
+// recomputation the one set serves every layer: both when the stage has both),
+// each entry with the module that recomputes it (the experts' are kept).
 List layer_acts(const Sizes& m, const Shape& s, bool dense, bool moe) {
   List out;
-  out.push_back({s.sp ? "ln1_full" : "ln1", {m.N, m.C}});
-  out.push_back({"rstd1", {m.Nl}});
+  out.push_back({s.sp ? "ln1_full" : "ln1", {m.N, m.C}, kAct, kNorms});
+  out.push_back({"rstd1", {m.Nl}, kAct, kNorms});
   out.push_back({"qkv", {m.N, m.QKV}});
-  out.push_back({"att", {m.N, m.Q}});
-  out.push_back({"lse", {m.B, m.heads, m.T}});
+  out.push_back({"att", {m.N, m.Q}, kAct, kAttn});
+  out.push_back({"lse", {m.B, m.heads, m.T}, kAct, kAttn});
   out.push_back({"mid", {m.Nl, m.C}});
-  out.push_back({s.sp ? "ln2_full" : "ln2", {m.N, m.C}});
-  if (s.sp && moe) out.push_back({"ln2", {m.Nl, m.C}});  // the experts run on this rank's tokens
-  out.push_back({"rstd2", {m.Nl}});
+  out.push_back({s.sp ? "ln2_full" : "ln2", {m.N, m.C}, kAct, kNorms});
+  if (s.sp && moe)
+    out.push_back({"ln2", {m.Nl, m.C}, kAct, kNorms});  // the experts run on this rank's tokens
+  out.push_back({"rstd2", {m.Nl}, kAct, kNorms});
   if (dense) {
     out.push_back({"gu", {m.N, 2 * m.F}});
-    out.push_back({"h", {m.N, m.F}});
+    out.push_back({"h", {m.N, m.F}, kAct, kMlp});
   }
   if (moe) moe_acts(m, s.ep, out);
   return out;
@@ -181,12 +193,15 @@ List moe_buffers(const Sizes& m, const Shape& s) {
 void grid_plan(const ModelConfig& c, const TpDims& d, const Sizes& m, ChunkPlan& p, const Shape& s) {
   const GridWidths w(c, d, s.grid);
   const int64_t N = m.N;
-  const List layer = {{"ln1", {N, w.dl}},      {"ln1_full", {N, w.dR}}, {"rstd1", {N}},
-                      {"qkv", {N, w.QKVl}},    {"att", {N, w.Ql}},      {"lse", {m.B, d.heads, m.T}},
-                      {"att_full", {N, w.QC}}, {"mid", {N, w.dl}},      {"ln2", {N, w.dl}},
-                      {"ln2_full", {N, w.dR}}, {"rstd2", {N}},          {"gu", {N, 2 * w.Fl}},
-                      {"h", {N, w.Fl}},        {"h_full", {N, w.FC}}};
-  (s.recompute ? p.recompute : p.dense_layer) = layer;
+  const List layer = {{"ln1", {N, w.dl}, kAct, kNorms},     {"ln1_full", {N, w.dR}, kAct, kNorms},
+                      {"rstd1", {N}, kAct, kNorms},         {"qkv", {N, w.QKVl}},
+                      {"att", {N, w.Ql}, kAct, kAttn},      {"lse", {m.B, d.heads, m.T}, kAct, kAttn},
+                      {"att_full", {N, w.QC}, kAct, kAttn}, {"mid", {N, w.dl}},
+                      {"ln2", {N, w.dl}, kAct, kNorms},     {"ln2_full", {N, w.dR}, kAct, kNorms},
+                      {"rstd2", {N}, kAct, kNorms},         {"gu", {N, 2 * w.Fl}},
+                      {"h", {N, w.Fl}, kAct, kMlp},         {"h_full", {N, w.FC}, kAct, kMlp}};
+  if (s.recompute.any()) p.recompute = pick(layer, s.recompute, true);
+  if (!s.recompute.full()) p.dense_layer = pick(layer, s.recompute, false);
   // The grid entries' layers need at most 3 N × (their widest side) floats.
   p.shared = {{"dres", {N, w.dl}},
               {"dtmp", {N, w.dl}},
@@ -212,12 +227,13 @@ ChunkPlan chunk_plan(const ModelConfig& c, const TpDims& d, const Shape& s) {
   if (tp::on_grid(s.grid)) {
     grid_plan(c, d, m, p, s);
   } else {
-    if (s.recompute) p.recompute = layer_acts(m, s, any_dense, any_moe);
+    if (s.recompute.any()) p.recompute = pick(layer_acts(m, s, any_dense, any_moe), s.recompute, true);
     p.shared = shared_buffers(m, s);
     const Dims resid = m.X > 0 ? Dims{m.Nl * m.C + m.X} : Dims{m.Nl, m.C};
     p.resid.assign(s.moe_layers.size() + 1, Entry{"resid", resid});
-    if (!s.recompute && any_dense) p.dense_layer = layer_acts(m, s, true, false);
-    if (!s.recompute && any_moe) p.moe_layer = layer_acts(m, s, false, true);
+    if (!s.recompute.full() && any_dense)
+      p.dense_layer = pick(layer_acts(m, s, true, false), s.recompute, false);
+    if (!s.recompute.full() && any_moe) p.moe_layer = pick(layer_acts(m, s, false, true), s.recompute, false);
     if (s.head) {
       p.head = {{"lnf", {m.Nl, m.C}}, {"rstdf", {m.Nl}}};
       if (s.sp) p.head.push_back({"lnf_full", {m.N, m.C}});
@@ -226,7 +242,7 @@ ChunkPlan chunk_plan(const ModelConfig& c, const TpDims& d, const Shape& s) {
       p.head.push_back({"lse_ce", {m.N}});
     }
   }
-  p.recomputation = s.recompute;
+  p.recomputation = s.recompute.full();
   return p;
 }
 

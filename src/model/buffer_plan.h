@@ -3,7 +3,9 @@
 // for a microbatch slot (one microbatch in flight) and for the backward's
 // shared buffers, in each mode (tensor parallelism with or without SP, the
 // grid of 2-D tensor parallelism, mixture of experts with or without ep,
-// recomputation, pipeline stages). It is the one source of these sizes: the
+// recomputation, pipeline stages). Each layer activation names the module
+// that recomputes it (Entry::by): a selective choice moves those entries out of
+// a slot's LayerActs into the one shared set. It is the one source of these sizes: the
 // model allocates its LayerActs, Slot and Buffers from these entries
 // (model/buffer_alloc.cpp) and the memory model (cost/memory_model_parts.cpp)
 // sums the same entries, so a buffer added here is allocated and counted at once.
@@ -17,6 +19,7 @@
 #include "core/memory.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "model/recompute.h"
 #include "parallel/tp_placement.h"
 
 namespace mt::buffers {
@@ -41,6 +44,9 @@ struct Entry {
   const char* name = "";
   Dims shape;
   MemKind kind = MemKind::activation;
+  // A layer activation: the module that recomputes it under a selective
+  // choice (none: kept unless the whole layer is recomputed).
+  RecomputeModule by = RecomputeModule::none;
   int64_t numel() const { return shape.numel(); }
 };
 using List = std::vector<Entry>;
@@ -55,7 +61,8 @@ struct Shape {
   bool sp = false;                 // sequence parallelism (tp > 1)
   tp::Grid grid;                   // tp::on_grid(grid): 2-D tensor parallelism on an R × C grid
   int64_t ep = 1;                  // the ep group's size: this rank's experts may receive every rank's rows
-  bool recompute = false;          // one set of layer activations, recomputed in the backward
+  Recompute recompute;             // full: one set of layer activations, recomputed in the backward;
+                                   // selective: one set of the chosen modules' activations
   bool embed = true, head = true;  // the stage holds the embedding / the final norm, LM head and loss
   std::vector<bool> moe_layers;    // one per stage layer: whether it is a mixture-of-experts layer
   int64_t pieces = 0;              // canonical tp (parallel/canonical_tp.h): this rank's pieces; 0: off
@@ -85,14 +92,15 @@ int64_t tally_floats(const ModelConfig& c, const Shape& s);
 
 // One chunk's buffers, each list in allocation order.
 struct ChunkPlan {
-  List recompute;               // Buffers::recompute[0], the one set of layer activations (recomputation)
+  List recompute;               // Buffers::recompute[0]: the one set of layer activations (full), or of
+                                // those a selective choice recomputes (lent to each layer in turn)
   List shared;                  // the rest of Buffers: the backward's gradients and the tp/SP scratch
   List moe;                     // Buffers' mixture-of-experts part (Llama::moe_init; none without MoE layers)
   List resid;                   // a slot's residual stream: the input of each stage layer, and the output
-  List dense_layer, moe_layer;  // a slot's LayerActs of a dense / MoE layer (none with recomputation)
+  List dense_layer, moe_layer;  // a slot's LayerActs of a dense / MoE layer: what it keeps (none when full)
   std::vector<bool> moe_layers;  // Shape::moe_layers
   List head;                     // a slot's last-stage tensors (final norm, logits, losses)
-  bool recomputation = false;    // Shape::recompute: a slot holds no LayerActs
+  bool recomputation = false;    // Shape::recompute is full: a slot holds no LayerActs
   // The slot's LayerActs of stage layer l.
   const List& layer(int64_t l) const;
   int64_t layers() const { return static_cast<int64_t>(moe_layers.size()); }

@@ -88,7 +88,7 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
                                     .pieces = opts_.canonical_tp > 1 ? opts_.canonical_tp / tpr_.size : 0});
   if (plan_.form() == tp::Form::grid) check_grid();
   Buffers& b = *buf_;  // sized by the buffer plan (model/buffer_plan.h)
-  if (opts_.recompute) b.recompute.emplace_back(b.plan.recompute);
+  if (opts_.recompute.any()) b.recompute.emplace_back(b.plan.recompute);
   b.allocate(b.plan.shared);
   if (plan_.form() == tp::Form::grid)
     plan_.bind({nullptr, nullptr, b.grid.data(), nullptr, nullptr});
@@ -127,7 +127,14 @@ void Llama::init(uint64_t seed) {
 }
 
 Llama::LayerActs& Llama::acts_for(int64_t i) {
-  return opts_.recompute ? buf_->recompute[0] : cur_->layers[static_cast<size_t>(i)];
+  return opts_.recompute.full() ? buf_->recompute[0] : cur_->layers[static_cast<size_t>(i)];
+}
+
+void Llama::lend_recomputed(LayerActs& a) {
+  if (!opts_.recompute.selective()) return;
+  LayerActs& shared = buf_->recompute[0];
+  for (const buffers::Entry& e : buf_->plan.recompute)
+    std::swap(a.member(e.name), shared.member(e.name));
 }
 
 float* Llama::norm_scratch() {
@@ -211,8 +218,11 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
   for (int64_t i = 0; i < n_stage_layers_; ++i) {
     const int unit = layer_unit(i);
     const float* P = store_->acquire_params(unit, Pass::forward);
-    layer_forward(i, P, acts_for(i), sl.resid[static_cast<size_t>(i)].data(),
+    LayerActs& a = acts_for(i);
+    lend_recomputed(a);
+    layer_forward(i, P, a, sl.resid[static_cast<size_t>(i)].data(),
                   sl.resid[static_cast<size_t>(i + 1)].data());
+    lend_recomputed(a);
     probe(table_.stage.first_layer + i, "out", false, sl.resid[static_cast<size_t>(i + 1)].data(),
           ProbeRows::resid);
     store_->release_params(unit, Pass::forward);
@@ -238,12 +248,13 @@ void Llama::layers_backward(Slot& sl) {
     LayerActs& a = acts_for(i);
     // Recomputation: the same kernels (and, on a grid, collectives) on the same
     // input, so the recomputed activations are bitwise the ones the forward produced.
-    if (opts_.recompute) {
-      recomputing_ = true;
-      layer_forward(i, P, a, x_in, nullptr);
-      recomputing_ = false;
-    }
+    lend_recomputed(a);
+    recomputing_ = opts_.recompute.any();
+    if (opts_.recompute.full()) layer_forward(i, P, a, x_in, nullptr);
+    if (opts_.recompute.selective()) layer_recompute(i, P, a, x_in);
+    recomputing_ = false;
     layer_backward(i, P, G, a, x_in, buf_->dres.data());
+    lend_recomputed(a);
     store_->release_grads(unit);
     store_->release_params(unit, Pass::backward);
   }

@@ -24,8 +24,9 @@
 //
 // The model owns its parameters, gradients (both flat, see params.h) and the
 // activations of one microbatch of at most max_batch × max_seq tokens. With
-// recomputation, a layer keeps only its input and recomputes the rest in its
-// backward with the same kernels on the same inputs: bitwise the same result.
+// full recomputation a layer keeps only its input (selective: model/recompute.h)
+// and recomputes the rest in its backward with the same kernels on the same
+// inputs: bitwise the same result.
 #pragma once
 
 #include <algorithm>
@@ -41,6 +42,7 @@
 #include "mesh/mesh_view.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "model/recompute.h"
 #include "ops/attention.h"
 #include "ops/dropout.h"
 #include "ops/rope.h"
@@ -69,8 +71,8 @@ struct KernelTimes {
 struct ModelOptions {
   int64_t max_batch = 1;  // sequences per microbatch
   int64_t max_seq = 0;    // tokens per sequence (≤ max_seq_len); 0 means max_seq_len
-  bool recompute = false;
-  bool profile = false;  // fill kernel_times() (adds a clock read per kernel)
+  Recompute recompute;    // what the backward recomputes (model/recompute.h)
+  bool profile = false;   // fill kernel_times() (adds a clock read per kernel)
   // The mesh's groups this chunk communicates over, by axis (mesh/mesh_view.h;
   // null or size 1: that axis is off). With tp the model holds and computes
   // this rank's shard (params.h) and communicates over tp itself; with cp it
@@ -285,7 +287,12 @@ class Llama : public pp::Stage {
   // The stage's layers backward, last to first, from dres (the gradient of
   // their output) to that of their input, recomputing each first when asked.
   void layers_backward(Slot& sl);
+  // Selective recomputation: the chosen modules' activations again, from what layer l keeps.
+  void layer_recompute(int64_t l, const float* P, LayerActs& a, const float* x_in);
+  void attention_core_forward(int64_t l, LayerActs& a);
   void attention_core_backward(int64_t gl, LayerActs& a);
+  // Selective: swaps the shared recomputed tensors into (again: out of) a slot's LayerActs.
+  void lend_recomputed(LayerActs& a);
   const float* dropped_grad(int64_t gl, const char* site, const float* dres);
   double head_forward(Slot& sl);  // the last stage's final norm, LM head and loss sum (llama_head.cpp)
   float* head_backward(float dloss);

@@ -44,7 +44,7 @@ Llama::DecodeState& Llama::decode_state(int64_t rows) {
                                                             .tp = tpr_.size,
                                                             .grid = tp_group() ? opts_.grid : tp::Grid{},
                                                             .ep = dispatch_.max_local_rows(1),
-                                                            .recompute = true,
+                                                            .recompute = Recompute::full_layer(),
                                                             .embed = has_embed(),
                                                             .head = has_head(),
                                                             .moe_layers = std::move(moe_layers)});

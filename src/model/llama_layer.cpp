@@ -19,7 +19,7 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
   const LayerLabels& at = labels_[static_cast<size_t>(l)];
   const int64_t gl = table_.stage.first_layer + l;                          // the layer's index in the model
   const TraceScope span("layer", x_out ? "forward L" : "recompute L", gl);  // --trace (recompute: no output)
-  const int64_t B = B_, T = T_, N = N_, Nl = Nl_, W = plan_.width(), F = td_.ffn, D = cfg_.head_dim();
+  const int64_t N = N_, Nl = Nl_, W = plan_.width(), F = td_.ffn, D = cfg_.head_dim();
   const int64_t H = td_.heads, KV = td_.kv_heads, Q = H * D, QKV = Q + 2 * KV * D;
   const int32_t* pos = cur_->d_pos.data();
   const float eps = static_cast<float>(cfg_.norm_eps);
@@ -39,15 +39,7 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
     attention_->rotate(a.qkv.data(), pos, rope_, N, H, KV, QKV);
   }
   probe(gl, "qkv", false, a.qkv.data(), ProbeRows::batch, &p.entry(kQkv), true);
-  {
-    MT_TIMED(Kernel::attention);
-    AttentionDims d{B, T, T, H, KV, D, QKV, QKV, Q};
-    AttentionDropout dr;
-    d.dropout = attention_dropout(gl, &dr);
-    const float* q = a.qkv.data();
-    const float *k = q + Q, *v = q + Q + KV * D;
-    attention_->forward(l, a.att.data(), a.lse.data(), q, k, v, pos, pos, d, site_of(gl, "attn"));
-  }
+  attention_core_forward(l, a);
   probe(gl, "att", false, a.att.data(), ProbeRows::batch, &p.entry(kO), false);
   {
     MT_TIMED(Kernel::gemm);  // mid = x + o_proj(att), with hidden dropout: x + dropout(o_proj(att))
@@ -92,6 +84,59 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
   if (drop.on) {
     dropout_rows(x_out, Nl, W, drop, residual_coords());
     add_inplace(x_out, a.mid.data(), Nl * W);
+  }
+}
+
+// The attention between the q|k|v and o projections: att and lse from the
+// rotated q|k|v (local, ring or all-gather over cp; dropout by its coordinates).
+void Llama::attention_core_forward(int64_t l, LayerActs& a) {
+  const int64_t gl = table_.stage.first_layer + l, D = cfg_.head_dim();
+  const int64_t H = td_.heads, KV = td_.kv_heads, Q = H * D, QKV = Q + 2 * KV * D;
+  const int32_t* pos = cur_->d_pos.data();
+  MT_TIMED(Kernel::attention);
+  AttentionDims d{B_, T_, T_, H, KV, D, QKV, QKV, Q};
+  AttentionDropout dr;
+  d.dropout = attention_dropout(gl, &dr);
+  const float* q = a.qkv.data();
+  const float *k = q + Q, *v = q + Q + KV * D;
+  attention_->forward(l, a.att.data(), a.lse.data(), q, k, v, pos, pos, d, site_of(gl, "attn"));
+}
+
+// What a selective choice recomputes, each as layer_forward makes it (the same
+// kernels, and collectives where a GEMM gathers its input, on the same kept
+// inputs: x_in, qkv, mid, gu), so that the backward reads bitwise the
+// forward's values.
+void Llama::layer_recompute(int64_t l, const float* P, LayerActs& a, const float* x_in) {
+  const LayerParamOffsets& o = rel_[static_cast<size_t>(l)];
+  const LayerLabels& at = labels_[static_cast<size_t>(l)];
+  const tp::LinearPlan& p = plan_;
+  const Recompute& r = opts_.recompute;
+  const TraceScope span("layer", "recompute L", table_.stage.first_layer + l);  // --trace, as a full one's
+  const float eps = static_cast<float>(cfg_.norm_eps);
+  if (r.recomputes(RecomputeModule::norms)) {
+    float* ln1 = norm_output(a.ln1);
+    {
+      MT_TIMED(Kernel::rmsnorm);
+      p.norm_forward(ln1, a.rstd1.data(), x_in, P + o.ln1, Nl_, eps, at.norms);
+    }
+    p.keep_input(a.ln1_full.data(), ln1, N_, p.entry(kQkv), at.qkv);
+    float* ln2 = norm_output(a.ln2);
+    {
+      MT_TIMED(Kernel::rmsnorm);
+      p.norm_forward(ln2, a.rstd2.data(), a.mid.data(), P + o.ln2, Nl_, eps, at.norms);
+    }
+    if (!o.moe()) p.keep_input(a.ln2_full.data(), ln2, N_, p.entry(kGateUp), at.gate_up);
+  }
+  if (r.recomputes(RecomputeModule::attention)) {
+    attention_core_forward(l, a);
+    p.keep_input(a.att_full.data(), a.att.data(), N_, p.entry(kO), at.o);
+  }
+  if (r.recomputes(RecomputeModule::mlp) && !o.moe()) {
+    {
+      MT_TIMED(Kernel::swiglu);
+      swiglu_forward(a.h.data(), a.gu.data(), N_, td_.ffn);
+    }
+    p.keep_input(a.h_full.data(), a.h.data(), N_, p.entry(kDown), at.down);
   }
 }
 

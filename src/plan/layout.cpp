@@ -75,7 +75,9 @@ Config to_config(const PlanInput& in, const PlanLayout& l) {
   c.train.batch_size = in.global_batch;
   c.train.microbatch_size = l.mbs;
   c.train.seq_len = in.seq_len;
-  c.train.recompute = l.recompute == Recompute::full;
+  // The planner's selective is its own analytic form (plan/memory.cpp, plan/cost.cpp), not a module
+  // choice of the trainer's: its memory starts from the run without recomputation.
+  c.train.recompute = l.recompute == Recompute::full ? "full" : "none";
   c.parallel.dp = l.dp;
   c.parallel.tp = l.tp;
   c.parallel.pp = l.pp;

@@ -116,7 +116,7 @@ ModelOptions model_options(const Config& cfg, const RunOptions& opts, const RunM
   mo.max_batch = cfg.train.microbatch_size;
   mo.max_seq = cfg.train.seq_len / mesh.cp;  // this rank's tokens of each sequence
   mo.cp_impl = cfg.parsed().cp_impl;
-  mo.recompute = cfg.train.recompute;
+  mo.recompute = cfg.parsed().recompute;
   mo.profile = opts.profile;
   mo.mesh = mesh.view();
   mo.grid = mesh.grid;

@@ -310,3 +310,29 @@ TEST(ConfigValidate, Tp2dRefusesByName) {
 
 }  // namespace
 }  // namespace mt
+
+namespace mt {
+namespace {
+
+// train.recompute takes a TOML boolean (today's values) or a mode string.
+TEST(ConfigRecompute, BooleansAndModesParse) {
+  const auto parsed = [](const std::string& toml) {
+    Config c = parse_config_text(toml, "test.toml", {});
+    c.validate();
+    return to_string(c.parsed().recompute);
+  };
+  EXPECT_EQ(parsed(""), "none");
+  EXPECT_EQ(parsed("[train]\nrecompute = true\n"), "full");
+  EXPECT_EQ(parsed("[train]\nrecompute = false\nrecompute_modules = \"mlp\"\n"), "none");
+  EXPECT_EQ(parsed("[train]\nrecompute = \"full\"\n"), "full");
+  EXPECT_EQ(parsed("[train]\nrecompute = \"selective\"\n"), "selective(attention)");  // the default module
+  EXPECT_EQ(parsed("[train]\nrecompute = \"selective\"\nrecompute_modules = \"norms,mlp\"\n"),
+            "selective(mlp,norms)");
+  EXPECT_THROW(parsed("[train]\nrecompute = 1\n"), ConfigError);
+  EXPECT_THROW(parsed("[train]\nrecompute_modules = true\n"), ConfigError);  // a string key
+  EXPECT_EQ(ineffective_keys(parse_config_text("", "t", {"train.recompute_modules=mlp"})),
+            std::vector<std::string>{"train.recompute_modules has no effect with train.recompute = none"});
+}
+
+}  // namespace
+}  // namespace mt

@@ -11,7 +11,9 @@
 // with the same model, exactly.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 #include "core/memory.h"
@@ -22,7 +24,8 @@
 namespace mt {
 namespace {
 
-Config tiny(bool moe, bool recompute) {
+// recompute: a train.recompute value; selective recomputes every module.
+Config tiny(bool moe, const char* recompute) {
   Config c;
   c.model.vocab_size = 300;
   c.model.d_model = 32;
@@ -40,6 +43,7 @@ Config tiny(bool moe, bool recompute) {
   c.train.batch_size = 2;
   c.train.microbatch_size = 2;
   c.train.recompute = recompute;
+  c.train.recompute_modules = "attention,mlp,norms";
   c.validate();
   return c;
 }
@@ -63,7 +67,7 @@ void expect_plan_matches_allocation(const Config& cfg, const StageRange& stage, 
   ModelOptions mo;
   mo.max_batch = cfg.train.microbatch_size;
   mo.max_seq = cfg.train.seq_len;
-  mo.recompute = cfg.train.recompute;
+  mo.recompute = cfg.parsed().recompute;
   mo.stage = stage;
   const Bytes before = current();
   Llama model(cfg.model, mo);
@@ -78,27 +82,61 @@ void expect_plan_matches_allocation(const Config& cfg, const StageRange& stage, 
 }
 
 TEST(BufferPlan, OneProcessAllocatesExactlyThePlan) {
-  expect_plan_matches_allocation(tiny(false, false), StageRange{}, 1, "dense");
-  expect_plan_matches_allocation(tiny(false, true), StageRange{}, 1, "dense, recompute");
-  expect_plan_matches_allocation(tiny(true, false), StageRange{}, 1, "moe");
-  expect_plan_matches_allocation(tiny(true, true), StageRange{}, 1, "moe, recompute");
+  for (const bool moe : {false, true})
+    for (const char* recompute : {"none", "full", "selective"})
+      expect_plan_matches_allocation(tiny(moe, recompute), StageRange{}, 1,
+                                     std::string(moe ? "moe, " : "dense, ") + recompute);
 }
 
 TEST(BufferPlan, PipelineStagesAllocateExactlyThePlan) {
   const StageRange middle{1, 3, false, false}, last{3, 4, false, true};
   for (const bool moe : {false, true}) {
-    for (const bool recompute : {false, true}) {
-      const std::string mode = std::string(moe ? "moe" : "dense") + (recompute ? ", recompute" : "");
+    for (const char* recompute : {"none", "full", "selective"}) {
+      const std::string mode = std::string(moe ? "moe, " : "dense, ") + recompute;
       expect_plan_matches_allocation(tiny(moe, recompute), middle, 3, "middle stage, 3 slots, " + mode);
       expect_plan_matches_allocation(tiny(moe, recompute), last, 2, "last stage, 2 slots, " + mode);
     }
   }
 }
 
+// A selective choice keeps in each slot what it does not recompute, and
+// holds one shared set of what it does: per module, the entries it names.
+TEST(BufferPlan, SelectiveKeepsWhatItDoesNotRecompute) {
+  const Config none = tiny(false, "none");
+  const TpDims td = tp_dims(none.model, TpRank{});
+  buffers::Shape s;
+  s.B = 2;
+  s.T = 8;
+  s.moe_layers = {false, false};
+  const buffers::ChunkPlan all = buffers::chunk_plan(none.model, td, s);
+  const auto names = [](const buffers::List& l) {
+    std::string out;
+    for (const buffers::Entry& e : l)
+      out += std::string(out.empty() ? "" : " ") + e.name;
+    return out;
+  };
+  EXPECT_EQ(names(all.dense_layer), "ln1 rstd1 qkv att lse mid ln2 rstd2 gu h");
+  EXPECT_TRUE(all.recompute.empty());
+  for (const auto& [modules, kept, recomputed] : std::vector<std::array<std::string, 3>>{
+           {"attention", "ln1 rstd1 qkv mid ln2 rstd2 gu h", "att lse"},
+           {"mlp", "ln1 rstd1 qkv att lse mid ln2 rstd2 gu", "h"},
+           {"norms", "qkv att lse mid gu h", "ln1 rstd1 ln2 rstd2"},
+           {"mlp,norms,attention", "qkv mid gu", "ln1 rstd1 att lse ln2 rstd2 h"}}) {
+    s.recompute = parse_recompute("selective", modules);
+    const buffers::ChunkPlan p = buffers::chunk_plan(none.model, td, s);
+    EXPECT_EQ(names(p.dense_layer), kept) << modules;
+    EXPECT_EQ(names(p.recompute), recomputed) << modules;
+    // Two layers: the kept entries and the recomputed ones make up each layer's whole set.
+    EXPECT_EQ(p.slot_floats(MemKind::activation) + 2 * floats(p.recompute, MemKind::activation),
+              all.slot_floats(MemKind::activation))
+        << modules;
+  }
+}
+
 // The plan's residual stream carries the router statistics between stages
 // (MoeTally's wire floats) and nothing on a stage holding both ends.
 TEST(BufferPlan, ResidualStreamCarriesTheTallyBetweenStages) {
-  const Config cfg = tiny(true, false);
+  const Config cfg = tiny(true, "none");
   buffers::Shape s;
   s.B = 2;
   s.T = 8;

@@ -118,7 +118,7 @@ TEST(MemoryEstimate, RefusalNamesEstimateAvailableAndLargestPart) {
   Config c;
   c.model = tiny();
   c.model.n_layers = 1000000000;
-  c.train.recompute = true;  // one layer's activations: the model state dominates
+  c.train.recompute = "full";  // one layer's activations: the model state dominates
   const MemoryEstimate e = estimate_training_memory(valid(c));
   EXPECT_EQ(e.largest().first, "AdamW state");
   try {

@@ -7,7 +7,9 @@
 # units) within the bound the model states (docs/PARALLELISM.md, "Memory per
 # rank"). Layouts: ZeRO 0-3 at dp 4, tp 2 and tp 4 with and without SP, pp 2
 # under gpipe, 1f1b and interleaved, cp 2 (ring) and cp 4 (all-gather),
-# recomputation, dp2 x tp2 x pp2, dp2 x cp2 x tp2, an ep 2 mixture of experts
+# recomputation (full under tp 2 + SP; selective: attention alone, mlp under
+# pp 2 1f1b, norms under tp 2 + SP, all three with a mixture of experts under
+# tp 2 + SP), dp2 x tp2 x pp2, dp2 x cp2 x tp2, an ep 2 mixture of experts
 # (and under ZeRO-3 at dp 4), LAMB under ZeRO-1 at dp 2, tied embeddings under ZeRO-3 (the
 # embedding's gradient held through the backward) and over pp 2 with SGD momentum, and
 # a vocabulary tp does not divide under ZeRO-3 (padded, uneven shards); and the
@@ -46,6 +48,10 @@ layouts=(
   "cp2_ring 2 --cp 2"
   "cp4_allgather 4 --cp 4 --set parallel.cp_impl=allgather"
   "recompute_tp2_sp 2 --tp 2 --set parallel.sp=true --set train.recompute=true"
+  "selective_attention 1 --set train.recompute=selective --set train.recompute_modules=attention"
+  "selective_mlp_pp2_1f1b 2 --pp 2 --set train.microbatch_size=2 --set train.recompute=selective --set train.recompute_modules=mlp"
+  "selective_norms_tp2_sp 2 --tp 2 --set parallel.sp=true --set train.recompute=selective --set train.recompute_modules=norms"
+  "selective_all_moe_tp2_sp 2 --tp 2 --set parallel.sp=true --set model.n_experts=4 --set model.expert_ffn_hidden=24 --set model.moe_every=2 --set train.recompute=selective --set train.recompute_modules=attention,mlp,norms"
   "dp2_tp2_pp2 8 --dp 2 --tp 2 --pp 2 --zero 1 --set train.microbatch_size=2"
   "dp2_cp2_tp2 8 --dp 2 --cp 2 --tp 2 --set parallel.sp=true --zero 2 --set train.microbatch_size=4"
   "ep2_moe 2 --dp 2 --set parallel.ep=2 --zero 1 --set model.n_experts=4 --set model.expert_ffn_hidden=24 --set train.microbatch_size=2"

@@ -5,6 +5,7 @@
 // the test: a cross-check that silently passes is no check.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -86,7 +87,7 @@ void check_against_pytorch(bool tied, bool recompute, const std::string& rope_sc
   ModelOptions mo;
   mo.max_batch = b.B;
   mo.max_seq = b.T;
-  mo.recompute = recompute;
+  mo.recompute = recompute ? Recompute::full_layer() : Recompute{};
   Llama model(cfg, mo);
   model.init(7);
   int64_t valid = 0;
@@ -158,25 +159,59 @@ TEST(LlamaVsPyTorch, RopeScaling) {
   }
 }
 
+// Each choice (none, full, each module alone, every module) against none:
+// two forward/backward passes, so that a stale recomputed tensor would show.
 TEST(Llama, RecomputationIsBitwiseIdentical) {
-  const ModelConfig cfg = tiny_config(false);
-  const Batch b = make_batch(cfg.vocab_size);
-  std::vector<std::vector<float>> grads;
-  std::vector<double> losses;
-  for (bool recompute : {false, true}) {
-    ModelOptions mo;
-    mo.max_batch = b.B;
-    mo.max_seq = b.T;
-    mo.recompute = recompute;
-    Llama m(cfg, mo);
-    m.init(3);
-    m.zero_grads();
-    losses.push_back(m.forward(b.inputs.data(), b.targets.data(), b.B, b.T));
-    m.backward(0.01f);
-    grads.emplace_back(m.grads(), m.grads() + m.num_params());
+  for (const bool moe : {false, true}) {
+    ModelConfig cfg = tiny_config(false);
+    if (moe) {
+      cfg.n_experts = 4;
+      cfg.top_k = 2;
+      cfg.moe_every = 2;  // a dense and a mixture-of-experts layer
+    }
+    const Batch b = make_batch(cfg.vocab_size);
+    std::vector<std::vector<float>> grads;
+    std::vector<double> losses;
+    for (const char* modules : {"", "full", "attention", "mlp", "norms", "attention,mlp,norms"}) {
+      SCOPED_TRACE(std::string(moe ? "moe " : "dense ") + modules);
+      ModelOptions mo;
+      mo.max_batch = b.B;
+      mo.max_seq = b.T;
+      const std::string m(modules);
+      mo.recompute = parse_recompute(m.empty() ? "none" : m == "full" ? "full" : "selective", m);
+      Llama model(cfg, mo);
+      model.init(3);
+      model.zero_grads();
+      double loss = 0;
+      for (int pass = 0; pass < 2; ++pass) {
+        loss += model.forward(b.inputs.data(), b.targets.data(), b.B, b.T);
+        model.backward(0.01f);
+      }
+      losses.push_back(loss);
+      grads.emplace_back(model.grads(), model.grads() + model.num_params());
+      EXPECT_EQ(losses.front(), losses.back());
+      EXPECT_EQ(grads.front(), grads.back());
+    }
   }
-  EXPECT_EQ(losses[0], losses[1]);
-  EXPECT_EQ(grads[0], grads[1]);
+}
+
+TEST(Llama, RecomputeChoiceRefusesUnknownNames) {
+  for (const auto& [mode, modules, named] :
+       std::vector<std::array<std::string, 3>>{{"some", "", "'some' is not a recomputation mode (none, full"},
+                                               {"selective", "attention,ffn",
+                                                "names 'ffn', which is not a "
+                                                "module (attention, mlp, norms)"},
+                                               {"selective", "", "at least one module"}}) {
+    try {
+      parse_recompute(mode, modules);
+      ADD_FAILURE() << mode << " " << modules << " accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(to_string(parse_recompute("true", "")), "full");
+  EXPECT_EQ(to_string(parse_recompute("false", "mlp")), "none");
+  EXPECT_EQ(to_string(parse_recompute("selective", "norms, attention")), "selective(attention,norms)");
 }
 
 TEST(Llama, GradientAccumulationOverMicrobatchesEqualsOneBatch) {

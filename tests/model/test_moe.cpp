@@ -74,7 +74,7 @@ ModelOptions options(const Batch& b, bool recompute = false) {
   ModelOptions mo;
   mo.max_batch = b.B;
   mo.max_seq = b.T;
-  mo.recompute = recompute;
+  mo.recompute = recompute ? Recompute::full_layer() : Recompute{};
   return mo;
 }
 
