@@ -122,7 +122,7 @@ class Stepper {
     ModelOptions mo;
     mo.max_batch = tc.microbatch_size;
     mo.max_seq = tc.seq_len;
-    mo.recompute = tc.recompute;
+    mo.recompute = parse_recompute(tc.recompute, tc.recompute_modules);
     mo.profile = profile;
     return mo;
   }
