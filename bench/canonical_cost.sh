@@ -6,7 +6,8 @@
 # tree over 8 atoms) and with microbatch 8 (one microbatch: no tree, only the
 # fixed GEMM blocks and the exact sums); dp 2 and pp 2 (1f1b), 2 processes × 1
 # thread, microbatch 1; tp 2 + its one-process reference (microbatch 8), the
-# canonical side with parallel.canonical_tp = 2. Each run's figure is the median step time of its steps
+# canonical side with parallel.canonical_tp = 2, and tp 2 with SP and with SP
+# and tp_overlap (microbatch 8). Each run's figure is the median step time of its steps
 # after the first; the ratios are canonical ÷ default of the medians over rounds.
 # Every round also checks the canonical runs' dp 2 and pp 2 losses and
 # gradient norms bitwise the one-process canonical run's, and tp 2's bitwise
@@ -15,7 +16,8 @@
 #   bash bench/canonical_cost.sh BUILD_DIR
 #
 # Environment: BENCH_CONFIG (configs/bench.toml), BENCH_ROUNDS (3),
-# BENCH_STEPS (4: the first is not counted), BENCH_OUT (a temporary folder).
+# BENCH_STEPS (4: the first is not counted), BENCH_OUT (a temporary folder),
+# BENCH_SIDES (the sides to run, space-separated; default all).
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -25,6 +27,8 @@ STEPS=${BENCH_STEPS:-4}
 BIN="$BUILD/meshtrain"
 cd "$(dirname "$0")/.."
 [[ -x "$BIN" ]] || { echo "canonical_cost.sh: $BIN not found: build first" >&2; exit 1; }
+ALL_SIDES="one_mb1 one_mb8 dp2_mb1 pp2_mb1 one_mb8_c2 tp2_mb8_c2 tp2sp_mb8_c2 tp2spov_mb8_c2"
+SIDES=${BENCH_SIDES:-$ALL_SIDES}
 OUT=${BENCH_OUT:-$(mktemp -d /tmp/meshtrain-canonical-cost.XXXXXX)}
 mkdir -p "$OUT"
 DATA_DIR=$(python3 bench/dist/summarise.py data-dir "$CONFIG")
@@ -36,6 +40,7 @@ common=(--config "$CONFIG" --set train.steps="$STEPS" --quiet)
 run() {  # $1: side, $2: round, $3: ranks, $4: mode, then the side's flags
   local side=$1 round=$2 np=$3 mode=$4
   shift 4
+  [[ " $SIDES " == *" $side "* ]] || return 0
   echo "$(date +%T) load $(cut -d' ' -f1-3 /proc/loadavg) -- $side $mode" >>"$OUT/loads.txt"
   local f=(--set parallel.reduction="$mode" --metrics "$OUT/$side.$mode.$round.jsonl")
   [[ $mode == canonical && $side == *_c2 ]] && f+=(--set parallel.canonical_tp=2)
@@ -55,16 +60,23 @@ for r in $(seq 1 "$ROUNDS"); do
     run pp2_mb1 "$r" 2 "$mode" --pp 2 --set train.microbatch_size=1
     run one_mb8_c2 "$r" 1 "$mode" --set train.microbatch_size=8
     run tp2_mb8_c2 "$r" 2 "$mode" --tp 2 --set train.microbatch_size=8
+    run tp2sp_mb8_c2 "$r" 2 "$mode" --tp 2 --set parallel.sp=true --set train.microbatch_size=8
+    run tp2spov_mb8_c2 "$r" 2 "$mode" --tp 2 --set parallel.sp=true --set parallel.tp_overlap=true \
+      --set train.microbatch_size=8
   done
   for side in dp2_mb1 pp2_mb1; do
+    [[ " $SIDES " == *" $side "* && " $SIDES " == *" one_mb1 "* ]] || continue
     "$BIN" compare --rtol 0 "$OUT/$side.canonical.$r.jsonl" "$OUT/one_mb1.canonical.$r.jsonl" >/dev/null ||
       { echo "canonical_cost.sh: $side is not bitwise one_mb1 in the canonical mode (round $r)" >&2; exit 1; }
   done
-  "$BIN" compare --rtol 0 "$OUT/tp2_mb8_c2.canonical.$r.jsonl" "$OUT/one_mb8_c2.canonical.$r.jsonl" >/dev/null ||
-    { echo "canonical_cost.sh: tp2_mb8_c2 is not bitwise one_mb8_c2 in the canonical mode (round $r)" >&2; exit 1; }
+  for side in tp2_mb8_c2 tp2sp_mb8_c2 tp2spov_mb8_c2; do
+    [[ " $SIDES " == *" $side "* && " $SIDES " == *" one_mb8_c2 "* ]] || continue
+    "$BIN" compare --rtol 0 "$OUT/$side.canonical.$r.jsonl" "$OUT/one_mb8_c2.canonical.$r.jsonl" >/dev/null ||
+      { echo "canonical_cost.sh: $side is not bitwise one_mb8_c2 in the canonical mode (round $r)" >&2; exit 1; }
+  done
 done
 
-python3 - "$OUT" "$ROUNDS" <<'PY'
+python3 - "$OUT" "$ROUNDS" "$SIDES" <<'PY'
 import json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
 def median_step(name):
@@ -72,7 +84,7 @@ def median_step(name):
     return statistics.median(t[1:])
 print(f"{'side':<10} {'mode':<10} {'median step s per round':<28} {'median s':>9}")
 med = {}
-SIDES = ["one_mb1", "one_mb8", "dp2_mb1", "pp2_mb1", "one_mb8_c2", "tp2_mb8_c2"]
+SIDES = sys.argv[3].split()
 for side in SIDES:
     for mode in ["default", "canonical"]:
         per = [median_step(f"{side}.{mode}.{r}") for r in range(1, rounds + 1)]
@@ -80,6 +92,7 @@ for side in SIDES:
         print(f"{side:<10} {mode:<10} {' / '.join(f'{x:.3f}' for x in per):<28} {med[side, mode]:>9.3f}")
 for side in SIDES:
     print(f"{side}: canonical / default step time {med[side, 'canonical'] / med[side, 'default']:.3f}")
-print(f"one process, canonical microbatch 1 / default microbatch 8: {med['one_mb1', 'canonical'] / med['one_mb8', 'default']:.3f}")
-print("canonical: dp2_mb1 and pp2_mb1 bitwise one_mb1, tp2_mb8_c2 bitwise one_mb8_c2, in every round")
+if ("one_mb1", "canonical") in med and ("one_mb8", "default") in med:
+    print(f"one process, canonical microbatch 1 / default microbatch 8: {med['one_mb1', 'canonical'] / med['one_mb8', 'default']:.3f}")
+print("canonical: dp2 and pp2 bitwise one_mb1, the tp2 sides bitwise one_mb8_c2 (those run), in every round")
 PY
