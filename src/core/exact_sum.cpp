@@ -1,5 +1,6 @@
 #include "core/exact_sum.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -58,10 +59,43 @@ void ExactSum::add(double x) {
   add_mantissa((bits >> 63) != 0 ? -mantissa : mantissa, exponent - kLowBit);
 }
 
+// A float is m · 2^(max(E, 1) − 150) for its biased exponent E and m its 24-bit
+// mantissa (no implicit bit when E = 0), so its square is m² · 2^(2·max(E, 1) − 300)
+// with m² < 2^48: the squares of one exponent are summed as integers, up to 2^16 of
+// them in a uint64, and each bucket's sum is added to the limbs once per block.
+// Integer sums are exact, so this is the same total as adding every square alone.
 void ExactSum::add_squares(const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = static_cast<double>(x[i]);
-    add(v * v);  // exact: a 24-bit mantissa squared fits in 53 bits
+  constexpr int64_t kBlock = int64_t{1} << 16;  // 2^16 · (2^48 − 1) < 2^64
+  constexpr int kLanes = 4;                     // independent buckets: no store-to-load chain
+  uint64_t bucket[kLanes][256];
+  for (int64_t at = 0; at < n; at += kBlock) {
+    const int64_t end = std::min(n, at + kBlock);
+    std::memset(bucket, 0, sizeof(bucket));
+    int64_t non_finite = 0;
+    int64_t i = at;
+    auto one = [&](int lane, float v) {
+      uint32_t bits = 0;
+      std::memcpy(&bits, &v, sizeof(bits));
+      const uint32_t e = (bits >> 23) & 0xff;
+      const uint64_t m = (bits & 0x7fffff) | (uint64_t{e != 0} << 23);
+      bucket[lane][e] += m * m;
+      non_finite += e == 0xff;
+    };
+    for (; i + kLanes <= end; i += kLanes)
+      for (int l = 0; l < kLanes; ++l)
+        one(l, x[i + l]);
+    for (; i < end; ++i)
+      one(0, x[i]);
+    limb_[kLimbs] += non_finite;
+    for (int e = 0; e < 0xff; ++e) {
+      uint64_t sum = 0;
+      for (int l = 0; l < kLanes; ++l)
+        sum += bucket[l][e];
+      if (sum == 0) continue;
+      const int position = 2 * std::max(e, 1) - 300 - kLowBit;
+      add_mantissa(static_cast<int64_t>(sum & kMask), position);
+      add_mantissa(static_cast<int64_t>(sum >> 32), position + 32);
+    }
   }
 }
 

@@ -1,5 +1,7 @@
 #include "ops/optimizer_kernels.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -77,7 +79,22 @@ void cpu::lamb_direction(const float* params, float* grads, float* m, float* v, 
 }
 
 void cpu::exact_sum_squares(ExactSum* acc, const float* g, int64_t n) {
-  acc->add_squares(g, n);
+  // Each thread sums a range into its own accumulator; the merge is exact, so
+  // neither the thread count nor the cut changes the total.
+  constexpr int64_t kPerThread = int64_t{1} << 18;
+  if (n < 2 * kPerThread) {
+    acc->add_squares(g, n);
+    return;
+  }
+  std::vector<ExactSum> parts(static_cast<size_t>(omp_get_max_threads()));
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+    parts[static_cast<size_t>(t)].add_squares(g + begin, end - begin);
+  }
+  for (const ExactSum& p : parts)
+    acc->merge(p);
 }
 
 double cpu::sum_squares(const float* g, int64_t n) {

@@ -93,6 +93,41 @@ TEST(ExactSum, SquaresInAnyOrderAndSplitAreTheSameBits) {
   EXPECT_NE(naive, naive_shuffled) << "data too tame: double sums agree in both orders";
 }
 
+// add_squares sums squares by exponent as integers (exact_sum.cpp); the
+// reference adds each square alone through add(). Over 3 blocks of 2^16, every
+// exponent (subnormals and the largest floats included), and a block of 2^16
+// squares of the largest mantissa at one exponent (each bucket's sum just
+// under 2^64): the same words, so the same total.
+TEST(ExactSum, SquaresByExponentEqualEachSquareAddedAlone) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<uint32_t> bits(0, 0xff7fffffu);  // every finite float, both signs' magnitudes
+  std::vector<float> x(3 * 65536 + 123);
+  for (float& v : x) {
+    uint32_t b = bits(rng) | (rng() & 0x80000000u);
+    if ((b & 0x7f800000u) == 0x7f800000u) b &= 0x807fffffu;  // keep it finite
+    std::memcpy(&v, &b, sizeof(v));
+  }
+  x[5] = 0.0f;
+  x[6] = -0.0f;
+  x[7] = std::numeric_limits<float>::denorm_min();
+  x[8] = std::numeric_limits<float>::max();
+  std::vector<float> worst(65536, std::nextafter(2.0f, 0.0f));  // mantissa 2^24 − 1
+  for (const std::vector<float>* data : {&x, &worst}) {
+    ExactSum fast, alone;
+    fast.add_squares(data->data(), static_cast<int64_t>(data->size()));
+    for (float v : *data)
+      alone.add(static_cast<double>(v) * v);
+    const int64_t* a = fast.words();
+    const int64_t* b = alone.words();
+    EXPECT_EQ(0, std::memcmp(a, b, ExactSum::kWords * sizeof(int64_t))) << data->size() << " squares";
+    EXPECT_EQ(fast.value(), alone.value());
+  }
+  std::vector<float> with_inf = {1.0f, std::numeric_limits<float>::infinity(), 2.0f};
+  ExactSum s;
+  s.add_squares(with_inf.data(), 3);
+  EXPECT_TRUE(std::isnan(s.value()));
+}
+
 TEST(CanonicalTree, SixLeavesAsWrittenOut) {
   // Leaves chosen so that each grouping rounds differently in float.
   const std::vector<float> l = {1e8f, 3.0f, -1e8f, 5.0f, 0.1f, 7.0f};

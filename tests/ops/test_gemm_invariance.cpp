@@ -22,8 +22,10 @@
 #include <cstring>
 #include <vector>
 
+#include "core/exact_sum.h"
 #include "core/threads.h"
 #include "ops/gemm.h"
+#include "ops/optimizer_kernels.h"
 #include "test_helpers.h"
 
 namespace mt {
@@ -89,6 +91,23 @@ TEST(GemmInvariance, SameShapesSameBitsAtAnotherAddress) {
           << s.N << "x" << s.IC << "x" << s.OC << " at offset " << shift;
     }
   }
+}
+
+// The gradient norm's exact sum of squares (ops/optimizer_kernels.h) cuts its
+// range by the thread count and merges the threads' accumulators: the same
+// words at 1, 2 and 3 threads as one accumulator over the whole range.
+TEST(ExactSumSquares, SameWordsAtAnyThreadCount) {
+  const auto g = random_floats(1'000'003, 6);
+  ExactSum whole;
+  whole.add_squares(g.data(), static_cast<int64_t>(g.size()));
+  const int before = num_threads();
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    ExactSum acc;
+    exact_sum_squares(acc, g.data(), static_cast<int64_t>(g.size()));
+    EXPECT_EQ(0, std::memcmp(acc.words(), whole.words(), ExactSum::kWords * sizeof(int64_t))) << threads;
+  }
+  set_num_threads(before);
 }
 
 }  // namespace
