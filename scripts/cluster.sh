@@ -152,7 +152,7 @@ up() {
   echo "$rpn" >"$state/ranks_per_node"
   shape_all "$link"
   write_agent
-  echo "cluster: $nodes nodes ($(owned | grep -v -- -sw | tr '\n' ' ')), $rpn ranks each, links $link; host file $state/hosts"
+  echo "cluster: $nodes nodes ($(owned | grep -v -- -sw | sort -V | tr "\n" " ")), $rpn ranks each, links $link; host file $state/hosts"
 }
 
 in_node() {  # in_node I CMD...: CMD in node I's namespace under its hostname
