@@ -9,6 +9,7 @@ packages=(
   libopenblas-openmp-dev          # BLAS sharing the OpenMP thread pool with our kernels
   libdnnl-dev                     # oneDNN: bf16 matrix products on the CPU's bf16 units (optional at build)
   libopenmpi-dev openmpi-bin      # the transport between ranks
+  iproute2                        # ip, tc: scripts/cluster.sh (nodes as network namespaces)
   nlohmann-json3-dev              # metrics, config.json, safetensors headers
   libcli11-dev                    # command line
   libtomlplusplus-dev             # config files

@@ -14,6 +14,7 @@
 #include "data/token_file.h"
 #include "data/tokenizer.h"
 #include "mesh/mesh.h"
+#include "mesh/placement.h"
 #include "pipeline/render.h"
 #include "pipeline/schedule.h"
 #include "pipeline/simulate.h"
@@ -43,7 +44,9 @@ int run_train_command(const TrainArgs& a) {
   std::vector<std::string> init_notices;
   RunOptions run = a.run;
   run.local_ranks = runtime.local_ranks();
+  RankPlacement placement = RankPlacement::nodes;
   try {
+    placement = parse_placement(a.placement);
     cfg = load_config(a.config, overrides);
     init_notices = validate_run(cfg, run, world.size(), world.rank());  // also resolves --resume
   } catch (...) {
@@ -53,6 +56,9 @@ int run_train_command(const TrainArgs& a) {
   // Without checkpoints a stop signal keeps its default effect (main installed the handlers first).
   if (cfg.train.checkpoint_dir.empty()) release_stop_handlers();
   agree_on_startup_errors(world, error);
+  // From here on the world is in mesh order (placement.h): its rank r holds mesh position r.
+  const std::vector<int> positions = mesh_positions(runtime.nodes().node_of_rank, placement);
+  world = place_world(world, positions);
   if (world.rank() == 0) {  // keys the user set that this layout ignores: say so rather than stay silent
     for (const std::string& note : ineffective_keys(cfg))
       std::fprintf(stderr, "meshtrain: note: %s\n", note.c_str());
@@ -62,7 +68,10 @@ int run_train_command(const TrainArgs& a) {
     if (world.rank() == 0) std::fprintf(stderr, "meshtrain: notice: %s\n", n.c_str());
   run.mesh_printed = a.print_mesh;
   if (a.print_mesh && world.rank() == 0) {
-    std::printf("%s", DeviceMesh::table(mesh_sizes(cfg.parallel)).c_str());
+    const MeshSizes sizes = mesh_sizes(cfg.parallel);
+    const NodeMap& nodes = runtime.nodes();
+    std::printf("%s%s", DeviceMesh::table(sizes).c_str(),
+                mesh_node_table(sizes, positions, nodes.node_of_rank, nodes.names).c_str());
   }
   RunResult r;
   try {

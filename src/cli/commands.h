@@ -15,6 +15,7 @@ struct TrainArgs {
   std::vector<std::string> overrides;
   std::optional<int64_t> dp, tp, pp, cp, zero;
   bool print_mesh = false;
+  std::string placement = "nodes";  // mesh/placement.h
   RunOptions run;
 };
 int run_train_command(const TrainArgs& args);

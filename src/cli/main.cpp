@@ -38,6 +38,10 @@ CLI::App* add_train(CLI::App& app, mt::TrainArgs& train) {
   tr->add_option("--zero", train.zero, "Shorthand for --set parallel.zero=S");
   tr->add_flag("--print-mesh", train.print_mesh,
                "Print the rank map of the device mesh (docs/PARALLELISM.md, \"The device mesh\")");
+  tr->add_option("--placement", train.placement,
+                 "Which process takes which mesh position: 'nodes' (default: node by node as MPI reports "
+                 "the nodes, so a TP group stays inside one) or 'ranks' (mpirun's rank order as given, e.g. "
+                 "by --map-by) (docs/CLUSTER.md)");
   tr->add_flag("--explain", train.run.explain,
                "Print rank 0's linear plan (each linear site's collectives) and every collective of the "
                "first step, rank by rank: axis, op, tensor shape, elements, call site (docs/PARALLELISM.md, "

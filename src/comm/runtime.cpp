@@ -1,5 +1,6 @@
 #include "comm/runtime.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -34,10 +35,10 @@ CommRuntime::CommRuntime(int* argc, char*** argv) {
   MT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));
   world_ = Group(std::make_shared<MpiBackend>(world), std::make_shared<CommContext>(), "world");
 
-  MPI_Comm node = MPI_COMM_NULL;
-  MT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  MT_MPI_CHECK(MPI_Comm_size(node, &local_ranks_));
-  MT_MPI_CHECK(MPI_Comm_free(&node));
+  nodes_ = discover_nodes();
+  const int my_node = nodes_.node_of_rank[static_cast<size_t>(world_.rank())];
+  local_ranks_ =
+      static_cast<int>(std::count(nodes_.node_of_rank.begin(), nodes_.node_of_rank.end(), my_node));
 }
 
 CommRuntime::~CommRuntime() {

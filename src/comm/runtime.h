@@ -6,6 +6,7 @@
 #include <string>
 
 #include "comm/group.h"
+#include "comm/nodes.h"
 
 namespace mt {
 
@@ -21,10 +22,13 @@ class CommRuntime {
   // Ranks of this job on this machine (MPI_COMM_TYPE_SHARED): threads per rank
   // default to cores ÷ this.
   int local_ranks() const { return local_ranks_; }
+  // Every rank's node, as MPI reports them (nodes.h).
+  const NodeMap& nodes() const { return nodes_; }
 
  private:
   Group world_;
   int local_ranks_ = 1;
+  NodeMap nodes_;
   bool owns_mpi_ = false;  // this object initialised MPI, so it finalises it
 };
 

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Helpers of bench/cluster_placement.sh.
+
+  describe NODE LINK                   the two calibrations' link fits, one line
+  machine NODE LINK RATE DPN OUT       NODE's calibration as a cluster of DPN-rank nodes whose
+                                       inter-node link has LINK's latency and the shaped RATE (tc units)
+  table ROWS STEPS                     the Markdown table of the runs
+"""
+import json
+import statistics
+import sys
+
+
+def tc_rate_bytes(rate):
+    for unit, mult in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+        if rate.endswith(unit):
+            return float(rate[: -len(unit)]) * mult / 8
+    raise SystemExit("unknown rate %r (bit, kbit, mbit, gbit)" % rate)
+
+
+def describe(node_path, link_path):
+    node, link = json.load(open(node_path)), json.load(open(link_path))
+    print("calibrate: the link (1 rank per node): alpha %.1f us, %.3g B/s; inside a node (4 ranks): "
+          "alpha %.1f us, %.3g B/s" % (link["intra"]["alpha_s"] * 1e6, link["intra"]["bytes_per_s"],
+                                       node["intra"]["alpha_s"] * 1e6, node["intra"]["bytes_per_s"]))
+
+
+def machine(node_path, link_path, rate, devices_per_node, out):
+    node, link = json.load(open(node_path)), json.load(open(link_path))
+    node["name"] = "emulated-2x4"
+    node["devices_per_node"] = int(devices_per_node)
+    # Calibrated with one rank per node, the "intra" fit is the only link it had: the inter-node one.
+    node["inter"] = {"alpha_s": link["intra"]["alpha_s"], "bytes_per_s": tc_rate_bytes(rate)}
+    json.dump(node, open(out, "w"), indent=1)
+
+
+def table(rows_path, steps):
+    print("| run | link | step (measured, median) | step (planner) | ledger bytes/step, rank 0: tp / pp / dp "
+          "| link bytes (tc, %s steps, both ways) | planner: axes over the link |" % steps)
+    print("|---|---|---|---|---|---|---|")
+    for line in open(rows_path):
+        name, bw, metrics, plan, link = line.rstrip("\n").split("\t")
+        recs = [json.loads(l) for l in open(metrics)]
+        r0 = [r for r in recs if r.get("rank") == 0 and "time_s" in r]
+        times = [r["time_s"]["step"] for r in r0][1:]
+        by_axis = r0[-1]["comm_bytes_by_axis"]
+        p = json.load(open(plan))
+        crosses = ", ".join(c["axis"] for c in p["comm"] if c["crosses_nodes"]) or "none"
+        print("| %s | %s | %.3f s | %.3f s | %s / %s / %s | %.1f MB | %s |" % (
+            name, bw, statistics.median(times), p["step_s"], by_axis.get("tp", 0), by_axis.get("pp", 0),
+            by_axis.get("dp", 0), int(link) / 1e6, crosses))
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    {"describe": describe, "machine": machine, "table": table}[cmd](*args)

@@ -1,0 +1,111 @@
+#include "mesh/placement.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace mt {
+
+RankPlacement parse_placement(std::string_view name) {
+  if (name == "nodes") return RankPlacement::nodes;
+  if (name == "ranks") return RankPlacement::ranks;
+  MT_THROW(ConfigError, "--placement '", name,
+           "' is not a placement (nodes: the mesh follows MPI's nodes; ranks: mpirun's rank order)");
+}
+
+std::vector<int> mesh_positions(const std::vector<int>& node_of_rank, RankPlacement p) {
+  std::vector<int> order(node_of_rank.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (p == RankPlacement::nodes) {
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return node_of_rank[static_cast<size_t>(a)] < node_of_rank[static_cast<size_t>(b)];
+    });
+  }
+  std::vector<int> position(order.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    position[static_cast<size_t>(order[i])] = static_cast<int>(i);
+  return position;
+}
+
+Group place_world(const Group& world, const std::vector<int>& position_of_rank) {
+  MT_CHECK(static_cast<int>(position_of_rank.size()) == world.size(), "placement of ",
+           position_of_rank.size(), " ranks on a world of ", world.size());
+  bool moved = false;
+  for (size_t r = 0; r < position_of_rank.size(); ++r)
+    moved = moved || position_of_rank[r] != static_cast<int>(r);
+  if (!moved) return world;
+  // One color; the key is the position, so the new rank is the position.
+  return world.split(0, position_of_rank[static_cast<size_t>(world.rank())], "world");
+}
+
+namespace {
+
+std::string axis_label(Axis a) {
+  std::string s = axis_name(a);
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(c - 32); });
+  return s;
+}
+
+// One line per axis: "TP groups: {0, 1} on n0; {2, 3} on n1 — each inside one node".
+void print_axis(std::ostream& os, const MeshSizes& sizes, Axis a, const std::vector<int>& node_of_position,
+                const std::vector<std::string>& names) {
+  int spanning = 0;
+  const auto groups = mesh_group_ranks(sizes, axis_bit(a));
+  os << axis_label(a) << " groups:";
+  for (size_t g = 0; g < groups.size(); ++g) {
+    std::set<int> touched;
+    os << (g ? "; {" : " {");
+    for (size_t i = 0; i < groups[g].size(); ++i) {
+      os << (i ? ", " : "") << groups[g][i];
+      touched.insert(node_of_position[static_cast<size_t>(groups[g][i])]);
+    }
+    os << "} on ";
+    bool first = true;
+    for (int n : touched) {
+      os << (first ? "" : " + ") << names[static_cast<size_t>(n)];
+      first = false;
+    }
+    spanning += touched.size() > 1 ? 1 : 0;
+  }
+  if (spanning == 0)
+    os << " (each inside one node)\n";
+  else
+    os << " (" << spanning << " of " << groups.size() << " across nodes)\n";
+}
+
+}  // namespace
+
+std::string mesh_node_table(const MeshSizes& sizes, const std::vector<int>& position_of_rank,
+                            const std::vector<int>& node_of_rank, const std::vector<std::string>& names) {
+  const size_t P = position_of_rank.size();
+  std::vector<int> node_of_position(P), rank_of_position(P);
+  for (size_t r = 0; r < P; ++r) {
+    node_of_position[static_cast<size_t>(position_of_rank[r])] = node_of_rank[r];
+    rank_of_position[static_cast<size_t>(position_of_rank[r])] = static_cast<int>(r);
+  }
+  std::ostringstream os;
+  os << "\nnodes: " << names.size()
+     << " (MPI: the ranks that share memory; names from MPI_Get_processor_name)\n";
+  for (size_t n = 0; n < names.size(); ++n) {
+    std::ostringstream positions, ranks;
+    bool moved = false;
+    for (size_t p = 0; p < P; ++p) {
+      if (node_of_position[p] != static_cast<int>(n)) continue;
+      positions << ' ' << p;
+      ranks << ' ' << rank_of_position[p];
+      moved = moved || rank_of_position[p] != static_cast<int>(p);
+    }
+    os << "  " << names[n] << ": mesh ranks" << positions.str();
+    if (moved) os << " (mpirun's ranks" << ranks.str() << ')';
+    os << '\n';
+  }
+  for (Axis a : {Axis::tp, Axis::cp, Axis::pp, Axis::dp}) {
+    if (sizes[a] > 1) print_axis(os, sizes, a, node_of_position, names);
+  }
+  return os.str();
+}
+
+}  // namespace mt

@@ -1,0 +1,44 @@
+// Placement: which process takes which position of the device mesh, so that
+// the mesh follows the machine's topology (docs/CLUSTER.md). The mesh numbers
+// its positions dp outermost, tp innermost (mesh_shape.h), so a TP group is a
+// run of adjacent positions; placing the positions node by node puts every
+// TP group (of a size dividing the ranks per node) inside one node and lets
+// DP and PP cross the nodes, whatever order mpirun numbered the processes in.
+//
+//   const std::vector<int> at = mesh_positions(nodes.node_of_rank, RankPlacement::nodes);
+//   Group placed = place_world(world, at);  // its rank r is mesh position r
+//   std::cout << mesh_node_table(sizes, at, nodes.node_of_rank, nodes.names);
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm/group.h"
+#include "mesh/mesh_shape.h"
+
+namespace mt {
+
+enum class RankPlacement {
+  nodes,  // positions node by node (nodes in the order of their lowest rank), ranks ascending in a node
+  ranks,  // position = the process's rank as mpirun numbered it: the explicit order, e.g. --map-by
+};
+// "nodes" / "ranks"; ConfigError naming the value and both choices otherwise.
+RankPlacement parse_placement(std::string_view name);
+
+// Per world rank, its mesh position. Pure.
+std::vector<int> mesh_positions(const std::vector<int>& node_of_rank, RankPlacement p);
+
+// The world reordered so that rank r of the result is mesh position r; the
+// same group (no communication) when every rank keeps its position.
+// Collective over `world` otherwise.
+Group place_world(const Group& world, const std::vector<int>& position_of_rank);
+
+// The rank map's node part (--print-mesh): each node with the mesh positions
+// on it (and the world ranks, when placement moved them), then for each axis
+// larger than one its groups with the nodes they touch, and whether every
+// group of the axis stays inside one node. Pure.
+std::string mesh_node_table(const MeshSizes& sizes, const std::vector<int>& position_of_rank,
+                            const std::vector<int>& node_of_rank, const std::vector<std::string>& names);
+
+}  // namespace mt

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The tiny model on a cluster of 2 nodes × 2 ranks (scripts/cluster.sh: each
+# node a network namespace with its own hostname, TCP over a veth link shaped
+# to 1 Gbit/s between nodes, shared memory inside a node; docs/CLUSTER.md):
+#   - dp 2 × tp 2 in the canonical mode (canonical_tp = 4), launched with
+#     mpirun --map-by node so that mpirun's ranks alternate between the nodes,
+#     is bitwise one process with the same 4 pieces (losses, gradient norms,
+#     every tensor), and --print-mesh shows MPI's two nodes by name and each TP
+#     group inside one node (the placement moved the ranks);
+#   - the same launch with --placement ranks keeps mpirun's order, and the map
+#     shows both TP groups across the nodes (the check above can fail);
+#   - dp 2 × tp 2 in the default mode matches one process within the derived
+#     bound (tests/dist/common.sh) and is not bitwise it.
+# Exit 77 (CTest: skipped) where the machine does not allow network namespaces.
+set -uo pipefail
+bin=$1
+here=$(cd "$(dirname "$0")" && pwd)
+cluster="$here/../../scripts/cluster.sh"
+export MT_CLUSTER_PREFIX=mtct  # not the prefix a bench's cluster uses
+tmp=$(mktemp -d)
+trap 'bash "$cluster" down; rm -rf "$tmp"' EXIT
+# shellcheck source=tests/dist/common.sh
+source "$here/common.sh"
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "SKIP: network namespaces need root (uid $(id -u))"
+  exit 77
+fi
+command -v ip >/dev/null && command -v tc >/dev/null || {
+  echo "SKIP: ip and tc (iproute2) are missing: scripts/install-deps.sh installs them"
+  exit 77
+}
+rc=0
+bash "$cluster" up 2 --ranks-per-node 2 --link 1gbit >"$tmp/up.log" 2>&1 || rc=$?
+if [ "$rc" -eq 77 ]; then
+  echo "SKIP: $(tail -1 "$tmp/up.log")"
+  exit 77
+elif [ "$rc" -ne 0 ]; then
+  echo "FAIL cluster up: $(tail -3 "$tmp/up.log")"
+  exit 1
+fi
+cat "$tmp/up.log"
+
+make_data
+tiny+=(--set model.n_layers=4 --set train.microbatch_size=1)
+canon=(--set parallel.reduction=canonical --set parallel.canonical_tp=4 --set model.n_kv_heads=4)
+
+fail() {
+  echo "FAIL $1"
+  failures=$((failures + 1))
+}
+# on_cluster NAME MPIRUN_FLAGS -- TRAIN_FLAGS...: 4 ranks over the 2 nodes.
+on_cluster() {
+  local name=$1 mflags=()
+  shift
+  while [ "$1" != -- ]; do
+    mflags+=("$1")
+    shift
+  done
+  shift
+  timeout 120 bash "$cluster" mpirun -np 4 "${mflags[@]}" "$bin" train "${tiny[@]}" "$@" \
+    --metrics "$tmp/$name.jsonl" --save "$tmp/$name" >"$tmp/$name.out" 2>"$tmp/$name.err" ||
+    { fail "$name: the run failed: $(tail -3 "$tmp/$name.err")"; return 1; }
+}
+
+# The one-process references (not on the cluster: no MPI needed).
+"$bin" train "${tiny[@]}" "${canon[@]}" --metrics "$tmp/ref_c4.jsonl" --save "$tmp/ref_c4" >/dev/null 2>&1 ||
+  fail "ref_c4: the one-process run failed"
+"$bin" train "${tiny[@]}" --metrics "$tmp/ref.jsonl" --save "$tmp/ref" >/dev/null 2>&1 ||
+  fail "ref: the one-process run failed"
+
+# Canonical, ranks alternating between nodes: the placement puts each TP group on one node.
+if on_cluster canon_dp2_tp2 --map-by node -- --dp 2 --tp 2 --zero 1 "${canon[@]}" --print-mesh; then
+  if "$bin" compare --rtol 0 --grad-norm-rtol 0 "$tmp/canon_dp2_tp2.jsonl" "$tmp/ref_c4.jsonl" \
+    --model-a "$tmp/canon_dp2_tp2" --model-b "$tmp/ref_c4" >"$tmp/cmp" 2>&1 &&
+    cmp -s "$tmp/canon_dp2_tp2/model.safetensors" "$tmp/ref_c4/model.safetensors"; then
+    echo "ok   canon_dp2_tp2 on 2 nodes: bitwise one process"
+  else
+    fail "canon_dp2_tp2 on 2 nodes: differs from one process: $(tail -3 "$tmp/cmp")"
+  fi
+  out="$tmp/canon_dp2_tp2.out"
+  if grep -q '^nodes: 2 ' "$out" && grep -q '^  mtct-n0: mesh ranks 0 1 (mpirun.s ranks 0 2)$' "$out" &&
+    grep -q '^  mtct-n1: mesh ranks 2 3 (mpirun.s ranks 1 3)$' "$out" &&
+    grep -q '^TP groups: {0, 1} on mtct-n0; {2, 3} on mtct-n1 (each inside one node)$' "$out"; then
+    echo "ok   --print-mesh: 2 nodes from MPI, each TP group inside one"
+  else
+    fail "--print-mesh does not show each TP group inside one node:"
+    sed -n '/^nodes:/,$p' "$out"
+  fi
+fi
+
+# The explicit order: mpirun's round robin kept, so TP crosses the link.
+if on_cluster ranks_order --map-by node -- --dp 2 --tp 2 --set train.steps=1 --placement ranks --print-mesh; then
+  if grep -q '^TP groups: {0, 1} on mtct-n0 + mtct-n1; {2, 3} on mtct-n0 + mtct-n1 (2 of 2 across nodes)$' \
+    "$tmp/ranks_order.out"; then
+    echo "ok   --placement ranks: both TP groups across the nodes, as mpirun placed them"
+  else
+    fail "--placement ranks: the map does not show TP across the nodes:"
+    sed -n '/^nodes:/,$p' "$tmp/ranks_order.out"
+  fi
+fi
+
+# The default mode: within the derived bound, and not bitwise.
+if on_cluster dp2_tp2 -- --dp 2 --tp 2; then
+  check dp2_tp2 ref
+  if "$bin" compare --rtol 0 --grad-norm-rtol 0 "$tmp/dp2_tp2.jsonl" "$tmp/ref.jsonl" >/dev/null 2>&1 &&
+    cmp -s "$tmp/dp2_tp2/model.safetensors" "$tmp/ref/model.safetensors"; then
+    fail "dp2_tp2 (default mode) is bitwise one process: the bitwise check above would see nothing"
+  else
+    echo "ok   dp2_tp2 (default mode) is not bitwise one process"
+  fi
+fi
+finish "cluster"
