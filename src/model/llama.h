@@ -366,6 +366,10 @@ class Llama : public pp::Stage {
   AttentionStrategy* attention_ = &cp_attention_;  // what the layers call: cp_attention_, or generation's
   TpRank tpr_;
   TpDims td_;
+  // The kv heads this rank's attention reads: td_.kv_heads, or in the canonical
+  // mode with canonical_tp > n_kv_heads its kv slots (parallel/canonical_tp_kv.h).
+  int64_t kv_att_ = 0;
+  bool kv_slots_ = false;            // kv_att_ counts slots
   tp::LinearPlan plan_;              // every linear site's entry, the norms', the residual stream's shape
   std::vector<LayerLabels> labels_;  // per stage layer
   ParamTable table_;

@@ -23,8 +23,7 @@
 //           chunk's sum the same tree (canonical_tp.h), with or without SP.
 //
 // What does not yet have a canonical form is refused by name at start-up
-// (check_canonical): 2-D tp and kv heads
-// replicated over tp (tp > n_kv_heads), context parallelism (key blocks),
+// (check_canonical): 2-D tp, context parallelism (key blocks),
 // experts (token order, per-microbatch aux terms), tied embeddings over
 // pipeline stages (their two copies' gradients would be summed outside the
 // tree), and the oneDNN bf16 kernel (its accumulation order is the library's).
@@ -55,9 +54,10 @@ struct CanonicalLayout {
 // The refusals above; the batch rule: with dp > 1 each dp rank's atoms
 // (batch_size / microbatch_size / dp) are a power of two, so that every rank
 // holds an aligned subtree of the tree over the global atoms; and the tp
-// rule: canonical_tp is a power of two dividing n_heads, n_kv_heads,
-// ffn_hidden, vocab_size (a piece is what tp rank p holds at tp = c,
-// unpadded) and the microbatch's tokens (the norms' shards), and tp divides it.
+// rule: canonical_tp is a power of two dividing n_heads, ffn_hidden,
+// vocab_size (a piece is what tp rank p holds at tp = c, unpadded) and the
+// microbatch's tokens (the norms' shards), dividing n_kv_heads or (1-D)
+// divided by it (kv slots, canonical_tp_kv.h), and tp divides it.
 void check_canonical(const CanonicalLayout& l);
 
 // n a power of two (n ≥ 1).
