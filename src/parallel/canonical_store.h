@@ -61,6 +61,10 @@ class CanonicalStore : public ParamStore {
   }
   void after_update() override { inner_->after_update(); }
   void add_reduced_grads(int unit, const float* full) override { inner_->add_reduced_grads(unit, full); }
+  float* exchanged_grad_of(const std::string& name, int64_t* n) override {
+    return inner_->exchanged_grad_of(name, n);
+  }
+  void after_grad_exchange(const std::string& name) override { inner_->after_grad_exchange(name); }
   bool keeps_tied_apart() const override { return true; }
   float* acquire_tied_grads(int unit) override;
   void release_tied_grads(int unit) override;

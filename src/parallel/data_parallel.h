@@ -81,6 +81,8 @@ class DataParallelStore : public ParamStore {
   std::vector<DecayRange> local_decay_ranges() const override;
   void after_update() override;
   void add_reduced_grads(int unit, const float* full) override;
+  float* exchanged_grad_of(const std::string& name, int64_t* n) override;
+  void after_grad_exchange(const std::string& name) override;
   void gather_full_params(float* out) override;
   void scatter_full_params(const float* full) override;
   void init_params(const ParamFill& fill) override;

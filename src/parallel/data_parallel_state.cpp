@@ -69,6 +69,24 @@ void DataParallelStore::add_reduced_grads(int unit, const float* full) {
   });
 }
 
+// ZeRO 1 keeps the whole reduced gradient, which the norm reads: the exchange
+// sums the whole parameter there, and the shard is cut from it again.
+float* DataParallelStore::exchanged_grad_of(const std::string& name, int64_t* n) {
+  if (opts_.zero != 1) return local_grad_of(name, n);
+  const ParamSlot& p = find_slot(units_, name);
+  *n = p.numel();
+  return full_grads_.data() + p.offset;
+}
+
+void DataParallelStore::after_grad_exchange(const std::string& name) {
+  if (opts_.zero != 1) return;
+  int unit = 0;
+  int64_t n = 0;
+  local_offset_of(name, &n, &unit);
+  const auto u = static_cast<size_t>(unit);
+  extract(u, full_grads_.data() + units_[u].begin, local_grads_.data() + shard_offset_[u]);
+}
+
 float* DataParallelStore::local_grad_of(const std::string& name, int64_t* n) {
   int unit = 0;
   const int64_t off = local_offset_of(name, n, &unit);

@@ -119,6 +119,14 @@ class ParamStore {
   // After the optimizer step: make the updated parameters visible where the
   // model reads them (all-gather for ZeRO 1/2).
   virtual void after_update() = 0;
+  // The tied embedding's exchange between the first and the last pipeline
+  // stage (train_step.cpp): where the parameter's reduced gradient lies as the
+  // gradient norm reads it — the whole parameter where every rank keeps the
+  // whole reduced gradient (ZeRO 1), its local_grad_of share otherwise — and,
+  // after the exchange summed it in place, the share the optimizer reads made
+  // to follow.
+  virtual float* exchanged_grad_of(const std::string& name, int64_t* n) { return local_grad_of(name, n); }
+  virtual void after_grad_exchange(const std::string& /*name*/) {}
   // After finish_grads: adds `full` (the unit's elements, already reduced over
   // the store's group) into this rank's share of the unit's reduced gradient,
   // each element once (the canonical mode's tied head, canonical_store.h).

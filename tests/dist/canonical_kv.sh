@@ -8,8 +8,9 @@
 #     with n_kv_heads 2 (tp 2: no replica, two slots of one head a rank; dp 2
 #     x tp 4: each head on 2 ranks);
 #   - tied embeddings (parallel/canonical_store.h), with the kv slots of 2 kv
-#     heads: pp 2 (1f1b), pp 2 x tp 2 and dp 2 ZeRO 2 (one stage: the head's
-#     tree summed over dp apart, then added);
+#     heads: pp 2 (1f1b), pp 2 x tp 2, dp 2 ZeRO 2 (one stage: the head's
+#     tree summed over dp apart, then added) and dp 2 x pp 2 ZeRO 1 (the
+#     exchange sums the whole gradient the norm reads, exchanged_grad_of);
 #   - the default mode at tp 4 with one kv head is not bitwise one process
 #     (the comparisons can fail);
 #   - a checkpoint saved on tp 4 (n_kv_heads 1) at step 2 resumes on dp 2 x
@@ -75,6 +76,7 @@ layouts=(
   "pp2_tied 2 ref_tied --pp 2 --set parallel.schedule=1f1b ${tied[*]}"
   "pp2_tp2_tied 4 ref_tied --pp 2 --tp 2 ${tied[*]}"
   "dp2_zero2_tied 2 ref_tied --dp 2 --zero 2 ${tied[*]}"
+  "dp2_pp2_zero1_tied 4 ref_tied --dp 2 --pp 2 --zero 1 ${tied[*]}"
 )
 for spec in "${layouts[@]}"; do
   read -r name np ref flags <<<"$spec"
