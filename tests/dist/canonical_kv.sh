@@ -76,7 +76,7 @@ layouts=(
   "pp2_tied 2 ref_tied --pp 2 --set parallel.schedule=1f1b ${tied[*]}"
   "pp2_tp2_tied 4 ref_tied --pp 2 --tp 2 ${tied[*]}"
   "dp2_zero2_tied 2 ref_tied --dp 2 --zero 2 ${tied[*]}"
-  "dp2_pp2_zero1_tied 4 ref_tied --dp 2 --pp 2 --zero 1 ${tied[*]}"
+  "dp2_pp2_zero1_tied 4 ref_tied --dp 2 --pp 2 --zero 1 --set parallel.schedule=gpipe ${tied[*]}"
 )
 for spec in "${layouts[@]}"; do
   read -r name np ref flags <<<"$spec"
