@@ -21,12 +21,17 @@
 //           NormEntry); the reduce-scatters that sum pieces use the tree.
 //   overlap: tp_overlap's token chunks are the fixed GEMM blocks, each
 //           chunk's sum the same tree (canonical_tp.h), with or without SP.
+//   kv:     with c > n_kv_heads attention reads c kv slots, c / tp a rank,
+//           and a kv head's gradient is the tree over its slots, in one
+//           process too (canonical_tp_kv.h).
+//   tied:   a tied matrix's gradient is the embedding's tree + the head's,
+//           added once after the dp sums, on one stage (canonical_store.h)
+//           as between the first and the last (train_step.cpp).
 //
 // What does not yet have a canonical form is refused by name at start-up
 // (check_canonical): 2-D tp, context parallelism (key blocks),
-// experts (token order, per-microbatch aux terms), tied embeddings over
-// pipeline stages (their two copies' gradients would be summed outside the
-// tree), and the oneDNN bf16 kernel (its accumulation order is the library's).
+// experts (token order, per-microbatch aux terms), and the oneDNN bf16
+// kernel (its accumulation order is the library's).
 #pragma once
 
 #include <cstdint>
