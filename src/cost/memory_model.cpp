@@ -59,7 +59,10 @@ void add_store(const Config& cfg, const ParamTable& table, const std::vector<Uni
   shape.replicas = p.ep > 1 && z > 0 ? P / static_cast<int>(p.ep) : 0;  // the experts' replica group
   shape.zero = z;
   const bool tied_here = table.embed_unit >= 0 && table.lm_head >= 0 && table.lm_head == table.embed;
-  shape.tied_unit = tied_here ? table.embed_unit : -1;
+  // The canonical mode keeps a tied head's gradient apart (parallel/canonical_store.h): the store
+  // then never holds the embedding's gradient through the backward.
+  const bool apart = cfg.parsed().reduction == Reduction::canonical;
+  shape.tied_unit = tied_here && !apart ? table.embed_unit : -1;
   const StorePlan plan = store_plan(units, shape);
   for (const StoreBuffer& b : plan.buffers)
     f.add(b.kind, b.least, b.most);

@@ -13,7 +13,7 @@ namespace {
 
 tp::ModelSite site(std::string_view name, tp::SiteUse use, std::vector<tp::SiteWeight> weights,
                    int64_t in = 0, std::vector<int64_t> out = {}, tp::VocabShard vocab = {}) {
-  return {name, use, std::move(weights), in, std::move(out), vocab, {}};
+  return {name, use, std::move(weights), in, std::move(out), vocab};
 }
 
 }  // namespace

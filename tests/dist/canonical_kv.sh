@@ -11,6 +11,8 @@
 #     heads: pp 2 (1f1b), pp 2 x tp 2, dp 2 ZeRO 2 (one stage: the head's
 #     tree summed over dp apart, then added) and dp 2 x pp 2 ZeRO 1 (the
 #     exchange sums the whole gradient the norm reads, exchanged_grad_of);
+#   - the memory model (--explain-memory) of tp 2, tp 2 x pp 2 and dp 2 ZeRO 2
+#     tied: the kv slots' buffers and the tied head's tree, exactly;
 #   - the default mode at tp 4 with one kv head is not bitwise one process
 #     (the comparisons can fail);
 #   - a checkpoint saved on tp 4 (n_kv_heads 1) at step 2 resumes on dp 2 x
@@ -37,7 +39,7 @@ train() {
   local name=$1 np=$2
   shift 2
   timeout 120 "${mpi[@]}" -np "$np" "$bin" train "${tiny[@]}" "$@" --metrics "$tmp/$name.jsonl" \
-    --save "$tmp/$name" >/dev/null 2>"$tmp/$name.err" || {
+    --save "$tmp/$name" >"$tmp/$name.out" 2>"$tmp/$name.err" || {
     fail "$name: the run failed: $(tail -3 "$tmp/$name.err")"
     return 1
   }
@@ -70,18 +72,28 @@ train ref_tied 1 "${canon[@]}" "${tied[@]}"
 ck=$tmp/ck
 layouts=(
   "tp4_kv1 4 ref_kv1 --tp 4 ${kv1[*]} --set train.checkpoint_dir=$ck --set train.checkpoint_every=2"
-  "tp2_kv2 2 ref_kv2 --tp 2"
+  "tp2_kv2 2 ref_kv2 --tp 2 --explain-memory"
   "dp2_tp4_kv2 8 ref_kv2 --dp 2 --tp 4 --zero 1"
-  "tp2_pp2_kv1 4 ref_kv1 --tp 2 --pp 2 ${kv1[*]}"
+  "tp2_pp2_kv1 4 ref_kv1 --tp 2 --pp 2 ${kv1[*]} --explain-memory"
   "pp2_tied 2 ref_tied --pp 2 --set parallel.schedule=1f1b ${tied[*]}"
   "pp2_tp2_tied 4 ref_tied --pp 2 --tp 2 ${tied[*]}"
-  "dp2_zero2_tied 2 ref_tied --dp 2 --zero 2 ${tied[*]}"
+  "dp2_zero2_tied 2 ref_tied --dp 2 --zero 2 ${tied[*]} --explain-memory"
   "dp2_pp2_zero1_tied 4 ref_tied --dp 2 --pp 2 --zero 1 --set parallel.schedule=gpipe ${tied[*]}"
 )
 for spec in "${layouts[@]}"; do
   read -r name np ref flags <<<"$spec"
   # shellcheck disable=SC2086
   train "$name" "$np" "${canon[@]}" $flags && same "$name" "$ref"
+done
+
+# The memory model of the runs above that printed it (--explain-memory): every row exact or within its bound.
+for name in tp2_kv2 tp2_pp2_kv1 dp2_zero2_tied; do
+  verdict=$(grep -h '^memory model: ' "$tmp/$name.out" "$tmp/$name.err" 2>/dev/null || true)
+  if [[ $verdict == "memory model: all "*" rows within their bounds" ]]; then
+    echo "ok   $name: $verdict"
+  else
+    fail "$name: ${verdict:-no memory model table}"
+  fi
 done
 
 # The default mode groups the replicas' sum and the pieces otherwise: tp 4 is not bitwise one process.
