@@ -23,12 +23,18 @@ void ParamStore::add_reduced_grads(int unit, const float*) {
   MT_THROW(Error, "this parameter store cannot add a reduced gradient to unit ", unit);
 }
 
-float* ParamStore::acquire_tied_grads(int unit) {
+namespace {
+[[noreturn]] void no_tied_apart(int unit) {
   MT_THROW(Error, "this parameter store keeps no tied head's gradient apart (unit ", unit, ")");
+}
+}  // namespace
+
+float* ParamStore::acquire_tied_grads(int unit) {
+  no_tied_apart(unit);
 }
 
 void ParamStore::release_tied_grads(int unit) {
-  MT_THROW(Error, "this parameter store keeps no tied head's gradient apart (unit ", unit, ")");
+  no_tied_apart(unit);
 }
 
 void LocalStore::add_reduced_grads(int unit, const float* full) {
