@@ -197,12 +197,12 @@ std::vector<Entry> parallel_entries() {
           "canonical mode\")"),
       MT_KEY(
           parallel, canonical_tp, "int",
-          "the canonical mode's tp grain c, a power of two dividing n_heads, n_kv_heads, ffn_hidden and "
-          "vocab_size and a microbatch's tokens: every sum over a tp-split dim (row outputs, column input "
+          "the canonical mode's tp grain c, a power of two dividing n_heads, ffn_hidden and vocab_size and "
+          "a microbatch's tokens, and dividing n_kv_heads or divided by it (then attention reads c kv slots: "
+          "kv heads replicated over tp): every sum over a tp-split dim (row outputs, column input "
           "gradients, the cross-entropy's sum of exponentials) is a fixed tree over c pieces and the norm "
           "weights' gradients a tree over c token shards, so tp 1 to c (any tp dividing c, with or without "
-          "sp or tp_overlap; no tp2d) is bitwise the one-process run with the same c; 1: no "
-          "pieces, tp 1 "
+          "sp or tp_overlap; no tp2d) is bitwise the one-process run with the same c; 1: no pieces, tp 1 "
           "only; kept across a resume"),
       MT_KEY(parallel, bucket_mb, "float", "gradient bucket size in MiB for the ZeRO 0/1 all-reduce"),
       MT_KEY(parallel, timeout_s, "float",

@@ -59,7 +59,10 @@ void add_store(const Config& cfg, const ParamTable& table, const std::vector<Uni
   shape.replicas = p.ep > 1 && z > 0 ? P / static_cast<int>(p.ep) : 0;  // the experts' replica group
   shape.zero = z;
   const bool tied_here = table.embed_unit >= 0 && table.lm_head >= 0 && table.lm_head == table.embed;
-  shape.tied_unit = tied_here ? table.embed_unit : -1;
+  // The canonical mode keeps a tied head's gradient apart (parallel/canonical_store.h): the store
+  // then never holds the embedding's gradient through the backward.
+  const bool apart = cfg.parsed().reduction == Reduction::canonical;
+  shape.tied_unit = tied_here && !apart ? table.embed_unit : -1;
   const StorePlan plan = store_plan(units, shape);
   for (const StoreBuffer& b : plan.buffers)
     f.add(b.kind, b.least, b.most);
@@ -106,6 +109,17 @@ const Floats& chunk_store(const Config& cfg, const StageRange& stage, TpRank tp,
   return cache.emplace(std::move(key), f).first->second;
 }
 
+// The canonical tree's partial sums of one chunk (parallel/canonical_store.h)
+// whose backwards arrive in `order`: per unit, and for a LM head tied to the
+// embedding of its stage the head's own tree (at least its leaf).
+int64_t canonical_tree_floats(const Config& cfg, const ParamTable& t, const std::vector<int64_t>& order) {
+  const int64_t per_unit = canonical_buffers_per_unit(order);
+  int64_t f = per_unit * units_total(make_units(t, cfg.model));
+  if (cfg.model.tie_embeddings && t.embed_unit >= 0 && t.final_unit >= 0)
+    f += std::max<int64_t>(1, per_unit) * t.units[static_cast<size_t>(t.embed_unit)].numel();
+  return f;
+}
+
 // Rank `rank` of the layout whose schedule (memory_model::schedule_of) is `s`.
 RankMemory rank_memory(const Config& cfg, const pp::Schedule& s, int64_t rank, StoreCache& cache) {
   const ModelConfig& m = cfg.model;
@@ -136,10 +150,9 @@ RankMemory rank_memory(const Config& cfg, const pp::Schedule& s, int64_t rank, S
     f.add(MemKind::activation, cf.activation);
     f.add(MemKind::scratch, cf.scratch);
     residual = std::max(residual, cf.residual);
-    if (cfg.parsed().reduction ==
-        Reduction::canonical)  // the tree's partial sums (parallel/canonical_store.h)
-      f.add(MemKind::grad, canonical_buffers_per_unit(backward_order(s, c.pp, k)) *
-                               units_total(make_units(make_param_table(m, tpr, stage, ep, grid), m)));
+    if (cfg.parsed().reduction == Reduction::canonical)
+      f.add(MemKind::grad, canonical_tree_floats(cfg, make_param_table(m, tpr, stage, ep, grid),
+                                                 backward_order(s, c.pp, k)));
   }
   add_pipeline(cfg, s, c.pp, residual, f);
   const memory_model::CpFloats cpf = memory_model::cp_floats(cfg, td);

@@ -94,7 +94,7 @@ Sizes sizes_of(const ModelConfig& c, const TpDims& d, const Shape& s) {
   m.heads = d.heads;
   m.kv_heads = d.kv_heads;
   m.Q = d.heads * m.D;
-  m.QKV = m.Q + 2 * d.kv_heads * m.D;
+  m.QKV = m.Q + 2 * (s.kv_slots > 0 ? s.kv_slots : d.kv_heads) * m.D;  // the attention's kv heads
   m.X = tally_floats(c, s);
   m.E = c.n_experts;
   m.k = c.top_k;
@@ -150,10 +150,13 @@ List shared_buffers(const Sizes& m, const Shape& s) {
   out.push_back({"dmid", {m.N, std::max({m.C, m.F, m.Q})}});
   out.push_back({"dqkv", {m.N, m.QKV}});
   out.push_back({"dgu", {m.N, 2 * m.F}});
-  if (s.tp > 1) {
-    out.push_back({"part", {m.N, m.C}});
+  if (s.tp > 1) out.push_back({"part", {m.N, m.C}});
+  // A replicated kv head's gradient; with canonical kv slots (parallel/canonical_tp_kv.h)
+  // each slot's products dkᵀ·x and dvᵀ·x, in one process too.
+  if (s.kv_slots > 0)
+    out.push_back({"kvg", {s.kv_slots, 2 * m.D, m.C}, MemKind::scratch});
+  else if (s.tp > 1)
     out.push_back({"kvg", {2 * m.kv_heads * m.D, m.C}, MemKind::scratch});
-  }
   // The canonical mode's per-piece partial sums of a row output or a column
   // input gradient (parallel/canonical_tp.h), with more than one piece here.
   if (s.pieces > 1) out.push_back({"leaves", {s.pieces, m.N, m.C}});

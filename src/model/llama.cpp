@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/trace_spans.h"
 #include "model/llama_internal.h"
+#include "parallel/canonical_tp_kv.h"
 #include "parallel/context_parallel.h"
 #include "parallel/local_store.h"
 #include "parallel/tp_comm.h"
@@ -63,6 +64,9 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
     const int64_t cp = cp_group() ? cp_group()->size() : 1;
     tp::check_sequence_parallel(opts_.max_seq * cp, cp, tpr_.size);
   }
+  kv_slots_ = opts_.canonical_tp > cfg_.n_kv_heads && !(tp_group() && tp::on_grid(opts_.grid));
+  kv_att_ = kv_slots_ ? tp::attention_kv_heads(td_.kv_heads, opts_.canonical_tp, cfg_.n_kv_heads, tpr_.size)
+                      : td_.kv_heads;
   Group* kv = nullptr;  // the ranks sharing this rank's kv head (tp > n_kv_heads)
   if (td_.kv_replicas > 1) {
     MT_REQUIRE(opts_.mesh.tp_kv != nullptr && opts_.mesh.tp_kv->size() == td_.kv_replicas, ConfigError,
@@ -85,7 +89,8 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
                                     .embed = has_embed(),
                                     .head = has_head(),
                                     .moe_layers = std::move(moe_layers),
-                                    .pieces = opts_.canonical_tp > 1 ? opts_.canonical_tp / tpr_.size : 0});
+                                    .pieces = opts_.canonical_tp > 1 ? opts_.canonical_tp / tpr_.size : 0,
+                                    .kv_slots = kv_slots_ ? kv_att_ : 0});
   if (plan_.form() == tp::Form::grid) check_grid();
   Buffers& b = *buf_;  // sized by the buffer plan (model/buffer_plan.h)
   if (opts_.recompute.any()) b.recompute.emplace_back(b.plan.recompute);

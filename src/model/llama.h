@@ -105,9 +105,8 @@ struct ModelOptions {
   // train --fingerprint (parallel/probe.h): reads each site's activations and
   // gradients at global coordinates; null: off (one pointer test per site).
   ActivationProbe* probe = nullptr;
-  // The canonical mode's tp grain (parallel.canonical_tp) when above 1: the
-  // linear sites run in that many fixed pieces (parallel/canonical_tp.h), in
-  // one process too. 0: off.
+  // The canonical mode's tp grain (parallel.canonical_tp) when above 1: the linear sites run in
+  // that many fixed pieces (parallel/canonical_tp.h, _kv.h), in one process too. 0: off.
   int64_t canonical_tp = 0;
 };
 
@@ -366,6 +365,8 @@ class Llama : public pp::Stage {
   AttentionStrategy* attention_ = &cp_attention_;  // what the layers call: cp_attention_, or generation's
   TpRank tpr_;
   TpDims td_;
+  int64_t kv_att_ = 0;               // the kv heads attention reads: td_.kv_heads, or (kv_slots_) its slots
+  bool kv_slots_ = false;            // the canonical mode's kv slots (parallel/canonical_tp_kv.h)
   tp::LinearPlan plan_;              // every linear site's entry, the norms', the residual stream's shape
   std::vector<LayerLabels> labels_;  // per stage layer
   ParamTable table_;

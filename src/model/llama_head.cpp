@@ -45,7 +45,9 @@ double Llama::head_forward(Slot& sl) {
 // The last stage's head, backward: cross-entropy, the LM head and the final
 // norm, leaving dL/d(stage output) in dres. Returns the embedding unit's
 // gradient buffer when the head is tied to it on this stage (acquired here
-// and released after the embedding's backward), else null.
+// and released after the embedding's backward), else null. A store that
+// keeps a tied head apart (the canonical mode, parallel/canonical_store.h)
+// gets the head's gradient in a buffer of its own, released here.
 float* Llama::head_backward(float dloss) {
   Slot& sl = *cur_;
   const int64_t N = N_, Nl = Nl_, V = cfg_.vocab_size, W = plan_.width();
@@ -63,7 +65,8 @@ float* Llama::head_backward(float dloss) {
   const float* Fp = store_->acquire_params(fu, Pass::backward);
   float* Fg = store_->acquire_grads(fu);
   const float* head = tied_here ? store_->acquire_params(head_unit_, Pass::backward) : Fp;
-  if (tied_here) Eg = store_->acquire_grads(head_unit_);
+  const bool apart = tied_here && store_->keeps_tied_apart();
+  if (tied_here) Eg = apart ? store_->acquire_tied_grads(head_unit_) : store_->acquire_grads(head_unit_);
   float* head_grad = tied_here ? Eg : Fg;
   float* dlnf = column_dinput_buffer();
   {
@@ -82,7 +85,9 @@ float* Llama::head_backward(float dloss) {
   if (tied_here) store_->release_params(head_unit_, Pass::backward);
   store_->release_grads(fu);
   store_->release_params(fu, Pass::backward);
-  return Eg;
+  if (!apart) return Eg;
+  store_->release_tied_grads(head_unit_);
+  return nullptr;
 }
 
 }  // namespace mt

@@ -20,7 +20,7 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
   const int64_t gl = table_.stage.first_layer + l;                          // the layer's index in the model
   const TraceScope span("layer", x_out ? "forward L" : "recompute L", gl);  // --trace (recompute: no output)
   const int64_t N = N_, Nl = Nl_, W = plan_.width(), F = td_.ffn, D = cfg_.head_dim();
-  const int64_t H = td_.heads, KV = td_.kv_heads, Q = H * D, QKV = Q + 2 * KV * D;
+  const int64_t H = td_.heads, KV = kv_att_, Q = H * D, QKV = Q + 2 * KV * D;
   const int32_t* pos = cur_->d_pos.data();
   const float eps = static_cast<float>(cfg_.norm_eps);
   const tp::LinearPlan& p = plan_;
@@ -91,7 +91,7 @@ void Llama::layer_forward(int64_t l, const float* P, LayerActs& a, const float* 
 // rotated q|k|v (local, ring or all-gather over cp; dropout by its coordinates).
 void Llama::attention_core_forward(int64_t l, LayerActs& a) {
   const int64_t gl = table_.stage.first_layer + l, D = cfg_.head_dim();
-  const int64_t H = td_.heads, KV = td_.kv_heads, Q = H * D, QKV = Q + 2 * KV * D;
+  const int64_t H = td_.heads, KV = kv_att_, Q = H * D, QKV = Q + 2 * KV * D;
   const int32_t* pos = cur_->d_pos.data();
   MT_TIMED(Kernel::attention);
   AttentionDims d{B_, T_, T_, H, KV, D, QKV, QKV, Q};
@@ -229,7 +229,7 @@ void Llama::layer_backward(int64_t l, const float* P, float* G, LayerActs& a, co
 // all-gather over cp) and RoPE. gl: the layer's index in the model.
 void Llama::attention_core_backward(int64_t gl, LayerActs& a) {
   const int64_t B = B_, T = T_, N = N_, D = cfg_.head_dim();
-  const int64_t H = td_.heads, KV = td_.kv_heads, Q = H * D, QKV = Q + 2 * KV * D;
+  const int64_t H = td_.heads, KV = kv_att_, Q = H * D, QKV = Q + 2 * KV * D;
   const int32_t* pos = cur_->d_pos.data();
   Buffers& b = *buf_;
   {

@@ -25,7 +25,7 @@ std::vector<tp::ModelSite> Llama::model_sites() const {
   const int64_t C = cfg_.d_model, D = cfg_.head_dim(), Q = td_.heads * D, KV = td_.kv_heads * D, F = td_.ffn;
   const tp::VocabShard vocab{td_.vocab_begin, td_.vocab_end, td_.vocab_rows};
   const Role col = Role::column, rep = Role::replicated;
-  return {
+  std::vector<tp::ModelSite> sites = {
       site("attn qkv", SiteUse::linear,
            {{"self_attn.q_proj.weight", col},
             {"self_attn.k_proj.weight", Role::kv_replicated},
@@ -43,6 +43,9 @@ std::vector<tp::ModelSite> Llama::model_sites() const {
       site("moe router", SiteUse::local, {{"block_sparse_moe.gate.weight", rep}}),
       site("moe experts", SiteUse::local, {{"w1.weight", rep}, {"w3.weight", rep}, {"w2.weight", rep}}),
   };
+  if (kv_slots_)  // the canonical mode's kv slots (parallel/canonical_tp_kv.h)
+    sites.front().kv_slots = {kv_att_, td_.kv_heads, td_.kv_head0, D, cfg_.n_kv_heads};
+  return sites;
 }
 
 void Llama::make_plan(Group* kv) {

@@ -25,19 +25,12 @@ namespace {
 // The first feature of `l` without a canonical form yet, or null.
 const char* not_canonical_yet(const CanonicalLayout& l) {
   if (l.tp2d) return "2-D tensor parallelism (parallel.tp2d): its grid's sums are not yet cut into pieces";
-  if (l.tp > l.n_kv_heads)
-    return "kv heads replicated over tp (parallel.tp > model.n_kv_heads): their replicas' gradient sum is "
-           "not yet in the tree";
   if (l.cp > 1)
     return "context parallelism (parallel.cp > 1): its key blocks are not yet merged in a fixed order";
   if (l.experts || l.ep > 1)
     return "mixture-of-experts layers (model.n_experts > 0): their token order and per-microbatch router "
            "terms "
            "are not yet canonical";
-  if (l.tied_embeddings && l.pp > 1)
-    return "tied embeddings over pipeline stages (model.tie_embeddings with parallel.pp > 1): the two "
-           "copies' "
-           "gradients would be summed outside the tree";
   if (l.bf16_onednn)
     return "the oneDNN bf16 kernel (train.precision = bf16): its accumulation order is the library's; "
            "MESHTRAIN_BF16_MATMUL=emulated runs the emulated kernel, which the mode covers";
@@ -49,14 +42,19 @@ void check_canonical_tp(const CanonicalLayout& l) {
   const int64_t c = l.canonical_tp;
   MT_REQUIRE(is_power_of_two(c), ConfigError, "parallel.canonical_tp (", c,
              ") must be a power of two: tp ranks must hold aligned subtrees of the tree over its pieces");
-  const std::pair<const char*, int64_t> dims[] = {{"model.n_heads", l.n_heads},
-                                                  {"model.n_kv_heads", l.n_kv_heads},
-                                                  {"model.ffn_hidden", l.ffn_hidden},
-                                                  {"model.vocab_size", l.vocab_size}};
+  const std::pair<const char*, int64_t> dims[] = {
+      {"model.n_heads", l.n_heads}, {"model.ffn_hidden", l.ffn_hidden}, {"model.vocab_size", l.vocab_size}};
   for (const auto& [key, n] : dims) {
     MT_REQUIRE(n % c == 0, ConfigError, "parallel.canonical_tp (", c, ") must divide ", key, " (", n,
                "): each piece is what tp rank p holds at tp = canonical_tp, without padding");
   }
+  // More pieces than kv heads: each piece's kv slot holds the kv head of its query heads
+  // (canonical_tp_kv.h), which needs the kv heads to divide the pieces; a grid never replicates them.
+  const int64_t kv = l.n_kv_heads;
+  MT_REQUIRE(kv % c == 0 || (!l.tp2d && c % kv == 0), ConfigError, "parallel.canonical_tp (", c,
+             ") and model.n_kv_heads (", kv, "): one must divide the other",
+             l.tp2d ? " and, on a 2-D grid, canonical_tp must divide n_kv_heads" : "",
+             " (a piece holds n_kv_heads / canonical_tp kv heads, or a slot of one)");
   MT_REQUIRE(c == 1 || l.microbatch_tokens % c == 0, ConfigError, "parallel.canonical_tp (", c,
              ") must divide a microbatch's tokens (train.microbatch_size x train.seq_len = ",
              l.microbatch_tokens, "): the norms' weight gradients sum over that many fixed token shards");

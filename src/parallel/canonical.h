@@ -21,13 +21,17 @@
 //           NormEntry); the reduce-scatters that sum pieces use the tree.
 //   overlap: tp_overlap's token chunks are the fixed GEMM blocks, each
 //           chunk's sum the same tree (canonical_tp.h), with or without SP.
+//   kv:     with c > n_kv_heads attention reads c kv slots, c / tp a rank,
+//           and a kv head's gradient is the tree over its slots, in one
+//           process too (canonical_tp_kv.h).
+//   tied:   a tied matrix's gradient is the embedding's tree + the head's,
+//           added once after the dp sums, on one stage (canonical_store.h)
+//           as between the first and the last (train_step.cpp).
 //
 // What does not yet have a canonical form is refused by name at start-up
-// (check_canonical): 2-D tp and kv heads
-// replicated over tp (tp > n_kv_heads), context parallelism (key blocks),
-// experts (token order, per-microbatch aux terms), tied embeddings over
-// pipeline stages (their two copies' gradients would be summed outside the
-// tree), and the oneDNN bf16 kernel (its accumulation order is the library's).
+// (check_canonical): 2-D tp, context parallelism (key blocks),
+// experts (token order, per-microbatch aux terms), and the oneDNN bf16
+// kernel (its accumulation order is the library's).
 #pragma once
 
 #include <cstdint>
@@ -55,9 +59,10 @@ struct CanonicalLayout {
 // The refusals above; the batch rule: with dp > 1 each dp rank's atoms
 // (batch_size / microbatch_size / dp) are a power of two, so that every rank
 // holds an aligned subtree of the tree over the global atoms; and the tp
-// rule: canonical_tp is a power of two dividing n_heads, n_kv_heads,
-// ffn_hidden, vocab_size (a piece is what tp rank p holds at tp = c,
-// unpadded) and the microbatch's tokens (the norms' shards), and tp divides it.
+// rule: canonical_tp is a power of two dividing n_heads, ffn_hidden,
+// vocab_size (a piece is what tp rank p holds at tp = c, unpadded) and the
+// microbatch's tokens (the norms' shards), dividing n_kv_heads or (1-D)
+// divided by it (kv slots, canonical_tp_kv.h), and tp divides it.
 void check_canonical(const CanonicalLayout& l);
 
 // n a power of two (n ≥ 1).

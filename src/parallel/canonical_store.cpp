@@ -9,8 +9,8 @@
 
 namespace mt {
 
-CanonicalStore::CanonicalStore(std::unique_ptr<ParamStore> inner, std::vector<UnitSpec> units)
-    : inner_(std::move(inner)), units_(std::move(units)), trees_(units_.size()) {
+CanonicalStore::CanonicalStore(std::unique_ptr<ParamStore> inner, std::vector<UnitSpec> units, Group* over)
+    : inner_(std::move(inner)), units_(std::move(units)), trees_(units_.size()), over_(over) {
   MT_CHECK(inner_ != nullptr, "CanonicalStore needs the run's store");
 }
 
@@ -56,9 +56,46 @@ void CanonicalStore::release_grads(int unit) {
   t.free.push_back(root);
 }
 
+float* CanonicalStore::acquire_tied_grads(int unit) {
+  MT_CHECK(tied_unit_ < 0 || tied_unit_ == unit, "CanonicalStore: a second tied unit (", unit, ", then ",
+           tied_unit_, ")");
+  MT_CHECK(tied_.open < 0, "CanonicalStore: the tied head's gradient acquired twice");
+  tied_unit_ = unit;
+  tied_.open = take_buffer(tied_, unit);
+  tied_.open_microbatch = current_;
+  zero_bytes(buffer(tied_, tied_.open), tied_.bufs[static_cast<size_t>(tied_.open)].nbytes());
+  return buffer(tied_, tied_.open);
+}
+
+void CanonicalStore::release_tied_grads(int unit) {
+  MT_CHECK(tied_.open >= 0 && unit == tied_unit_, "CanonicalStore: release of a tied gradient not acquired");
+  const int64_t n = units_[static_cast<size_t>(unit)].numel();
+  auto sum = [&](int& left, int& right) { add(buffer(tied_, left), buffer(tied_, right), n); };
+  auto give_back = [&](int i) { tied_.free.push_back(i); };
+  tied_.tree.insert(tied_.open_microbatch, tied_.open, sum, give_back);
+  tied_.open = -1;
+  if (tied_.tree.complete()) tied_root_ = tied_.tree.finish(sum, give_back);
+}
+
+void CanonicalStore::add_tied_root() {
+  if (tied_unit_ < 0) return;
+  MT_CHECK(tied_root_ >= 0, "CanonicalStore: the tied head has ", tied_.tree.inserted(), " of ",
+           microbatches_, " microbatch gradients at the end of the step");
+  float* h = buffer(tied_, tied_root_);
+  const int64_t n = units_[static_cast<size_t>(tied_unit_)].numel();
+  if (over_ != nullptr && over_->size() > 1)  // each element the tree over ranks, as the inner store's
+    over_->all_reduce(h, n, ElemType::f32, SumOrder::tree, "tied head grads");
+  inner_->add_reduced_grads(tied_unit_, h);
+  tied_.free.push_back(tied_root_);
+  tied_root_ = -1;
+}
+
 void CanonicalStore::begin_step(int64_t microbatches) {
   microbatches_ = microbatches;
   current_ = 0;
+  tied_.tree.reset(microbatches);
+  tied_.open = -1;
+  tied_.open_microbatch = -1;
   for (UnitTree& t : trees_) {
     t.tree.reset(microbatches);
     t.open = -1;
@@ -79,6 +116,7 @@ void CanonicalStore::finish_grads() {
                " of ", microbatches_, " microbatch gradients at the end of the step");
   }
   inner_->finish_grads();
+  add_tied_root();
 }
 
 int64_t canonical_buffers_per_unit(const std::vector<int64_t>& order) {

@@ -11,12 +11,21 @@
 //
 // The partial sums it keeps are gradient memory (MemKind::grad), pooled per
 // unit and kept across steps (canonical_buffers_per_unit).
+//
+// A LM head tied to the embedding of its own stage keeps its gradient apart
+// (keeps_tied_apart): its leaves, zeroed, form a second tree over the same
+// microbatches, whose root is summed over the store's group by SumOrder::tree
+// and added to the embedding's reduced gradient once, after finish_grads —
+// the embedding's tree + the head's, the order the pipeline's tied exchange
+// gives (train_step.cpp) when the two sit on the first and the last stage. Its
+// buffers are max(1, canonical_buffers_per_unit) of the embedding unit's size.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "comm/group.h"
 #include "core/exact_sum.h"
 #include "core/tensor.h"
 #include "parallel/store.h"
@@ -25,7 +34,8 @@ namespace mt {
 
 class CanonicalStore : public ParamStore {
  public:
-  CanonicalStore(std::unique_ptr<ParamStore> inner, std::vector<UnitSpec> units);
+  // over: the inner store's group (null: one process), for the tied head's sum.
+  CanonicalStore(std::unique_ptr<ParamStore> inner, std::vector<UnitSpec> units, Group* over = nullptr);
 
   const float* acquire_params(int unit, Pass pass) override { return inner_->acquire_params(unit, pass); }
   void release_params(int unit, Pass pass) override { inner_->release_params(unit, pass); }
@@ -50,6 +60,14 @@ class CanonicalStore : public ParamStore {
     return inner_->local_param_of(name, n);
   }
   void after_update() override { inner_->after_update(); }
+  void add_reduced_grads(int unit, const float* full) override { inner_->add_reduced_grads(unit, full); }
+  float* exchanged_grad_of(const std::string& name, int64_t* n) override {
+    return inner_->exchanged_grad_of(name, n);
+  }
+  void after_grad_exchange(const std::string& name) override { inner_->after_grad_exchange(name); }
+  bool keeps_tied_apart() const override { return true; }
+  float* acquire_tied_grads(int unit) override;
+  void release_tied_grads(int unit) override;
   void gather_full_params(float* out) override { inner_->gather_full_params(out); }
   void scatter_full_params(const float* full) override { inner_->scatter_full_params(full); }
   void init_params(const ParamFill& fill) override { inner_->init_params(fill); }
@@ -65,9 +83,15 @@ class CanonicalStore : public ParamStore {
   int take_buffer(UnitTree& t, int unit);
   float* buffer(UnitTree& t, int i) { return t.bufs[static_cast<size_t>(i)].data(); }
 
+  void add_tied_root();  // finish_grads: the tied head's root over the group, into the embedding's
+
   std::unique_ptr<ParamStore> inner_;
   std::vector<UnitSpec> units_;
   std::vector<UnitTree> trees_;
+  Group* over_ = nullptr;
+  UnitTree tied_;  // the tied head's leaves (unit tied_unit_)
+  int tied_unit_ = -1;
+  int tied_root_ = -1;  // its root once complete
   int64_t microbatches_ = 1;
   int64_t current_ = 0;  // the microbatch of the backward in progress (its leaf's position)
 };

@@ -42,9 +42,6 @@ void finish_over_tp(float* dst, int64_t rows, int64_t cols, const Pieces& p, std
                        comm_label(p.site, pair, direction, {rows, cols}));
 }
 
-// Piece j's product for rows [r0, r0 + rows) of a sum over pieces, into `into` [rows, C].
-using PieceRows = std::function<void(int64_t j, int64_t r0, int64_t rows, float* into)>;
-
 // at [rows, C] = rows [r0, r0 + rows) of the tree over this rank's pieces (one piece: its product in place).
 void rows_over_pieces(float* at, int64_t r0, int64_t rows, int64_t C, const Pieces& p,
                       const PieceRows& gemm) {
@@ -113,6 +110,12 @@ VocabRange rank_vocab(int64_t V, const Pieces& p) {
 }
 
 }  // namespace
+
+void sum_piece_rows(float* dst, int64_t N, int64_t C, const Pieces& p, const PieceRows& gemm,
+                    std::string_view pair, std::string_view direction,
+                    const std::function<void()>& meanwhile) {
+  sum_rows(dst, N, C, p, gemm, pair, direction, meanwhile);
+}
 
 bool chunked_under_sp(int64_t N, const Pieces& p) {
   return p.sp && p.overlap && p.tp_on() && (N / p.tp->size()) % kFixedRowBlock == 0;

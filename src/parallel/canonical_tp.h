@@ -51,6 +51,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -69,6 +70,17 @@ struct Pieces {
 
   bool tp_on() const { return tp != nullptr && tp->size() > 1; }
 };
+
+// Piece j's product for rows [r0, r0 + rows) of a sum over pieces, into `into` [rows, C].
+using PieceRows = std::function<void(int64_t j, int64_t r0, int64_t rows, float* into)>;
+
+// dst [N, C] (SP: [N / tp, C]) = the tree over this rank's pieces of `gemm`'s
+// products, then over tp (the pair's collective, whole or in the chunks
+// above); `meanwhile` runs before the last collective completes. What the
+// column layers' input gradients use (canonical_tp_kv.h too).
+void sum_piece_rows(float* dst, int64_t N, int64_t C, const Pieces& p, const PieceRows& gemm,
+                    std::string_view pair, std::string_view direction,
+                    const std::function<void()>& meanwhile = {});
 
 // Whether SP's sums and gathers run in chunks under tp_overlap (above).
 bool chunked_under_sp(int64_t N, const Pieces& p);

@@ -80,6 +80,9 @@ class DataParallelStore : public ParamStore {
   int64_t local_numel() const override { return opts_.zero == 0 ? full_params_.numel() : local_numel_; }
   std::vector<DecayRange> local_decay_ranges() const override;
   void after_update() override;
+  void add_reduced_grads(int unit, const float* full) override;
+  float* exchanged_grad_of(const std::string& name, int64_t* n) override;
+  void after_grad_exchange(const std::string& name) override;
   void gather_full_params(float* out) override;
   void scatter_full_params(const float* full) override;
   void init_params(const ParamFill& fill) override;

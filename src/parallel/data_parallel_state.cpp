@@ -6,6 +6,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "ops/primitives.h"
 #include "parallel/data_parallel.h"
 #include "parallel/local_store.h"
 #include "parallel/store_plan.h"
@@ -50,6 +51,40 @@ int64_t DataParallelStore::local_offset_of(const std::string& name, int64_t* n, 
   }
   find_slot(units_, name);  // throws naming `name` when no unit holds it
   MT_THROW(Error, "parameter '", name, "' lies in no shard of its unit");
+}
+
+void DataParallelStore::add_reduced_grads(int unit, const float* full) {
+  const auto u = static_cast<size_t>(unit);
+  if (opts_.zero <= 1) add(full_grads_.data() + units_[u].begin, full, units_[u].numel());
+  if (opts_.zero == 0) return;
+  if (opts_.zero == 1) {  // the shard again from the full gradient, which the norm reads
+    extract(u, full_grads_.data() + units_[u].begin, local_grads_.data() + shard_offset_[u]);
+    return;
+  }
+  float* shard = local_grads_.data() + shard_offset_[u];  // its real rows (padding stays zero)
+  for_each_piece(u, [&](const Part& part, const UnitShards::Piece& p) {
+    const int64_t K = p.param->row_size;
+    const auto [b, e] = part.shards.rows_of(p, part.group->rank());
+    if (e > b) add(shard + part.in_shard + p.in_shard, full + p.in_unit + b * K, (e - b) * K);
+  });
+}
+
+// ZeRO 1 keeps the whole reduced gradient, which the norm reads: the exchange
+// sums the whole parameter there, and the shard is cut from it again.
+float* DataParallelStore::exchanged_grad_of(const std::string& name, int64_t* n) {
+  if (opts_.zero != 1) return local_grad_of(name, n);
+  const ParamSlot& p = find_slot(units_, name);
+  *n = p.numel();
+  return full_grads_.data() + p.offset;
+}
+
+void DataParallelStore::after_grad_exchange(const std::string& name) {
+  if (opts_.zero != 1) return;
+  int unit = 0;
+  int64_t n = 0;
+  local_offset_of(name, &n, &unit);
+  const auto u = static_cast<size_t>(unit);
+  extract(u, full_grads_.data() + units_[u].begin, local_grads_.data() + shard_offset_[u]);
 }
 
 float* DataParallelStore::local_grad_of(const std::string& name, int64_t* n) {

@@ -164,11 +164,16 @@ LinearEntry LinearPlan::make_entry(const ModelSite& s, const std::vector<Role>& 
       if (s.use == SiteUse::head) e.reduce = g.tp_r;
     }
   }
-  e.out = std::accumulate(e.out_blocks.begin(), e.out_blocks.end(), int64_t{0});
   if (g.canonical_tp > 1 && (s.use == SiteUse::linear || s.use == SiteUse::head)) {
     e.pieces = g.canonical_tp / (form_ == Form::megatron ? g.tp->size() : 1);
     e.tp = form_ == Form::megatron ? g.tp : nullptr;
+    if (s.kv_slots.on()) {  // the activation's kv blocks are the slots
+      e.slots = s.kv_slots;
+      e.out_blocks = {s.out_blocks.front(), e.slots.slots * e.slots.head_dim,
+                      e.slots.slots * e.slots.head_dim};
+    }
   }
+  e.out = std::accumulate(e.out_blocks.begin(), e.out_blocks.end(), int64_t{0});
   return e;
 }
 
@@ -250,6 +255,7 @@ std::pair<std::string, std::string> collectives(const LinearEntry& e) {
   if (e.use == SiteUse::head) fwd += ", cross-entropy all-reduces" + tp;
   std::string bwd = (sp ? "reduce-scatter dinp" : "all-reduce dinp") + tp;
   if (e.kv != nullptr) bwd += ", all-reduce replicated kv rows" + over(e.kv);
+  if (e.slots.on() && e.kv != nullptr) bwd += " (the tree)";
   return {fwd, bwd};
 }
 
@@ -269,6 +275,7 @@ std::string LinearPlan::explain() const {
        << (e.sp == SequenceParallel::on ? "on" : "off") << " | overlap "
        << (e.overlap == Overlap::on ? "on" : "off");
     if (e.pieces > 0) os << " | canonical: " << e.pieces << " pieces, summed in the tree";
+    if (e.slots.on()) os << ", " << e.slots.slots << " kv slots for " << e.slots.heads << " kv heads";
     os << "\n";
   }
   os << "plan | norms | replicated | " << form_name(form_) << " | width " << norms_.width << " of "

@@ -37,6 +37,7 @@
 
 #include "comm/group.h"
 #include "parallel/canonical_tp.h"
+#include "parallel/canonical_tp_kv.h"
 #include "parallel/probe.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/tp_placement.h"
@@ -84,6 +85,7 @@ struct ModelSite {
   int64_t in = 0;                   // linear, head: input features; embedding: the table's width
   std::vector<int64_t> out_blocks;  // linear, head: output features by fused block
   VocabShard vocab;                 // embedding: this rank's vocabulary rows (grid: of its tp_c rank)
+  KvSlots kv_slots = {};            // q|k|v in the canonical mode with c > n_kv_heads (canonical_tp_kv.h)
 };
 
 // One linear site's plan entry.
@@ -106,6 +108,9 @@ struct LinearEntry {
   int64_t kv_first = 0, kv_count = 0;
   std::string_view kv_site;  // the plan site of its kv-replicated weights ("attn k|v")
   int64_t pieces = 0;        // canonical: this rank's pieces of the split dim (canonical_tp.h); 0: none
+  // canonical q|k|v with c > n_kv_heads: its kv slots (canonical_tp_kv.h); then
+  // out_blocks are the activation's [Q, S·D, S·D], the weight's kv rows KVl·D.
+  KvSlots slots = {};
 
   TpLayer layer(std::string_view label) const { return {tp, label, sp, overlap}; }
   // Whether the forward gathers its input (then saved: the backward's GEMM input).

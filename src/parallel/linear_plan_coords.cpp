@@ -26,6 +26,26 @@ std::vector<ColumnSpan> column_blocks(const LinearEntry& e, bool grad) {
   return spans;
 }
 
+// The output blocks of a canonical q|k|v with kv slots (canonical_tp_kv.h):
+// the query block as a column block; k and v one span per slot, at its kv
+// head's columns. A head's slots hold one value forward (a copy), so only the
+// first of them over all ranks is placed; backward each is an addend.
+std::vector<ColumnSpan> slot_blocks(const LinearEntry& e, bool grad) {
+  const KvSlots& kv = e.slots;
+  const int64_t tp = e.tp ? e.tp->size() : 1, r = e.tp ? e.tp->rank() : 0, D = kv.head_dim;
+  const int64_t Q = e.out_blocks.front(), per_head = kv.slots * tp / kv.total;  // a head's slots, all ranks
+  std::vector<ColumnSpan> spans{{0, r * Q, Q, 0, false}};
+  for (int block = 1; block <= 2; ++block) {
+    const int64_t local0 = Q + (block - 1) * kv.slots * D, global0 = Q * tp + (block - 1) * kv.total * D;
+    for (int64_t j = 0; j < kv.slots; ++j) {
+      const int64_t head = kv.head0 + j / kv.per_head();
+      const bool first = (r * kv.slots + j) % per_head == 0;
+      spans.push_back({local0 + j * D, global0 + head * D, D, block, grad || !first});
+    }
+  }
+  return spans;
+}
+
 // On an R × C grid (docs/PARALLELISM.md "2-D tensor parallelism"): the
 // sharded side of a linear site (a column layer's output after its
 // reduce-scatter, a row layer's input before its all-gather) holds, of each
@@ -57,6 +77,7 @@ std::vector<ColumnSpan> LinearPlan::columns(const LinearEntry* e, bool out, bool
     return sharded_side ? grid_blocks(*e, out) : std::vector<ColumnSpan>{resid};
   }
   if (e == nullptr) return {{0, 0, norms_.width}};
+  if (e->slots.on() && out) return slot_blocks(*e, grad);
   if (e->form == Form::local) return out ? column_blocks(*e, grad) : std::vector<ColumnSpan>{{0, 0, e->in}};
   if (e->use == SiteUse::head && out) {  // this rank's rows of the vocabulary (the embedding's split)
     for (const LinearEntry& x : entries_) {

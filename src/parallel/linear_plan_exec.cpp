@@ -25,6 +25,14 @@ tp2d::Linear2d grid_layer(const LinearEntry& e, std::string_view label) {
   return {e.gather, e.scatter, e.out_blocks, label};
 }
 
+// A canonical column layer's (or the head's) forward over its pieces: q|k|v
+// with kv slots (canonical_tp_kv.h) or the blocks as they are.
+void column_pieces(float* out, const float* inp, const float* w, int64_t N, const LinearEntry& e,
+                   const Pieces& p) {
+  if (e.slots.on()) return slots_qkv_forward(out, inp, w, N, e.in, e.out_blocks.front(), e.slots, p);
+  pieces_column_forward(out, inp, w, N, e.in, e.out_blocks, p);
+}
+
 // A canonical column layer's (or the head's) forward under SP with chunked
 // overlap (canonical_tp.h chunked_under_sp): each rank's block of the input,
 // gathered into saved, multiplied as it arrives.
@@ -35,8 +43,7 @@ void chunked_column_forward(float* out, float* saved, const float* inp, const fl
     OCl += b;
   all_gather_matmul(saved, inp, N, e.in, *e.tp, Overlap::on,
                     [&](int64_t first, int64_t rows) {
-                      pieces_column_forward(out + first * OCl, saved + first * e.in, w, rows, e.in,
-                                            e.out_blocks, p);
+                      column_pieces(out + first * OCl, saved + first * e.in, w, rows, e, p);
                     },
                     {label, "gather_from_sp", "forward"}, {});
 }
@@ -51,8 +58,7 @@ void LinearPlan::forward(float* out, float* saved, const float* inp, const float
     MT_CHECK(resid == nullptr, "a column-parallel layer has no residual add (", std::string(label), ")");
     if (chunked_under_sp(N, pieces(e, label)))
       return chunked_column_forward(out, saved, inp, w, N, e, pieces(e, label), label);
-    return pieces_column_forward(out, gathered_input(saved, inp, N, e, label), w, N, e.in, e.out_blocks,
-                                 pieces(e, label));
+    return column_pieces(out, gathered_input(saved, inp, N, e, label), w, N, e, pieces(e, label));
   }
   if (e.form == Form::grid) {
     tp2d::linear2d_forward(out, saved, scratch_.grid, inp, w, N, e.in, e.out, grid_layer(e, label));
@@ -107,6 +113,9 @@ void LinearPlan::backward(float* dinp, float* dw, const float* dout, const float
     }
     return pieces_row_backward(dinp, dw, d, gemm_in, w, N, e.in, e.out, pieces(e, label));
   }
+  if (e.pieces > 0 && e.slots.on())
+    return slots_qkv_backward(dinp, dw, scratch_.kv, dout, gemm_in, w, N, e.in, e.out_blocks.front(), e.slots,
+                              e.kv, kv_label, pieces(e, label));
   if (e.pieces > 0)
     return pieces_column_backward(dinp, dw, dout, gemm_in, w, N, e.in, e.out_blocks, pieces(e, label));
   if (e.form == Form::grid) {

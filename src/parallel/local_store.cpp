@@ -5,6 +5,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "ops/primitives.h"
 #include "optim/clip.h"
 #include "parallel/store_plan.h"
 
@@ -16,6 +17,28 @@ void fill_on_device(const ParamStore::ParamFill& fill, const ParamSlot& param, i
   std::vector<float> host(static_cast<size_t>(n));
   fill(param, first, n, host.data());
   copy_from_host(out, host.data(), n * int64_t{sizeof(float)}, "init");
+}
+
+void ParamStore::add_reduced_grads(int unit, const float*) {
+  MT_THROW(Error, "this parameter store cannot add a reduced gradient to unit ", unit);
+}
+
+namespace {
+[[noreturn]] void no_tied_apart(int unit) {
+  MT_THROW(Error, "this parameter store keeps no tied head's gradient apart (unit ", unit, ")");
+}
+}  // namespace
+
+float* ParamStore::acquire_tied_grads(int unit) {
+  no_tied_apart(unit);
+}
+
+void ParamStore::release_tied_grads(int unit) {
+  no_tied_apart(unit);
+}
+
+void LocalStore::add_reduced_grads(int unit, const float* full) {
+  add(grads_.data() + unit_begin(unit), full, units_[static_cast<size_t>(unit)].numel());
 }
 
 int64_t units_total(const std::vector<UnitSpec>& units) {

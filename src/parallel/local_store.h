@@ -30,6 +30,7 @@ class LocalStore : public ParamStore {
   int64_t local_numel() const override { return params_.numel(); }
   std::vector<DecayRange> local_decay_ranges() const override;
   void after_update() override {}
+  void add_reduced_grads(int unit, const float* full) override;
   void gather_full_params(float* out) override;
   void scatter_full_params(const float* full) override;
   void init_params(const ParamFill& fill) override;

@@ -119,6 +119,27 @@ class ParamStore {
   // After the optimizer step: make the updated parameters visible where the
   // model reads them (all-gather for ZeRO 1/2).
   virtual void after_update() = 0;
+  // The tied embedding's exchange between the first and the last pipeline
+  // stage (train_step.cpp): where the parameter's reduced gradient lies as the
+  // gradient norm reads it — the whole parameter where every rank keeps the
+  // whole reduced gradient (ZeRO 1), its local_grad_of share otherwise — and,
+  // after the exchange summed it in place, the share the optimizer reads made
+  // to follow.
+  virtual float* exchanged_grad_of(const std::string& name, int64_t* n) { return local_grad_of(name, n); }
+  virtual void after_grad_exchange(const std::string& /*name*/) {}
+  // After finish_grads: adds `full` (the unit's elements, already reduced over
+  // the store's group) into this rank's share of the unit's reduced gradient,
+  // each element once (the canonical mode's tied head, canonical_store.h).
+  virtual void add_reduced_grads(int unit, const float* full);
+
+  // --- the canonical mode's tied embedding on one stage (canonical_store.h) ---
+  // Whether the LM head tied to a held embedding accumulates into a tree of its
+  // own (acquire_tied_grads) rather than into the embedding unit's gradient.
+  virtual bool keeps_tied_apart() const { return false; }
+  // A zeroed full-size buffer for the head's gradient of the unit, per
+  // microbatch, and its release; only where keeps_tied_apart().
+  virtual float* acquire_tied_grads(int unit);
+  virtual void release_tied_grads(int unit);
 
   // --- whole-model access (checkpoints, initialisation); collective for sharded stores ---
   // Writes the full parameters into out[total] (on every rank). `out` and

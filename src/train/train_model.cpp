@@ -62,7 +62,9 @@ std::unique_ptr<ParamStore> make_store(const Config& cfg, const RunMesh& mesh, c
   } else {
     store = std::make_unique<LocalStore>(units);
   }
-  if (canonical) store = std::make_unique<CanonicalStore>(std::move(store), std::move(units));
+  if (canonical)  // the store's group sums a tied head's gradient apart (canonical_store.h)
+    store = std::make_unique<CanonicalStore>(std::move(store), std::move(units),
+                                             sharded ? mesh.dp_cp_group() : nullptr);
   return store;
 }
 

@@ -78,12 +78,20 @@ void put_votes(const StepVotes& in, int64_t* out) {
 
 // With tied embeddings over pp > 1: sums the embedding's gradient between the
 // first stage and the last stage's copy (both hold the same dp share after
-// finish_grads), so that the two copies stay equal.
-void sum_tied_embedding(const RunMesh& mesh, ParamStore* store) {
+// finish_grads, and under ZeRO 1 the same whole gradient, which the norm
+// reads: ParamStore::exchanged_grad_of), so that the two copies stay equal. In the canonical mode
+// (parallel/canonical_store.h) that is the embedding's tree + the head's, as
+// one stage holding both adds them; two terms: by the tree, the same sum.
+void sum_tied_embedding(const RunMesh& mesh, ParamStore* store, bool canonical) {
   if (!mesh.tied_group() || store == nullptr) return;
   int64_t n = 0;
-  float* g = store->local_grad_of("model.embed_tokens.weight", &n);
-  mesh.tied_group()->all_reduce(g, n, "tied embedding grads");
+  const std::string name = "model.embed_tokens.weight";
+  float* g = store->exchanged_grad_of(name, &n);
+  if (canonical)
+    mesh.tied_group()->all_reduce(g, n, ElemType::f32, SumOrder::tree, "tied embedding grads");
+  else
+    mesh.tied_group()->all_reduce(g, n, "tied embedding grads");
+  store->after_grad_exchange(name);
 }
 
 // LAMB's per-tensor sums over the other ranks holding pieces of the same
@@ -172,7 +180,7 @@ StepStats train_step(TrainModel& model, const RunMesh& mesh, const Config& cfg, 
   phase.emplace("phase", "reduce");
   for (auto& c : model.chunks)
     c->clear_dropout();
-  sum_tied_embedding(mesh, model.tied_store);
+  sum_tied_embedding(mesh, model.tied_store, cfg.parsed().reduction == Reduction::canonical);
   if (model.fingerprint) {  // --fingerprint: the gradients after every reduction, before clipping
     model.fingerprint->end_pass();
     model.fingerprint->record_grads(model, mesh, step);

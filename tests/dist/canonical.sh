@@ -197,8 +197,6 @@ refused grain_tokens 1 "parallel.canonical_tp (4) must divide a microbatch's tok
   --set train.seq_len=6
 refused tp2d 4 "does not cover 2-D tensor parallelism" "${canon[@]}" --tp 4 --set parallel.tp2d=2,2 \
   --set parallel.canonical_tp=4 --set model.n_kv_heads=4
-refused tp4_kv_replicated 4 "does not cover kv heads replicated over tp" "${canon[@]}" --tp 4 \
-  --set parallel.canonical_tp=4
 refused grain_heads 1 "parallel.canonical_tp (8) must divide model.n_heads (4)" "${canon[@]}" \
   --set parallel.canonical_tp=8
 refused grain_three 1 "parallel.canonical_tp (3) must be a power of two" "${canon[@]}" \
@@ -208,8 +206,6 @@ refused grain_fake_device 1 "parallel.canonical_tp (2) needs train.device = cpu,
   --set parallel.canonical_tp=2 --set train.device=fake
 refused cp2 2 "does not cover context parallelism" "${canon[@]}" --set parallel.cp=2
 refused moe 1 "does not cover mixture-of-experts" "${canon[@]}" --set model.n_experts=4
-refused tied_pp2 2 "does not cover tied embeddings over pipeline stages" "${canon[@]}" --pp 2 \
-  --set model.tie_embeddings=true
 refused dp2_three_each 2 "to be a power of two" "${canon[@]}" --dp 2 --set train.batch_size=6
 refused unknown_mode 1 "parallel.reduction ('exact') must be default or canonical" --set parallel.reduction=exact
 
