@@ -192,7 +192,8 @@ std::vector<Entry> parallel_entries() {
           parallel, reduction, "string",
           "default | canonical: canonical sums every gradient over a fixed tree of microbatches and the loss "
           "and gradient norm exactly, so that every layout it covers (dp, ZeRO 0-3, pp, tp up to "
-          "parallel.canonical_tp with parallel.sp and tp_overlap, recompute, dropout) "
+          "parallel.canonical_tp with parallel.sp and tp_overlap, cp up to parallel.canonical_cp, recompute, "
+          "dropout) "
           "is bitwise the one-process run with the same train.microbatch_size (docs/PARALLELISM.md \"The "
           "canonical mode\")"),
       MT_KEY(
@@ -204,6 +205,13 @@ std::vector<Entry> parallel_entries() {
           "sp or tp_overlap; no tp2d) is bitwise the one-process run with the same c; 1: no "
           "pieces, tp 1 "
           "only; kept across a resume"),
+      MT_KEY(parallel, canonical_cp, "int",
+             "the canonical mode's cp grain C, a power of two: every sequence is cut into 2 x C zigzag "
+             "chunks and piece p (chunks p and 2C-1-p) is what cp rank p holds at cp = C; attention merges "
+             "key blocks of seq_len / (2C) tokens in ascending order and every weight gradient is a tree "
+             "over the C pieces, so cp 1 to C (ring or allgather; any cp dividing C) is bitwise the "
+             "one-process run with the same C; needs train.microbatch_size = 1 and seq_len / C a multiple "
+             "of 128; 1: no pieces, cp 1 only; kept across a resume"),
       MT_KEY(parallel, bucket_mb, "float", "gradient bucket size in MiB for the ZeRO 0/1 all-reduce"),
       MT_KEY(parallel, timeout_s, "float",
              "watchdog: a collective not complete after this many seconds ends the job"),

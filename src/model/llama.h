@@ -109,6 +109,11 @@ struct ModelOptions {
   // linear sites run in that many fixed pieces (parallel/canonical_tp.h), in
   // one process too. 0: off.
   int64_t canonical_tp = 0;
+  // The canonical mode's cp grain (parallel.canonical_cp) when above 1: the
+  // rank's tokens are its pieces in piece order, attention runs over fixed key
+  // chunks and every weight gradient is a tree over the pieces
+  // (parallel/cp_canonical.h, cp_pieces.h), in one process too. 0: off.
+  int64_t canonical_cp = 0;
 };
 
 // A step's mixture-of-experts statistics on this rank, from the microbatches
@@ -135,6 +140,7 @@ class Llama : public pp::Stage {
   Llama& operator=(const Llama&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
+  int64_t canonical_cp() const { return opts_.canonical_cp; }  // the cp grain; 0: off
   const ParamTable& param_table() const { return table_; }
   const std::vector<UnitSpec>& units() const { return units_; }
   ParamStore& store() { return *store_; }
@@ -338,6 +344,10 @@ class Llama : public pp::Stage {
   void dropout_coords(Slot& sl) const;  // the slot's seq_rows, seq_resid, pos_resid
   void upload_slot(Slot& sl) const;     // their device copies, and the ids, targets and positions
   bool sp_on() const { return tp_group() != nullptr && opts_.sp; }
+  // The canonical mode's cp pieces on this rank (cp_pieces.h): canonical_cp / cp, 0 when off.
+  int64_t cp_pieces() const {
+    return opts_.canonical_cp > 1 ? opts_.canonical_cp / (cp_group() ? cp_group()->size() : 1) : 0;
+  }
   // --fingerprint (llama_probe.cpp): tensor `name` of model layer gl, its rows
   // the microbatch's N tokens (batch) or the residual stream's Nl, its columns
   // entry e's output or input side as the plan places them (the residual

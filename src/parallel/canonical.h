@@ -21,10 +21,16 @@
 //           NormEntry); the reduce-scatters that sum pieces use the tree.
 //   overlap: tp_overlap's token chunks are the fixed GEMM blocks, each
 //           chunk's sum the same tree (canonical_tp.h), with or without SP.
+//   cp:     the grain C = parallel.canonical_cp (a power of two, recorded in
+//           checkpoints): every sequence in 2·C zigzag chunks, piece p =
+//           chunks {p, 2C−1−p}, C / cp pieces on each cp rank, in one process
+//           too; attention over fixed key blocks merged in ascending order,
+//           every weight gradient a tree over the pieces (cp_canonical.h).
 //
 // What does not yet have a canonical form is refused by name at start-up
 // (check_canonical): 2-D tp and kv heads
-// replicated over tp (tp > n_kv_heads), context parallelism (key blocks),
+// replicated over tp (tp > n_kv_heads), cp with tp pieces, with several
+// sequences a microbatch or several microbatches a dp rank (check_canonical_cp),
 // experts (token order, per-microbatch aux terms), tied embeddings over
 // pipeline stages (their two copies' gradients would be summed outside the
 // tree), and the oneDNN bf16 kernel (its accumulation order is the library's).
@@ -50,6 +56,8 @@ struct CanonicalLayout {
   int64_t microbatch_tokens = 1;  // train.microbatch_size × train.seq_len
   int64_t canonical_tp = 1;       // parallel.canonical_tp
   int64_t n_heads = 1, n_kv_heads = 1, ffn_hidden = 1, vocab_size = 1;
+  int64_t canonical_cp = 1;  // parallel.canonical_cp
+  int64_t seq_len = 1;       // train.seq_len
 };
 
 // The refusals above; the batch rule: with dp > 1 each dp rank's atoms
@@ -57,7 +65,8 @@ struct CanonicalLayout {
 // holds an aligned subtree of the tree over the global atoms; and the tp
 // rule: canonical_tp is a power of two dividing n_heads, n_kv_heads,
 // ffn_hidden, vocab_size (a piece is what tp rank p holds at tp = c,
-// unpadded) and the microbatch's tokens (the norms' shards), and tp divides it.
+// unpadded) and the microbatch's tokens (the norms' shards), and tp divides it;
+// the cp rule (check_canonical_cp in canonical.cpp).
 void check_canonical(const CanonicalLayout& l);
 
 // n a power of two (n ≥ 1).
