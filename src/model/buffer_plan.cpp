@@ -232,8 +232,8 @@ ChunkPlan chunk_plan(const ModelConfig& c, const TpDims& d, const Shape& s) {
     // The canonical mode's per-cp-piece weight gradients (parallel/cp_pieces.h): one leaf a piece of
     // the stage's largest weight (the head's when it holds it; the embedding's leaves are rows).
     if (s.cp_pieces > 1) {
-      const int64_t w = std::max({m.QKV * m.C, m.C * m.Q, 2 * m.F * m.C, m.C * m.F,
-                                  s.head ? d.vocab_rows * m.C : int64_t{0}});
+      const int64_t w = std::max(
+          {m.QKV * m.C, m.C * m.Q, 2 * m.F * m.C, m.C * m.F, s.head ? d.vocab_rows * m.C : int64_t{0}});
       p.shared.push_back({"cpwg", {s.cp_pieces, w}, MemKind::scratch});
     }
     const Dims resid = m.X > 0 ? Dims{m.Nl * m.C + m.X} : Dims{m.Nl, m.C};

@@ -81,7 +81,8 @@ void check_canonical_cp(const CanonicalLayout& l) {
              ") needs train.microbatch_size = 1, not ", l.microbatch_size,
              ": a piece of a microbatch of several sequences is not one block of rows");
   MT_REQUIRE(l.canonical_tp == 1, ConfigError, "parallel.canonical_cp (", c, ") with parallel.canonical_tp (",
-             l.canonical_tp, "): cp pieces within tp pieces (the norms' token shards of both) are not built "
+             l.canonical_tp,
+             "): cp pieces within tp pieces (the norms' token shards of both) are not built "
              "yet");
   MT_REQUIRE(!l.tied_embeddings, ConfigError, "parallel.canonical_cp (", c,
              ") with model.tie_embeddings: the embedding's and the head's trees over pieces would be added "
@@ -89,7 +90,8 @@ void check_canonical_cp(const CanonicalLayout& l) {
   const int64_t per_rank = l.batch_size / l.microbatch_size / l.dp;
   MT_REQUIRE(l.cp == 1 || per_rank == 1, ConfigError, "parallel.cp (", l.cp,
              ") in the canonical mode needs one microbatch a dp rank (train.batch_size ", l.batch_size,
-             " = parallel.dp ", l.dp, " x train.microbatch_size): the sum over cp ranks of each microbatch's "
+             " = parallel.dp ", l.dp,
+             " x train.microbatch_size): the sum over cp ranks of each microbatch's "
              "pieces must come before the tree over microbatches, and the store sums over dp x cp once a "
              "step");
 }

@@ -26,8 +26,8 @@ struct Layout {
   Layout(int64_t T_local, int C_, Group* cp) : C(C_) {
     P = cp != nullptr ? cp->size() : 1;
     r = cp != nullptr ? cp->rank() : 0;
-    MT_CHECK(C % P == 0 && T_local % (2 * (C / P)) == 0, "canonical cp: ", P, " ranks, grain ", C,
-             " and ", T_local, " local tokens do not make whole chunks");
+    MT_CHECK(C % P == 0 && T_local % (2 * (C / P)) == 0, "canonical cp: ", P, " ranks, grain ", C, " and ",
+             T_local, " local tokens do not make whole chunks");
     k = C / P;
     Tl = T_local;
     c = Tl / (2 * k);
@@ -78,10 +78,10 @@ void collect(float* all, const float* mine, int64_t n, Group* cp, CpImpl impl, c
     return;
   }
   for (int j = 1; j < P; ++j) {
-    Work recv = cp->recv_async(all + ((r - j + P) % P) * n, n, ElemType::f32, (r + P - 1) % P, kTagBlock,
-                               label);
-    Work send = cp->send_async(all + ((r - j + 1 + P) % P) * n, n, ElemType::f32, (r + 1) % P, kTagBlock,
-                               label);
+    Work recv =
+        cp->recv_async(all + ((r - j + P) % P) * n, n, ElemType::f32, (r + P - 1) % P, kTagBlock, label);
+    Work send =
+        cp->send_async(all + ((r - j + 1 + P) % P) * n, n, ElemType::f32, (r + 1) % P, kTagBlock, label);
     send.wait();
     recv.wait();
   }
@@ -110,7 +110,8 @@ struct PairDims {
 
 // Every rank's packed k/v/pos in kv_all (plan entries kv_mine, kv_all).
 Tensor gather_blocks(const float* k, const float* v, const int32_t* k_pos, const AttentionDims& d,
-                     const Layout& lay, Group* cp, CpImpl impl, const CallPlan& plan, const std::string& label) {
+                     const Layout& lay, Group* cp, CpImpl impl, const CallPlan& plan,
+                     const std::string& label) {
   const Packing p = packing(d);
   Tensor mine, all = plan.make("kv_all");
   float* own = all.data() + lay.r * p.numel();
@@ -143,13 +144,15 @@ std::string label_of(std::string_view site, const char* who, const char* dir, co
 }  // namespace
 
 void piece_positions(int32_t* pos, int64_t T, int C, int P, int rank) {
-  for_piece_rows(T, C, P, rank, [&](int64_t local, int64_t global) { pos[local] = static_cast<int32_t>(global); });
+  for_piece_rows(T, C, P, rank,
+                 [&](int64_t local, int64_t global) { pos[local] = static_cast<int32_t>(global); });
 }
 
 void piece_slice(int32_t* out, const int32_t* in, int64_t B, int64_t T, int C, int P, int rank) {
   const int64_t Tl = T / P;
   for (int64_t b = 0; b < B; ++b)
-    for_piece_rows(T, C, P, rank, [&](int64_t local, int64_t global) { out[b * Tl + local] = in[b * T + global]; });
+    for_piece_rows(T, C, P, rank,
+                   [&](int64_t local, int64_t global) { out[b * Tl + local] = in[b * T + global]; });
 }
 
 CallPlan canonical_call_plan(const AttentionDims& d, CpImpl impl, int P, int C, Pass pass) {
@@ -193,7 +196,8 @@ void canonical_attention_forward(float* out, float* lse, const float* q, const f
       for (int64_t gk = 0; gk <= gq; ++gk) {  // ascending key chunks, whatever order they came in
         const KeyChunk kc = key_chunk(all.data(), p, lay, b, gk);
         if (gk == 0) {
-          attention_forward(oc, run_lse.data(), q + row0 * d.q_stride, kc.k, kc.v, q_pos + row0, kc.pos, pd.d);
+          attention_forward(oc, run_lse.data(), q + row0 * d.q_stride, kc.k, kc.v, q_pos + row0, kc.pos,
+                            pd.d);
           continue;
         }
         attention_forward(part_out.data(), part_lse.data(), q + row0 * d.q_stride, kc.k, kc.v, q_pos + row0,
@@ -242,8 +246,9 @@ void canonical_attention_backward(float* dq, float* dk, float* dv, const float* 
   const float* every = parts.data();  // rank s's pairs at every + s·n_parts
   if (lay.P > 1) {
     gathered = plan.make("dkv_all");
-    if (impl == CpImpl::ring) std::memcpy(gathered.data() + lay.r * n_parts, parts.data(),
-                                          static_cast<size_t>(n_parts) * sizeof(float));
+    if (impl == CpImpl::ring)
+      std::memcpy(gathered.data() + lay.r * n_parts, parts.data(),
+                  static_cast<size_t>(n_parts) * sizeof(float));
     collect(gathered.data(), impl == CpImpl::ring ? gathered.data() + lay.r * n_parts : parts.data(), n_parts,
             cp, impl, tp::comm_label(site, "canonical_attention dk,dv pairs", "backward", {lay.P, n_parts}));
     every = gathered.data();

@@ -283,7 +283,8 @@ std::string LinearPlan::explain() const {
      << " | sp " << (norms_.partial ? "on" : "off");
   if (norms_.shards > 0)
     os << " | canonical: weight grads over " << norms_.shards << " token shards, in the tree";
-  if (cp_pieces_ > 1) os << " | canonical: every weight grad over " << cp_pieces_ << " cp pieces, in the tree";
+  if (cp_pieces_ > 1)
+    os << " | canonical: every weight grad over " << cp_pieces_ << " cp pieces, in the tree";
   os << "\n";
   return os.str();
 }

@@ -138,7 +138,8 @@ struct LinearScratch {
   float* kv = nullptr;        // megatron: a replicated kv head's gradient
   float* leaves = nullptr;    // canonical [pieces, N, d]: per-piece partial sums (more than one piece)
   float* shards = nullptr;    // canonical [shards, d]: the norms' per-shard weight gradients (more than one)
-  float* wpieces = nullptr;   // canonical cp [pieces, largest weight]: per-piece weight gradients (more than one)
+  float* wpieces =
+      nullptr;  // canonical cp [pieces, largest weight]: per-piece weight gradients (more than one)
 };
 
 // Gradients of replicated weights that each rank computes from its own

@@ -29,7 +29,8 @@ Batch shard_batch(const RunMesh& mesh, const Batch& global, RowSplit split, int6
   out.targets.resize(n);
   if (canonical_cp > 1) {
     const int C = static_cast<int>(canonical_cp);
-    cp::piece_slice(out.inputs.data(), global.inputs.data() + first, out.rows, global.T, C, mesh.cp, mesh.cp_rank);
+    cp::piece_slice(out.inputs.data(), global.inputs.data() + first, out.rows, global.T, C, mesh.cp,
+                    mesh.cp_rank);
     cp::piece_slice(out.targets.data(), global.targets.data() + first, out.rows, global.T, C, mesh.cp,
                     mesh.cp_rank);
   } else if (mesh.cp == 1) {
