@@ -105,14 +105,9 @@ struct ModelOptions {
   // train --fingerprint (parallel/probe.h): reads each site's activations and
   // gradients at global coordinates; null: off (one pointer test per site).
   ActivationProbe* probe = nullptr;
-  // The canonical mode's tp grain (parallel.canonical_tp) when above 1: the
-  // linear sites run in that many fixed pieces (parallel/canonical_tp.h), in
-  // one process too. 0: off.
+  // The canonical mode's grains when above 1, in one process too (0: off): the linear sites in canonical_tp
+  // fixed pieces (parallel/canonical_tp.h), the tokens in canonical_cp pieces (parallel/cp_canonical.h).
   int64_t canonical_tp = 0;
-  // The canonical mode's cp grain (parallel.canonical_cp) when above 1: the
-  // rank's tokens are its pieces in piece order, attention runs over fixed key
-  // chunks and every weight gradient is a tree over the pieces
-  // (parallel/cp_canonical.h, cp_pieces.h), in one process too. 0: off.
   int64_t canonical_cp = 0;
 };
 
@@ -344,10 +339,6 @@ class Llama : public pp::Stage {
   void dropout_coords(Slot& sl) const;  // the slot's seq_rows, seq_resid, pos_resid
   void upload_slot(Slot& sl) const;     // their device copies, and the ids, targets and positions
   bool sp_on() const { return tp_group() != nullptr && opts_.sp; }
-  // The canonical mode's cp pieces on this rank (cp_pieces.h): canonical_cp / cp, 0 when off.
-  int64_t cp_pieces() const {
-    return opts_.canonical_cp > 1 ? opts_.canonical_cp / (cp_group() ? cp_group()->size() : 1) : 0;
-  }
   // --fingerprint (llama_probe.cpp): tensor `name` of model layer gl, its rows
   // the microbatch's N tokens (batch) or the residual stream's Nl, its columns
   // entry e's output or input side as the plan places them (the residual

@@ -177,6 +177,9 @@ class LinearPlan {
   const LinearEntry& entry(size_t i) const { return entries_[i]; }  // the i-th site of the model's list
   const LinearEntry& entry(std::string_view site) const;            // by name; ConfigError when none
   const NormEntry& norms() const { return norms_; }
+  int64_t cp_pieces() const {
+    return cp_pieces_;
+  }  // the canonical mode's cp pieces here (cp_pieces.h); 0: off
   Form form() const { return form_; }
   bool on() const { return form_ != Form::local; }
   // The residual stream here: rows of N tokens (SP: N / tp) and row width (grid: d / tp).
