@@ -255,6 +255,14 @@ void check_resume_reduction(const std::string& dir, const json& saved, const Con
              config_get(cfg, "parallel.canonical_tp"),
              " in this run: in the canonical mode it fixes the pieces of every tp-split sum, kept across a "
              "resume");
+  // Likewise the cp grain: a checkpoint without it was saved with none.
+  const std::string g = saved.contains("parallel.canonical_cp")
+                            ? saved.at("parallel.canonical_cp").get<std::string>()
+                            : std::string("1");
+  MT_REQUIRE(
+      g == config_get(cfg, "parallel.canonical_cp"), ConfigError, "--resume ", dir,
+      ": parallel.canonical_cp is ", g, " in the checkpoint but ", config_get(cfg, "parallel.canonical_cp"),
+      " in this run: in the canonical mode it fixes the pieces of every sequence, kept across a resume");
   if (!saved.contains("train.microbatch_size")) return;
   const std::string mb = saved.at("train.microbatch_size").get<std::string>();
   MT_REQUIRE(

@@ -188,22 +188,21 @@ std::vector<Entry> parallel_entries() {
              "layers per virtual stage, e.g. \"3,2,2,1\" (pp x virtual_stages entries summing to n_layers); "
              "empty: an even split, the first stages taking one more"),
       MT_KEY(parallel, cp_impl, "string", "context-parallel attention: ring | allgather"),
-      MT_KEY(
-          parallel, reduction, "string",
-          "default | canonical: canonical sums every gradient over a fixed tree of microbatches and the loss "
-          "and gradient norm exactly, so that every layout it covers (dp, ZeRO 0-3, pp, tp up to "
-          "parallel.canonical_tp with parallel.sp and tp_overlap, recompute, dropout) "
-          "is bitwise the one-process run with the same train.microbatch_size (docs/PARALLELISM.md \"The "
-          "canonical mode\")"),
-      MT_KEY(
-          parallel, canonical_tp, "int",
-          "the canonical mode's tp grain c, a power of two dividing n_heads, ffn_hidden and vocab_size and "
-          "a microbatch's tokens, and dividing n_kv_heads or divided by it (then attention reads c kv slots: "
-          "kv heads replicated over tp): every sum over a tp-split dim (row outputs, column input "
-          "gradients, the cross-entropy's sum of exponentials) is a fixed tree over c pieces and the norm "
-          "weights' gradients a tree over c token shards, so tp 1 to c (any tp dividing c, with or without "
-          "sp or tp_overlap; no tp2d) is bitwise the one-process run with the same c; 1: no pieces, tp 1 "
-          "only; kept across a resume"),
+      MT_KEY(parallel, reduction, "string",
+             "default | canonical: canonical sums every gradient over a fixed tree of microbatches and the "
+             "loss and gradient norm exactly, so that every layout it covers (dp, ZeRO 0-3, pp, tp up to "
+             "parallel.canonical_tp with parallel.sp and tp_overlap, cp up to parallel.canonical_cp, "
+             "recompute, dropout) is bitwise the one-process run with the same train.microbatch_size "
+             "(docs/PARALLELISM.md \"The canonical mode\")"),
+      MT_KEY(parallel, canonical_tp, "int",
+             "the canonical mode's tp grain c, a power of two dividing n_heads, ffn_hidden, vocab_size and a "
+             "microbatch's tokens, and dividing n_kv_heads or divided by it (kv slots): every sum over a "
+             "tp-split dim is a fixed tree over c pieces and the norm weights' gradients over c token "
+             "shards, so tp 1 to c (any tp dividing c, with or without sp or tp_overlap) is bitwise one "
+             "process with the same c; 1: no pieces, tp 1 only; kept across a resume"),
+      MT_KEY(parallel, canonical_cp, "int",
+             "the canonical mode's cp grain C (a power of two; cp divides it; microbatch_size 1; seq_len / C "
+             "a multiple of 128): fixed pieces and key chunks, bitwise one process with the same C"),
       MT_KEY(parallel, bucket_mb, "float", "gradient bucket size in MiB for the ZeRO 0/1 all-reduce"),
       MT_KEY(parallel, timeout_s, "float",
              "watchdog: a collective not complete after this many seconds ends the job"),

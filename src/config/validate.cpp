@@ -103,17 +103,40 @@ void validate_reduction(const Config& c, ParsedKeys& keys) {
   MT_REQUIRE(keys.reduction == Reduction::canonical || c.parallel.canonical_tp == 1, ConfigError,
              "parallel.canonical_tp (", c.parallel.canonical_tp,
              ") is the canonical mode's grain: it needs parallel.reduction = canonical");
+  MT_REQUIRE(keys.reduction == Reduction::canonical || c.parallel.canonical_cp == 1, ConfigError,
+             "parallel.canonical_cp (", c.parallel.canonical_cp,
+             ") is the canonical mode's cp grain: it needs parallel.reduction = canonical");
   if (keys.reduction != Reduction::canonical) return;
+  MT_REQUIRE(c.parallel.canonical_cp == 1 || keys.device == RunDevice::cpu, ConfigError,
+             "parallel.canonical_cp (", c.parallel.canonical_cp, ") needs train.device = cpu, not ",
+             run_device_name(keys.device), ": its sums over cp pieces run on the host");
   MT_REQUIRE(c.parallel.canonical_tp == 1 || keys.device == RunDevice::cpu, ConfigError,
              "parallel.canonical_tp (", c.parallel.canonical_tp, ") needs train.device = cpu, not ",
              run_device_name(keys.device), ": its sums over tp pieces run on the host");
   const ParallelConfig& p = c.parallel;
   const bool onednn = keys.precision == MatmulPrecision::bf16 &&
                       resolve_bf16_kernel(std::getenv("MESHTRAIN_BF16_MATMUL")) == Bf16Kernel::onednn;
-  check_canonical({p.dp, p.tp, p.cp, p.pp, p.ep, p.sp, p.tp_overlap, keys.tp_grid.two_d(), c.model.moe(),
-                   c.model.tie_embeddings, onednn, c.train.batch_size, c.train.microbatch_size,
-                   c.train.microbatch_size * c.train.seq_len, p.canonical_tp, c.model.n_heads,
-                   c.model.n_kv_heads, c.model.ffn_hidden, c.model.vocab_size});
+  check_canonical({p.dp,
+                   p.tp,
+                   p.cp,
+                   p.pp,
+                   p.ep,
+                   p.sp,
+                   p.tp_overlap,
+                   keys.tp_grid.two_d(),
+                   c.model.moe(),
+                   c.model.tie_embeddings,
+                   onednn,
+                   c.train.batch_size,
+                   c.train.microbatch_size,
+                   c.train.microbatch_size * c.train.seq_len,
+                   p.canonical_tp,
+                   c.model.n_heads,
+                   c.model.n_kv_heads,
+                   c.model.ffn_hidden,
+                   c.model.vocab_size,
+                   p.canonical_cp,
+                   c.train.seq_len});
 }
 }  // namespace
 

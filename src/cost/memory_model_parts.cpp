@@ -34,6 +34,8 @@ buffers::Shape shape_of(const Config& cfg, const StageRange& stage) {
   if (cfg.parsed().reduction == Reduction::canonical && p.canonical_tp > 1) s.pieces = p.canonical_tp / p.tp;
   if (s.pieces > 0 && p.canonical_tp > m.n_kv_heads && !tp::on_grid(s.grid))  // canonical kv slots
     s.kv_slots = s.pieces;
+  if (cfg.parsed().reduction == Reduction::canonical && p.canonical_cp > 1)
+    s.cp_pieces = p.canonical_cp / p.cp;
   s.embed = stage.embed;
   s.head = stage.head;
   const int64_t end = stage.end_layer < 0 ? m.n_layers : stage.end_layer;
@@ -96,8 +98,9 @@ CpFloats cp_floats(const Config& cfg, const TpDims& td) {
   const int64_t Q = td.heads * D, QKV = Q + 2 * td.kv_heads * D;
   const AttentionDims d{cfg.train.microbatch_size, T, T, td.heads, td.kv_heads, D, QKV, QKV, Q};
   const cp::CpImpl impl = cfg.parsed().cp_impl;
-  return {cp::CpAttention::peak_floats(d, impl, cp, MemKind::comm),
-          cp::CpAttention::peak_floats(d, impl, cp, MemKind::scratch)};
+  const int64_t grain = cfg.parsed().reduction == Reduction::canonical ? cfg.parallel.canonical_cp : 0;
+  return {cp::CpAttention::peak_floats(d, impl, cp, MemKind::comm, grain),
+          cp::CpAttention::peak_floats(d, impl, cp, MemKind::scratch, grain)};
 }
 
 int64_t optimizer_states(const Config& cfg) {

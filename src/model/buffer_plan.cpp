@@ -162,7 +162,7 @@ List shared_buffers(const Sizes& m, const Shape& s) {
   if (s.pieces > 1) out.push_back({"leaves", {s.pieces, m.N, m.C}});
   // The norms' per-shard weight gradients (linear_plan.h NormEntry): c token
   // shards, c / tp of them here under SP, with more than one here.
-  const int64_t shards = s.sp ? s.pieces : s.pieces * s.tp;
+  const int64_t shards = s.cp_pieces > 1 ? s.cp_pieces : s.sp ? s.pieces : s.pieces * s.tp;
   if (shards > 1) out.push_back({"nshards", {shards, m.C}, MemKind::scratch});
   if (s.sp) {
     out.push_back({"dfull", {m.N, m.C}});
@@ -232,6 +232,13 @@ ChunkPlan chunk_plan(const ModelConfig& c, const TpDims& d, const Shape& s) {
   } else {
     if (s.recompute.any()) p.recompute = pick(layer_acts(m, s, any_dense, any_moe), s.recompute, true);
     p.shared = shared_buffers(m, s);
+    // The canonical mode's per-cp-piece weight gradients (parallel/cp_pieces.h): one leaf a piece of
+    // the stage's largest weight (the head's when it holds it; the embedding's leaves are rows).
+    if (s.cp_pieces > 1) {
+      const int64_t w = std::max(
+          {m.QKV * m.C, m.C * m.Q, 2 * m.F * m.C, m.C * m.F, s.head ? d.vocab_rows * m.C : int64_t{0}});
+      p.shared.push_back({"cpwg", {s.cp_pieces, w}, MemKind::scratch});
+    }
     const Dims resid = m.X > 0 ? Dims{m.Nl * m.C + m.X} : Dims{m.Nl, m.C};
     p.resid.assign(s.moe_layers.size() + 1, Entry{"resid", resid});
     if (!s.recompute.full() && any_dense)

@@ -67,6 +67,7 @@ struct Shape {
   std::vector<bool> moe_layers;    // one per stage layer: whether it is a mixture-of-experts layer
   int64_t pieces = 0;              // canonical tp (parallel/canonical_tp.h): this rank's pieces; 0: off
   int64_t kv_slots = 0;            // canonical kv slots (parallel/canonical_tp_kv.h); 0: the kv heads
+  int64_t cp_pieces = 0;           // canonical cp (parallel/cp_pieces.h): this rank's pieces; 0: off
 };
 
 // The widths one rank works with on an R × C grid (docs/PARALLELISM.md "2-D

@@ -10,6 +10,7 @@
 #include "model/llama_internal.h"
 #include "parallel/canonical_tp_kv.h"
 #include "parallel/context_parallel.h"
+#include "parallel/cp_canonical.h"
 #include "parallel/local_store.h"
 #include "parallel/tp_comm.h"
 #include "parallel/tp_plan.h"
@@ -25,7 +26,7 @@ const char* kernel_name(Kernel k) {
 Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<ParamStore> store)
     : cfg_(cfg),
       opts_(opts),
-      cp_attention_(cp_group(), opts.cp_impl),
+      cp_attention_(cp_group(), opts.cp_impl, opts.canonical_cp),
       tpr_{tp_group() ? tp_group()->size() : 1, tp_group() ? tp_group()->rank() : 0},
       td_(tp_dims(cfg, tpr_, tp_group() ? opts.grid : tp::Grid{})),
       table_(make_param_table(cfg, tpr_, opts.stage,
@@ -90,7 +91,8 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
                                     .head = has_head(),
                                     .moe_layers = std::move(moe_layers),
                                     .pieces = opts_.canonical_tp > 1 ? opts_.canonical_tp / tpr_.size : 0,
-                                    .kv_slots = kv_slots_ ? kv_att_ : 0});
+                                    .kv_slots = kv_slots_ ? kv_att_ : 0,
+                                    .cp_pieces = plan_.cp_pieces()});
   if (plan_.form() == tp::Form::grid) check_grid();
   Buffers& b = *buf_;  // sized by the buffer plan (model/buffer_plan.h)
   if (opts_.recompute.any()) b.recompute.emplace_back(b.plan.recompute);
@@ -98,7 +100,8 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
   if (plan_.form() == tp::Form::grid)
     plan_.bind({nullptr, nullptr, b.grid.data(), nullptr, nullptr});
   else
-    plan_.bind({b.part.data(), b.dfull.data(), nullptr, b.kvg.data(), b.leaves.data(), b.nshards.data()});
+    plan_.bind({b.part.data(), b.dfull.data(), nullptr, b.kvg.data(), b.leaves.data(), b.nshards.data(),
+                b.cpwg.data()});
   moe_init();
   slot(0);  // one microbatch's activations, allocated up front
 }
@@ -205,7 +208,11 @@ double Llama::forward_slot(int s, const int32_t* inputs, const int32_t* targets,
   sl.has_targets = has_head() && targets != nullptr;
   if (sl.has_targets) sl.targets.assign(targets, targets + N);
   sl.pos.resize(static_cast<size_t>(N));
-  if (cp_group()) {  // this rank's zigzag share of each sequence of T·cp tokens: global positions
+  if (opts_.canonical_cp > 1) {  // this rank's pieces of each sequence, in piece order (cp_canonical.h)
+    const int P = cp_group() ? cp_group()->size() : 1, r = cp_group() ? cp_group()->rank() : 0;
+    for (int64_t b = 0; b < B; ++b)
+      cp::piece_positions(sl.pos.data() + b * T, T * P, static_cast<int>(opts_.canonical_cp), P, r);
+  } else if (cp_group()) {  // this rank's zigzag share of each sequence of T·cp tokens: global positions
     for (int64_t b = 0; b < B; ++b)
       cp::zigzag_positions(sl.pos.data() + b * T, T * cp_group()->size(), cp_group()->size(),
                            cp_group()->rank());

@@ -105,9 +105,10 @@ struct ModelOptions {
   // train --fingerprint (parallel/probe.h): reads each site's activations and
   // gradients at global coordinates; null: off (one pointer test per site).
   ActivationProbe* probe = nullptr;
-  // The canonical mode's tp grain (parallel.canonical_tp) when above 1: the linear sites run in
-  // that many fixed pieces (parallel/canonical_tp.h, _kv.h), in one process too. 0: off.
+  // The canonical mode's grains when above 1, in one process too (0: off): the linear sites in canonical_tp
+  // fixed pieces (parallel/canonical_tp.h, _kv.h), the tokens in canonical_cp pieces (parallel/cp_canonical.h).
   int64_t canonical_tp = 0;
+  int64_t canonical_cp = 0;
 };
 
 // A step's mixture-of-experts statistics on this rank, from the microbatches
@@ -134,6 +135,7 @@ class Llama : public pp::Stage {
   Llama& operator=(const Llama&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
+  int64_t canonical_cp() const { return opts_.canonical_cp; }  // the cp grain; 0: off
   const ParamTable& param_table() const { return table_; }
   const std::vector<UnitSpec>& units() const { return units_; }
   ParamStore& store() { return *store_; }

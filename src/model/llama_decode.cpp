@@ -61,8 +61,8 @@ Llama::DecodeState& Llama::decode_state(int64_t rows) {
     if (b.rlogits.numel() < n * E) b.rlogits = Tensor({n, E}, k);
     if (b.dxs.numel() < Rl * C) b.dxs = Tensor({Rl, C}, k);
   }
-  plan_.bind({b.part.data(), b.dfull.data(), nullptr, b.kvg.data(), b.leaves.data(),
-              b.nshards.data()});  // part may have grown
+  plan_.bind({b.part.data(), b.dfull.data(), nullptr, b.kvg.data(), b.leaves.data(), b.nshards.data(),
+              b.cpwg.data()});  // part may have grown
   return d;
 }
 

@@ -25,8 +25,6 @@ namespace {
 // The first feature of `l` without a canonical form yet, or null.
 const char* not_canonical_yet(const CanonicalLayout& l) {
   if (l.tp2d) return "2-D tensor parallelism (parallel.tp2d): its grid's sums are not yet cut into pieces";
-  if (l.cp > 1)
-    return "context parallelism (parallel.cp > 1): its key blocks are not yet merged in a fixed order";
   if (l.experts || l.ep > 1)
     return "mixture-of-experts layers (model.n_experts > 0): their token order and per-microbatch router "
            "terms "
@@ -63,6 +61,39 @@ void check_canonical_tp(const CanonicalLayout& l) {
              "(docs/PARALLELISM.md \"The canonical mode\")");
 }
 
+// The cp grain C: each sequence is 2·C zigzag chunks, piece p = chunks {p, 2C−1−p}, and cp ranks
+// hold aligned blocks of C / cp pieces (parallel/cp_canonical.h).
+void check_canonical_cp(const CanonicalLayout& l) {
+  const int64_t c = l.canonical_cp;
+  MT_REQUIRE(is_power_of_two(c), ConfigError, "parallel.canonical_cp (", c,
+             ") must be a power of two: cp ranks must hold aligned subtrees of the tree over its pieces");
+  MT_REQUIRE(c % l.cp == 0, ConfigError, "parallel.cp (", l.cp, ") must divide parallel.canonical_cp (", c,
+             ") in the canonical mode: each cp rank holds canonical_cp / cp pieces of every sequence, an "
+             "aligned subtree (docs/PARALLELISM.md \"The canonical mode\")");
+  if (c == 1) return;
+  MT_REQUIRE(l.seq_len % (2 * c) == 0 && (l.seq_len / c) % 128 == 0, ConfigError, "parallel.canonical_cp (",
+             c, ") needs train.seq_len (", l.seq_len,
+             ") / canonical_cp to be a multiple of 128: a piece's rows must be whole fixed GEMM blocks, so "
+             "that every product over tokens is the same OpenBLAS calls in every layout");
+  MT_REQUIRE(l.microbatch_size == 1, ConfigError, "parallel.canonical_cp (", c,
+             ") needs train.microbatch_size = 1, not ", l.microbatch_size,
+             ": a piece of a microbatch of several sequences is not one block of rows");
+  MT_REQUIRE(l.canonical_tp == 1, ConfigError, "parallel.canonical_cp (", c, ") with parallel.canonical_tp (",
+             l.canonical_tp,
+             "): cp pieces within tp pieces (the norms' token shards of both) are not built "
+             "yet");
+  MT_REQUIRE(!l.tied_embeddings, ConfigError, "parallel.canonical_cp (", c,
+             ") with model.tie_embeddings: the embedding's and the head's trees over pieces would be added "
+             "before the sum over cp ranks, not built yet");
+  const int64_t per_rank = l.batch_size / l.microbatch_size / l.dp;
+  MT_REQUIRE(l.cp == 1 || per_rank == 1, ConfigError, "parallel.cp (", l.cp,
+             ") in the canonical mode needs one microbatch a dp rank (train.batch_size ", l.batch_size,
+             " = parallel.dp ", l.dp,
+             " x train.microbatch_size): the sum over cp ranks of each microbatch's "
+             "pieces must come before the tree over microbatches, and the store sums over dp x cp once a "
+             "step");
+}
+
 }  // namespace
 
 void check_canonical(const CanonicalLayout& l) {
@@ -76,6 +107,7 @@ void check_canonical(const CanonicalLayout& l) {
              ") to be a power of two: every rank must hold an aligned subtree of the tree over the step's ",
              atoms, " microbatches (docs/PARALLELISM.md \"The canonical mode\")");
   check_canonical_tp(l);
+  check_canonical_cp(l);
 }
 
 }  // namespace mt

@@ -27,11 +27,17 @@
 //   tied:   a tied matrix's gradient is the embedding's tree + the head's,
 //           added once after the dp sums, on one stage (canonical_store.h)
 //           as between the first and the last (train_step.cpp).
+//   cp:     the grain C = parallel.canonical_cp (a power of two, recorded in
+//           checkpoints): every sequence in 2·C zigzag chunks, piece p =
+//           chunks {p, 2C−1−p}, C / cp pieces on each cp rank, in one process
+//           too; attention over fixed key blocks merged in ascending order,
+//           every weight gradient a tree over the pieces (cp_canonical.h).
 //
 // What does not yet have a canonical form is refused by name at start-up
-// (check_canonical): 2-D tp, context parallelism (key blocks),
-// experts (token order, per-microbatch aux terms), and the oneDNN bf16
-// kernel (its accumulation order is the library's).
+// (check_canonical): 2-D tp, cp with tp pieces, with several sequences a
+// microbatch or several microbatches a dp rank (check_canonical_cp), experts
+// (token order, per-microbatch aux terms), and the oneDNN bf16 kernel (its
+// accumulation order is the library's).
 #pragma once
 
 #include <cstdint>
@@ -54,6 +60,8 @@ struct CanonicalLayout {
   int64_t microbatch_tokens = 1;  // train.microbatch_size × train.seq_len
   int64_t canonical_tp = 1;       // parallel.canonical_tp
   int64_t n_heads = 1, n_kv_heads = 1, ffn_hidden = 1, vocab_size = 1;
+  int64_t canonical_cp = 1;  // parallel.canonical_cp
+  int64_t seq_len = 1;       // train.seq_len
 };
 
 // The refusals above; the batch rule: with dp > 1 each dp rank's atoms
@@ -63,6 +71,7 @@ struct CanonicalLayout {
 // vocab_size (a piece is what tp rank p holds at tp = c, unpadded) and the
 // microbatch's tokens (the norms' shards), dividing n_kv_heads or (1-D)
 // divided by it (kv slots, canonical_tp_kv.h), and tp divides it.
+// The cp rule: check_canonical_cp in canonical.cpp.
 void check_canonical(const CanonicalLayout& l);
 
 // n a power of two (n ≥ 1).

@@ -4,6 +4,7 @@
 
 #include "parallel/context_parallel.h"
 #include "parallel/cp_buffer_plan.h"
+#include "parallel/cp_canonical.h"
 
 namespace mt::cp {
 
@@ -44,8 +45,10 @@ bool distributed(int cp_size) {
 
 }  // namespace
 
-CpAttention::CpAttention(Group* cp, CpImpl impl)
-    : cp_(cp != nullptr && distributed(cp->size()) ? cp : nullptr) {
+CpAttention::CpAttention(Group* cp, CpImpl impl, int64_t canonical_cp)
+    : cp_(cp != nullptr && distributed(cp->size()) ? cp : nullptr),
+      impl_(impl),
+      canonical_(canonical_cp > 1 ? static_cast<int>(canonical_cp) : 0) {
   if (cp_ == nullptr) {
     forward_ = local_forward;
     backward_ = local_backward;
@@ -58,7 +61,13 @@ CpAttention::CpAttention(Group* cp, CpImpl impl)
   }
 }
 
-int64_t CpAttention::peak_floats(const AttentionDims& d, CpImpl impl, int cp_size, MemKind kind) {
+int64_t CpAttention::peak_floats(const AttentionDims& d, CpImpl impl, int cp_size, MemKind kind,
+                                 int64_t canonical_cp) {
+  if (canonical_cp > 1) {
+    const int C = static_cast<int>(canonical_cp);
+    return std::max(canonical_call_plan(d, impl, cp_size, C, Pass::forward).peak(kind),
+                    canonical_call_plan(d, impl, cp_size, C, Pass::backward).peak(kind));
+  }
   if (!distributed(cp_size)) return 0;
   return std::max(call_plan(d, impl, cp_size, Pass::forward).peak(kind),
                   call_plan(d, impl, cp_size, Pass::backward).peak(kind));
@@ -74,6 +83,8 @@ void CpAttention::rotate(float* qkv, const int32_t* pos, const RopeTable& rope, 
 void CpAttention::forward(int64_t /*layer*/, float* out, float* lse, const float* q, const float* k,
                           const float* v, const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d,
                           std::string_view site) {
+  if (canonical_ > 0)
+    return canonical_attention_forward(out, lse, q, k, v, q_pos, k_pos, d, cp_, impl_, canonical_, site);
   forward_(out, lse, q, k, v, q_pos, k_pos, d, cp_, site);
 }
 
@@ -81,6 +92,9 @@ void CpAttention::backward(float* dq, float* dk, float* dv, const float* dout, c
                            const float* lse, const float* q, const float* k, const float* v,
                            const int32_t* q_pos, const int32_t* k_pos, const AttentionDims& d,
                            std::string_view site) {
+  if (canonical_ > 0)
+    return canonical_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, q_pos, k_pos, d, cp_, impl_,
+                                        canonical_, site);
   backward_(dq, dk, dv, dout, out, lse, q, k, v, q_pos, k_pos, d, cp_, site);
 }
 

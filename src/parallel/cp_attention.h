@@ -18,14 +18,17 @@ namespace mt::cp {
 class CpAttention final : public AttentionStrategy {
  public:
   // cp null or of size 1: local attention (impl is then irrelevant).
-  CpAttention(Group* cp, CpImpl impl);
+  // canonical_cp > 1 (the canonical mode's cp grain): the fixed key chunks of
+  // cp_canonical.h at any cp size, one process included.
+  CpAttention(Group* cp, CpImpl impl, int64_t canonical_cp = 0);
 
   // The most floats of kind `kind` the strategy holds in one call (a step's
   // forward or backward, one at a time) on a cp group of `cp_size` ranks, for
   // the layer's attention dims `d`: the larger of the two calls' peaks in
   // their buffer plans (cp_buffer_plan.h), 0 for local attention. What the
   // memory model counts (cost/memory_model_parts.cpp cp_floats).
-  static int64_t peak_floats(const AttentionDims& d, CpImpl impl, int cp_size, MemKind kind);
+  static int64_t peak_floats(const AttentionDims& d, CpImpl impl, int cp_size, MemKind kind,
+                             int64_t canonical_cp = 0);
 
   void rotate(float* qkv, const int32_t* pos, const RopeTable& rope, int64_t N, int64_t H, int64_t KV,
               int64_t QKV) override;
@@ -44,6 +47,8 @@ class CpAttention final : public AttentionStrategy {
 
  private:
   Group* cp_;
+  CpImpl impl_;
+  int canonical_ = 0;  // the cp grain, 0: off
   Forward forward_;
   Backward backward_;
 };

@@ -113,6 +113,8 @@ LinearPlan::LinearPlan(const std::vector<PlanRow>& table, const std::vector<Mode
   if (form_ == Form::megatron && g.sp) norms_.partial = g.tp;
   if (g.canonical_tp > 1 && form_ != Form::grid)
     norms_.shards = norms_.partial != nullptr ? g.canonical_tp / g.tp->size() : g.canonical_tp;
+  cp_pieces_ = g.cp_pieces;
+  if (g.cp_pieces > 1) norms_.shards = g.cp_pieces;  // canonical_tp is 1 (check_canonical)
   for (const ModelSite& s : sites) {
     std::vector<Role> roles;
     for (const SiteWeight& w : s.weights)
@@ -288,6 +290,8 @@ std::string LinearPlan::explain() const {
      << " | sp " << (norms_.partial ? "on" : "off");
   if (norms_.shards > 0)
     os << " | canonical: weight grads over " << norms_.shards << " token shards, in the tree";
+  if (cp_pieces_ > 1)
+    os << " | canonical: every weight grad over " << cp_pieces_ << " cp pieces, in the tree";
   os << "\n";
   return os.str();
 }

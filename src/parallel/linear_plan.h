@@ -59,6 +59,10 @@ struct TpGroups {
   // it is above 1: the linear sites and the head run in c fixed pieces, c / tp
   // on this rank, in one process too. 0: the forms below as they are.
   int64_t canonical_tp = 0;
+  // The canonical mode's cp pieces on this rank (parallel.canonical_cp / cp,
+  // cp_pieces.h) when the grain is above 1: every weight gradient is a tree
+  // over them, the norms' too (their token shards). 0: off.
+  int64_t cp_pieces = 0;
 };
 
 enum class Form { local, megatron, grid };
@@ -139,6 +143,8 @@ struct LinearScratch {
   float* kv = nullptr;        // megatron: a replicated kv head's gradient
   float* leaves = nullptr;    // canonical [pieces, N, d]: per-piece partial sums (more than one piece)
   float* shards = nullptr;    // canonical [shards, d]: the norms' per-shard weight gradients (more than one)
+  float* wpieces =
+      nullptr;  // canonical cp [pieces, largest weight]: per-piece weight gradients (more than one)
 };
 
 // Gradients of replicated weights that each rank computes from its own
@@ -176,6 +182,9 @@ class LinearPlan {
   const LinearEntry& entry(size_t i) const { return entries_[i]; }  // the i-th site of the model's list
   const LinearEntry& entry(std::string_view site) const;            // by name; ConfigError when none
   const NormEntry& norms() const { return norms_; }
+  int64_t cp_pieces() const {
+    return cp_pieces_;
+  }  // the canonical mode's cp pieces here (cp_pieces.h); 0: off
   Form form() const { return form_; }
   bool on() const { return form_ != Form::local; }
   // The residual stream here: rows of N tokens (SP: N / tp) and row width (grid: d / tp).
@@ -251,8 +260,13 @@ class LinearPlan {
             e.overlap == Overlap::on};
   }
 
+  // dw += its cp pieces' tree (cp_pieces.h) when this rank has more than one.
+  bool weight_grad_by_pieces(float* dw, const float* dout, const float* gemm_in, int64_t N,
+                             const LinearEntry& e) const;
+
   std::vector<LinearEntry> entries_;
   NormEntry norms_;
+  int64_t cp_pieces_ = 0;
   Form form_ = Form::local;
   LinearScratch scratch_;
 };

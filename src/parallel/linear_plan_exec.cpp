@@ -8,6 +8,7 @@
 #include "ops/embedding.h"
 #include "ops/gemm.h"
 #include "ops/primitives.h"
+#include "parallel/cp_pieces.h"
 #include "parallel/linear_plan.h"
 #include "parallel/tp2d_linear.h"
 #include "parallel/tp_comm.h"
@@ -91,9 +92,20 @@ void LinearPlan::keep_input(float* saved, const float* inp, int64_t N, const Lin
   gather_from_sp_forward(saved, inp, N, e.in, *e.tp, label);
 }
 
+bool LinearPlan::weight_grad_by_pieces(float* dw, const float* dout, const float* gemm_in, int64_t N,
+                                       const LinearEntry& e) const {
+  if (cp_pieces_ <= 1 || dw == nullptr) return false;
+  cp::pieces_weight_grad(dw, scratch_.wpieces, dout, gemm_in, N, e.in, e.out, cp_pieces_);
+  return true;
+}
+
 void LinearPlan::backward(float* dinp, float* dw, const float* dout, const float* gemm_in, const float* w,
                           int64_t N, const LinearEntry& e, std::string_view label,
                           std::string_view kv_label) const {
+  if (weight_grad_by_pieces(dw, dout, gemm_in, N, e)) {  // tp 1 here (check_canonical): dinp alone below
+    if (dinp != nullptr) backward(dinp, nullptr, dout, gemm_in, w, N, e, label, kv_label);
+    return;
+  }
   if (e.pieces > 0 && e.role == Role::row && chunked_under_sp(N, pieces(e, label))) {
     float* d = scratch_.gathered;  // every token's output gradient, each rank's block used as it arrives
     all_gather_matmul(d, dout, N, e.out, *e.tp, Overlap::on,
@@ -144,6 +156,7 @@ void LinearPlan::embed_forward(float* out, const int32_t* ids, const float* tabl
 
 void LinearPlan::embed_backward(float* dtable, const float* dout, const int32_t* ids, int64_t N, int64_t V,
                                 const LinearEntry& e) const {
+  if (cp_pieces_ > 1) return cp::pieces_embedding_backward(dtable, dout, ids, N, e.in, cp_pieces_);
   if (e.form == Form::local) return embedding_backward(dtable, dout, ids, N, e.in);
   if (e.form == Form::megatron)
     return vocab_embedding_backward(dtable, scratch_.gathered, dout, ids, N, e.in, V, e.layer(e.site));
@@ -172,6 +185,10 @@ void LinearPlan::head_forward(float* logits, float* saved, const float* inp, con
 
 void LinearPlan::head_backward(float* dinp, float* dw, const float* dlogits, const float* gemm_in,
                                const float* w, int64_t N, const LinearEntry& e) const {
+  if (weight_grad_by_pieces(dw, dlogits, gemm_in, N, e)) {
+    if (dinp != nullptr) head_backward(dinp, nullptr, dlogits, gemm_in, w, N, e);
+    return;
+  }
   if (e.pieces > 0)
     return pieces_column_backward(dinp, dw, dlogits, gemm_in, w, N, e.in, e.out_blocks, pieces(e, e.site));
   if (e.form != Form::grid) {

@@ -14,11 +14,12 @@
 #include "optim/clip.h"
 #include "parallel/canonical.h"
 #include "parallel/context_parallel.h"
+#include "parallel/cp_canonical.h"
 #include "train/evaluate.h"
 
 namespace mt {
 
-Batch shard_batch(const RunMesh& mesh, const Batch& global, RowSplit split) {
+Batch shard_batch(const RunMesh& mesh, const Batch& global, RowSplit split, int64_t canonical_cp) {
   Batch out;
   out.rows = split == RowSplit::dp ? global.rows / mesh.dp : global.rows;
   out.T = global.T / mesh.cp;
@@ -26,7 +27,13 @@ Batch shard_batch(const RunMesh& mesh, const Batch& global, RowSplit split) {
   const size_t n = static_cast<size_t>(out.rows * out.T);
   out.inputs.resize(n);
   out.targets.resize(n);
-  if (mesh.cp == 1) {
+  if (canonical_cp > 1) {
+    const int C = static_cast<int>(canonical_cp);
+    cp::piece_slice(out.inputs.data(), global.inputs.data() + first, out.rows, global.T, C, mesh.cp,
+                    mesh.cp_rank);
+    cp::piece_slice(out.targets.data(), global.targets.data() + first, out.rows, global.T, C, mesh.cp,
+                    mesh.cp_rank);
+  } else if (mesh.cp == 1) {
     std::memcpy(out.inputs.data(), global.inputs.data() + first, n * sizeof(int32_t));
     std::memcpy(out.targets.data(), global.targets.data() + first, n * sizeof(int32_t));
   } else {
@@ -160,7 +167,7 @@ StepStats train_step(TrainModel& model, const RunMesh& mesh, const Config& cfg, 
   global.targets.resize(global.inputs.size());
   sample_rows(train_file, tc.seed, step, global.rows, global.T, 0, global.rows, global.inputs.data(),
               global.targets.data());
-  Batch mine = shard_batch(mesh, global, RowSplit::dp);
+  Batch mine = shard_batch(mesh, global, RowSplit::dp, model.first().canonical_cp());
   int64_t valid = 0;
   for (int32_t& t : mine.targets) {
     if (t == cfg.data.ignore_id) t = kIgnoreIndex;
@@ -228,7 +235,7 @@ double validation_loss(TrainModel& model, const RunMesh& mesh, const TrainConfig
                        const TokenFile& val_file) {
   auto forward = [&](const int32_t* in, const int32_t* tg, int64_t b, int64_t t) {
     Batch global{b, t, {in, in + b * t}, {tg, tg + b * t}};
-    const Batch mine = shard_batch(mesh, global, RowSplit::none);
+    const Batch mine = shard_batch(mesh, global, RowSplit::none, model.first().canonical_cp());
     double sum = model.executor->forward_loss(mine.inputs.data(), mine.targets.data(), mine.rows, mine.T);
     sum_over(mesh.cp_group(), &sum, "eval loss");
     return sum;

@@ -29,9 +29,11 @@ enum class RowSplit {
 
 // This rank's share of a global batch [B, T]: its rows under `split`, and
 // under context parallelism its zigzag share of every sequence's tokens
-// (T/cp of them, parallel/context_parallel.h). The one place the data is
+// (T/cp of them, parallel/context_parallel.h); with the canonical mode's cp
+// grain canonical_cp > 1 its pieces in piece order instead, at any cp, one
+// process included (parallel/cp_canonical.h). The one place the data is
 // sharded, for training and evaluation alike.
-Batch shard_batch(const RunMesh& mesh, const Batch& global, RowSplit split);
+Batch shard_batch(const RunMesh& mesh, const Batch& global, RowSplit split, int64_t canonical_cp = 0);
 
 // Counts that ride the step's own reductions when checkpoints are on
 // (docs/PARALLELISM.md, "Preemption and asynchronous checkpoints"): each rank

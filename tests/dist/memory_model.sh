@@ -23,7 +23,10 @@
 # parallel.canonical_tp = 4 (two pieces a rank: the per-piece partial sums,
 # parallel/canonical_tp.h; the norms' 4 token shards) and one process with the
 # same 4 pieces, canonical tp 2 with SP (two token shards a rank) and with
-# tp_overlap and SP (two chunks).
+# tp_overlap and SP (two chunks); canonical cp 2 (ring and all-gather) with
+# parallel.canonical_cp = 4 (two pieces a rank: the per-piece weight gradients,
+# parallel/cp_pieces.h; the key-chunk attention's buffers, cp_canonical.h) and
+# one process with the same 4 pieces.
 set -euo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -73,6 +76,9 @@ layouts=(
   "canonical_one_c4 1 --set parallel.reduction=canonical --set parallel.canonical_tp=4 --set model.n_kv_heads=4 --set train.microbatch_size=2"
   "canonical_tp2_overlap_c4 2 --tp 2 --set parallel.tp_overlap=true --set parallel.sp=true --set parallel.reduction=canonical --set parallel.canonical_tp=4 --set model.n_kv_heads=4 --set train.batch_size=16 --set train.microbatch_size=16"
   "canonical_tp2_sp_c4 2 --tp 2 --set parallel.sp=true --set parallel.reduction=canonical --set parallel.canonical_tp=4 --set model.n_kv_heads=4 --set train.microbatch_size=2"
+  "canonical_cp2_ring_c4 2 --set parallel.cp=2 --set parallel.reduction=canonical --set parallel.canonical_cp=4 --set model.max_seq_len=512 --set train.seq_len=512 --set train.batch_size=1 --set train.microbatch_size=1"
+  "canonical_cp2_allgather_c4 2 --set parallel.cp=2 --set parallel.cp_impl=allgather --set parallel.reduction=canonical --set parallel.canonical_cp=4 --set model.max_seq_len=512 --set train.seq_len=512 --set train.batch_size=1 --set train.microbatch_size=1"
+  "canonical_one_cp4 1 --set parallel.reduction=canonical --set parallel.canonical_cp=4 --set model.max_seq_len=512 --set train.seq_len=512 --set train.batch_size=1 --set train.microbatch_size=1"
 )
 for spec in "${layouts[@]}"; do
   read -r -a words <<<"$spec"
