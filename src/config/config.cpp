@@ -169,6 +169,10 @@ std::vector<Entry> parallel_entries() {
              "ep divides dp x cp (groups of ep consecutive dp ranks) and n_experts; any ZeRO stage (0-3)"),
       MT_KEY(parallel, zero, "int",
              "ZeRO stage: 0 replicate, 1 shard AdamW state, 2 + gradients, 3 + parameters (FSDP)"),
+      MT_KEY(parallel, dp_shard, "int",
+             "HSDP: dp = replicas x shards; ZeRO 1-3 shard within groups of dp_shard consecutive dp ranks "
+             "(gradients reduce-scattered there, then all-reduced over the dp / dp_shard replicas); "
+             "divides dp, needs zero >= 1; 0: dp (flat ZeRO)"),
       MT_KEY(parallel, sp, "bool",
              "sequence parallelism (Megatron SP): activations outside the tp regions (norms, residual) are "
              "sharded by token over tp; needs tp > 1 and seq_len divisible by tp"),
