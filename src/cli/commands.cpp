@@ -10,6 +10,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "cost/memory_estimate.h"
 #include "data/prepare.h"
 #include "data/token_file.h"
 #include "data/tokenizer.h"
@@ -18,7 +19,6 @@
 #include "pipeline/schedule.h"
 #include "pipeline/simulate.h"
 #include "train/evaluate.h"
-#include "cost/memory_estimate.h"
 #include "train/model_io.h"
 #include "train/preempt.h"
 #include "train/run_mesh.h"
@@ -63,6 +63,7 @@ int run_train_command(const TrainArgs& a) {
   run.mesh_printed = a.print_mesh;
   if (a.print_mesh && world.rank() == 0) {
     std::printf("%s", DeviceMesh::table(mesh_sizes(cfg.parallel)).c_str());
+    std::printf("%s", hsdp_table(mesh_sizes(cfg.parallel), static_cast<int>(cfg.parallel.dp_shard)).c_str());
   }
   RunResult r;
   try {
