@@ -70,6 +70,7 @@ json layout_record(const ParallelConfig& p, int world_size) {
           {"cp", p.cp},
           {"ep", p.ep},
           {"zero", p.zero},
+          {"dp_shard", p.dp_shard},
           {"virtual_stages", p.virtual_stages},
           {"world_size", world_size}};
 }

@@ -10,6 +10,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "core/threads.h"
+#include "cost/memory_estimate.h"
 #include "data/prepare.h"
 #include "data/token_file.h"
 #include "data/tokenizer.h"
@@ -19,7 +20,6 @@
 #include "pipeline/schedule.h"
 #include "pipeline/simulate.h"
 #include "train/evaluate.h"
-#include "cost/memory_estimate.h"
 #include "train/model_io.h"
 #include "train/preempt.h"
 #include "train/run_mesh.h"
@@ -72,6 +72,7 @@ int run_train_command(const TrainArgs& a) {
     const NodeMap& nodes = runtime.nodes();
     std::printf("%s%s", DeviceMesh::table(sizes).c_str(),
                 mesh_node_table(sizes, positions, nodes.node_of_rank, nodes.names).c_str());
+    std::printf("%s", hsdp_table(sizes, static_cast<int>(cfg.parallel.dp_shard)).c_str());
   }
   RunResult r;
   try {

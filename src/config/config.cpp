@@ -147,8 +147,7 @@ std::vector<Entry> moe_entries() {
              "> 0: aux-loss-free balancing: a per-expert bias added to the scores for selection only, moved "
              "by this much after each step toward the mean load"),
       MT_KEY(model, router_skew, "float",
-             "test knob: expert 0's selection bias starts at this value, so it wins most tokens "
-             "(the congestion case)"),
+             "test knob: expert 0's selection bias starts here, so it wins most tokens (congestion)"),
   };
 }
 
@@ -159,8 +158,7 @@ std::vector<Entry> parallel_entries() {
              "tensor-parallel degree (Megatron): divides n_heads and ffn_hidden; n_kv_heads and tp, one "
              "divides the other"),
       MT_KEY(parallel, pp, "int",
-             "pipeline-parallel degree: the layers are split into pp stages (pp x virtual_stages with "
-             "interleaving)"),
+             "pipeline-parallel degree: layers split into pp stages (pp x virtual_stages, interleaved)"),
       MT_KEY(parallel, cp, "int",
              "context-parallel degree: each sequence is split over cp ranks in 2 x cp zigzag chunks (seq_len "
              "divisible by 2 x cp); attention exchanges keys and values (parallel.cp_impl)"),
@@ -169,6 +167,8 @@ std::vector<Entry> parallel_entries() {
              "ep divides dp x cp (groups of ep consecutive dp ranks) and n_experts; any ZeRO stage (0-3)"),
       MT_KEY(parallel, zero, "int",
              "ZeRO stage: 0 replicate, 1 shard AdamW state, 2 + gradients, 3 + parameters (FSDP)"),
+      MT_KEY(parallel, dp_shard, "int",
+             "HSDP: ZeRO 1-3 shard over groups of dp_shard consecutive dp ranks (divides dp); 0: dp"),
       MT_KEY(parallel, sp, "bool",
              "sequence parallelism (Megatron SP): activations outside the tp regions (norms, residual) are "
              "sharded by token over tp; needs tp > 1 and seq_len divisible by tp"),

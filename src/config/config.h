@@ -63,6 +63,10 @@ struct DataConfig {
 struct ParallelConfig {
   int64_t dp = 1, tp = 1, pp = 1, cp = 1;
   int64_t zero = 0;
+  // HSDP (docs/PARALLELISM.md "HSDP"): ZeRO shards its state within shard
+  // groups of dp_shard consecutive dp ranks, replicated over dp / dp_shard
+  // replicas; 0: dp (flat ZeRO, one shard group).
+  int64_t dp_shard = 0;
   // Expert parallelism: the experts split over runs of ep consecutive ranks of
   // the flattened (dp, cp) index (docs/PARALLELISM.md "Expert parallelism").
   int64_t ep = 1;

@@ -175,6 +175,7 @@ void Config::validate() {
   validate_pipeline(*this, keys);
   validate_moe_layout(*this, keys);
   validate_reduction(*this, keys);
+  check_dp_shard({p.dp_shard, p.dp, p.zero, p.ep, keys.reduction == Reduction::canonical});
   keys.recompute = parse_recompute(t.recompute, t.recompute_modules);
   parsed_ = std::move(keys);
   validated_ = true;

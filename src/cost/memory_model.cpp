@@ -9,6 +9,7 @@
 #include "model/params.h"
 #include "model/stage_split.h"
 #include "parallel/canonical_store.h"
+#include "parallel/data_parallel.h"
 #include "parallel/store_plan.h"
 #include "parallel/store_sharding.h"
 #include "parallel/tp2d.h"
@@ -55,7 +56,9 @@ void add_store(const Config& cfg, const ParamTable& table, const std::vector<Uni
   const int z = static_cast<int>(p.zero);
   const int P = static_cast<int>(p.dp * p.cp);
   StoreShape shape;
-  shape.group = store_sharding(p.dp, p.cp, z).group == 0 ? 0 : P;
+  // HSDP: ZeRO's shards over a shard group of dp_shard × cp ranks.
+  const int shards = static_cast<int>(shard_group_dp(p.dp_shard, p.dp) * p.cp);
+  shape.group = store_sharding(p.dp, p.cp, z, p.dp_shard).group == 0 ? 0 : shards;
   shape.replicas = p.ep > 1 && z > 0 ? P / static_cast<int>(p.ep) : 0;  // the experts' replica group
   shape.zero = z;
   const bool tied_here = table.embed_unit >= 0 && table.lm_head >= 0 && table.lm_head == table.embed;

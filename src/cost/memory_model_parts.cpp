@@ -113,7 +113,8 @@ int64_t checkpoint_staging_floats(const Config& cfg, int64_t rank, const ParamTa
   const ParallelConfig& p = cfg.parallel;
   const MeshSizes sizes = mesh_sizes(p);
   const MeshCoords coords = mesh_coords_of(static_cast<int>(rank), sizes);
-  set_state_layouts(table, store_sharding(p.dp, p.cp, static_cast<int>(p.zero)));  // the trainer's store
+  set_state_layouts(table,
+                    store_sharding(p.dp, p.cp, static_cast<int>(p.zero), p.dp_shard));  // the trainer's store
   int64_t written = 0;
   for (const ParamSpec& spec : table.specs) {
     const LocalSlice s = spec_slice(spec, sizes, coords);

@@ -70,6 +70,10 @@ void Layout::validate() const {
     MT_REQUIRE(r >= 1 && (r == 1 || p.is_shard()), ConfigError, "layout ", to_string(), ": ", axis_name(a),
                " has ", r, " replicas per piece but does not shard");
   }
+  MT_REQUIRE(dp_shard == 0 || (dp_shard > 0 && placement(Axis::dp).is_shard() &&
+                               replicas[static_cast<size_t>(axis_index(Axis::dp))] == 1),
+             ConfigError, "layout ", to_string(), ": HSDP's shard groups (dp_shard ", dp_shard,
+             ") need dp to shard, one piece per coordinate of a group");
   for (int64_t n : shape)
     MT_REQUIRE(n >= 0, ConfigError, "layout ", to_string(), ": negative size");
   if (grid_rows == 1) return;
@@ -111,6 +115,7 @@ std::string Layout::to_string() const {
       s += axis_set_name(order[i]);
     }
   }
+  if (dp_shard > 0) s += " dp_shard:" + std::to_string(dp_shard);
   if (expert_coord >= 0) s += " ep:" + std::to_string(expert_coord) + "/" + std::to_string(ep);
   return s;
 }
@@ -130,8 +135,15 @@ FlatAxis flat_axis(const Layout& layout, AxisSet set, const MeshSizes& sizes, co
     if (!(set & axis_bit(a))) continue;
     f.dim = layout.placement(a).dim();
     r *= layout.replicas[static_cast<size_t>(axis_index(a))];
-    f.size *= sizes[a];
-    if (coords != nullptr) f.coord = f.coord * sizes[a] + (*coords)[static_cast<size_t>(axis_index(a))];
+    int n = sizes[a], c = coords != nullptr ? (*coords)[static_cast<size_t>(axis_index(a))] : 0;
+    if (a == Axis::dp && layout.dp_shard > 0) {  // HSDP: the coordinate within its shard group
+      MT_REQUIRE(n % layout.dp_shard == 0, ConfigError, "layout ", layout.to_string(), ": dp (", n,
+                 ") is not a multiple of its shard groups' ", layout.dp_shard, " ranks");
+      n = layout.dp_shard;
+      c %= n;
+    }
+    f.size *= n;
+    f.coord = f.coord * n + c;
   }
   MT_REQUIRE(f.size % r == 0, ConfigError, "layout ", layout.to_string(), ": ", axis_set_name(set), " (",
              f.size, ") is not a multiple of its ", r, " replicas");
@@ -165,8 +177,9 @@ std::vector<FlatAxis> flat_splits(const Layout& layout, const MeshSizes& sizes, 
 
 }  // namespace
 
-Layout zero_layout(const Layout& param, AxisSet group) {
+Layout zero_layout(const Layout& param, AxisSet group, int dp_shard) {
   Layout out = param;
+  out.dp_shard = dp_shard;
   out.order.clear();
   const std::vector<AxisSet> inner = param.split_order();
   for (Axis a : kAllAxes) {
@@ -275,6 +288,11 @@ bool first_holder(const Layout& layout, const MeshCoords& coords) {
     if (a == Axis::pp) continue;
     const int c = coords[static_cast<size_t>(axis_index(a))];
     const Placement& p = layout.placement(a);
+    if (a == Axis::dp && p.is_shard() &&
+        layout.dp_shard > 0) {  // HSDP: the first shard group holds each piece
+      if (c >= layout.dp_shard) return false;
+      continue;
+    }
     if (p.is_shard() ? c % layout.replicas[static_cast<size_t>(axis_index(a))] != 0 : c != 0) return false;
   }
   return true;

@@ -88,6 +88,12 @@ struct Layout {
   // ranks of its grid column (tp_r, coordinate r), both at tp's place in the
   // split order. R = 1: tp splits one dim over all its ranks.
   int grid_rows = 1, grid_dim = -1;
+  // HSDP (docs/PARALLELISM.md "HSDP"): with dp_shard = k > 0 the dp axis
+  // shards over its k-coordinate shard groups only: dp coordinate d holds
+  // piece d mod k (flattened with the axes after dp in its order entry), and
+  // the dp / k groups hold the same pieces. The shard groups are runs of
+  // consecutive dp ranks. 0: dp shards over all of its coordinates.
+  int dp_shard = 0;
 
   Layout() = default;
   explicit Layout(std::vector<int64_t> global_shape) : shape(std::move(global_shape)) {}
@@ -112,7 +118,8 @@ struct Layout {
 // (its layout over tp) with dim 0 of each tp piece sharded over `group`
 // (dp or dp+cp) as one flattened axis, after tp. The rows a rank holds are
 // then those of parallel/shard.h's UnitShards.
-Layout zero_layout(const Layout& param, AxisSet group);
+// dp_shard > 0: HSDP, the pieces over shard groups of dp_shard dp ranks (Layout::dp_shard).
+Layout zero_layout(const Layout& param, AxisSet group, int dp_shard = 0);
 
 // Copies between a full row-major tensor (layout.shape) and the piece the rank
 // at `coords` holds (local_shape, row-major): to_local zeroes the padding,

@@ -83,5 +83,9 @@ std::vector<std::vector<int>> mesh_group_ranks(const MeshSizes& sizes, AxisSet s
 // column per pipeline stage listing its TP groups; then the DP groups (and CP
 // and PP groups when those axes are > 1).
 std::string mesh_table(const MeshSizes& sizes);
+// HSDP's sub-axes under --print-mesh (sub_axes.h dp_shard, dp_replicas): the
+// shard groups of dp_shard consecutive dp ranks and the replica groups; "" when
+// dp_shard is 0 or dp (flat ZeRO).
+std::string hsdp_table(const MeshSizes& sizes, int dp_shard);
 
 }  // namespace mt

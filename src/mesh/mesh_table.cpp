@@ -130,4 +130,29 @@ std::string mesh_table(const MeshSizes& sizes) {
   return os.str();
 }
 
+std::string hsdp_table(const MeshSizes& sizes, int dp_shard) {
+  if (dp_shard <= 0 || dp_shard >= sizes.dp) return "";
+  // The groups of dp+cp (ordered by world rank: flattened index dp·CP + cp),
+  // cut as sub_axes.cpp cuts them: runs of dp_shard·cp, and their strides.
+  const int k = dp_shard * sizes.cp;
+  std::vector<std::vector<int>> shards, replicas;
+  for (const std::vector<int>& g : mesh_group_ranks(sizes, axis_bit(Axis::dp) | axis_bit(Axis::cp))) {
+    for (size_t i = 0; i < g.size(); ++i) {
+      if (i % static_cast<size_t>(k) == 0) shards.emplace_back();
+      shards.back().push_back(g[i]);
+    }
+    for (int j = 0; j < k; ++j) {
+      replicas.emplace_back();
+      for (size_t i = static_cast<size_t>(j); i < g.size(); i += static_cast<size_t>(k))
+        replicas.back().push_back(g[i]);
+    }
+  }
+  std::ostringstream os;
+  os << "HSDP: dp " << sizes.dp << " = " << sizes.dp / dp_shard << " replicas x " << dp_shard
+     << " shards (parallel.dp_shard; consecutive dp ranks, the closest links)\n";
+  os << "dp_shard groups (ZeRO's shards; reduce-scatter, all-gather): " << braced(shards) << '\n';
+  os << "dp_replicas groups (the same shard; all-reduce of the reduced shards): " << braced(replicas) << '\n';
+  return os.str();
+}
+
 }  // namespace mt

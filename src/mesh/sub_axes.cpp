@@ -18,6 +18,10 @@ const char* sub_axis_name(SubAxis s) {
       return "tp_kv";
     case SubAxis::pp_tied:
       return "pp_tied";
+    case SubAxis::dp_shard:
+      return "dp_shard";
+    case SubAxis::dp_replicas:
+      return "dp_replicas";
   }
   return "?";
 }
@@ -26,6 +30,8 @@ AxisSet sub_axis_parent(SubAxis s) {
   switch (s) {
     case SubAxis::ep:
     case SubAxis::ep_replicas:
+    case SubAxis::dp_shard:
+    case SubAxis::dp_replicas:
       return axis_bit(Axis::dp) | axis_bit(Axis::cp);
     case SubAxis::tp_c:
     case SubAxis::tp_r:
@@ -47,6 +53,9 @@ bool sub_axis_built(SubAxis s, const MeshSizes& sizes, const SubAxisSizes& sub) 
       return sub.tp_rows > 1;
     case SubAxis::tp_kv:
       return sub.kv_replicas > 1;
+    case SubAxis::dp_shard:
+    case SubAxis::dp_replicas:
+      return sub.shard_ranks > 0 && sub.shard_ranks < sizes.dp * sizes.cp;
     case SubAxis::pp_tied:
       break;
   }
@@ -64,6 +73,8 @@ void validate_sub_axes(const MeshSizes& sizes, const SubAxisSizes& sub) {
   divides("ep", sub.ep, "dp × cp", sizes.dp * sizes.cp);
   divides("tp_r (the 2-D grid's rows)", sub.tp_rows, "tp", sizes.tp);
   divides("tp_kv (ranks per kv head)", sub.kv_replicas, "tp", sizes.tp);
+  if (sub.shard_ranks != 0)
+    divides("dp_shard (ranks of a shard group)", sub.shard_ranks, "dp × cp", sizes.dp * sizes.cp);
 }
 
 SubAxisSplit sub_axis_split(SubAxis s, int i, int n, const SubAxisSizes& sub) {
@@ -82,6 +93,10 @@ SubAxisSplit sub_axis_split(SubAxis s, int i, int n, const SubAxisSizes& sub) {
     }
     case SubAxis::tp_kv:
       return {i / sub.kv_replicas, i};
+    case SubAxis::dp_shard:
+      return {i / sub.shard_ranks, i % sub.shard_ranks};
+    case SubAxis::dp_replicas:
+      return {i % sub.shard_ranks, i / sub.shard_ranks};
     case SubAxis::pp_tied:
       break;
   }

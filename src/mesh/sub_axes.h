@@ -10,7 +10,15 @@
 //   tp_r         tp       grid column c (R = tp_rows ranks, ordered by r)     tp_rows > 1
 //   tp_kv        tp       the kv_replicas adjacent t sharing one kv head       kv_replicas > 1
 //   pp_tied      pp       the first and the last stage (tied embeddings)       tied_ends, pp > 1
+//   dp_shard     dp+cp    HSDP's shard group: the run of shard_ranks           0 < shard_ranks < dp·cp
+//                         consecutive f with f / shard_ranks equal
+//   dp_replicas  dp+cp    the dp·cp / shard_ranks ranks with f mod shard_ranks  as dp_shard
+//                         equal (they hold the same shard)
 //
+// f, the flattened (dp, cp) index dp·CP + cp, makes a shard group
+// parallel.dp_shard consecutive dp ranks with all their cp ranks: the
+// closest ranks of the data-parallel group (the fast links), and an aligned
+// block of the canonical tree over the dp ranks.
 // Each group's axis name (the comm ledger's) is the sub-axis's name.
 #pragma once
 
@@ -20,13 +28,15 @@
 
 namespace mt {
 
-enum class SubAxis : int { ep = 0, ep_replicas, tp_c, tp_r, tp_kv, pp_tied };
-inline constexpr int kNumSubAxes = 6;
+enum class SubAxis : int { ep = 0, ep_replicas, tp_c, tp_r, tp_kv, pp_tied, dp_shard, dp_replicas };
+inline constexpr int kNumSubAxes = 8;
 // In the order DeviceMesh builds them (every rank splits in this order).
 inline constexpr std::array<SubAxis, kNumSubAxes> kAllSubAxes = {
-    SubAxis::ep, SubAxis::ep_replicas, SubAxis::tp_c, SubAxis::tp_r, SubAxis::tp_kv, SubAxis::pp_tied};
+    SubAxis::ep,    SubAxis::ep_replicas, SubAxis::tp_c,     SubAxis::tp_r,
+    SubAxis::tp_kv, SubAxis::pp_tied,     SubAxis::dp_shard, SubAxis::dp_replicas};
 
-const char* sub_axis_name(SubAxis s);  // "ep", "ep_replicas", "tp_c", "tp_r", "tp_kv", "pp_tied"
+// "ep", "ep_replicas", "tp_c", "tp_r", "tp_kv", "pp_tied", "dp_shard", "dp_replicas"
+const char* sub_axis_name(SubAxis s);
 
 // What the run asks of each sub-axis (the defaults build none).
 struct SubAxisSizes {
@@ -34,6 +44,7 @@ struct SubAxisSizes {
   int tp_rows = 1;         // R of a 2-D R × C tp grid (C = tp / R); 1: 1-D tp
   int kv_replicas = 1;     // tp ranks holding the same kv head (tp / n_kv_heads when tp > n_kv_heads)
   bool tied_ends = false;  // tied embeddings: a group of the first and the last pp stage
+  int shard_ranks = 0;     // HSDP: ranks of dp × cp in a shard group (parallel.dp_shard × cp); 0: none
   bool operator==(const SubAxisSizes&) const = default;
 };
 

@@ -217,7 +217,7 @@ void set_state_layouts(ParamTable& table, const StoreSharding& sh) {
   for (ParamSpec& s : table.specs) {
     s.stored_layout = s.grad_layout = s.state_layout = s.layout;
     if (sh.group == 0 || sh.zero == 0) continue;
-    Layout sharded = zero_layout(s.layout, sh.group);
+    Layout sharded = zero_layout(s.layout, sh.group, sh.dp_shard);
     // An expert is sharded over its replica group only: flattened (dp, cp)
     // ranks c·ep … c·ep + ep − 1 hold piece c (docs/PARALLELISM.md "Expert parallelism").
     if (s.layout.expert_coord >= 0) sharded.replicas[static_cast<size_t>(axis_index(Axis::dp))] = s.layout.ep;

@@ -29,6 +29,30 @@ void check_zero_stage(int64_t zero) {
   MT_REQUIRE(zero >= 0 && zero <= 3, ConfigError, "parallel.zero (", zero, ") must be 0, 1, 2 or 3");
 }
 
+int64_t shard_group_dp(int64_t dp_shard, int64_t dp) {
+  return dp_shard == 0 ? dp : dp_shard;
+}
+
+bool is_hsdp(int64_t dp_shard, int64_t dp) {
+  return shard_group_dp(dp_shard, dp) < dp;
+}
+
+void check_dp_shard(const DpShardLayout& l) {
+  const int64_t s = l.dp_shard;
+  MT_REQUIRE(s >= 0 && (s == 0 || l.dp % s == 0), ConfigError, "parallel.dp_shard (", s,
+             ") must divide parallel.dp (", l.dp, "): dp = replicas x shards (0: dp, flat ZeRO)");
+  if (!is_hsdp(s, l.dp)) return;
+  MT_REQUIRE(l.zero >= 1, ConfigError, "parallel.dp_shard (", s, ") < parallel.dp (", l.dp,
+             ") shards ZeRO's state within groups of ", s,
+             " dp ranks: it needs parallel.zero 1, 2 or 3, not ", l.zero, " (ZeRO 0 shards nothing)");
+  MT_REQUIRE(l.ep == 1, ConfigError, "parallel.dp_shard (", s, ") < parallel.dp (", l.dp,
+             ") with parallel.ep (", l.ep, "): HSDP with expert parallelism is not built yet");
+  MT_REQUIRE(!l.canonical || (s & (s - 1)) == 0, ConfigError, "parallel.dp_shard (", s,
+             ") in the canonical mode must be a power of two, so that a shard group's reduce-scatter is an "
+             "aligned subtree of the canonical tree over the ",
+             l.dp, " dp ranks");
+}
+
 struct DataParallelStore::Bucket {
   int64_t begin = 0, end = 0;  // range of the flat gradient buffer
   int units = 0, ready = 0;
@@ -45,21 +69,50 @@ struct DataParallelStore::Gathered {
   int users = 0;
 };
 
+// Under HSDP the reduce-scattered shard is then all-reduced over the replicas
+// (`replicas` non-null), launched once the shard is complete: the sum over the
+// shard group first, then over the groups, the order of the canonical tree
+// over the dp ranks when the shard groups are aligned blocks of it.
 struct DataParallelStore::Scattering {
   int unit = 0;
   std::vector<Tensor> send;  // per part
-  Tensor recv;               // the unit's shard
+  Tensor recv;               // the unit's shard (a pooled buffer: it may be longer)
+  int64_t shard = 0;         // the shard's elements
   std::vector<Work> works;
+  Group* replicas = nullptr;
+  Work across;  // the all-reduce over the replicas
+  SumOrder order = SumOrder::library;
+  std::string label;
+  void launch_across() {
+    if (replicas != nullptr && !across.valid())
+      across = replicas->all_reduce_async(recv.data(), shard, ElemType::f32, order, label + " replicas");
+  }
   bool test() {
-    return std::all_of(works.begin(), works.end(), [](Work& w) { return w.test(); });
+    if (!std::all_of(works.begin(), works.end(), [](Work& w) { return w.test(); })) return false;
+    if (replicas == nullptr) return true;
+    launch_across();
+    return across.test();
+  }
+  void wait() {
+    for (Work& w : works)
+      w.wait();
+    launch_across();
+    if (across.valid()) across.wait();
   }
 };
 
 DataParallelStore::DataParallelStore(std::vector<UnitSpec> units, Group dp, const DataParallelOptions& opts)
-    : units_(std::move(units)), dp_(std::move(dp)), opts_(opts), P_(dp_.size()) {
+    : units_(std::move(units)),
+      dp_(std::move(dp)),
+      opts_(opts),
+      shard_(opts_.shard != nullptr ? opts_.shard : &dp_),
+      P_(shard_->size()) {
   check_zero_stage(opts_.zero);
   MT_REQUIRE(opts_.ep == nullptr || opts_.zero == 0 || opts_.expert_replicas != nullptr, ConfigError,
              "parallel.ep with parallel.zero (", opts_.zero, ") needs the experts' replica group");
+  MT_CHECK((opts_.shard == nullptr) == (opts_.replicas == nullptr) &&
+               (opts_.shard == nullptr || opts_.ep == nullptr),
+           "HSDP needs both its shard and replica groups, and no expert parallelism");
   for (const auto& u : units_) {
     parts_.push_back(make_parts(u));
     shard_offset_.push_back(local_numel_);
@@ -96,7 +149,7 @@ DataParallelStore::DataParallelStore(std::vector<UnitSpec> units, Group dp, cons
 
 StoreSharding DataParallelStore::sharding() const {
   const AxisSet dp = axis_bit(Axis::dp);
-  return {opts_.zero, dp_.axis() == "dp+cp" ? dp | axis_bit(Axis::cp) : dp};
+  return {opts_.zero, dp_.axis() == "dp+cp" ? dp | axis_bit(Axis::cp) : dp, opts_.dp_shard};
 }
 
 DataParallelStore::~DataParallelStore() = default;
@@ -201,7 +254,11 @@ void DataParallelStore::release_grads(int unit) {
   retire_scatters(kScattersInFlight - 1);
   auto s = std::make_unique<Scattering>();
   s->unit = unit;
-  s->recv = take_comm(shard_numel_[static_cast<size_t>(unit)]);
+  s->replicas = opts_.replicas;
+  s->order = opts_.order;
+  s->label = units_[static_cast<size_t>(unit)].name + " grads";
+  s->shard = shard_numel_[static_cast<size_t>(unit)];
+  s->recv = take_comm(s->shard);
   for (const Part& part : parts_[static_cast<size_t>(unit)]) {
     const int64_t n = part.shards.shard_numel();
     s->send.push_back(take_comm(part.group->size() * n));
@@ -248,8 +305,7 @@ void DataParallelStore::retire_scatters(size_t keep) {
   while (!scattering_.empty()) {
     Scattering& s = *scattering_.front();
     if (scattering_.size() > keep) {
-      for (Work& w : s.works)
-        w.wait();
+      s.wait();
     } else if (!s.test()) {
       return;
     }
@@ -311,7 +367,7 @@ double DataParallelStore::grad_sum_squares() {
         s += sum_squares(shard + part.in_shard + p.in_shard, p.shard_rows * p.param->row_size);
     });
   }
-  dp_.all_reduce(&s, 1, "grad norm");
+  shard_->all_reduce(&s, 1, "grad norm");  // HSDP: the replicas hold the same shards
   return s;
 }
 
@@ -329,7 +385,7 @@ void DataParallelStore::grad_sum_squares_exact(ExactSum& acc) {
         exact_sum_squares(mine, shard + part.in_shard + p.in_shard, p.shard_rows * p.param->row_size);
     });
   }
-  dp_.all_reduce(mine.words(), ExactSum::kWords, "grad norm");
+  shard_->all_reduce(mine.words(), ExactSum::kWords, "grad norm");
   mine.normalise();
   acc.merge(mine);
 }

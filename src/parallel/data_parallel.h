@@ -33,6 +33,25 @@ namespace mt {
 // The ZeRO stage must be 0, 1, 2 or 3 (ConfigError naming parallel.zero otherwise).
 void check_zero_stage(int64_t zero);
 
+// HSDP (parallel.dp_shard): dp = replicas × shards, ZeRO's state sharded
+// within each shard group of dp_shard consecutive dp ranks (× cp) and
+// replicated over the dp / dp_shard groups.
+struct DpShardLayout {
+  int64_t dp_shard = 0;  // parallel.dp_shard; 0: dp
+  int64_t dp = 1, zero = 0, ep = 1;
+  bool canonical = false;  // parallel.reduction = canonical
+};
+// The shard group's dp ranks: dp_shard, or dp when it is 0.
+int64_t shard_group_dp(int64_t dp_shard, int64_t dp);
+// Whether the layout is HSDP (more than one shard group).
+bool is_hsdp(int64_t dp_shard, int64_t dp);
+// ConfigError naming parallel.dp_shard with the numbers: not a divisor of dp;
+// more than one shard group at ZeRO 0 (nothing is sharded there); with
+// parallel.ep > 1 (not built); in the canonical mode a shard group that is
+// not a power of two (its reduce-scatter would not be an aligned subtree of
+// the canonical tree over the dp ranks).
+void check_dp_shard(const DpShardLayout& l);
+
 struct DataParallelOptions {
   int zero = 0;
   int64_t bucket_bytes = 25 << 20;  // ZeRO 0/1 gradient buckets
@@ -47,6 +66,14 @@ struct DataParallelOptions {
   // Both must outlive the store. Null ep: no expert parallelism.
   Group* expert_replicas = nullptr;
   Group* ep = nullptr;
+  // HSDP (check_dp_shard): ZeRO 1-3 shard over `shard` (a run of consecutive
+  // ranks of the store's group) instead of the whole group; ZeRO 2/3 then
+  // all-reduce each reduce-scattered shard over `replicas` (the ranks holding
+  // the same shard). ZeRO 0/1 all-reduce the gradient over the whole group
+  // as without HSDP. Null: flat ZeRO. Both must outlive the store.
+  Group* shard = nullptr;
+  Group* replicas = nullptr;
+  int dp_shard = 0;  // the shard group's dp ranks (StoreSharding::dp_shard); 0 without HSDP
 };
 
 // Overlap of the ZeRO 0/1 bucket reductions with the backward, last step.
@@ -137,6 +164,7 @@ class DataParallelStore : public ParamStore {
   std::vector<UnitSpec> units_;
   Group dp_;
   DataParallelOptions opts_;
+  Group* shard_;  // ZeRO's shards: dp_, or HSDP's shard group
   int P_ = 1;
   std::vector<std::vector<Part>> parts_;  // per unit
   std::vector<int64_t> shard_numel_;      // per unit

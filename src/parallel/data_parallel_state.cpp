@@ -19,7 +19,7 @@ std::vector<DataParallelStore::Part> DataParallelStore::make_parts(const UnitSpe
   for (UnitPart& p : unit_parts(unit, P_, replicas())) {  // the store plan's split
     const int64_t n = p.shards.shard_numel();
     parts.push_back(
-        {std::move(p.shards), p.expert ? opts_.expert_replicas : &dp_, at, p.expert ? " experts" : ""});
+        {std::move(p.shards), p.expert ? opts_.expert_replicas : shard_, at, p.expert ? " experts" : ""});
     at += n;
   }
   return parts;

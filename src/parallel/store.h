@@ -58,6 +58,9 @@ enum class Pass { forward, backward };
 struct StoreSharding {
   int zero = 0;
   AxisSet group = 0;  // 0: a store of one process
+  // HSDP: ZeRO's pieces over shard groups of this many consecutive dp ranks
+  // (× cp), replicated over the groups (mesh/layout.h Layout::dp_shard); 0: over all of `group`.
+  int dp_shard = 0;
 };
 
 class ParamStore {

@@ -15,7 +15,8 @@ namespace mt {
 // The sharding of a chunk's store on a mesh of dp × cp ranks at ZeRO stage
 // `zero`: group 0 (the model's own LocalStore, nothing sharded) when one rank
 // holds all of the state (dp·cp = 1 at ZeRO 0); otherwise a DataParallelStore
-// over the dp axis, dp × cp when cp > 1 (what its sharding() returns).
-StoreSharding store_sharding(int64_t dp, int64_t cp, int zero);
+// over the dp axis, dp × cp when cp > 1 (what its sharding() returns); with
+// HSDP (parallel.dp_shard < dp, data_parallel.h is_hsdp) its pieces over shard groups of dp_shard dp ranks.
+StoreSharding store_sharding(int64_t dp, int64_t cp, int zero, int64_t dp_shard = 0);
 
 }  // namespace mt

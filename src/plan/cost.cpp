@@ -4,9 +4,9 @@
 #include <cmath>
 #include <sstream>
 
+#include "cost/flops.h"
 #include "pipeline/simulate.h"
 #include "plan/memory.h"
-#include "cost/flops.h"
 
 namespace mt::plan {
 
@@ -138,9 +138,11 @@ std::string describe(const char* op, double bytes, int64_t ranks, bool inter) {
   return os.str();
 }
 
-// Gradient reduction and ZeRO's parameter gathers over dp × cp; HSDP
-// reduce-scatters in the shard group and all-reduces the shard over the
-// replicas. `hide` is the compute the reduction can run behind.
+// Gradient reduction and ZeRO's parameter gathers over dp × cp; HSDP at ZeRO
+// 2/3 reduce-scatters in the shard group and all-reduces the shard over the
+// replicas, at ZeRO 1 all-reduces over dp × cp as the trainer does
+// (parallel/data_parallel.h); its gathers stay in the shard group. `hide`
+// is the compute the reduction can run behind.
 AxisComm dp_comm(const Ctx& c, double params, int64_t microbatches, double backward_last, double compute) {
   const PlanLayout& l = c.l;
   AxisComm a{"dp", "", 0, 0, 0, false};
@@ -150,7 +152,7 @@ AxisComm dp_comm(const Ctx& c, double params, int64_t microbatches, double backw
   const bool inter = c.crosses(l.devices()), shard_inter = c.crosses(l.tp * l.cp * l.pp * l.shard_size());
   a.crosses_nodes = inter;
   double reduce = 0, gathers = 0;
-  if (l.zero <= 1 && shard == group) {
+  if (l.zero <= 1) {
     reduce = collective_time(c.m, "all_reduce", group, grads, inter);
     a.what = describe("grad all-reduce", grads, group, inter);
   } else {

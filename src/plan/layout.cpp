@@ -84,6 +84,7 @@ Config to_config(const PlanInput& in, const PlanLayout& l) {
   c.parallel.cp = l.cp;
   c.parallel.ep = l.ep;
   c.parallel.zero = l.zero;
+  c.parallel.dp_shard = l.shard_size() < l.dp ? l.shard_size() : 0;  // HSDP: the trainer's parallel.dp_shard
   c.parallel.sp = l.sp;
   c.parallel.virtual_stages = l.v;
   c.parallel.schedule = l.v > 1 ? "interleaved" : "1f1b";

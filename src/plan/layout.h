@@ -55,8 +55,8 @@ struct PlanInput {
 };
 
 // The trainer's Config of this layout (what `meshtrain train` would run);
-// HSDP and selective recomputation, which the trainer does not have, map to
-// ZeRO over the shard group and to no recomputation. Validated
+// HSDP's shard group is parallel.dp_shard; the planner's selective
+// recomputation, its own analytic form, maps to no recomputation. Validated
 // (Config::validate: ConfigError naming the rule it breaks).
 Config to_config(const PlanInput& in, const PlanLayout& l);
 

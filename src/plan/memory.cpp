@@ -39,11 +39,7 @@ double scale_for(const std::string& category, const PrecisionSizes& s) {
 }  // namespace
 
 MemoryEstimate plan_memory(const PlanInput& in, const PlanLayout& l, const Machine& m) {
-  Config c = to_config(in, l);
-  if (l.shard_size() != l.dp) {  // HSDP: the ZeRO state is that of dp = shard
-    c.parallel.dp = l.shard_size();
-    c.train.batch_size = in.global_batch / l.dp * l.shard_size();
-  }
+  const Config c = to_config(in, l);  // HSDP: parallel.dp_shard, which the memory model sizes exactly
   // The model's peak, not its bound: the bound counts every pipeline gradient
   // send of a step as still on the wire at once (a step's microbatches ×
   // a residual: 100 GiB for the 1T row of docs/PLANNER.md), a limit for the

@@ -2,6 +2,7 @@
 
 #include <optional>
 
+#include "parallel/data_parallel.h"
 #include "parallel/tp_plan.h"
 
 namespace mt {
@@ -14,7 +15,10 @@ SubAxisSizes sub_axis_sizes(const Config& cfg, const tp2d::Grid& grid) {
   return {.ep = static_cast<int>(cfg.parallel.ep),
           .tp_rows = grid.two_d() ? static_cast<int>(grid.rows) : 1,
           .kv_replicas = tp::kv_replicas(tp, cfg.model.n_kv_heads),
-          .tied_ends = cfg.model.tie_embeddings};
+          .tied_ends = cfg.model.tie_embeddings,
+          .shard_ranks = is_hsdp(cfg.parallel.dp_shard, cfg.parallel.dp)
+                             ? static_cast<int>(cfg.parallel.dp_shard * cfg.parallel.cp)
+                             : 0};
 }
 
 std::unique_ptr<Group> held(std::optional<Group> g) {
@@ -55,6 +59,9 @@ RunMesh make_run_mesh(const Config& cfg, const Group* world) {
   m.pp_rank = mesh.coord(Axis::pp);
   if (m.pp > 1) m.pp_group_ = std::make_unique<Group>(mesh.group("pp"));
   m.tied_group_ = held(mesh.sub_group(SubAxis::pp_tied));
+  m.shard_group_ = held(mesh.sub_group(SubAxis::dp_shard));
+  m.replica_group_ = held(mesh.sub_group(SubAxis::dp_replicas));
+  if (m.shard_group_) m.dp_shard = static_cast<int>(cfg.parallel.dp_shard);
   return m;
 }
 

@@ -51,6 +51,13 @@ class RunMesh {
   // gradients. Both null when ep = 1.
   Group* ep_group() const { return ep_group_.get(); }
   Group* expert_replica_group() const { return expert_replica_group_.get(); }
+  // HSDP (parallel.dp_shard < dp): the shard group, dp_shard consecutive dp
+  // ranks (× cp) over which ZeRO shards, and the replica group, the dp /
+  // dp_shard ranks holding this rank's shard (mesh/sub_axes.h dp_shard,
+  // dp_replicas). Both null, and dp_shard 0, without HSDP.
+  int dp_shard = 0;
+  Group* shard_group() const { return shard_group_.get(); }
+  Group* replica_group() const { return replica_group_.get(); }
   const DeviceMesh* mesh() const { return mesh_.get(); }  // null without MPI
   // The groups a model chunk reads (ModelOptions::mesh), by axis name: the one
   // place they are picked from the groups above.
@@ -68,7 +75,7 @@ class RunMesh {
   friend RunMesh make_run_mesh(const Config& cfg, const Group* world);
   std::unique_ptr<DeviceMesh> mesh_;
   std::unique_ptr<Group> world_, dp_cp_group_, tp_group_, tp_kv_group_, pp_group_, tied_group_, cp_group_,
-      ep_group_, expert_replica_group_, tp_r_group_, tp_c_group_;
+      ep_group_, expert_replica_group_, tp_r_group_, tp_c_group_, shard_group_, replica_group_;
 };
 
 // Builds the groups (collective over `world`). The mesh must fit the world

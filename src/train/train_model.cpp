@@ -58,6 +58,9 @@ std::unique_ptr<ParamStore> make_store(const Config& cfg, const RunMesh& mesh, c
     o.ep = mesh.ep_group();
     o.expert_replicas = mesh.expert_replica_group();
     o.order = canonical ? SumOrder::tree : SumOrder::library;
+    o.shard = mesh.shard_group();  // HSDP; null: flat ZeRO
+    o.replicas = mesh.replica_group();
+    o.dp_shard = mesh.dp_shard;
     store = std::make_unique<DataParallelStore>(units, *mesh.dp_cp_group(), o);
   } else {
     store = std::make_unique<LocalStore>(units);
