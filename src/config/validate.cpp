@@ -153,6 +153,7 @@ void Config::validate() {
   validate_moe_layout(*this, keys);
   validate_reduction(*this, keys);
   keys.recompute = parse_recompute(t.recompute, t.recompute_modules);
+  if (p.pp > 1) pp::check_split_schedule(keys.schedule, {p.tp, p.cp, model.moe(), keys.recompute.any()});
   parsed_ = std::move(keys);
   validated_ = true;
 }

@@ -66,6 +66,8 @@ struct Shape {
   bool embed = true, head = true;  // the stage holds the embedding / the final norm, LM head and loss
   std::vector<bool> moe_layers;    // one per stage layer: whether it is a mixture-of-experts layer
   int64_t pieces = 0;              // canonical tp (parallel/canonical_tp.h): this rank's pieces; 0: off
+  bool split_backward = false;     // a split schedule (pipeline/schedule.h): a slot also keeps, from
+                                   // its B to its W, the output gradients the weight gradients need
 };
 
 // The widths one rank works with on an R × C grid (docs/PARALLELISM.md "2-D

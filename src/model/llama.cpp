@@ -85,7 +85,8 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
                                     .embed = has_embed(),
                                     .head = has_head(),
                                     .moe_layers = std::move(moe_layers),
-                                    .pieces = opts_.canonical_tp > 1 ? opts_.canonical_tp / tpr_.size : 0});
+                                    .pieces = opts_.canonical_tp > 1 ? opts_.canonical_tp / tpr_.size : 0,
+                                    .split_backward = opts_.split_backward});
   if (plan_.form() == tp::Form::grid) check_grid();
   Buffers& b = *buf_;  // sized by the buffer plan (model/buffer_plan.h)
   if (opts_.recompute.any()) b.recompute.emplace_back(b.plan.recompute);

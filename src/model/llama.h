@@ -109,6 +109,9 @@ struct ModelOptions {
   // linear sites run in that many fixed pieces (parallel/canonical_tp.h), in
   // one process too. 0: off.
   int64_t canonical_tp = 0;
+  // The schedule splits each backward into B and W (pipeline/schedule.h
+  // split_backward): the slots keep what W needs (model/buffer_plan.h).
+  bool split_backward = false;
 };
 
 // A step's mixture-of-experts statistics on this rank, from the microbatches
@@ -180,6 +183,13 @@ class Llama : public pp::Stage {
   // Afterwards a stage without the embedding finds the gradient of its input in
   // input_grad() (valid until the next backward).
   void backward_slot(int slot, float dloss) override;
+  // The same in two halves (pipeline/stage.h; llama_split.cpp): B computes
+  // input_grad() and keeps each weight's output gradient in the slot, W
+  // accumulates the weight gradients from them. Needs split_backward, and
+  // dense layers without tp, cp, recomputation or dropout (check_split).
+  bool supports_split() const override { return opts_.split_backward; }
+  void backward_input_slot(int slot, float dloss) override;
+  void backward_weight_slot(int slot) override;
   float* stage_input(int slot) override;
   const float* stage_output(int slot) override;
   float* output_grad() override;
@@ -284,6 +294,12 @@ class Llama : public pp::Stage {
   // x_out may be null (recomputation): the layer output is then not computed.
   void layer_forward(int64_t l, const float* P, LayerActs& a, const float* x_in, float* x_out);
   void layer_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in, float* dres);
+  // The split halves of layer_backward (llama_split.cpp): B from P into dres
+  // (a's w_* filled), W into G from a's w_* and activations.
+  void layer_backward_input(int64_t l, const float* P, LayerActs& a, const float* x_in, float* dres);
+  void layer_backward_weights(int64_t l, float* G, LayerActs& a, const float* x_in);
+  float* head_backward_input(float dloss);
+  void head_backward_weights(Slot& sl);
   // The stage's layers backward, last to first, from dres (the gradient of
   // their output) to that of their input, recomputing each first when asked.
   void layers_backward(Slot& sl);

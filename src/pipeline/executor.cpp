@@ -42,6 +42,8 @@ const char* span_name(Op op) {
       return "B";
     case Op::send_grad:
       return "send grad";
+    case Op::weight:
+      return "W";
   }
   return "?";
 }
@@ -51,6 +53,9 @@ Executor::Executor(Schedule schedule, int pp_rank, Group* pp, std::vector<Stage*
                    int64_t T)
     : schedule_(std::move(schedule)), pp_rank_(pp_rank), pp_(pp), chunks_(std::move(chunks)), mb_(mb), T_(T) {
   MT_CHECK(static_cast<int>(chunks_.size()) == schedule_.v, "a rank needs one model chunk per virtual stage");
+  for (const Stage* c : chunks_)
+    MT_CHECK(!schedule_.split() || c->supports_split(), "the ", schedule_kind_name(schedule_.kind),
+             " schedule needs stages that split their backward");
   transfers_ = transfer_plan(schedule_.ranks[static_cast<size_t>(pp_rank_)]);
   const size_t V = chunks_.size();
   slot_of_.assign(V, std::vector<int>(static_cast<size_t>(schedule_.microbatches), -1));
@@ -118,6 +123,7 @@ double Executor::run_actions(const int32_t* inputs, const int32_t* targets, floa
   const int64_t tokens = mb_ * T_;
   double loss = 0.0;
   std::vector<int64_t> backwards(chunks_.size(), 0);  // per chunk: tells its store which backward is the last
+  const bool split = schedule_.split();
   const std::vector<Action>& actions = schedule_.ranks[static_cast<size_t>(pp_rank_)];
   next_recv_ = 0;
   post_receives(actions);
@@ -156,8 +162,20 @@ double Executor::run_actions(const int32_t* inputs, const int32_t* targets, floa
         break;
       case Op::backward: {
         int& s = slot_of_[static_cast<size_t>(c)][static_cast<size_t>(m)];
+        if (split) {  // B: the slot stays until the W
+          model.backward_input_slot(s, dloss);
+          break;
+        }
         model.begin_microbatch(backwards[static_cast<size_t>(c)]++, m);
         model.backward_slot(s, dloss);
+        free_slots_[static_cast<size_t>(c)].push_back(s);
+        s = -1;
+        break;
+      }
+      case Op::weight: {  // the store's microbatch protocol runs around the W, where gradients accumulate
+        int& s = slot_of_[static_cast<size_t>(c)][static_cast<size_t>(m)];
+        model.begin_microbatch(backwards[static_cast<size_t>(c)]++, m);
+        model.backward_weight_slot(s);
         free_slots_[static_cast<size_t>(c)].push_back(s);
         s = -1;
         break;
@@ -170,7 +188,7 @@ double Executor::run_actions(const int32_t* inputs, const int32_t* targets, floa
       }
     }
     const double t_end = clock.seconds();
-    const bool compute = a.op == Op::forward || a.op == Op::backward;
+    const bool compute = a.op == Op::forward || a.op == Op::backward || a.op == Op::weight;
     if (compute) busy_s_ += t_end - t_start;
     spans_.push_back(
         {std::string(span_name(a.op)) + (compute ? std::to_string(m) : ""), a.vstage, t_start, t_end});
