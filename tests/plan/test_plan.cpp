@@ -78,7 +78,7 @@ TEST(Plan, ZeroBubbleTermAndChoice) {
   l.zb = true;
   const Prediction zb = predict(in, l, m);
   EXPECT_NEAR(zb.bubble_fraction, 3.0 / (3 * 8 + 3), 1e-12);
-  EXPECT_LT(zb.bubble_s, one.bubble_s / 2);
+  EXPECT_LT(zb.bubble_s, one.bubble_s);  // by (p−1)·backward; the exposed comm stays in both
   EXPECT_LT(zb.step_s, one.step_s);
   EXPECT_EQ(to_string(l), "dp1,tp1,pp4,cp1,ep1,zero0,mbs2,v1,recompute=none,zbh1");
   EXPECT_TRUE(parse_layout("pp4,zbh1").layout.zb);
