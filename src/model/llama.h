@@ -109,9 +109,7 @@ struct ModelOptions {
   // linear sites run in that many fixed pieces (parallel/canonical_tp.h), in
   // one process too. 0: off.
   int64_t canonical_tp = 0;
-  // The schedule splits each backward into B and W (pipeline/schedule.h
-  // split_backward): the slots keep what W needs (model/buffer_plan.h).
-  bool split_backward = false;
+  bool split_backward = false;  // B and W apart (pipeline/stage.h): a slot keeps what W needs
 };
 
 // A step's mixture-of-experts statistics on this rank, from the microbatches
@@ -181,13 +179,8 @@ class Llama : public pp::Stage {
   // backward_slot: a stage with the head starts from dloss; any other from the
   // gradient of its output, written into output_grad() [Nl, C] before the call.
   // Afterwards a stage without the embedding finds the gradient of its input in
-  // input_grad() (valid until the next backward).
+  // input_grad() (valid until the next backward); B and W apart: model/llama_split.cpp.
   void backward_slot(int slot, float dloss) override;
-  // The same in two halves (pipeline/stage.h; llama_split.cpp): B computes
-  // input_grad() and keeps each weight's output gradient in the slot, W
-  // accumulates the weight gradients from them. Needs split_backward, and
-  // dense layers without tp, cp, recomputation or dropout (check_split).
-  bool supports_split() const override { return opts_.split_backward; }
   void backward_input_slot(int slot, float dloss) override;
   void backward_weight_slot(int slot) override;
   float* stage_input(int slot) override;
@@ -253,7 +246,6 @@ class Llama : public pp::Stage {
   // (what a training checkpoint saves and restores; null: not here).
   const std::vector<float>* router_bias_of_layer(int64_t layer) const;
   void set_router_bias_of_layer(int64_t layer, const std::vector<float>& bias);
-
   const KernelTimes& kernel_times() const { return times_; }
   KernelTimes& kernel_times() { return times_; }
 
@@ -265,7 +257,6 @@ class Llama : public pp::Stage {
   DecodeState& decode_state(int64_t rows);
   // out [N, C] = the embedding rows of ids [N] from `table` (vocab-parallel under tp).
   void embed_rows(float* out, const int32_t* ids, const float* table, int64_t N);
-
   Slot& slot(int i);
   void use_slot(int i);  // the slot the kernels below read and write
   int layer_unit(int64_t i) const { return table_.first_layer_unit + static_cast<int>(i); }
@@ -294,12 +285,7 @@ class Llama : public pp::Stage {
   // x_out may be null (recomputation): the layer output is then not computed.
   void layer_forward(int64_t l, const float* P, LayerActs& a, const float* x_in, float* x_out);
   void layer_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in, float* dres);
-  // The split halves of layer_backward (llama_split.cpp): B from P into dres
-  // (a's w_* filled), W into G from a's w_* and activations.
-  void layer_backward_input(int64_t l, const float* P, LayerActs& a, const float* x_in, float* dres);
-  void layer_backward_weights(int64_t l, float* G, LayerActs& a, const float* x_in);
-  float* head_backward_input(float dloss);
-  void head_backward_weights(Slot& sl);
+  friend struct SplitBackward;  // model/llama_split.cpp: B and W of the layers and the head
   // The stage's layers backward, last to first, from dres (the gradient of
   // their output) to that of their input, recomputing each first when asked.
   void layers_backward(Slot& sl);
@@ -367,7 +353,6 @@ class Llama : public pp::Stage {
                     const tp::LinearEntry* e, bool out) const;
   bool recomputing_ = false;  // layers_backward's recomputation of a layer (not probed twice)
   Group* cp_group() const { return MeshView::live(opts_.mesh.cp); }  // null without context parallelism
-
   // Features of a residual-stream row here: d_model, or d_model / tp on a grid.
   int64_t resid_width() const { return plan_.width(); }
   // On a grid (llama.cpp): the buffers and slot 0, one microbatch's

@@ -27,27 +27,40 @@ void copy_floats(float* dst, const float* src, int64_t n) {
 }
 }  // namespace
 
-void Llama::layer_backward_input(int64_t l, const float* P, LayerActs& a, const float* x_in, float* dres) {
-  const LayerParamOffsets& o = rel_[static_cast<size_t>(l)];
-  const LayerLabels& at = labels_[static_cast<size_t>(l)];
-  const int64_t gl = table_.stage.first_layer + l;
-  const int64_t N = N_, Nl = Nl_, W = plan_.width(), F = td_.ffn;
-  Buffers& b = *buf_;
-  const tp::LinearPlan& p = plan_;
-  const tp::LinearEntry &qkv = p.entry(kQkv), &out = p.entry(kO), &gate_up = p.entry(kGateUp),
-                        &down = p.entry(kDown);
+// The halves of layer_backward and of the head's backward, as functions of the
+// model (its friend): llama.h declares only the two Stage overrides.
+struct SplitBackward {
+  static void layer_input(Llama& m, int64_t l, const float* P, Llama::LayerActs& a, const float* x_in,
+                          float* dres);
+  static void layer_weights(Llama& m, int64_t l, float* G, Llama::LayerActs& a, const float* x_in);
+  static void head_input(Llama& m, float dloss);
+  static void head_weights(Llama& m, Llama::Slot& sl);
+};
+
+void SplitBackward::layer_input(Llama& m, int64_t l, const float* P, Llama::LayerActs& a, const float* x_in,
+                                float* dres) {
+  KernelTimes& times_ = m.times_;  // MT_TIMED
+  const ModelOptions& opts_ = m.opts_;
+  const LayerParamOffsets& o = m.rel_[static_cast<size_t>(l)];
+  const Llama::LayerLabels& at = m.labels_[static_cast<size_t>(l)];
+  const int64_t gl = m.table_.stage.first_layer + l;
+  const int64_t N = m.N_, Nl = m.Nl_, W = m.plan_.width(), F = m.td_.ffn;
+  Llama::Buffers& b = *m.buf_;
+  const tp::LinearPlan& p = m.plan_;
+  const tp::LinearEntry &qkv = p.entry(Llama::kQkv), &out = p.entry(Llama::kO),
+                        &gate_up = p.entry(Llama::kGateUp), &down = p.entry(Llama::kDown);
   a.w_norms.zero();  // the norm kernels accumulate
   {
     MT_TIMED(Kernel::gemm);  // dh; down's output gradient kept for W
-    copy_floats(a.w_down.data(), dropped_grad(gl, "down_proj", dres), Nl * W);
+    copy_floats(a.w_down.data(), m.dropped_grad(gl, "down_proj", dres), Nl * W);
     p.backward(b.dmid.data(), nullptr, a.w_down.data(), nullptr, P + o.down, N, down, at.down);
   }
   {
     MT_TIMED(Kernel::swiglu);  // d(gate|up), kept for W
     swiglu_backward(a.w_gu.data(), b.dmid.data(), a.gu.data(), N, F);
   }
-  store_->poll();
-  float* dln2 = column_dinput_buffer();
+  m.store_->poll();
+  float* dln2 = m.column_dinput_buffer();
   {
     MT_TIMED(Kernel::gemm);
     p.backward(dln2, nullptr, a.w_gu.data(), nullptr, P + o.gate_up, N, gate_up, at.gate_up);
@@ -58,15 +71,15 @@ void Llama::layer_backward_input(int64_t l, const float* P, LayerActs& a, const 
                     at.norms);
     add_inplace(dres, b.dtmp.data(), Nl * W);  // dres is now dL/d(mid)
   }
-  store_->poll();
+  m.store_->poll();
   {
     MT_TIMED(Kernel::gemm);  // datt; o's output gradient kept for W
-    copy_floats(a.w_o.data(), dropped_grad(gl, "o_proj", dres), Nl * W);
+    copy_floats(a.w_o.data(), m.dropped_grad(gl, "o_proj", dres), Nl * W);
     p.backward(b.dmid.data(), nullptr, a.w_o.data(), nullptr, P + o.o, N, out, at.o);
   }
-  attention_core_backward(gl, a);  // b.dqkv = d(q|k|v) before RoPE
+  m.attention_core_backward(gl, a);  // b.dqkv = d(q|k|v) before RoPE
   copy_floats(a.w_qkv.data(), b.dqkv.data(), a.w_qkv.numel());
-  float* dln1 = column_dinput_buffer();
+  float* dln1 = m.column_dinput_buffer();
   {
     MT_TIMED(Kernel::gemm);
     p.backward(dln1, nullptr, a.w_qkv.data(), nullptr, P + o.qkv, N, qkv, at.qkv, at.kv);
@@ -78,81 +91,87 @@ void Llama::layer_backward_input(int64_t l, const float* P, LayerActs& a, const 
   }
 }
 
-void Llama::layer_backward_weights(int64_t l, float* G, LayerActs& a, const float* x_in) {
+void SplitBackward::layer_weights(Llama& m, int64_t l, float* G, Llama::LayerActs& a, const float* x_in) {
+  KernelTimes& times_ = m.times_;  // MT_TIMED
+  const ModelOptions& opts_ = m.opts_;
   (void)x_in;  // the norms' gradients were formed in B, from x_in then
-  const LayerParamOffsets& o = rel_[static_cast<size_t>(l)];
-  const LayerLabels& at = labels_[static_cast<size_t>(l)];
-  const int64_t N = N_, W = plan_.width();
-  const tp::LinearPlan& p = plan_;
-  const tp::LinearEntry &qkv = p.entry(kQkv), &out = p.entry(kO), &gate_up = p.entry(kGateUp),
-                        &down = p.entry(kDown);
+  const LayerParamOffsets& o = m.rel_[static_cast<size_t>(l)];
+  const Llama::LayerLabels& at = m.labels_[static_cast<size_t>(l)];
+  const int64_t N = m.N_, W = m.plan_.width();
+  const tp::LinearPlan& p = m.plan_;
+  const tp::LinearEntry &qkv = p.entry(Llama::kQkv), &out = p.entry(Llama::kO),
+                        &gate_up = p.entry(Llama::kGateUp), &down = p.entry(Llama::kDown);
   MT_TIMED(Kernel::gemm);
-  p.backward(nullptr, G + o.down, a.w_down.data(), p.gemm_input(a.h.data(), a.h_full.data(), down), nullptr, N,
-             down, at.down);
+  p.backward(nullptr, G + o.down, a.w_down.data(), p.gemm_input(a.h.data(), a.h_full.data(), down), nullptr,
+             N, down, at.down);
   p.backward(nullptr, G + o.gate_up, a.w_gu.data(), p.gemm_input(a.ln2.data(), a.ln2_full.data(), gate_up),
              nullptr, N, gate_up, at.gate_up);
   add_inplace(G + o.ln2, a.w_norms.data() + W, W);
-  store_->poll();
-  p.backward(nullptr, G + o.o, a.w_o.data(), p.gemm_input(a.att.data(), a.att_full.data(), out), nullptr, N, out,
-             at.o);
-  p.backward(nullptr, G + o.qkv, a.w_qkv.data(), p.gemm_input(a.ln1.data(), a.ln1_full.data(), qkv), nullptr, N,
-             qkv, at.qkv, at.kv);
+  m.store_->poll();
+  p.backward(nullptr, G + o.o, a.w_o.data(), p.gemm_input(a.att.data(), a.att_full.data(), out), nullptr, N,
+             out, at.o);
+  p.backward(nullptr, G + o.qkv, a.w_qkv.data(), p.gemm_input(a.ln1.data(), a.ln1_full.data(), qkv), nullptr,
+             N, qkv, at.qkv, at.kv);
   add_inplace(G + o.ln1, a.w_norms.data(), W);
 }
 
 // The head's B: cross-entropy (dlogits in place of the slot's logits, kept for
 // W), the LM head's input gradient, the final norm (its weight gradient into
 // the slot's w_lnf), leaving dL/d(stage output) in dres.
-float* Llama::head_backward_input(float dloss) {
-  Slot& sl = *cur_;
-  const tp::LinearEntry& e = plan_.entry(kHead);
+void SplitBackward::head_input(Llama& m, float dloss) {
+  KernelTimes& times_ = m.times_;  // MT_TIMED
+  const ModelOptions& opts_ = m.opts_;
+  Llama::Slot& sl = *m.cur_;
+  const tp::LinearEntry& e = m.plan_.entry(Llama::kHead);
   MT_CHECK(sl.has_targets, "backward needs a forward with targets");
-  MT_CHECK(head_unit_ != table_.embed_unit, "a split backward's stage does not hold both ends");
+  MT_CHECK(m.head_unit_ != m.table_.embed_unit, "a split backward's stage does not hold both ends");
   {
     MT_TIMED(Kernel::cross_entropy);
-    plan_.loss_backward(sl.logits.data(), sl.logits.data(), sl.lse_ce.data(), sl.d_targets.data(), dloss, N_,
-                        cfg_.vocab_size, kIgnoreIndex, e);
+    m.plan_.loss_backward(sl.logits.data(), sl.logits.data(), sl.lse_ce.data(), sl.d_targets.data(), dloss,
+                          m.N_, m.cfg_.vocab_size, kIgnoreIndex, e);
   }
-  const int fu = table_.final_unit;
-  const float* Fp = store_->acquire_params(fu, Pass::backward);
-  float* dlnf = column_dinput_buffer();
+  const int fu = m.table_.final_unit;
+  const float* Fp = m.store_->acquire_params(fu, Pass::backward);
+  float* dlnf = m.column_dinput_buffer();
   {
     MT_TIMED(Kernel::gemm);
-    plan_.head_backward(dlnf, nullptr, sl.logits.data(), nullptr, Fp + head_rel_, N_, e);
+    m.plan_.head_backward(dlnf, nullptr, sl.logits.data(), nullptr, Fp + m.head_rel_, m.N_, e);
   }
   {
     MT_TIMED(Kernel::rmsnorm);
     sl.w_lnf.zero();
-    plan_.norm_backward(buf_->dres.data(), sl.w_lnf.data(), dlnf, sl.resid.back().data(), Fp + norm_rel_,
-                        sl.rstdf.data(), Nl_, final_norm_site());
+    m.plan_.norm_backward(m.buf_->dres.data(), sl.w_lnf.data(), dlnf, sl.resid.back().data(),
+                          Fp + m.norm_rel_, sl.rstdf.data(), m.Nl_, m.final_norm_site());
   }
-  store_->release_params(fu, Pass::backward);
-  return nullptr;
+  m.store_->release_params(fu, Pass::backward);
 }
 
-void Llama::head_backward_weights(Slot& sl) {
-  const tp::LinearEntry& e = plan_.entry(kHead);
-  const int fu = table_.final_unit;
-  float* Fg = store_->acquire_grads(fu);
+void SplitBackward::head_weights(Llama& m, Llama::Slot& sl) {
+  KernelTimes& times_ = m.times_;  // MT_TIMED
+  const ModelOptions& opts_ = m.opts_;
+  const tp::LinearEntry& e = m.plan_.entry(Llama::kHead);
+  const int fu = m.table_.final_unit;
+  float* Fg = m.store_->acquire_grads(fu);
   {
     MT_TIMED(Kernel::gemm);
-    plan_.head_backward(nullptr, Fg + head_rel_, sl.logits.data(),
-                        plan_.gemm_input(sl.lnf.data(), sl.lnf_full.data(), e), nullptr, N_, e);
+    m.plan_.head_backward(nullptr, Fg + m.head_rel_, sl.logits.data(),
+                          m.plan_.gemm_input(sl.lnf.data(), sl.lnf_full.data(), e), nullptr, m.N_, e);
   }
-  add_inplace(Fg + norm_rel_, sl.w_lnf.data(), plan_.width());
-  store_->release_grads(fu);
+  add_inplace(Fg + m.norm_rel_, sl.w_lnf.data(), m.plan_.width());
+  m.store_->release_grads(fu);
 }
 
 void Llama::backward_input_slot(int s, float dloss) {
   MT_CHECK(opts_.split_backward, "backward_input_slot needs ModelOptions::split_backward");
   use_slot(s);
   Slot& sl = *cur_;
-  if (has_head()) head_backward_input(dloss);
+  if (has_head()) SplitBackward::head_input(*this, dloss);
   for (int64_t i = n_stage_layers_ - 1; i >= 0; --i) {
     const int unit = layer_unit(i);
     const TraceScope span("layer", "backward B L", table_.stage.first_layer + i);  // --trace
     const float* P = store_->acquire_params(unit, Pass::backward);
-    layer_backward_input(i, P, acts_for(i), sl.resid[static_cast<size_t>(i)].data(), buf_->dres.data());
+    SplitBackward::layer_input(*this, i, P, acts_for(i), sl.resid[static_cast<size_t>(i)].data(),
+                               buf_->dres.data());
     store_->release_params(unit, Pass::backward);
   }
   if (has_embed()) copy_floats(sl.w_embed.data(), buf_->dres.data(), sl.w_embed.numel());
@@ -164,12 +183,12 @@ void Llama::backward_weight_slot(int s) {
   MT_CHECK(opts_.split_backward, "backward_weight_slot needs ModelOptions::split_backward");
   use_slot(s);
   Slot& sl = *cur_;
-  if (has_head()) head_backward_weights(sl);
+  if (has_head()) SplitBackward::head_weights(*this, sl);
   for (int64_t i = n_stage_layers_ - 1; i >= 0; --i) {
     const int unit = layer_unit(i);
     const TraceScope span("layer", "backward W L", table_.stage.first_layer + i);  // --trace
     float* G = store_->acquire_grads(unit);
-    layer_backward_weights(i, G, acts_for(i), sl.resid[static_cast<size_t>(i)].data());
+    SplitBackward::layer_weights(*this, i, G, acts_for(i), sl.resid[static_cast<size_t>(i)].data());
     store_->release_grads(unit);
   }
   if (has_embed()) {

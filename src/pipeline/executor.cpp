@@ -53,9 +53,6 @@ Executor::Executor(Schedule schedule, int pp_rank, Group* pp, std::vector<Stage*
                    int64_t T)
     : schedule_(std::move(schedule)), pp_rank_(pp_rank), pp_(pp), chunks_(std::move(chunks)), mb_(mb), T_(T) {
   MT_CHECK(static_cast<int>(chunks_.size()) == schedule_.v, "a rank needs one model chunk per virtual stage");
-  for (const Stage* c : chunks_)
-    MT_CHECK(!schedule_.split() || c->supports_split(), "the ", schedule_kind_name(schedule_.kind),
-             " schedule needs stages that split their backward");
   transfers_ = transfer_plan(schedule_.ranks[static_cast<size_t>(pp_rank_)]);
   const size_t V = chunks_.size();
   slot_of_.assign(V, std::vector<int>(static_cast<size_t>(schedule_.microbatches), -1));
@@ -123,7 +120,6 @@ double Executor::run_actions(const int32_t* inputs, const int32_t* targets, floa
   const int64_t tokens = mb_ * T_;
   double loss = 0.0;
   std::vector<int64_t> backwards(chunks_.size(), 0);  // per chunk: tells its store which backward is the last
-  const bool split = schedule_.split();
   const std::vector<Action>& actions = schedule_.ranks[static_cast<size_t>(pp_rank_)];
   next_recv_ = 0;
   post_receives(actions);
@@ -160,26 +156,10 @@ double Executor::run_actions(const int32_t* inputs, const int32_t* targets, floa
         take_receive(i, model.output_grad(), n);
         post_receives(actions);
         break;
-      case Op::backward: {
-        int& s = slot_of_[static_cast<size_t>(c)][static_cast<size_t>(m)];
-        if (split) {  // B: the slot stays until the W
-          model.backward_input_slot(s, dloss);
-          break;
-        }
-        model.begin_microbatch(backwards[static_cast<size_t>(c)]++, m);
-        model.backward_slot(s, dloss);
-        free_slots_[static_cast<size_t>(c)].push_back(s);
-        s = -1;
+      case Op::backward:
+      case Op::weight:
+        run_backward(a, backwards[static_cast<size_t>(c)], dloss);
         break;
-      }
-      case Op::weight: {  // the store's microbatch protocol runs around the W, where gradients accumulate
-        int& s = slot_of_[static_cast<size_t>(c)][static_cast<size_t>(m)];
-        model.begin_microbatch(backwards[static_cast<size_t>(c)]++, m);
-        model.backward_weight_slot(s);
-        free_slots_[static_cast<size_t>(c)].push_back(s);
-        s = -1;
-        break;
-      }
       case Op::send_grad: {
         SendBuffer& b = send_buffer(n);
         copy_bytes(b.data.data(), model.input_grad(), n * int64_t{sizeof(float)});
@@ -204,6 +184,24 @@ double Executor::run_actions(const int32_t* inputs, const int32_t* targets, floa
   }
   wall_s_ = clock.seconds();
   return loss;
+}
+
+void Executor::run_backward(const Action& a, int64_t& backwards, float dloss) {
+  const int c = schedule_.chunk_of(a.vstage), m = a.microbatch;
+  Stage& model = *chunks_[static_cast<size_t>(c)];
+  int& s = slot_of_[static_cast<size_t>(c)][static_cast<size_t>(m)];
+  if (a.op == Op::backward && schedule_.splits_backward()) {  // B: the slot stays until the W
+    model.backward_input_slot(s, dloss);
+    return;
+  }
+  // The store's microbatch protocol runs around the fused backward, or the W, where gradients accumulate.
+  model.begin_microbatch(backwards++, m);
+  if (a.op == Op::weight)
+    model.backward_weight_slot(s);
+  else
+    model.backward_slot(s, dloss);
+  free_slots_[static_cast<size_t>(c)].push_back(s);
+  s = -1;
 }
 
 int Executor::take_slot(int c, int m) {

@@ -49,7 +49,7 @@ std::string render_grid(const Schedule& s, const SimResult& sim) {
       if (a.op != Op::forward && a.op != Op::backward && a.op != Op::weight) continue;
       const std::string label = cell_label(s, a);
       width = std::max(width, label.size());
-      const int length = a.op == Op::forward    ? sim.costs.forward
+      const int length = a.op == Op::forward  ? sim.costs.forward
                          : a.op == Op::weight ? sim.costs.weight
                                               : sim.costs.backward;
       for (int u = 0; u < length; ++u)
@@ -61,9 +61,10 @@ std::string render_grid(const Schedule& s, const SimResult& sim) {
 
   std::ostringstream os;
   os << schedule_kind_name(s.kind) << " schedule: pp " << s.pp << ", v " << s.v << ", " << s.microbatches
-     << " microbatches; F = forward (" << sim.costs.forward << " time unit), B = "
-     << (s.split() ? "input gradient (" : "backward (") << sim.costs.backward << " unit(s)), ";
-  if (s.split()) os << "W = weight gradients (" << sim.costs.weight << " unit), ";
+     << " microbatches; F = forward (" << sim.costs.forward
+     << " time unit), B = " << (s.splits_backward() ? "input gradient (" : "backward (") << sim.costs.backward
+     << " unit(s)), ";
+  if (s.splits_backward()) os << "W = weight gradients (" << sim.costs.weight << " unit), ";
   os << ". = idle\n";
   std::string line = pad("time", head);
   for (size_t t = 0; t < T; ++t)
@@ -78,14 +79,13 @@ std::string render_grid(const Schedule& s, const SimResult& sim) {
 
   const double ideal = schedule_bubble(s.kind, s.pp, s.v, s.microbatches);
   os << "\nmakespan " << sim.makespan << " time units; bubble = idle / makespan, ideal = "
-     << (s.split() ? "(pp-1)/(3m+pp-1)" : "(pp-1)/(v*m+pp-1)") << " = " << fixed4(ideal) << "\n";
+     << (s.splits_backward() ? "(pp-1)/(3m+pp-1)" : "(pp-1)/(v*m+pp-1)") << " = " << fixed4(ideal) << "\n";
   os << pad("rank", head) << "busy  idle  bubble  ideal   peak activation sets in flight"
      << (s.v > 1 ? " (microbatch, chunk)" : "") << "\n";
   for (size_t r = 0; r < grid.size(); ++r) {
     char buf[128];
     std::snprintf(buf, sizeof buf, "%-4d  %-4d  %s  %s  %d", sim.busy[r], sim.makespan - sim.busy[r],
-                  fixed4(sim.bubble[r]).c_str(), fixed4(ideal).c_str(),
-                  sim.peak_in_flight[r]);
+                  fixed4(sim.bubble[r]).c_str(), fixed4(ideal).c_str(), sim.peak_in_flight[r]);
     os << pad("rank " + std::to_string(r), head) << buf << "\n";
   }
   return os.str();

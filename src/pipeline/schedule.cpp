@@ -32,7 +32,7 @@ bool split_backward(ScheduleKind kind) {
   return kind == ScheduleKind::zbh1;
 }
 
-bool Schedule::split() const {
+bool Schedule::splits_backward() const {
   return split_backward(kind);
 }
 
@@ -167,7 +167,9 @@ class Builder {
     return out;
   }
 
-  static void weight(std::vector<Action>& out, Unit u) { out.push_back({Op::weight, u.microbatch, u.vstage, -1, -1}); }
+  static void weight(std::vector<Action>& out, Unit u) {
+    out.push_back({Op::weight, u.microbatch, u.vstage, -1, -1});
+  }
 
  private:
   int tag(int m, int k, bool grad) const { return message_tag(m, k, grad, s_.n_stages()); }

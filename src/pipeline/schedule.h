@@ -72,10 +72,10 @@ struct Schedule {
 
   int n_stages() const { return pp * v; }
   // Whether backward means B only and each (m, k) has a W (split_backward(kind)).
-  bool split() const;
+  bool splits_backward() const;
   // The action that accumulates (m, k)'s weight gradients and frees its
   // activation slot: weight when split, else backward.
-  Op grad_op() const { return split() ? Op::weight : Op::backward; }
+  Op grad_op() const { return splits_backward() ? Op::weight : Op::backward; }
   int rank_of(int vstage) const { return vstage % pp; }
   int chunk_of(int vstage) const { return vstage / pp; }
 };

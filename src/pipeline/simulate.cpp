@@ -14,12 +14,13 @@ double ideal_bubble(int pp, int v, int microbatches) {
 }
 
 double schedule_bubble(ScheduleKind kind, int pp, int v, int microbatches) {
-  if (kind == ScheduleKind::zbh1) return static_cast<double>(pp - 1) / static_cast<double>(3 * microbatches + pp - 1);
+  if (kind == ScheduleKind::zbh1)
+    return static_cast<double>(pp - 1) / static_cast<double>(3 * microbatches + pp - 1);
   return ideal_bubble(pp, v, microbatches);
 }
 
 SimCosts default_costs(const Schedule& s) {
-  return s.split() ? SimCosts{1, 1, 1} : SimCosts{1, 2, 1};
+  return s.splits_backward() ? SimCosts{1, 1, 1} : SimCosts{1, 2, 1};
 }
 
 namespace {
@@ -133,23 +134,13 @@ class Simulator {
         t += costs_.backward;
         b_end_[c] = t;
         r_.busy[r] += costs_.backward;
-        if (s_.split())
+        if (s_.splits_backward())
           r_.peak_deferred[r] = std::max(r_.peak_deferred[r], ++deferred_[r]);
         else
           --in_flight_[r];
         return true;
       case Op::weight:
-        if (!s_.split()) broken(where, ": a W in a schedule that does not split the backward");
-        if (w_end_[c] >= 0) broken(where, ": a second W of this microbatch and stage");
-        if (b_end_[c] < 0) broken(where, ": before the B of this microbatch and stage");
-        check_no_peer(where, a);
-        w_start_[c] = t;
-        r_.time[r][i] = t;
-        t += costs_.weight;
-        w_end_[c] = t;
-        r_.busy[r] += costs_.weight;
-        --in_flight_[r];
-        --deferred_[r];
+        weight(r, i, a, where);
         return true;
       case Op::send_act:
       case Op::send_grad: {
@@ -190,6 +181,23 @@ class Simulator {
     broken(where, ": unknown op");
   }
 
+  // W(m, k): once, after its B, in a split schedule only; frees the activation set.
+  void weight(int r, size_t i, const Action& a, const std::string& where) {
+    const size_t c = cell(a.microbatch, a.vstage);
+    int& t = clock_[r];
+    if (!s_.splits_backward()) broken(where, ": a W in a schedule that does not split the backward");
+    if (w_end_[c] >= 0) broken(where, ": a second W of this microbatch and stage");
+    if (b_end_[c] < 0) broken(where, ": before the B of this microbatch and stage");
+    check_no_peer(where, a);
+    w_start_[c] = t;
+    r_.time[r][i] = t;
+    t += costs_.weight;
+    w_end_[c] = t;
+    r_.busy[r] += costs_.weight;
+    --in_flight_[r];
+    --deferred_[r];
+  }
+
   static void check_no_peer(const std::string& where, const Action& a) {
     if (a.peer != -1 || a.tag != -1) broken(where, ": compute actions have peer and tag -1");
   }
@@ -217,7 +225,7 @@ class Simulator {
           broken("no forward of microbatch ", m, " on stage ", k, " (rank ", s_.rank_of(k), ")");
         if (b_end_[c] < 0)
           broken("no backward of microbatch ", m, " on stage ", k, " (rank ", s_.rank_of(k), ")");
-        if (s_.split() && w_end_[c] < 0)
+        if (s_.splits_backward() && w_end_[c] < 0)
           broken("no W of microbatch ", m, " on stage ", k, " (rank ", s_.rank_of(k), ")");
       }
     }
@@ -260,7 +268,7 @@ class Simulator {
         const size_t c = cell(m, k);
         const bool ok = (k == 0 || f_start_[c] >= f_end_[cell(m, k - 1)]) && b_start_[c] >= f_end_[c] &&
                         (k == S_ - 1 || b_start_[c] >= b_end_[cell(m, k + 1)]) &&
-                        (!s_.split() || w_start_[c] >= b_end_[c]);
+                        (!s_.splits_backward() || w_start_[c] >= b_end_[c]);
         if (!ok) broken("timeline: microbatch ", m, " stage ", k, " starts before its inputs are ready");
       }
     }

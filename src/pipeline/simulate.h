@@ -12,7 +12,7 @@ namespace mt::pp {
 
 // Time units per compute action of one virtual stage; communication is free.
 // The defaults are the papers' convention: a backward costs two forwards.
-// A schedule that splits the backward (Schedule::split) runs its B as
+// A schedule that splits the backward (Schedule::splits_backward) runs its B as
 // `backward` and its W as `weight`; default_costs gives it B = W = 1, so that
 // B + W is the fused backward's 2 and the kinds compare at equal work.
 struct SimCosts {
@@ -56,7 +56,7 @@ struct SimResult {
 // (src, dst, act|grad) the sends are posted in the order of the receives
 // (FIFO matching pairs the same messages as tag matching); no deadlock. Then
 // checks the timeline against the same dependencies.
-// A split schedule (Schedule::split) also has exactly one W per (m, k), on
+// A split schedule (Schedule::splits_backward) also has exactly one W per (m, k), on
 // its rank after its B; an unsplit one has none.
 SimResult simulate(const Schedule& schedule, SimCosts costs);
 SimResult simulate(const Schedule& schedule);  // at default_costs(schedule)

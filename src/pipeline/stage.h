@@ -26,13 +26,12 @@ class Stage {
   // is not the first finds the gradient of its input in input_grad().
   virtual void backward_slot(int slot, float dloss) = 0;
   // The same backward in two halves, for schedules that split it
-  // (Schedule::split): B, backward_input_slot, computes input_grad() (as
+  // (Schedule::splits_backward): B, backward_input_slot, computes input_grad() (as
   // backward_slot does) and keeps in the slot what the weight gradients need,
   // touching no gradient; W, backward_weight_slot, later accumulates the
   // weight gradients from it (inside begin_microbatch's protocol), after which
   // the slot is free. B then W gives backward_slot's gradients. A stage that
-  // cannot split refuses (supports_split; the run's start-up rules refuse first).
-  virtual bool supports_split() const { return false; }
+  // cannot split refuses (the run's start-up rules refuse first).
   virtual void backward_input_slot(int slot, float dloss) {
     (void)slot, (void)dloss;
     MT_CHECK(false, "this stage does not split its backward");

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <sstream>
 
+#include "cost/flops.h"
 #include "pipeline/simulate.h"
 #include "plan/memory.h"
-#include "cost/flops.h"
 
 namespace mt::plan {
 

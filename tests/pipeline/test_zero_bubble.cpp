@@ -101,7 +101,8 @@ TEST(ZeroBubbleTest, SimulatorCatchesBrokenWeightActions) {
   early.ranks[1].insert(early.ranks[1].begin(), w);
   EXPECT_NE(simulate(early).error.find("before the B of this microbatch and stage"), std::string::npos)
       << simulate(early).error;
-  EXPECT_NE(simulate(s).error.find("no W of microbatch 0 on stage 1"), std::string::npos) << simulate(s).error;
+  EXPECT_NE(simulate(s).error.find("no W of microbatch 0 on stage 1"), std::string::npos)
+      << simulate(s).error;
   Schedule fused = make_schedule(ScheduleKind::one_f_one_b, 2, 1, 4);
   fused.ranks[0].push_back({Op::weight, 0, 0, -1, -1});
   EXPECT_NE(simulate(fused).error.find("a W in a schedule that does not split"), std::string::npos);
