@@ -51,9 +51,9 @@ plain=$("$bin" eval --model "$tmp/model" --data "$tmp/data/train.bin" --seq-len 
 "$py" - "$tmp/b.txt" "$plain" <<'PY'
 import sys
 lines = open(sys.argv[1]).read().split("\n")
-loss = float(lines[0].splits_backward()[1])
+loss = float(lines[0].split()[1])
 assert lines[0] == sys.argv[2], (lines[0], sys.argv[2])  # the loss line is unchanged by the option
-rows = [l.splits_backward() for l in lines[1:] if l]
+rows = [l.split() for l in lines[1:] if l]
 assert [r[0] for r in rows] == ["bucket"] * 4, rows
 # Buckets of 8 positions, 9 windows each: 72 tokens per bucket.
 assert [(int(r[1]), int(r[2]), int(r[3])) for r in rows] == [(0, 7, 72), (8, 15, 72), (16, 23, 72), (24, 31, 72)]

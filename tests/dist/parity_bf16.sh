@@ -134,7 +134,7 @@ first_step() {
   python3 - "$tmp/bf16_one.jsonl" "$tmp/fp32_one.jsonl" "$tmp/bf16_one.rule" <<'PY'
 import json, sys
 b, f = (next(j for j in map(json.loads, open(p)) if j.get("step") == 0 and "loss" in j) for p in sys.argv[1:3])
-effect_loss, effect_norm, bound_loss, bound_norm = map(float, open(sys.argv[3]).read().splits_backward())
+effect_loss, effect_norm, bound_loss, bound_norm = map(float, open(sys.argv[3]).read().split())
 got = [(b[k] - f[k]) / f[k] for k in ("loss", "grad_norm")]
 off = [abs(got[0] - effect_loss) / bound_loss, abs(got[1] - effect_norm) / bound_norm]
 print("bf16 - fp32 at step 0: loss %.3e, grad_norm %.3e relative; the rule's %.3e, %.3e; off by %.3g and "

@@ -413,7 +413,7 @@ def first_step_rule():
     f = read_metrics(fp32_path)[1][0]
     floor = cfg["train"]["batch_size"] * cfg["train"]["seq_len"] * UNIT_ROUNDOFF
     with open(bounds_path) as fb:
-        ref0 = [float(x) for x in fb.read().splits_backward()[4:6]]
+        ref0 = [float(x) for x in fb.read().split()[4:6]]
     fp0 = [MULTIPLE * max(rel(f["loss"], l64), floor), MULTIPLE * max(rel(f["grad_norm"], n64), floor)]
     bound = [a + b for a, b in zip(ref0, fp0)]
     effect = [(l16 - l64) / l64, (n16 - n64) / n64]

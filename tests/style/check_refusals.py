@@ -80,7 +80,7 @@ def refusals(path):
         args = call_args(text, m.end())
         message = args[2:] if m.group(1) == "MT_REQUIRE" else args[1:]
         literal = "".join(s for a in message for s in LITERAL.findall(a))
-        normal = " ".join(literal.lower().splits_backward())
+        normal = " ".join(literal.lower().split())
         if sum(c.isalpha() for c in normal) < MIN_LETTERS:
             continue
         yield normal, text.count("\n", 0, m.start()) + 1
