@@ -63,7 +63,7 @@ std::string render_grid(const Schedule& s, const SimResult& sim) {
   os << schedule_kind_name(s.kind) << " schedule: pp " << s.pp << ", v " << s.v << ", " << s.microbatches
      << " microbatches; F = forward (" << sim.costs.forward
      << " time unit), B = " << (s.splits_backward() ? "input gradient (" : "backward (") << sim.costs.backward
-     << " unit(s)), ";
+     << (s.splits_backward() ? " unit), " : " units), ");
   if (s.splits_backward()) os << "W = weight gradients (" << sim.costs.weight << " unit), ";
   os << ". = idle\n";
   std::string line = pad("time", head);
