@@ -201,7 +201,7 @@ CLI::App* add_schedule(CLI::App& app, mt::ScheduleArgs& sch) {
   CLI::App* sc = app.add_subcommand(
       "schedule",
       "Draw a pipeline schedule as a time x rank grid, with each rank's bubble and activation memory");
-  sc->add_option("--kind", sch.kind, "gpipe | 1f1b | interleaved")->required();
+  sc->add_option("--kind", sch.kind, "gpipe | 1f1b | interleaved | zbh1")->required();
   sc->add_option("--pp", sch.pp, "Pipeline ranks")->required();
   sc->add_option("--microbatches", sch.microbatches, "Microbatches per step")->required();
   sc->add_option("--v", sch.v, "Model chunks per rank (interleaved: at least 2)")->capture_default_str();

@@ -181,7 +181,7 @@ std::vector<Entry> parallel_entries() {
           "2-D tensor parallelism: \"R,C\" with R x C = tp (docs/PARALLELISM.md); \"1,C\" is 1-D tp over C "
           "ranks; R > 1 splits every weight over the grid and needs tp to divide n_heads, n_kv_heads and "
           "ffn_hidden (not with sp, cp, pp, experts, dropout, tp_overlap); empty: 1-D tp"),
-      MT_KEY(parallel, schedule, "string", "pipeline schedule: gpipe | 1f1b | interleaved"),
+      MT_KEY(parallel, schedule, "string", "pipeline schedule: gpipe | 1f1b | interleaved | zbh1"),
       MT_KEY(parallel, virtual_stages, "int",
              "virtual stages (model chunks) per rank; > 1 needs schedule = interleaved"),
       MT_KEY(parallel, stage_layers, "string",

@@ -177,6 +177,7 @@ void Config::validate() {
   validate_reduction(*this, keys);
   check_dp_shard({p.dp_shard, p.dp, p.zero, p.ep, keys.reduction == Reduction::canonical});
   keys.recompute = parse_recompute(t.recompute, t.recompute_modules);
+  if (p.pp > 1) pp::check_split_schedule(keys.schedule, {p.tp, p.cp, model.moe(), keys.recompute.any()});
   parsed_ = std::move(keys);
   validated_ = true;
 }

@@ -85,7 +85,7 @@ void add_pipeline(const Config& cfg, const pp::Schedule& s, int64_t pp_rank, int
 std::vector<int64_t> backward_order(const pp::Schedule& s, int64_t pp_rank, int k) {
   std::vector<int64_t> order;
   for (const pp::Action& a : s.ranks[static_cast<size_t>(pp_rank)])
-    if (a.op == pp::Op::backward && s.chunk_of(a.vstage) == k) order.push_back(a.microbatch);
+    if (a.op == s.grad_op() && s.chunk_of(a.vstage) == k) order.push_back(a.microbatch);  // the store's order
   return order;
 }
 

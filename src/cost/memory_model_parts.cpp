@@ -38,6 +38,8 @@ buffers::Shape shape_of(const Config& cfg, const StageRange& stage) {
     s.cp_pieces = p.canonical_cp / p.cp;
   s.embed = stage.embed;
   s.head = stage.head;
+  // The trainer splits the backward only along a pipeline (train/train_model.cpp).
+  s.split_backward = p.pp * p.virtual_stages > 1 && pp::split_backward(cfg.parsed().schedule);
   const int64_t end = stage.end_layer < 0 ? m.n_layers : stage.end_layer;
   for (int64_t l = stage.first_layer; l < end; ++l)
     s.moe_layers.push_back(m.is_moe_layer(l));
@@ -82,7 +84,7 @@ std::vector<int64_t> slots_per_chunk(const Config& cfg, const pp::Schedule& s, i
       if (free[c].empty()) free[c].push_back(made[c]++);
       slot = free[c].back();
       free[c].pop_back();
-    } else if (a.op == pp::Op::backward) {
+    } else if (a.op == s.grad_op()) {  // the backward, or the W of a split one: the slot is free
       free[c].push_back(slot);
       slot = -1;
     }

@@ -33,10 +33,11 @@ Tensor& moe_member(MoeActs& a, std::string_view name) {
 Tensor& Llama::LayerActs::member(const char* name) {
   using A = LayerActs;
   static const std::pair<std::string_view, Tensor A::*> table[] = {
-      {"ln1", &A::ln1},           {"ln1_full", &A::ln1_full}, {"rstd1", &A::rstd1}, {"qkv", &A::qkv},
-      {"att", &A::att},           {"lse", &A::lse},           {"mid", &A::mid},     {"ln2", &A::ln2},
-      {"ln2_full", &A::ln2_full}, {"rstd2", &A::rstd2},       {"gu", &A::gu},       {"h", &A::h},
-      {"att_full", &A::att_full}, {"h_full", &A::h_full}};
+      {"ln1", &A::ln1},           {"ln1_full", &A::ln1_full}, {"rstd1", &A::rstd1},    {"qkv", &A::qkv},
+      {"att", &A::att},           {"lse", &A::lse},           {"mid", &A::mid},        {"ln2", &A::ln2},
+      {"ln2_full", &A::ln2_full}, {"rstd2", &A::rstd2},       {"gu", &A::gu},          {"h", &A::h},
+      {"att_full", &A::att_full}, {"h_full", &A::h_full},     {"w_down", &A::w_down},  {"w_gu", &A::w_gu},
+      {"w_o", &A::w_o},           {"w_qkv", &A::w_qkv},       {"w_norms", &A::w_norms}};
   const std::string_view n(name);
   if (n.starts_with("moe.")) return moe_member(moe, n.substr(4));
   return named(*this, table, n, "LayerActs");
@@ -53,8 +54,8 @@ Llama::LayerActs::LayerActs(const buffers::List& plan) {
 Tensor& Llama::Slot::member(const char* name) {
   using S = Slot;
   static const std::pair<std::string_view, Tensor S::*> table[] = {
-      {"lnf", &S::lnf},       {"rstdf", &S::rstdf},   {"lnf_full", &S::lnf_full},
-      {"logits", &S::logits}, {"losses", &S::losses}, {"lse_ce", &S::lse_ce}};
+      {"lnf", &S::lnf},       {"rstdf", &S::rstdf},   {"lnf_full", &S::lnf_full}, {"logits", &S::logits},
+      {"losses", &S::losses}, {"lse_ce", &S::lse_ce}, {"w_lnf", &S::w_lnf},       {"w_embed", &S::w_embed}};
   return named(*this, table, name, "Slot");
 }
 

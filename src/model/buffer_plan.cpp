@@ -137,6 +137,15 @@ List layer_acts(const Sizes& m, const Shape& s, bool dense, bool moe) {
     out.push_back({"h", {m.N, m.F}, kAct, kMlp});
   }
   if (moe) moe_acts(m, s.ep, out);
+  // A split backward's B leaves each weight's output gradient (and the norms'
+  // weight gradients) in the slot for its W (Llama::backward_input_slot).
+  if (s.split_backward && dense) {
+    out.push_back({"w_down", {m.Nl, m.C}});
+    out.push_back({"w_gu", {m.N, 2 * m.F}});
+    out.push_back({"w_o", {m.Nl, m.C}});
+    out.push_back({"w_qkv", {m.N, m.QKV}});
+    out.push_back({"w_norms", {2, m.C}});
+  }
   return out;
 }
 
@@ -250,7 +259,10 @@ ChunkPlan chunk_plan(const ModelConfig& c, const TpDims& d, const Shape& s) {
       p.head.push_back({"logits", {m.N, d.vocab_rows}});
       p.head.push_back({"losses", {m.N}});
       p.head.push_back({"lse_ce", {m.N}});
+      if (s.split_backward) p.head.push_back({"w_lnf", {m.C}});  // the final norm's weight gradient
     }
+    // The first stage's W: the embedding's gradient rows, from B to W.
+    if (s.split_backward && s.embed) p.head.push_back({"w_embed", {m.Nl, m.C}});
   }
   p.recomputation = s.recompute.full();
   return p;

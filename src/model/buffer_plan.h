@@ -68,6 +68,8 @@ struct Shape {
   int64_t pieces = 0;              // canonical tp (parallel/canonical_tp.h): this rank's pieces; 0: off
   int64_t kv_slots = 0;            // canonical kv slots (parallel/canonical_tp_kv.h); 0: the kv heads
   int64_t cp_pieces = 0;           // canonical cp (parallel/cp_pieces.h): this rank's pieces; 0: off
+  bool split_backward = false;     // a split schedule (pipeline/schedule.h): a slot also keeps, from
+                                   // its B to its W, the output gradients the weight gradients need
 };
 
 // The widths one rank works with on an R × C grid (docs/PARALLELISM.md "2-D

@@ -92,7 +92,8 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
                                     .moe_layers = std::move(moe_layers),
                                     .pieces = opts_.canonical_tp > 1 ? opts_.canonical_tp / tpr_.size : 0,
                                     .kv_slots = kv_slots_ ? kv_att_ : 0,
-                                    .cp_pieces = plan_.cp_pieces()});
+                                    .cp_pieces = plan_.cp_pieces(),
+                                    .split_backward = opts_.split_backward});
   if (plan_.form() == tp::Form::grid) check_grid();
   Buffers& b = *buf_;  // sized by the buffer plan (model/buffer_plan.h)
   if (opts_.recompute.any()) b.recompute.emplace_back(b.plan.recompute);

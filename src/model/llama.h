@@ -98,17 +98,15 @@ struct ModelOptions {
   StageRange stage;
   // Context parallelism: how attention exchanges over mesh.cp (ring or all-gather).
   cp::CpImpl cp_impl = cp::CpImpl::ring;
-  // Mixture of experts: the ranks whose microbatches together make the step's
-  // global batch (dp). The router losses are a mean over all those
-  // microbatches, so each one's weight is coef / (microbatches × moe_groups).
+  // Mixture of experts: the dp ranks whose microbatches make the step's batch. The router losses are
+  // a mean over all those microbatches: each one's weight is coef / (microbatches x moe_groups).
   int64_t moe_groups = 1;
-  // train --fingerprint (parallel/probe.h): reads each site's activations and
-  // gradients at global coordinates; null: off (one pointer test per site).
+  // train --fingerprint (parallel/probe.h): each site's activations and gradients at global coordinates.
   ActivationProbe* probe = nullptr;
-  // The canonical mode's grains when above 1, in one process too (0: off): the linear sites in canonical_tp
-  // fixed pieces (parallel/canonical_tp.h, _kv.h), the tokens in canonical_cp pieces (parallel/cp_canonical.h).
-  int64_t canonical_tp = 0;
-  int64_t canonical_cp = 0;
+  // The canonical mode's grains above 1, in one process too (0: off): canonical_tp pieces of the linear
+  // sites (parallel/canonical_tp.h, _kv.h), canonical_cp token pieces (parallel/cp_canonical.h).
+  int64_t canonical_tp = 0, canonical_cp = 0;
+  bool split_backward = false;  // B and W apart (pipeline/stage.h): a slot keeps what W needs
 };
 
 // A step's mixture-of-experts statistics on this rank, from the microbatches
@@ -179,8 +177,10 @@ class Llama : public pp::Stage {
   // backward_slot: a stage with the head starts from dloss; any other from the
   // gradient of its output, written into output_grad() [Nl, C] before the call.
   // Afterwards a stage without the embedding finds the gradient of its input in
-  // input_grad() (valid until the next backward).
+  // input_grad() (valid until the next backward); B and W apart: model/llama_split.cpp.
   void backward_slot(int slot, float dloss) override;
+  void backward_input_slot(int slot, float dloss) override;
+  void backward_weight_slot(int slot) override;
   float* stage_input(int slot) override;
   const float* stage_output(int slot) override;
   float* output_grad() override;
@@ -244,7 +244,6 @@ class Llama : public pp::Stage {
   // (what a training checkpoint saves and restores; null: not here).
   const std::vector<float>* router_bias_of_layer(int64_t layer) const;
   void set_router_bias_of_layer(int64_t layer, const std::vector<float>& bias);
-
   const KernelTimes& kernel_times() const { return times_; }
   KernelTimes& kernel_times() { return times_; }
 
@@ -256,7 +255,6 @@ class Llama : public pp::Stage {
   DecodeState& decode_state(int64_t rows);
   // out [N, C] = the embedding rows of ids [N] from `table` (vocab-parallel under tp).
   void embed_rows(float* out, const int32_t* ids, const float* table, int64_t N);
-
   Slot& slot(int i);
   void use_slot(int i);  // the slot the kernels below read and write
   int layer_unit(int64_t i) const { return table_.first_layer_unit + static_cast<int>(i); }
@@ -285,6 +283,7 @@ class Llama : public pp::Stage {
   // x_out may be null (recomputation): the layer output is then not computed.
   void layer_forward(int64_t l, const float* P, LayerActs& a, const float* x_in, float* x_out);
   void layer_backward(int64_t l, const float* P, float* G, LayerActs& a, const float* x_in, float* dres);
+  friend struct SplitBackward;  // model/llama_split.cpp: B and W of the layers and the head
   // The stage's layers backward, last to first, from dres (the gradient of
   // their output) to that of their input, recomputing each first when asked.
   void layers_backward(Slot& sl);
@@ -352,7 +351,6 @@ class Llama : public pp::Stage {
                     const tp::LinearEntry* e, bool out) const;
   bool recomputing_ = false;  // layers_backward's recomputation of a layer (not probed twice)
   Group* cp_group() const { return MeshView::live(opts_.mesh.cp); }  // null without context parallelism
-
   // Features of a residual-stream row here: d_model, or d_model / tp on a grid.
   int64_t resid_width() const { return plan_.width(); }
   // On a grid (llama.cpp): the buffers and slot 0, one microbatch's

@@ -80,6 +80,10 @@ struct Llama::LayerActs {
   Tensor att_full;  // [N, Q/C]    grid: att gathered over tp_r (o_proj's input)
   Tensor h_full;    // [N, F/C]    grid: h gathered over tp_r (down_proj's input)
   MoeActs moe;      // mixture-of-experts layers
+  // A split backward (Llama::backward_input_slot), from B to W: the output
+  // gradients of down [Nl, C] (after dropout's mask), gate|up [N, 2Fl], o
+  // [Nl, C] and q|k|v [N, QKVl], and the two norms' weight gradients [2, C].
+  Tensor w_down, w_gu, w_o, w_qkv, w_norms;
 
   LayerActs() = default;
   // Every tensor of `plan` (model/buffer_plan.h chunk_plan's layer lists),
@@ -98,6 +102,8 @@ struct Llama::Slot {
   Tensor lnf_full;                // last stage, SP: [N, C]
   Tensor logits;                  // last stage: [N, Vl]; the backward turns it into dlogits in place
   Tensor losses, lse_ce;          // last stage: [N]
+  Tensor w_lnf;                   // split backward, last stage: the final norm's weight gradient [C]
+  Tensor w_embed;                 // split backward, first stage: the embedding output's gradient [Nl, C]
   std::vector<int32_t> inputs, targets, pos;
   // Dropout's coordinates: the global sequence of each batch row [B], and the
   // global sequence and position of each residual-stream row here [Nl].

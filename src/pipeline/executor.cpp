@@ -42,6 +42,8 @@ const char* span_name(Op op) {
       return "B";
     case Op::send_grad:
       return "send grad";
+    case Op::weight:
+      return "W";
   }
   return "?";
 }
@@ -154,14 +156,10 @@ double Executor::run_actions(const int32_t* inputs, const int32_t* targets, floa
         take_receive(i, model.output_grad(), n);
         post_receives(actions);
         break;
-      case Op::backward: {
-        int& s = slot_of_[static_cast<size_t>(c)][static_cast<size_t>(m)];
-        model.begin_microbatch(backwards[static_cast<size_t>(c)]++, m);
-        model.backward_slot(s, dloss);
-        free_slots_[static_cast<size_t>(c)].push_back(s);
-        s = -1;
+      case Op::backward:
+      case Op::weight:
+        run_backward(a, backwards[static_cast<size_t>(c)], dloss);
         break;
-      }
       case Op::send_grad: {
         SendBuffer& b = send_buffer(n);
         copy_bytes(b.data.data(), model.input_grad(), n * int64_t{sizeof(float)});
@@ -170,7 +168,7 @@ double Executor::run_actions(const int32_t* inputs, const int32_t* targets, floa
       }
     }
     const double t_end = clock.seconds();
-    const bool compute = a.op == Op::forward || a.op == Op::backward;
+    const bool compute = a.op == Op::forward || a.op == Op::backward || a.op == Op::weight;
     if (compute) busy_s_ += t_end - t_start;
     spans_.push_back(
         {std::string(span_name(a.op)) + (compute ? std::to_string(m) : ""), a.vstage, t_start, t_end});
@@ -186,6 +184,24 @@ double Executor::run_actions(const int32_t* inputs, const int32_t* targets, floa
   }
   wall_s_ = clock.seconds();
   return loss;
+}
+
+void Executor::run_backward(const Action& a, int64_t& backwards, float dloss) {
+  const int c = schedule_.chunk_of(a.vstage), m = a.microbatch;
+  Stage& model = *chunks_[static_cast<size_t>(c)];
+  int& s = slot_of_[static_cast<size_t>(c)][static_cast<size_t>(m)];
+  if (a.op == Op::backward && schedule_.splits_backward()) {  // B: the slot stays until the W
+    model.backward_input_slot(s, dloss);
+    return;
+  }
+  // The store's microbatch protocol runs around the fused backward, or the W, where gradients accumulate.
+  model.begin_microbatch(backwards++, m);
+  if (a.op == Op::weight)
+    model.backward_weight_slot(s);
+  else
+    model.backward_slot(s, dloss);
+  free_slots_[static_cast<size_t>(c)].push_back(s);
+  s = -1;
 }
 
 int Executor::take_slot(int c, int m) {

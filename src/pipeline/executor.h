@@ -98,6 +98,8 @@ class Executor {
   void post_receives(const std::vector<Action>& actions);
   void take_receive(size_t action, float* dst, int64_t n);
   double run_actions(const int32_t* inputs, const int32_t* targets, float dloss);
+  // A backward (fused, or a split one's B) or a W; backwards: the chunk's count of them so far.
+  void run_backward(const Action& a, int64_t& backwards, float dloss);
   int take_slot(int chunk, int microbatch);
   Group& pp() const;
 

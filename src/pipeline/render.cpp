@@ -12,7 +12,7 @@ namespace {
 
 std::string cell_label(const Schedule& s, const Action& a) {
   // Appends, not "x" + std::string: GCC 12 warns falsely (-Wrestrict) on the latter.
-  std::string label(1, a.op == Op::forward ? 'F' : 'B');
+  std::string label(1, a.op == Op::forward ? 'F' : a.op == Op::weight ? 'W' : 'B');
   label += std::to_string(a.microbatch);
   if (s.v > 1) {
     const int chunk = s.chunk_of(a.vstage);
@@ -46,10 +46,12 @@ std::string render_grid(const Schedule& s, const SimResult& sim) {
   for (size_t r = 0; r < grid.size(); ++r) {
     for (size_t i = 0; i < s.ranks[r].size(); ++i) {
       const Action& a = s.ranks[r][i];
-      if (a.op != Op::forward && a.op != Op::backward) continue;
+      if (a.op != Op::forward && a.op != Op::backward && a.op != Op::weight) continue;
       const std::string label = cell_label(s, a);
       width = std::max(width, label.size());
-      const int length = a.op == Op::forward ? sim.costs.forward : sim.costs.backward;
+      const int length = a.op == Op::forward  ? sim.costs.forward
+                         : a.op == Op::weight ? sim.costs.weight
+                                              : sim.costs.backward;
       for (int u = 0; u < length; ++u)
         grid[r][static_cast<size_t>(sim.time[r][i] + u)] = label;
     }
@@ -59,8 +61,11 @@ std::string render_grid(const Schedule& s, const SimResult& sim) {
 
   std::ostringstream os;
   os << schedule_kind_name(s.kind) << " schedule: pp " << s.pp << ", v " << s.v << ", " << s.microbatches
-     << " microbatches; F = forward (" << sim.costs.forward << " time unit), B = backward ("
-     << sim.costs.backward << " units), . = idle\n";
+     << " microbatches; F = forward (" << sim.costs.forward
+     << " time unit), B = " << (s.splits_backward() ? "input gradient (" : "backward (") << sim.costs.backward
+     << (s.splits_backward() ? " unit), " : " units), ");
+  if (s.splits_backward()) os << "W = weight gradients (" << sim.costs.weight << " unit), ";
+  os << ". = idle\n";
   std::string line = pad("time", head);
   for (size_t t = 0; t < T; ++t)
     line += pad(std::to_string(t), width + 1);
@@ -72,15 +77,15 @@ std::string render_grid(const Schedule& s, const SimResult& sim) {
     os << line.substr(0, line.find_last_not_of(' ') + 1) << "\n";
   }
 
-  os << "\nmakespan " << sim.makespan << " time units; bubble = idle / makespan, ideal = (pp-1)/(v*m+pp-1) = "
-     << fixed4(ideal_bubble(s.pp, s.v, s.microbatches)) << "\n";
+  const double ideal = schedule_bubble(s.kind, s.pp, s.v, s.microbatches);
+  os << "\nmakespan " << sim.makespan << " time units; bubble = idle / makespan, ideal = "
+     << (s.splits_backward() ? "(pp-1)/(3m+pp-1)" : "(pp-1)/(v*m+pp-1)") << " = " << fixed4(ideal) << "\n";
   os << pad("rank", head) << "busy  idle  bubble  ideal   peak activation sets in flight"
      << (s.v > 1 ? " (microbatch, chunk)" : "") << "\n";
   for (size_t r = 0; r < grid.size(); ++r) {
     char buf[128];
     std::snprintf(buf, sizeof buf, "%-4d  %-4d  %s  %s  %d", sim.busy[r], sim.makespan - sim.busy[r],
-                  fixed4(sim.bubble[r]).c_str(), fixed4(ideal_bubble(s.pp, s.v, s.microbatches)).c_str(),
-                  sim.peak_in_flight[r]);
+                  fixed4(sim.bubble[r]).c_str(), fixed4(ideal).c_str(), sim.peak_in_flight[r]);
     os << pad("rank " + std::to_string(r), head) << buf << "\n";
   }
   return os.str();

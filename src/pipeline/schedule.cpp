@@ -10,7 +10,8 @@ ScheduleKind parse_schedule_kind(std::string_view s) {
   if (s == "gpipe") return ScheduleKind::gpipe;
   if (s == "1f1b") return ScheduleKind::one_f_one_b;
   if (s == "interleaved") return ScheduleKind::interleaved;
-  MT_THROW(ConfigError, "unknown pipeline schedule '", s, "': use gpipe, 1f1b or interleaved");
+  if (s == "zbh1") return ScheduleKind::zbh1;
+  MT_THROW(ConfigError, "unknown pipeline schedule '", s, "': use gpipe, 1f1b, interleaved or zbh1");
 }
 
 const char* schedule_kind_name(ScheduleKind kind) {
@@ -21,8 +22,18 @@ const char* schedule_kind_name(ScheduleKind kind) {
       return "1f1b";
     case ScheduleKind::interleaved:
       return "interleaved";
+    case ScheduleKind::zbh1:
+      return "zbh1";
   }
   return "?";
+}
+
+bool split_backward(ScheduleKind kind) {
+  return kind == ScheduleKind::zbh1;
+}
+
+bool Schedule::splits_backward() const {
+  return split_backward(kind);
 }
 
 const char* op_name(Op op) {
@@ -39,6 +50,8 @@ const char* op_name(Op op) {
       return "backward";
     case Op::send_grad:
       return "send_grad";
+    case Op::weight:
+      return "weight";
   }
   return "?";
 }
@@ -66,10 +79,24 @@ void validate_schedule(ScheduleKind kind, int pp, int v, int microbatches, int n
     MT_REQUIRE(v == 1, ConfigError, "v (", v, ") model chunks per rank needs the interleaved schedule; ",
                name, " runs one chunk per rank (v = 1)");
   }
-  if (kind == ScheduleKind::one_f_one_b) {
-    MT_REQUIRE(microbatches >= pp, ConfigError, "the 1f1b schedule needs microbatches (", microbatches,
+  if (kind == ScheduleKind::one_f_one_b || kind == ScheduleKind::zbh1) {
+    MT_REQUIRE(microbatches >= pp, ConfigError, "the ", name, " schedule needs microbatches (", microbatches,
                ") >= pp (", pp, "): with fewer it never reaches its steady state (gpipe runs any number)");
   }
+}
+
+void check_split_schedule(ScheduleKind kind, const SplitRun& run) {
+  if (!split_backward(kind)) return;
+  const char* name = schedule_kind_name(kind);
+  MT_REQUIRE(run.tp == 1, ConfigError, "parallel.schedule = ", name, " with parallel.tp (", run.tp,
+             "): the split of the backward into B and W runs without tensor parallelism for now");
+  MT_REQUIRE(run.cp == 1, ConfigError, "parallel.schedule = ", name, " with parallel.cp (", run.cp,
+             "): the split of the backward into B and W runs without context parallelism for now");
+  MT_REQUIRE(!run.experts, ConfigError, "parallel.schedule = ", name,
+             " with model.n_experts > 0: the mixture of experts' backward is not split into B and W yet");
+  MT_REQUIRE(!run.recompute, ConfigError, "parallel.schedule = ", name,
+             " with train.recompute: a recomputed layer's activations are shared by the layers, and W needs "
+             "its own until it runs");
 }
 
 namespace {
@@ -116,6 +143,34 @@ class Builder {
     return out;
   }
 
+  // zbh1 on rank `s` over microbatches 0 … m−1 of stage s: 1F1B's F and B
+  // order, W(i − s) right after B(i) in the steady phase (so at most
+  // warmup + 1 + s = pp sets in flight), one deferred W after each cool-down B,
+  // then the W's left.
+  std::vector<Action> zbh1(int s, int m) const {
+    std::vector<Action> out;
+    const int warmup = std::min(s_.pp - s - 1, m);
+    int next_w = 0;
+    for (int i = 0; i < warmup; ++i)
+      forward(out, {i, s});
+    for (int i = 0; i + warmup < m; ++i) {
+      forward(out, {i + warmup, s});
+      backward(out, {i, s});
+      if (i >= s) weight(out, {next_w++, s});
+    }
+    for (int i = m - warmup; i < m; ++i) {
+      backward(out, {i, s});
+      weight(out, {next_w++, s});
+    }
+    while (next_w < m)
+      weight(out, {next_w++, s});
+    return out;
+  }
+
+  static void weight(std::vector<Action>& out, Unit u) {
+    out.push_back({Op::weight, u.microbatch, u.vstage, -1, -1});
+  }
+
  private:
   int tag(int m, int k, bool grad) const { return message_tag(m, k, grad, s_.n_stages()); }
   const Schedule& s_;
@@ -143,6 +198,10 @@ Schedule make_schedule(ScheduleKind kind, int pp, int v, int microbatches) {
   const Builder b(s);
   const int m = microbatches;
   for (int r = 0; r < pp; ++r) {
+    if (kind == ScheduleKind::zbh1) {
+      s.ranks.push_back(b.zbh1(r, m));
+      continue;
+    }
     std::vector<Unit> fwd, bwd;
     size_t warmup = 0;
     if (kind == ScheduleKind::interleaved) {

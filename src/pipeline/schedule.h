@@ -27,6 +27,7 @@
 // Open MPI allows 2^31−1).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,13 +38,18 @@ enum class ScheduleKind {
   gpipe,        // all forwards, then all backwards (GPipe); v = 1
   one_f_one_b,  // PipeDream-flush / Megatron non-interleaved 1F1B; v = 1
   interleaved,  // Megatron interleaved 1F1B over v ≥ 2 model chunks per rank
+  zbh1,         // zero bubble H1: 1F1B with each backward split into B (input gradient) and W (weight
+                // gradients), the W's deferred into the cool-down's idle time; v = 1
 };
 
-// "gpipe" | "1f1b" | "interleaved"; ConfigError naming the value otherwise.
+// "gpipe" | "1f1b" | "interleaved" | "zbh1"; ConfigError naming the value otherwise.
 ScheduleKind parse_schedule_kind(std::string_view s);
 const char* schedule_kind_name(ScheduleKind kind);  // the inverse of parse_schedule_kind
 
-enum class Op { recv_act, forward, send_act, recv_grad, backward, send_grad };
+// backward: the whole backward of (m, k) when the schedule does not split it,
+// else its B (the input gradient only); weight: the W of (m, k), the weight
+// gradients from what B left in the slot (split schedules only, after B).
+enum class Op { recv_act, forward, send_act, recv_grad, backward, send_grad, weight };
 const char* op_name(Op op);  // "recv_act", "forward", …
 
 struct Action {
@@ -65,16 +71,35 @@ struct Schedule {
   std::vector<std::vector<Action>> ranks;  // ranks[r]: pp rank r's actions, in order
 
   int n_stages() const { return pp * v; }
+  // Whether backward means B only and each (m, k) has a W (split_backward(kind)).
+  bool splits_backward() const;
+  // The action that accumulates (m, k)'s weight gradients and frees its
+  // activation slot: weight when split, else backward.
+  Op grad_op() const { return splits_backward() ? Op::weight : Op::backward; }
   int rank_of(int vstage) const { return vstage % pp; }
   int chunk_of(int vstage) const { return vstage / pp; }
 };
 
+// Whether the kind splits each backward into B and W (zbh1).
+bool split_backward(ScheduleKind kind);
+
 // The start-up rules, each failure a ConfigError naming the numbers:
 // pp, v, microbatches ≥ 1; n_layers ≥ pp·v (every virtual stage needs a layer;
 // pass n_layers < 0 to skip this rule); v > 1 only with the interleaved kind;
-// interleaved needs v ≥ 2 and microbatches a multiple of pp; 1f1b needs
-// microbatches ≥ pp.
+// interleaved needs v ≥ 2 and microbatches a multiple of pp; 1f1b and zbh1
+// need microbatches ≥ pp.
 void validate_schedule(ScheduleKind kind, int pp, int v, int microbatches, int n_layers);
+
+// What a split schedule (split_backward) needs of the run, as the model
+// builds the split (model/llama_split.cpp) today: tp 1 (the linear plan's
+// input gradients under tp are not split yet), cp 1, no experts, no
+// recomputation. A ConfigError naming the key, the value and the schedule
+// otherwise; nothing for the other kinds.
+struct SplitRun {
+  int64_t tp = 1, cp = 1;
+  bool experts = false, recompute = false;
+};
+void check_split_schedule(ScheduleKind kind, const SplitRun& run);
 
 // Each rank's action list (validate_schedule without the n_layers rule first).
 //   gpipe: forwards of microbatches 0 … m−1, then backwards m−1 … 0 (reversed,
@@ -90,6 +115,11 @@ void validate_schedule(ScheduleKind kind, int pp, int v, int microbatches, int n
 //     (Megatron runs all forwards first when m = pp because its paired
 //     send/recv calls would otherwise block; with non-blocking sends the
 //     formula needs no such case, and simulate() checks it.)
+//   zbh1: 1f1b's order of forwards and B's; rank s defers each W by s
+//     microbatches (W(i − s) right after B(i)), and in the cool-down runs one
+//     deferred W after each B, then the rest: at most pp activation sets in
+//     flight on every rank (1F1B's peak, stage 0's), the W's filling the
+//     cool-down's waits (bubble (pp − 1)/(3m + pp − 1) at F = B = W = 1).
 Schedule make_schedule(ScheduleKind kind, int pp, int v, int microbatches);
 
 }  // namespace mt::pp

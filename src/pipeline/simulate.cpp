@@ -13,6 +13,16 @@ double ideal_bubble(int pp, int v, int microbatches) {
   return static_cast<double>(pp - 1) / static_cast<double>(v * microbatches + pp - 1);
 }
 
+double schedule_bubble(ScheduleKind kind, int pp, int v, int microbatches) {
+  if (kind == ScheduleKind::zbh1)
+    return static_cast<double>(pp - 1) / static_cast<double>(3 * microbatches + pp - 1);
+  return ideal_bubble(pp, v, microbatches);
+}
+
+SimCosts default_costs(const Schedule& s) {
+  return s.splits_backward() ? SimCosts{1, 1, 1} : SimCosts{1, 2, 1};
+}
+
 namespace {
 
 struct Broken {  // thrown inside the simulator, becomes SimResult::error
@@ -47,6 +57,8 @@ class Simulator {
     b_end_.assign(cells, -1);
     f_start_.assign(cells, -1);
     b_start_.assign(cells, -1);
+    w_start_.assign(cells, -1);
+    w_end_.assign(cells, -1);
     act_in_.assign(cells, false);
     grad_in_.assign(cells, false);
     act_sent_.assign(cells, false);
@@ -54,7 +66,9 @@ class Simulator {
     pc_.assign(s.pp, 0);
     clock_.assign(s.pp, 0);
     in_flight_.assign(s.pp, 0);
+    deferred_.assign(s.pp, 0);
     r_.peak_in_flight.assign(s.pp, 0);
+    r_.peak_deferred.assign(s.pp, 0);
     r_.busy.assign(s.pp, 0);
     for (const auto& list : s.ranks)
       r_.time.emplace_back(list.size(), -1);
@@ -120,7 +134,13 @@ class Simulator {
         t += costs_.backward;
         b_end_[c] = t;
         r_.busy[r] += costs_.backward;
-        --in_flight_[r];
+        if (s_.splits_backward())
+          r_.peak_deferred[r] = std::max(r_.peak_deferred[r], ++deferred_[r]);
+        else
+          --in_flight_[r];
+        return true;
+      case Op::weight:
+        weight(r, i, a, where);
         return true;
       case Op::send_act:
       case Op::send_grad: {
@@ -161,6 +181,23 @@ class Simulator {
     broken(where, ": unknown op");
   }
 
+  // W(m, k): once, after its B, in a split schedule only; frees the activation set.
+  void weight(int r, size_t i, const Action& a, const std::string& where) {
+    const size_t c = cell(a.microbatch, a.vstage);
+    int& t = clock_[r];
+    if (!s_.splits_backward()) broken(where, ": a W in a schedule that does not split the backward");
+    if (w_end_[c] >= 0) broken(where, ": a second W of this microbatch and stage");
+    if (b_end_[c] < 0) broken(where, ": before the B of this microbatch and stage");
+    check_no_peer(where, a);
+    w_start_[c] = t;
+    r_.time[r][i] = t;
+    t += costs_.weight;
+    w_end_[c] = t;
+    r_.busy[r] += costs_.weight;
+    --in_flight_[r];
+    --deferred_[r];
+  }
+
   static void check_no_peer(const std::string& where, const Action& a) {
     if (a.peer != -1 || a.tag != -1) broken(where, ": compute actions have peer and tag -1");
   }
@@ -188,6 +225,8 @@ class Simulator {
           broken("no forward of microbatch ", m, " on stage ", k, " (rank ", s_.rank_of(k), ")");
         if (b_end_[c] < 0)
           broken("no backward of microbatch ", m, " on stage ", k, " (rank ", s_.rank_of(k), ")");
+        if (s_.splits_backward() && w_end_[c] < 0)
+          broken("no W of microbatch ", m, " on stage ", k, " (rank ", s_.rank_of(k), ")");
       }
     }
     if (!mailbox_.empty()) {
@@ -222,13 +261,14 @@ class Simulator {
   }
 
   // The same dependencies, on the clock: F(m,k) starts after F(m,k−1) ends,
-  // B(m,k) after F(m,k) and B(m,k+1) end.
+  // B(m,k) after F(m,k) and B(m,k+1) end, W(m,k) after B(m,k).
   void check_timeline() const {
     for (int m = 0; m < M_; ++m) {
       for (int k = 0; k < S_; ++k) {
         const size_t c = cell(m, k);
         const bool ok = (k == 0 || f_start_[c] >= f_end_[cell(m, k - 1)]) && b_start_[c] >= f_end_[c] &&
-                        (k == S_ - 1 || b_start_[c] >= b_end_[cell(m, k + 1)]);
+                        (k == S_ - 1 || b_start_[c] >= b_end_[cell(m, k + 1)]) &&
+                        (!s_.splits_backward() || w_start_[c] >= b_end_[c]);
         if (!ok) broken("timeline: microbatch ", m, " stage ", k, " starts before its inputs are ready");
       }
     }
@@ -237,15 +277,19 @@ class Simulator {
   const Schedule& s_;
   SimCosts costs_;
   int S_, M_;
-  std::vector<int> f_start_, f_end_, b_start_, b_end_;  // per (m, k); −1 until run
+  std::vector<int> f_start_, f_end_, b_start_, b_end_, w_start_, w_end_;  // per (m, k); −1 until run
   std::vector<bool> act_in_, grad_in_, act_sent_, grad_sent_;
   std::vector<size_t> pc_;
-  std::vector<int> clock_, in_flight_;
+  std::vector<int> clock_, in_flight_, deferred_;
   std::map<std::tuple<int, int, int>, int> mailbox_;  // (src, dst, tag) -> time posted
   SimResult r_;
 };
 
 }  // namespace
+
+SimResult simulate(const Schedule& schedule) {
+  return simulate(schedule, default_costs(schedule));
+}
 
 SimResult simulate(const Schedule& schedule, SimCosts costs) {
   try {

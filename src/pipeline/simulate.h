@@ -12,10 +12,16 @@ namespace mt::pp {
 
 // Time units per compute action of one virtual stage; communication is free.
 // The defaults are the papers' convention: a backward costs two forwards.
+// A schedule that splits the backward (Schedule::splits_backward) runs its B as
+// `backward` and its W as `weight`; default_costs gives it B = W = 1, so that
+// B + W is the fused backward's 2 and the kinds compare at equal work.
 struct SimCosts {
   int forward = 1;
   int backward = 2;
+  int weight = 1;  // W actions only (split schedules)
 };
+// {1, 2, 1} for a fused schedule, {1, 1, 1} (F = B = W) for a split one.
+SimCosts default_costs(const Schedule& s);
 
 struct SimResult {
   bool ok = false;
@@ -29,10 +35,14 @@ struct SimResult {
   // rank has reached it).
   std::vector<std::vector<int>> time;
   int makespan = 0;                 // the end of the last compute action on any rank
-  std::vector<int> busy;            // per rank: time units spent computing (m·v·(forward + backward))
+  std::vector<int> busy;            // per rank: time units spent computing (m·v·(forward + backward
+                                    // [+ weight when split]))
   std::vector<double> bubble;       // per rank: idle fraction of the makespan, (makespan − busy) / makespan
   std::vector<int> peak_in_flight;  // per rank: most (microbatch, stage) pairs at once whose forward is done
-                                    // and backward not yet: the activation sets the executor keeps
+                                    // and backward (W when split) not yet: the activation sets the
+                                    // executor keeps
+  std::vector<int> peak_deferred;   // per rank: most (m, k) whose B is done and W not yet (split only):
+                                    // the saved output gradients (Stage::backward_input_slot)
 };
 
 // Runs the ranks round-robin, each as far as it can: a send posts its message
@@ -46,12 +56,21 @@ struct SimResult {
 // (src, dst, act|grad) the sends are posted in the order of the receives
 // (FIFO matching pairs the same messages as tag matching); no deadlock. Then
 // checks the timeline against the same dependencies.
-SimResult simulate(const Schedule& schedule, SimCosts costs = {});
+// A split schedule (Schedule::splits_backward) also has exactly one W per (m, k), on
+// its rank after its B; an unsplit one has none.
+SimResult simulate(const Schedule& schedule, SimCosts costs);
+SimResult simulate(const Schedule& schedule);  // at default_costs(schedule)
 
 // The bubble of the ideal pipeline with F + B per stage and microbatch:
 // (pp − 1) / (v·m + pp − 1), the idle fraction of each rank when the only
 // idle time is filling and draining pp stages (the interleaved schedule's
 // stages are v times shorter, hence the v·m).
 double ideal_bubble(int pp, int v, int microbatches);
+
+// The bubble each kind reaches at default_costs, derived in
+// docs/PARALLELISM.md "Pipeline parallelism" and asserted by the pipeline
+// tests: ideal_bubble for gpipe, 1f1b and interleaved; zbh1 idles only
+// (pp − 1)·(F + B − W) = pp − 1 units of its 3m + pp − 1, (pp − 1)/(3m + pp − 1).
+double schedule_bubble(ScheduleKind kind, int pp, int v, int microbatches);
 
 }  // namespace mt::pp

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "core/error.h"
+
 namespace mt::pp {
 
 class Stage {
@@ -23,6 +25,21 @@ class Stage {
   // other from output_grad(), written before the call. Afterwards a stage that
   // is not the first finds the gradient of its input in input_grad().
   virtual void backward_slot(int slot, float dloss) = 0;
+  // The same backward in two halves, for schedules that split it
+  // (Schedule::splits_backward): B, backward_input_slot, computes input_grad() (as
+  // backward_slot does) and keeps in the slot what the weight gradients need,
+  // touching no gradient; W, backward_weight_slot, later accumulates the
+  // weight gradients from it (inside begin_microbatch's protocol), after which
+  // the slot is free. B then W gives backward_slot's gradients. A stage that
+  // cannot split refuses (the run's start-up rules refuse first).
+  virtual void backward_input_slot(int slot, float dloss) {
+    (void)slot, (void)dloss;
+    MT_CHECK(false, "this stage does not split its backward");
+  }
+  virtual void backward_weight_slot(int slot) {
+    (void)slot;
+    MT_CHECK(false, "this stage does not split its backward");
+  }
   virtual float* stage_input(int slot) = 0;
   virtual const float* stage_output(int slot) = 0;
   virtual float* output_grad() = 0;
@@ -32,7 +49,8 @@ class Stage {
 
   // Gradient accumulation over a step's microbatches (src/parallel/store.h):
   // begin_step(m) before the step's first microbatch, begin_microbatch(i)
-  // before the stage's i-th backward of the step, finish_grads() after its last.
+  // before the stage's i-th backward (its W when split) of the step,
+  // finish_grads() after its last.
   virtual void begin_step(int64_t microbatches) = 0;
   // The global index (in the step's batch) of the first sequence of the next
   // forward_slot: where the microbatch's rows sit in the one-process batch,

@@ -266,6 +266,15 @@ Prediction predict(const PlanInput& in, const PlanLayout& l, const Machine& m) {
   p.bubble_s = double(l.pp - 1) * per_mb / double(l.v);
   p.bubble_fraction =
       pp::ideal_bubble(static_cast<int>(l.pp), static_cast<int>(l.v), static_cast<int>(p.microbatches));
+  if (l.zb) {
+    // zbh1 idles (pp − 1)·(F + B − W) (docs/PARALLELISM.md "Pipeline
+    // parallelism"): with the backward's two GEMMs per linear layer of equal
+    // FLOPs, B = W = backward / 2, so (pp − 1)·(per_mb − backward); at
+    // F = B = W the fraction (pp − 1)/(3m + pp − 1).
+    p.bubble_s = double(l.pp - 1) * std::max(0.0, per_mb - w.backward);
+    p.bubble_fraction = pp::schedule_bubble(pp::ScheduleKind::zbh1, static_cast<int>(l.pp), 1,
+                                            static_cast<int>(p.microbatches));
+  }
   if (l.pp > 1) {  // each chunk boundary: activations forward, their gradients backward, on the critical path
     const bool inter = c.crosses(l.tp * l.cp * l.pp);
     const double act = c.tokens * double(in.model.d_model) * c.sizes.activation / double(l.sp ? l.tp : 1);

@@ -16,6 +16,7 @@ std::string to_string(const PlanLayout& l) {
   os << "dp" << l.dp << ",tp" << l.tp << ",pp" << l.pp << ",cp" << l.cp << ",ep" << l.ep << ",zero" << l.zero
      << ",mbs" << l.mbs << ",v" << l.v << (l.sp ? ",sp" : "") << ",recompute=" << recompute_name(l.recompute);
   if (l.shard > 0 && l.shard != l.dp) os << ",shard" << l.shard;
+  if (l.zb) os << ",zbh1";
   return os.str();
 }
 
@@ -49,7 +50,10 @@ LayoutSpec parse_layout(const std::string& text) {
     for (const auto& fd : fields)
       if (!done && number_field(f, fd.key, fd.value)) done = *fd.has = true;
     if (done) continue;
-    if (f == "sp" || f == "nosp") {
+    if (f == "zbh1" || f == "nozb") {
+      l.zb = f == "zbh1";
+      s.has_zb = true;
+    } else if (f == "sp" || f == "nosp") {
       l.sp = f == "sp";
       s.has_sp = true;
     } else if (f.rfind("recompute=", 0) == 0) {
@@ -60,7 +64,7 @@ LayoutSpec parse_layout(const std::string& text) {
       s.has_recompute = true;
     } else {
       MT_THROW(ConfigError, "--layout field '", f,
-               "' is not one of dpN, tpN, ppN, cpN, epN, zeroN, mbsN, vN, shardN, sp, nosp, "
+               "' is not one of dpN, tpN, ppN, cpN, epN, zeroN, mbsN, vN, shardN, sp, nosp, zbh1, nozb, "
                "recompute=none|selective|full");
     }
   }
@@ -87,7 +91,7 @@ Config to_config(const PlanInput& in, const PlanLayout& l) {
   c.parallel.dp_shard = l.shard_size() < l.dp ? l.shard_size() : 0;  // HSDP: the trainer's parallel.dp_shard
   c.parallel.sp = l.sp;
   c.parallel.virtual_stages = l.v;
-  c.parallel.schedule = l.v > 1 ? "interleaved" : "1f1b";
+  c.parallel.schedule = l.v > 1 ? "interleaved" : l.zb ? "zbh1" : "1f1b";
   c.validate();  // also parses the typed keys the memory estimate reads
   return c;
 }

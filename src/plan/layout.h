@@ -23,6 +23,10 @@ struct PlanLayout {
   // HSDP: ZeRO shards state over groups of `shard` dp ranks and replicates
   // it over dp / shard of them (0: shard = dp, plain ZeRO).
   int64_t shard = 0;
+  // The zero-bubble H1 schedule (parallel.schedule = zbh1) in place of 1f1b:
+  // v = 1, pp > 1, and what the split backward runs with (tp, cp 1, dense, no
+  // recomputation; pipeline/schedule.h check_split_schedule).
+  bool zb = false;
 
   int64_t devices() const { return dp * tp * pp * cp; }
   int64_t shard_size() const { return shard > 0 ? shard : dp; }
@@ -36,7 +40,8 @@ std::string to_string(const PlanLayout& l);
 struct LayoutSpec {
   PlanLayout layout;
   bool has_dp = false, has_tp = false, has_pp = false, has_cp = false, has_ep = false, has_zero = false,
-       has_mbs = false, has_v = false, has_sp = false, has_recompute = false, has_shard = false;
+       has_mbs = false, has_v = false, has_sp = false, has_recompute = false, has_shard = false,
+       has_zb = false;
   bool complete() const { return has_dp && has_tp && has_pp && has_cp; }
 };
 // "dp2,tp1,..." (fields in any order; a ConfigError names a bad field).

@@ -29,9 +29,15 @@ std::string format_prediction(const PlanInput& in, const Prediction& p, const Ma
   os << fmt("  compute %.4g s (recomputation %.4g s)   element-wise %.4g s", p.compute_s, p.recompute_s,
             p.elementwise_s)
      << fmt("   optimizer %.4g s\n", p.optimizer_s);
-  os << fmt("  bubble %.4g s = %.1f%% of the pipeline's time ((p-1)/(m*v+p-1) = ", p.bubble_s,
-            100 * p.bubble_fraction)
-     << p.layout.pp - 1 << "/" << p.microbatches * p.layout.v + p.layout.pp - 1 << ")\n";
+  if (p.layout.zb) {
+    os << fmt("  bubble %.4g s = %.1f%% of the pipeline's time (zbh1: (p-1)/(3m+p-1) = ", p.bubble_s,
+              100 * p.bubble_fraction)
+       << p.layout.pp - 1 << "/" << 3 * p.microbatches + p.layout.pp - 1 << " at F = B = W)\n";
+  } else {
+    os << fmt("  bubble %.4g s = %.1f%% of the pipeline's time ((p-1)/(m*v+p-1) = ", p.bubble_s,
+              100 * p.bubble_fraction)
+       << p.layout.pp - 1 << "/" << p.microbatches * p.layout.v + p.layout.pp - 1 << ")\n";
+  }
   os << "  memory per rank (" << m.precision << "):\n";
   for (const auto& [name, bytes] : p.memory.parts)
     os << "    " << name << std::string(name.size() < 16 ? 16 - name.size() : 1, ' ')

@@ -49,10 +49,16 @@ void enumerate(const PlanInput& in, const Machine& m, const LayoutSpec& f,
                     const int64_t per_node = dpn / std::max<int64_t>(1, tp * pp * cp);
                     if (zero > 0 && per_node > 1 && dp > per_node && dp % per_node == 0)
                       shards.push_back(per_node);
-                    for (int64_t shard : choices(f.has_shard, x.shard, shards)) {
-                      PlanLayout l{dp, tp, pp, cp, ep, zero, mbs, v, sp != 0, Recompute(rc), shard};
-                      visit(l);
-                    }
+                    // zbh1 where the split backward runs (check_split_schedule); 1f1b otherwise.
+                    const bool zb_runs = pp > 1 && v == 1 && tp == 1 && cp == 1 && !in.model.moe() && rc == 0;
+                    for (int64_t shard : choices(f.has_shard, x.shard, shards))
+                      for (int64_t zb :
+                           choices(f.has_zb, x.zb,
+                                   zb_runs ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0})) {
+                        PlanLayout l{dp,    tp,     pp, cp, ep, zero, mbs, v, sp != 0, Recompute(rc),
+                                     shard, zb != 0};
+                        visit(l);
+                      }
                   }
       }
 }

@@ -146,6 +146,7 @@ TrainModel make_train_model(const Config& cfg, const RunOptions& opts, const Run
   else
     t.stages = {StageRange{}};
   ModelOptions mo = model_options(cfg, opts, mesh);
+  mo.split_backward = t.pipelined() && pp::split_backward(cfg.parsed().schedule);  // zbh1: B and W apart
   if (!opts.fingerprint_path.empty()) t.fingerprint = std::make_unique<Fingerprint>(cfg, mesh.rank);
   mo.probe = t.fingerprint.get();
   std::unique_ptr<CheckpointReader> checkpoint;  // --init-from of a checkpoint directory

@@ -42,7 +42,7 @@ expect_error() {
 expect_error "1f1b with microbatches < pp" \
   "the 1f1b schedule needs microbatches (3) >= pp (4): with fewer it never reaches its steady state (gpipe runs any number)" \
   --kind 1f1b --pp 4 --microbatches 3
-expect_error "unknown kind" "unknown pipeline schedule 'zb': use gpipe, 1f1b or interleaved" \
+expect_error "unknown kind" "unknown pipeline schedule 'zb': use gpipe, 1f1b, interleaved or zbh1" \
   --kind zb --pp 2 --microbatches 2
 
 if ! "$bin" --help | grep -q "schedule"; then

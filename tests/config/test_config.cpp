@@ -177,7 +177,7 @@ TEST(ConfigValidate, OverridesReachTheRules) {
 TEST(ConfigValidate, NamedChoices) {
   Config c;
   c.parallel.schedule = "zb";
-  EXPECT_EQ(validate_error(c), "unknown pipeline schedule 'zb': use gpipe, 1f1b or interleaved");
+  EXPECT_EQ(validate_error(c), "unknown pipeline schedule 'zb': use gpipe, 1f1b, interleaved or zbh1");
   c = Config{};
   c.parallel.cp_impl = "ulysses";
   EXPECT_EQ(validate_error(c), "parallel.cp_impl ('ulysses') must be ring or allgather");

@@ -6,7 +6,8 @@
 # scratch must match exactly; communication buffers (and ZeRO-3's gathered
 # units) within the bound the model states (docs/PARALLELISM.md, "Memory per
 # rank"). Layouts: ZeRO 0-3 at dp 4, tp 2 and tp 4 with and without SP, pp 2
-# under gpipe, 1f1b and interleaved, cp 2 (ring) and cp 4 (all-gather),
+# under gpipe, 1f1b, interleaved and zbh1 (the split backward's output
+# gradients kept from B to W, its slots freed at W), cp 2 (ring) and cp 4 (all-gather),
 # recomputation (full under tp 2 + SP; selective: attention alone, mlp under
 # pp 2 1f1b, norms under tp 2 + SP, all three with a mixture of experts under
 # tp 2 + SP), dp2 x tp2 x pp2, dp2 x cp2 x tp2, an ep 2 mixture of experts
@@ -19,7 +20,8 @@
 # 2-D tp on a 2 x 2 grid with recomputation and checkpoints (its 2-D pieces'
 # staging), and under dp 2 with ZeRO 3; the canonical mode's partial sums
 # (parallel/canonical_store.h) at 8, 3, 4 (dp 2 ZeRO 2), 3 (pp 2 gpipe: backwards
-# descending) and 4 (pp 2 interleaved) microbatches; canonical tp 2 with
+# descending), 4 (pp 2 interleaved) and 8 (pp 2 zbh1: the store's order is W's)
+# microbatches; canonical tp 2 with
 # parallel.canonical_tp = 4 (two pieces a rank: the per-piece partial sums,
 # parallel/canonical_tp.h; the norms' 4 token shards) and one process with the
 # same 4 pieces, canonical tp 2 with SP (two token shards a rank) and with
@@ -50,6 +52,8 @@ layouts=(
   "pp2_gpipe 2 --pp 2 --set parallel.schedule=gpipe --set train.microbatch_size=2"
   "pp2_1f1b 2 --pp 2 --set parallel.schedule=1f1b --set train.microbatch_size=2"
   "pp2_interleaved 2 --pp 2 --set parallel.schedule=interleaved --set parallel.virtual_stages=2 --set train.microbatch_size=2"
+  "pp2_zbh1 2 --pp 2 --set parallel.schedule=zbh1 --set train.microbatch_size=2"
+  "canonical_pp2_zbh1_m8 2 --pp 2 --set parallel.schedule=zbh1 --set parallel.reduction=canonical --set train.microbatch_size=1"
   "cp2_ring 2 --cp 2"
   "cp4_allgather 4 --cp 4 --set parallel.cp_impl=allgather"
   "recompute_tp2_sp 2 --tp 2 --set parallel.sp=true --set train.recompute=true"

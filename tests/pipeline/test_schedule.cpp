@@ -58,7 +58,7 @@ TEST(ScheduleKindTest, ParsesTheThreeNamesAndRejectsOthers) {
     parse_schedule_kind("1F1B");
     FAIL() << "no error";
   } catch (const ConfigError& e) {
-    EXPECT_STREQ(e.what(), "unknown pipeline schedule '1F1B': use gpipe, 1f1b or interleaved");
+    EXPECT_STREQ(e.what(), "unknown pipeline schedule '1F1B': use gpipe, 1f1b, interleaved or zbh1");
   }
 }
 

@@ -66,6 +66,31 @@ TEST(Plan, BubbleIsTheScheduleFormula) {
   EXPECT_NEAR(p.bubble_fraction, 3.0 / (8 + 3), 1e-12);  // (p−1)/(m·v+p−1), no pp-exposed time in it
 }
 
+// zbh1: the fraction (p−1)/(3m+p−1), and the bubble's seconds (p−1)·(F + B − W)
+// with B = W = backward / 2 below 1f1b's (p−1)·(F + B + W); the search
+// chooses it over the same layout with 1f1b, where the trainer runs it.
+TEST(Plan, ZeroBubbleTermAndChoice) {
+  const PlanInput in = small_input(4);
+  const Machine m = load_machine("a100-8x-ib");
+  PlanLayout l;
+  l.dp = 1, l.pp = 4, l.mbs = 2, l.v = 1;
+  const Prediction one = predict(in, l, m);
+  l.zb = true;
+  const Prediction zb = predict(in, l, m);
+  EXPECT_NEAR(zb.bubble_fraction, 3.0 / (3 * 8 + 3), 1e-12);
+  EXPECT_LT(zb.bubble_s, one.bubble_s);  // by (p−1)·backward; the exposed comm stays in both
+  EXPECT_LT(zb.step_s, one.step_s);
+  EXPECT_EQ(to_string(l), "dp1,tp1,pp4,cp1,ep1,zero0,mbs2,v1,recompute=none,zbh1");
+  EXPECT_TRUE(parse_layout("pp4,zbh1").layout.zb);
+  LayoutSpec fixed = parse_layout("dp1,tp1,pp4,cp1,zero0,mbs2,v1,recompute=none");
+  const PlanResult r = search(in, m, fixed);
+  ASSERT_FALSE(r.ranked.empty());
+  EXPECT_TRUE(r.ranked.front().layout.zb) << to_string(r.ranked.front().layout);
+  fixed = parse_layout("dp1,tp2,pp2,cp1,zero0,mbs2,v1,recompute=none");  // tp 2: zbh1 does not run there
+  for (const Prediction& p : search(in, m, fixed).ranked)
+    EXPECT_FALSE(p.layout.zb);
+}
+
 TEST(Plan, LayoutRoundTripAndErrors) {
   const LayoutSpec s = parse_layout("dp4,tp2,pp2,cp1,ep1,zero3,mbs2,v2,sp,recompute=selective,shard2");
   EXPECT_TRUE(s.complete());
