@@ -48,6 +48,7 @@
 #include "ops/rope.h"
 #include "parallel/attention_strategy.h"
 #include "parallel/cp_attention.h"
+#include "parallel/expert_canonical.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/linear_plan.h"
 #include "parallel/probe.h"
@@ -109,6 +110,10 @@ struct ModelOptions {
   // linear sites run in that many fixed pieces (parallel/canonical_tp.h), in
   // one process too. 0: off.
   int64_t canonical_tp = 0;
+  // The canonical mode (parallel.reduction = canonical): under ep each source
+  // atom's rows are their own expert products, their weight gradients leaves of
+  // a tree over the ep group's atoms (parallel/expert_canonical.h).
+  bool canonical = false;
 };
 
 // A step's mixture-of-experts statistics on this rank, from the microbatches
@@ -195,6 +200,7 @@ class Llama : public pp::Stage {
   void begin_step(int64_t microbatches) override;
   void begin_microbatch(int64_t index, int64_t microbatch) override {
     microbatch_ = index;
+    microbatch_number_ = microbatch;
     store_->begin_microbatch(index, microbatch);
   }
   void finish_grads() override { store_->finish_grads(); }
@@ -321,6 +327,7 @@ class Llama : public pp::Stage {
   int64_t tally_floats() const;
   void moe_tally_forward(Slot& sl);
   void moe_tally_backward(Slot& sl);
+  void moe_begin_step();  // the canonical mode's expert leaves (llama_moe.cpp)
   void moe_init();                          // buffers, the bias, the statistics (construction)
   void moe_after_backward(const Slot& sl);  // the losses' statistics; after the last backward, the bias nudge
   // Where a column layer's input gradient [Nl, C] lands: dmid without tp, the
@@ -386,6 +393,8 @@ class Llama : public pp::Stage {
   std::vector<std::vector<float>> router_bias_;  // per stage layer: [E] (MoE layers with bias on), else empty
   MoeStats moe_stats_;
   int64_t microbatches_ = 1, microbatch_ = 0;  // of the current step, the current backward's index
+  int64_t microbatch_number_ = 0;              // the current backward's microbatch (the schedule's number)
+  std::vector<ep::ExpertLeaves> expert_leaves_;  // per stage layer: the canonical mode under ep, else empty
   struct DropoutRun {
     uint64_t seed = 0;
     int64_t step = 0;

@@ -30,10 +30,10 @@ const char* not_canonical_yet(const CanonicalLayout& l) {
            "not yet in the tree";
   if (l.cp > 1)
     return "context parallelism (parallel.cp > 1): its key blocks are not yet merged in a fixed order";
-  if (l.experts || l.ep > 1)
-    return "mixture-of-experts layers (model.n_experts > 0): their token order and per-microbatch router "
-           "terms "
-           "are not yet canonical";
+  if (l.experts && l.sp && l.tp > 1)
+    return "mixture-of-experts layers under sequence parallelism (model.n_experts > 0 with parallel.sp): "
+           "each tp rank's router and expert gradients are its token shard's, summed over tp outside the "
+           "tree";
   if (l.tied_embeddings && l.pp > 1)
     return "tied embeddings over pipeline stages (model.tie_embeddings with parallel.pp > 1): the two "
            "copies' "
@@ -77,6 +77,9 @@ void check_canonical(const CanonicalLayout& l) {
              l.batch_size, " / train.microbatch_size ", l.microbatch_size, " / parallel.dp ", l.dp,
              ") to be a power of two: every rank must hold an aligned subtree of the tree over the step's ",
              atoms, " microbatches (docs/PARALLELISM.md \"The canonical mode\")");
+  MT_REQUIRE(l.ep == 1 || is_power_of_two(l.ep), ConfigError, "parallel.ep (", l.ep,
+             ") must be a power of two in the canonical mode: an expert's holder sums the ep x microbatches "
+             "atoms of its ep group, which must be an aligned subtree of the tree over the step's atoms");
   check_canonical_tp(l);
 }
 
