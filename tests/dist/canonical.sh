@@ -207,7 +207,6 @@ refused grain_default 1 "it needs parallel.reduction = canonical" --set parallel
 refused grain_fake_device 1 "parallel.canonical_tp (2) needs train.device = cpu, not fake" "${canon[@]}" \
   --set parallel.canonical_tp=2 --set train.device=fake
 refused cp2 2 "does not cover context parallelism" "${canon[@]}" --set parallel.cp=2
-refused moe 1 "does not cover mixture-of-experts" "${canon[@]}" --set model.n_experts=4
 refused tied_pp2 2 "does not cover tied embeddings over pipeline stages" "${canon[@]}" --pp 2 \
   --set model.tie_embeddings=true
 refused dp2_three_each 2 "to be a power of two" "${canon[@]}" --dp 2 --set train.batch_size=6
