@@ -25,7 +25,8 @@
 // What does not yet have a canonical form is refused by name at start-up
 // (check_canonical): 2-D tp and kv heads
 // replicated over tp (tp > n_kv_heads), context parallelism (key blocks),
-// experts (token order, per-microbatch aux terms), tied embeddings over
+// experts under SP (their gradients are token shards' sums over tp), an ep
+// that is not a power of two (expert_canonical.h), tied embeddings over
 // pipeline stages (their two copies' gradients would be summed outside the
 // tree), and the oneDNN bf16 kernel (its accumulation order is the library's).
 #pragma once

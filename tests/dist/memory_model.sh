@@ -23,7 +23,8 @@
 # parallel.canonical_tp = 4 (two pieces a rank: the per-piece partial sums,
 # parallel/canonical_tp.h; the norms' 4 token shards) and one process with the
 # same 4 pieces, canonical tp 2 with SP (two token shards a rank) and with
-# tp_overlap and SP (two chunks).
+# tp_overlap and SP (two chunks); canonical dp 2 x ep 2 (the expert leaves,
+# parallel/expert_canonical.h).
 set -euo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -72,6 +73,7 @@ layouts=(
   "canonical_tp2_c4 2 --tp 2 --set parallel.reduction=canonical --set parallel.canonical_tp=4 --set model.n_kv_heads=4 --set train.microbatch_size=2"
   "canonical_one_c4 1 --set parallel.reduction=canonical --set parallel.canonical_tp=4 --set model.n_kv_heads=4 --set train.microbatch_size=2"
   "canonical_tp2_overlap_c4 2 --tp 2 --set parallel.tp_overlap=true --set parallel.sp=true --set parallel.reduction=canonical --set parallel.canonical_tp=4 --set model.n_kv_heads=4 --set train.batch_size=16 --set train.microbatch_size=16"
+  "canonical_ep2_moe 2 --dp 2 --set parallel.ep=2 --zero 1 --set model.n_experts=4 --set model.expert_ffn_hidden=24 --set parallel.reduction=canonical --set train.microbatch_size=2"
   "canonical_tp2_sp_c4 2 --tp 2 --set parallel.sp=true --set parallel.reduction=canonical --set parallel.canonical_tp=4 --set model.n_kv_heads=4 --set train.microbatch_size=2"
 )
 for spec in "${layouts[@]}"; do
