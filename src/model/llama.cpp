@@ -107,7 +107,6 @@ void Llama::begin_step(int64_t microbatches) {
   moe_stats_.aux_loss = moe_stats_.z_loss = 0;
   moe_stats_.min_topk_margin = std::numeric_limits<double>::infinity();
   moe_stats_.microbatches = 0;
-  moe_begin_step();
   store_->begin_step(microbatches);
 }
 

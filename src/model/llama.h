@@ -48,7 +48,6 @@
 #include "ops/rope.h"
 #include "parallel/attention_strategy.h"
 #include "parallel/cp_attention.h"
-#include "parallel/expert_canonical.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/linear_plan.h"
 #include "parallel/probe.h"
@@ -106,14 +105,11 @@ struct ModelOptions {
   // train --fingerprint (parallel/probe.h): reads each site's activations and
   // gradients at global coordinates; null: off (one pointer test per site).
   ActivationProbe* probe = nullptr;
-  // The canonical mode's tp grain (parallel.canonical_tp) when above 1: the
-  // linear sites run in that many fixed pieces (parallel/canonical_tp.h), in
-  // one process too. 0: off.
-  int64_t canonical_tp = 0;
-  // The canonical mode (parallel.reduction = canonical): under ep each source
-  // atom's rows are their own expert products, their weight gradients leaves of
-  // a tree over the ep group's atoms (parallel/expert_canonical.h).
+  // The canonical mode (parallel.reduction; under ep: parallel/expert_canonical.h)
+  // and its tp grain when above 1 (parallel.canonical_tp): the linear sites run
+  // in that many fixed pieces (parallel/canonical_tp.h), in one process too. 0: off.
   bool canonical = false;
+  int64_t canonical_tp = 0;
 };
 
 // A step's mixture-of-experts statistics on this rank, from the microbatches
@@ -199,8 +195,7 @@ class Llama : public pp::Stage {
   // The stage's share of the step's gradient accumulation: its store's (store.h).
   void begin_step(int64_t microbatches) override;
   void begin_microbatch(int64_t index, int64_t microbatch) override {
-    microbatch_ = index;
-    microbatch_number_ = microbatch;
+    microbatch_ = index, microbatch_number_ = microbatch;
     store_->begin_microbatch(index, microbatch);
   }
   void finish_grads() override { store_->finish_grads(); }
@@ -327,7 +322,6 @@ class Llama : public pp::Stage {
   int64_t tally_floats() const;
   void moe_tally_forward(Slot& sl);
   void moe_tally_backward(Slot& sl);
-  void moe_begin_step();  // the canonical mode's expert leaves (llama_moe.cpp)
   void moe_init();                          // buffers, the bias, the statistics (construction)
   void moe_after_backward(const Slot& sl);  // the losses' statistics; after the last backward, the bias nudge
   // Where a column layer's input gradient [Nl, C] lands: dmid without tp, the
@@ -392,9 +386,7 @@ class Llama : public pp::Stage {
   ep::ExpertDispatch dispatch_;                  // the tokens' way to their experts and back
   std::vector<std::vector<float>> router_bias_;  // per stage layer: [E] (MoE layers with bias on), else empty
   MoeStats moe_stats_;
-  int64_t microbatches_ = 1, microbatch_ = 0;  // of the current step, the current backward's index
-  int64_t microbatch_number_ = 0;              // the current backward's microbatch (the schedule's number)
-  std::vector<ep::ExpertLeaves> expert_leaves_;  // per stage layer: the canonical mode under ep, else empty
+  int64_t microbatches_ = 1, microbatch_ = 0, microbatch_number_ = 0;  // step's; backward's index, number
   struct DropoutRun {
     uint64_t seed = 0;
     int64_t step = 0;

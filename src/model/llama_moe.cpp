@@ -82,19 +82,14 @@ void Llama::moe_init() {
   }
   if (moe_stats_.layers.empty()) return;
   if (opts_.canonical && dispatch_.distributed()) {
-    expert_leaves_.resize(static_cast<size_t>(n_stage_layers_));
+    buf_->expert_leaves.resize(static_cast<size_t>(n_stage_layers_));
     for (int64_t l = 0; l < n_stage_layers_; ++l)
       if (rel_[static_cast<size_t>(l)].moe())
-        expert_leaves_[static_cast<size_t>(l)] =
+        buf_->expert_leaves[static_cast<size_t>(l)] =
             ep::ExpertLeaves(dispatch_.local_experts() * 3 * cfg_.expert_hidden() * cfg_.d_model);
   }
   buf_->allocate(buf_->plan.moe);  // model/buffer_plan.h
   begin_step(1);
-}
-
-void Llama::moe_begin_step() {
-  for (ep::ExpertLeaves& x : expert_leaves_)
-    if (x.numel() > 0) x.begin_step(opts_.mesh.ep->size() * microbatches_);
 }
 
 void Llama::moe_forward(int64_t l, const float* P, LayerActs& a, float* x_out, bool tally) {
@@ -126,7 +121,7 @@ void Llama::moe_forward(int64_t l, const float* P, LayerActs& a, float* x_out, b
   }
   {
     MT_TIMED(Kernel::gemm);  // the experts' GEMM chains with their SwiGLU
-    const bool per_source = !expert_leaves_.empty();
+    const bool per_source = !buf_->expert_leaves.empty();
     for_each_expert([&](int64_t e) {                   // one GEMM chain per local expert over its rows
       const float* W = P + o.experts + e * 3 * I * C;  // w1|w3 [2I, C], then w2 [C, I]
       for (const RowBlock& b : expert_blocks(m.plan, e, per_source)) {
@@ -235,8 +230,10 @@ void Llama::moe_experts_backward(const LayerParamOffsets& o, const float* P, flo
   const float* xin = dispatch_.distributed() ? m.xl.data() : m.xs.data();
   ep::ExpertLeaves* leaves = nullptr;
   std::vector<float*> src;  // per source atom: its leaf (canonical under ep), else gexp
-  if (!expert_leaves_.empty()) {
-    leaves = &expert_leaves_[static_cast<size_t>(&o - rel_.data())];
+  if (!buf_->expert_leaves.empty()) {
+    leaves = &buf_->expert_leaves[static_cast<size_t>(&o - rel_.data())];
+    if (microbatch_ == 0)
+      leaves->begin_step(opts_.mesh.ep->size() * microbatches_);  // the step's first backward
     for (int64_t i = 0; i < opts_.mesh.ep->size(); ++i)
       src.push_back(leaves->take());
   } else {
