@@ -10,6 +10,7 @@
 #include "model/stage_split.h"
 #include "parallel/canonical_store.h"
 #include "parallel/data_parallel.h"
+#include "parallel/expert_canonical.h"
 #include "parallel/store_plan.h"
 #include "parallel/store_sharding.h"
 #include "parallel/tp2d.h"
@@ -33,6 +34,23 @@ int64_t RankMemory::total() const {
     t += b;
   return t;
 }
+
+namespace {
+
+// The canonical mode under ep: each MoE layer of the stage keeps a pool of
+// leaves of its local experts' size (ep::ExpertLeaves::buffers_for).
+int64_t expert_leaf_floats(const Config& cfg, const StageRange& stage, const std::vector<int64_t>& order) {
+  const ModelConfig& m = cfg.model;
+  const int64_t end = stage.end_layer < 0 ? m.n_layers : stage.end_layer;
+  int64_t layers = 0;
+  for (int64_t l = stage.first_layer; l < end; ++l)
+    layers += m.is_moe_layer(l) ? 1 : 0;
+  const int64_t ep = cfg.parallel.ep;
+  return layers * ep::ExpertLeaves::buffers_for(order, ep) * (m.n_experts / ep) * 3 * m.expert_hidden() *
+         m.d_model;
+}
+
+}  // namespace
 
 namespace {
 
@@ -156,6 +174,8 @@ RankMemory rank_memory(const Config& cfg, const pp::Schedule& s, int64_t rank, S
     if (cfg.parsed().reduction == Reduction::canonical)
       f.add(MemKind::grad, canonical_tree_floats(cfg, make_param_table(m, tpr, stage, ep, grid),
                                                  backward_order(s, c.pp, k)));
+    if (cfg.parsed().reduction == Reduction::canonical && p.ep > 1)  // the expert leaves (expert_canonical.h)
+      f.add(MemKind::grad, expert_leaf_floats(cfg, stage, backward_order(s, c.pp, k)));
   }
   add_pipeline(cfg, s, c.pp, residual, f);
   const memory_model::CpFloats cpf = memory_model::cp_floats(cfg, td);

@@ -103,8 +103,10 @@ struct ModelOptions {
   int64_t moe_groups = 1;
   // train --fingerprint (parallel/probe.h): each site's activations and gradients at global coordinates.
   ActivationProbe* probe = nullptr;
-  // The canonical mode's grains above 1, in one process too (0: off): canonical_tp pieces of the linear
-  // sites (parallel/canonical_tp.h, _kv.h), canonical_cp token pieces (parallel/cp_canonical.h).
+  // The canonical mode (under ep: parallel/expert_canonical.h); its grains above 1, one process too (0: off):
+  // canonical_tp pieces (parallel/canonical_tp.h, _kv.h), canonical_cp token pieces
+  // (parallel/cp_canonical.h).
+  bool canonical = false;
   int64_t canonical_tp = 0, canonical_cp = 0;
   bool split_backward = false;  // B and W apart (pipeline/stage.h): a slot keeps what W needs
 };
@@ -195,7 +197,7 @@ class Llama : public pp::Stage {
   // The stage's share of the step's gradient accumulation: its store's (store.h).
   void begin_step(int64_t microbatches) override;
   void begin_microbatch(int64_t index, int64_t microbatch) override {
-    microbatch_ = index;
+    microbatch_ = index, microbatch_number_ = microbatch;
     store_->begin_microbatch(index, microbatch);
   }
   void finish_grads() override { store_->finish_grads(); }
@@ -386,7 +388,7 @@ class Llama : public pp::Stage {
   ep::ExpertDispatch dispatch_;                  // the tokens' way to their experts and back
   std::vector<std::vector<float>> router_bias_;  // per stage layer: [E] (MoE layers with bias on), else empty
   MoeStats moe_stats_;
-  int64_t microbatches_ = 1, microbatch_ = 0;  // of the current step, the current backward's index
+  int64_t microbatches_ = 1, microbatch_ = 0, microbatch_number_ = 0;  // step's; backward's index, number
   struct DropoutRun {
     uint64_t seed = 0;
     int64_t step = 0;

@@ -13,6 +13,7 @@
 #include "model/buffer_plan.h"
 #include "model/llama.h"
 #include "ops/primitives.h"
+#include "parallel/expert_canonical.h"
 #include "parallel/expert_parallel.h"
 
 namespace mt {
@@ -140,6 +141,8 @@ struct Llama::Buffers {
   Tensor leaves;   // the canonical mode's per-piece partial sums (parallel/canonical_tp.h)
   Tensor nshards;  // the canonical mode's per-shard norm weight gradients (linear_plan.h NormEntry)
   Tensor cpwg;     // the canonical mode's per-cp-piece weight gradients (parallel/cp_pieces.h)
+  // Per stage layer: the canonical mode's expert leaves under ep (parallel/expert_canonical.h), else empty.
+  std::vector<ep::ExpertLeaves> expert_leaves;
   // Mixture of experts: router logits and their gradient [N, E], the weights'
   // gradient [N, k], and the expert rows' gradients [N·k, C], [N·k, 2I], [N·k, I].
   Tensor rlogits, drlogits, dweights, dyk, dys, dxs, dgu_e, dh_e;

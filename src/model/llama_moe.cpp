@@ -21,6 +21,33 @@
 
 namespace mt {
 
+namespace {
+
+// A block of rows one expert's products run over, and the source rank of the
+// ep group whose atom they are.
+struct RowBlock {
+  int64_t source = 0, r0 = 0, n = 0;
+};
+
+// Expert e's rows: one block, or in the canonical mode under ep one per source
+// atom (its rows from ep rank 0, then 1, …: the expert-major order of
+// to_experts), so that each product has the shape of one process's.
+std::vector<RowBlock> expert_blocks(const ep::RoutePlan& p, int64_t e, bool per_source) {
+  const auto j = static_cast<size_t>(e);
+  if (!per_source) return {{0, p.loffset[j], p.lcount[j]}};
+  const size_t El = p.lcount.size(), P = p.recv_count.size() / El;
+  std::vector<RowBlock> blocks;
+  int64_t r0 = p.loffset[j];
+  for (size_t i = 0; i < P; ++i) {
+    const int64_t n = p.recv_count[i * El + j];
+    blocks.push_back({static_cast<int64_t>(i), r0, n});
+    r0 += n;
+  }
+  return blocks;
+}
+
+}  // namespace
+
 // The local experts' chains: side by side, one expert per thread, when there
 // are at least two per thread — each chain then runs on one thread (OpenBLAS's
 // OpenMP build and our kernels run serially inside a parallel region), a layer
@@ -54,6 +81,13 @@ void Llama::moe_init() {
     }
   }
   if (moe_stats_.layers.empty()) return;
+  if (opts_.canonical && dispatch_.distributed()) {
+    buf_->expert_leaves.resize(static_cast<size_t>(n_stage_layers_));
+    for (int64_t l = 0; l < n_stage_layers_; ++l)
+      if (rel_[static_cast<size_t>(l)].moe())
+        buf_->expert_leaves[static_cast<size_t>(l)] =
+            ep::ExpertLeaves(dispatch_.local_experts() * 3 * cfg_.expert_hidden() * cfg_.d_model);
+  }
   buf_->allocate(buf_->plan.moe);  // model/buffer_plan.h
   begin_step(1);
 }
@@ -86,15 +120,17 @@ void Llama::moe_forward(int64_t l, const float* P, LayerActs& a, float* x_out, b
     if (tally) moe_tally_layer(a, experts.data(), margin);
   }
   {
-    MT_TIMED(Kernel::gemm);           // the experts' GEMM chains with their SwiGLU
-    for_each_expert([&](int64_t e) {  // one GEMM chain per local expert over its rows
-      const int64_t r0 = m.plan.loffset[static_cast<size_t>(e)], n = m.plan.lcount[static_cast<size_t>(e)];
-      if (n == 0) return;
+    MT_TIMED(Kernel::gemm);  // the experts' GEMM chains with their SwiGLU
+    const bool per_source = !buf_->expert_leaves.empty();
+    for_each_expert([&](int64_t e) {                   // one GEMM chain per local expert over its rows
       const float* W = P + o.experts + e * 3 * I * C;  // w1|w3 [2I, C], then w2 [C, I]
-      linear_forward(m.gu.data() + r0 * 2 * I, xin + r0 * C, W, n, C, 2 * I);
-      swiglu_forward(m.h.data() + r0 * I, m.gu.data() + r0 * 2 * I, n, I);
-      // The expert outputs (the inputs are kept: dW13 reads them).
-      linear_forward(yout + r0 * C, m.h.data() + r0 * I, W + 2 * I * C, n, I, C);
+      for (const RowBlock& b : expert_blocks(m.plan, e, per_source)) {
+        if (b.n == 0) continue;
+        linear_forward(m.gu.data() + b.r0 * 2 * I, xin + b.r0 * C, W, b.n, C, 2 * I);
+        swiglu_forward(m.h.data() + b.r0 * I, m.gu.data() + b.r0 * 2 * I, b.n, I);
+        // The expert outputs (the inputs are kept: dW13 reads them).
+        linear_forward(yout + b.r0 * C, m.h.data() + b.r0 * I, W + 2 * I * C, b.n, I, C);
+      }
     });
   }
   MT_TIMED(Kernel::other);
@@ -182,25 +218,48 @@ void Llama::moe_backward(int64_t l, const float* P, float* G, LayerActs& a, cons
 }
 
 // Each local expert's GEMM chain backward over its block of rows: from
-// dys to dxs (expert-major, plan.loffset), accumulating its w1|w3 and w2 gradients.
+// dys to dxs (expert-major, plan.loffset), accumulating its w1|w3 and w2
+// gradients — in the canonical mode under ep each source atom's into its own
+// leaf of the tree over the ep group's atoms, whose root becomes this
+// microbatch's expert gradients when the step's last leaf is in.
 void Llama::moe_experts_backward(const LayerParamOffsets& o, const float* P, float* gexp, LayerActs& a,
                                  const float* dys, float* dxs) {
   MoeActs& m = a.moe;
   Buffers& b = *buf_;
   const int64_t C = cfg_.d_model, I = cfg_.expert_hidden();
   const float* xin = dispatch_.distributed() ? m.xl.data() : m.xs.data();
-  MT_TIMED(Kernel::gemm);           // the experts' GEMM chains with their SwiGLU
-  for_each_expert([&](int64_t e) {  // each expert writes its own rows and gradients
-    const int64_t r0 = m.plan.loffset[static_cast<size_t>(e)], n = m.plan.lcount[static_cast<size_t>(e)];
-    if (n == 0) return;
-    const int64_t w = o.experts + e * 3 * I * C;
-    float* g = gexp + e * 3 * I * C;
-    float* dh = b.dh_e.data() + r0 * I;
-    float* dgu = b.dgu_e.data() + r0 * 2 * I;
-    linear_backward(dh, g + 2 * I * C, dys + r0 * C, m.h.data() + r0 * I, P + w + 2 * I * C, n, I, C);
-    swiglu_backward(dgu, dh, m.gu.data() + r0 * 2 * I, n, I);
-    linear_backward(dxs + r0 * C, g, dgu, xin + r0 * C, P + w, n, C, 2 * I);
-  });
+  ep::ExpertLeaves* leaves = nullptr;
+  std::vector<float*> src;  // per source atom: its leaf (canonical under ep), else gexp
+  if (!buf_->expert_leaves.empty()) {
+    leaves = &buf_->expert_leaves[static_cast<size_t>(&o - rel_.data())];
+    if (microbatch_ == 0)
+      leaves->begin_step(opts_.mesh.ep->size() * microbatches_);  // the step's first backward
+    for (int64_t i = 0; i < opts_.mesh.ep->size(); ++i)
+      src.push_back(leaves->take());
+  } else {
+    src.push_back(gexp);
+  }
+  {
+    MT_TIMED(Kernel::gemm);           // the experts' GEMM chains with their SwiGLU
+    for_each_expert([&](int64_t e) {  // each expert writes its own rows and gradients
+      const int64_t w = o.experts + e * 3 * I * C;
+      for (const RowBlock& r : expert_blocks(m.plan, e, leaves != nullptr)) {
+        if (r.n == 0) continue;
+        float* g = src[static_cast<size_t>(r.source)] + e * 3 * I * C;
+        float* dh = b.dh_e.data() + r.r0 * I;
+        float* dgu = b.dgu_e.data() + r.r0 * 2 * I;
+        linear_backward(dh, g + 2 * I * C, dys + r.r0 * C, m.h.data() + r.r0 * I, P + w + 2 * I * C, r.n, I,
+                        C);
+        swiglu_backward(dgu, dh, m.gu.data() + r.r0 * 2 * I, r.n, I);
+        linear_backward(dxs + r.r0 * C, g, dgu, xin + r.r0 * C, P + w, r.n, C, 2 * I);
+      }
+    });
+  }
+  if (leaves == nullptr) return;
+  for (size_t i = 0; i < src.size(); ++i)  // source i's atom: i·M + m of the ep group's block
+    leaves->insert(static_cast<int64_t>(i) * microbatches_ + microbatch_number_, src[i]);
+  if (leaves->complete())  // the rest of the step's leaves hold zeros here: the root passes through
+    copy_bytes(gexp, leaves->root(), leaves->numel() * int64_t{sizeof(float)});
 }
 
 void Llama::moe_after_backward(const Slot& sl) {

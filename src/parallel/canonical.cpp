@@ -25,10 +25,13 @@ namespace {
 // The first feature of `l` without a canonical form yet, or null.
 const char* not_canonical_yet(const CanonicalLayout& l) {
   if (l.tp2d) return "2-D tensor parallelism (parallel.tp2d): its grid's sums are not yet cut into pieces";
-  if (l.experts || l.ep > 1)
-    return "mixture-of-experts layers (model.n_experts > 0): their token order and per-microbatch router "
-           "terms "
-           "are not yet canonical";
+  if (l.experts && l.sp && l.tp > 1)
+    return "mixture-of-experts layers under sequence parallelism (model.n_experts > 0 with parallel.sp): "
+           "each tp rank's router and expert gradients are its token shard's, summed over tp outside the "
+           "tree";
+  if (l.experts && (l.cp > 1 || l.canonical_cp > 1))
+    return "mixture-of-experts layers under context parallelism (model.n_experts > 0 with parallel.cp or "
+           "parallel.canonical_cp > 1): the experts' rows would be the cp pieces' rows, not in token order";
   if (l.bf16_onednn)
     return "the oneDNN bf16 kernel (train.precision = bf16): its accumulation order is the library's; "
            "MESHTRAIN_BF16_MATMUL=emulated runs the emulated kernel, which the mode covers";
@@ -106,6 +109,9 @@ void check_canonical(const CanonicalLayout& l) {
              l.batch_size, " / train.microbatch_size ", l.microbatch_size, " / parallel.dp ", l.dp,
              ") to be a power of two: every rank must hold an aligned subtree of the tree over the step's ",
              atoms, " microbatches (docs/PARALLELISM.md \"The canonical mode\")");
+  MT_REQUIRE(l.ep == 1 || is_power_of_two(l.ep), ConfigError, "parallel.ep (", l.ep,
+             ") must be a power of two in the canonical mode: an expert's holder sums the ep x microbatches "
+             "atoms of its ep group, which must be an aligned subtree of the tree over the step's atoms");
   check_canonical_tp(l);
   check_canonical_cp(l);
 }

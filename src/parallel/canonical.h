@@ -36,8 +36,9 @@
 // What does not yet have a canonical form is refused by name at start-up
 // (check_canonical): 2-D tp, cp with tp pieces, with several sequences a
 // microbatch or several microbatches a dp rank (check_canonical_cp), experts
-// (token order, per-microbatch aux terms), and the oneDNN bf16 kernel (its
-// accumulation order is the library's).
+// under SP (their gradients are token shards' sums over tp) or under cp, an
+// ep that is not a power of two (expert_canonical.h), and the oneDNN bf16
+// kernel (its accumulation order is the library's).
 #pragma once
 
 #include <cstdint>

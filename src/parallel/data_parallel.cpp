@@ -282,7 +282,8 @@ void DataParallelStore::unit_ready_for_buckets(int unit) {
                                            opts_.order, b.label));
   else  // the experts over their replicas only
     b.works =
-        all_reduce_runs(units_, full_grads_.data(), b.begin, b.end, dp_, opts_.expert_replicas, b.label);
+        all_reduce_runs(units_, full_grads_.data(), b.begin, b.end, dp_, opts_.expert_replicas, b.label,
+                        opts_.order);
   b.launched = true;
 }
 
@@ -372,7 +373,10 @@ double DataParallelStore::grad_sum_squares() {
 }
 
 void DataParallelStore::grad_sum_squares_exact(ExactSum& acc) {
-  MT_CHECK(opts_.ep == nullptr, "the exact gradient norm does not cover expert parallelism");
+  if (opts_.zero <= 1 && opts_.ep != nullptr) {
+    ep_sum_squares_exact(units_, full_grads_.data(), *opts_.ep, acc);  // each expert once
+    return;
+  }
   if (opts_.zero <= 1) {
     counted_sum_squares_exact(units_, full_grads_.data(), acc);  // replicated: every element once
     return;

@@ -25,12 +25,13 @@ std::vector<GradRun> grad_runs(const std::vector<UnitSpec>& units, int64_t begin
 }
 
 std::vector<Work> all_reduce_runs(const std::vector<UnitSpec>& units, float* grads, int64_t begin,
-                                  int64_t end, Group& dense, Group* replicas, const std::string& label) {
+                                  int64_t end, Group& dense, Group* replicas, const std::string& label,
+                                  SumOrder order) {
   std::vector<Work> works;
   for (const GradRun& r : grad_runs(units, begin, end)) {
     Group* g = r.expert ? replicas : &dense;
     if (g == nullptr || g->size() == 1) continue;
-    works.push_back(g->all_reduce_async(grads + r.begin, r.end - r.begin, ElemType::f32, ReduceOp::sum,
+    works.push_back(g->all_reduce_async(grads + r.begin, r.end - r.begin, ElemType::f32, order,
                                         label + (r.expert ? " experts" : " dense")));
   }
   return works;
@@ -45,6 +46,18 @@ double ep_sum_squares(const std::vector<UnitSpec>& units, const float* full, Gro
   }
   ep.all_reduce(&sums[1], 1, "grad norm experts");
   return sums[0] + sums[1];
+}
+
+void ep_sum_squares_exact(const std::vector<UnitSpec>& units, const float* full, Group& ep, ExactSum& acc) {
+  ExactSum experts;
+  for (const auto& u : units) {
+    for (const auto& p : u.params) {
+      if (p.norm_counted) exact_sum_squares(p.expert ? experts : acc, full + p.offset, p.numel());
+    }
+  }
+  ep.all_reduce(experts.words(), ExactSum::kWords, "grad norm experts");
+  experts.normalise();
+  acc.merge(experts);
 }
 
 }  // namespace mt

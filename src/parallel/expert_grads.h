@@ -27,14 +27,19 @@ std::vector<GradRun> grad_runs(const std::vector<UnitSpec>& units, int64_t begin
 
 // Starts the sum of grads[begin, end) (a range of `units`' flat buffer): each
 // run of experts over `replicas` (null or size 1: not reduced), each other run
-// over `dense`. Labels: label + " experts" / " dense".
+// over `dense`, each sum in `order` (SumOrder::tree in the canonical mode).
+// Labels: label + " experts" / " dense".
 std::vector<Work> all_reduce_runs(const std::vector<UnitSpec>& units, float* grads, int64_t begin,
-                                  int64_t end, Group& dense, Group* replicas, const std::string& label);
+                                  int64_t end, Group& dense, Group* replicas, const std::string& label,
+                                  SumOrder order = SumOrder::library);
 
 // Σ g² of a replicated full flat buffer with each expert counted once: the
 // experts' squares summed over the ep group (each rank holds its own experts),
 // the rest (replicated) taken from this rank. Parameters without
 // norm_counted are left out.
 double ep_sum_squares(const std::vector<UnitSpec>& units, const float* full, Group& ep);
+// The canonical mode's form of it: each square added exactly to `acc`, the
+// experts' exact sum summed over the ep group by its integer limbs.
+void ep_sum_squares_exact(const std::vector<UnitSpec>& units, const float* full, Group& ep, ExactSum& acc);
 
 }  // namespace mt

@@ -128,6 +128,7 @@ ModelOptions model_options(const Config& cfg, const RunOptions& opts, const RunM
   mo.sp = cfg.parallel.sp && mesh.tp > 1;
   mo.tp_overlap = cfg.parallel.tp_overlap && mesh.tp > 1;
   mo.moe_groups = mesh.dp;
+  mo.canonical = cfg.parsed().reduction == Reduction::canonical;
   if (cfg.parsed().reduction == Reduction::canonical && cfg.parallel.canonical_tp > 1)
     mo.canonical_tp = cfg.parallel.canonical_tp;
   if (cfg.parsed().reduction == Reduction::canonical && cfg.parallel.canonical_cp > 1)

@@ -204,7 +204,6 @@ refused grain_three 1 "parallel.canonical_tp (3) must be a power of two" "${cano
 refused grain_default 1 "it needs parallel.reduction = canonical" --set parallel.canonical_tp=2
 refused grain_fake_device 1 "parallel.canonical_tp (2) needs train.device = cpu, not fake" "${canon[@]}" \
   --set parallel.canonical_tp=2 --set train.device=fake
-refused moe 1 "does not cover mixture-of-experts" "${canon[@]}" --set model.n_experts=4
 refused dp2_three_each 2 "to be a power of two" "${canon[@]}" --dp 2 --set train.batch_size=6
 refused unknown_mode 1 "parallel.reduction ('exact') must be default or canonical" --set parallel.reduction=exact
 

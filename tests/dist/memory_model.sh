@@ -30,7 +30,8 @@
 # parallel/cp_pieces.h; the key-chunk attention's buffers, cp_canonical.h) and
 # one process with the same 4 pieces; HSDP (parallel.dp_shard = 2 at dp 4)
 # at ZeRO 1, and at ZeRO 3 with checkpoints (only the first shard group stages a copy: the others hold
-# the same pieces).
+# the same pieces); canonical dp 2 x ep 2 (the
+# expert leaves, parallel/expert_canonical.h).
 set -euo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -83,6 +84,7 @@ layouts=(
   "canonical_tp2_overlap_c4 2 --tp 2 --set parallel.tp_overlap=true --set parallel.sp=true --set parallel.reduction=canonical --set parallel.canonical_tp=4 --set model.n_kv_heads=4 --set train.batch_size=16 --set train.microbatch_size=16"
   "hsdp_dp4_2x2_zero1 4 --dp 4 --zero 1 --set parallel.dp_shard=2 --set train.microbatch_size=2"
   "hsdp_dp4_2x2_zero3_saves 4 --dp 4 --zero 3 --set parallel.dp_shard=2 --set train.microbatch_size=2 --set train.checkpoint_dir=$tmp/ck_hsdp"
+  "canonical_ep2_moe 2 --dp 2 --set parallel.ep=2 --zero 1 --set model.n_experts=4 --set model.expert_ffn_hidden=24 --set parallel.reduction=canonical --set train.microbatch_size=2"
   "canonical_tp2_sp_c4 2 --tp 2 --set parallel.sp=true --set parallel.reduction=canonical --set parallel.canonical_tp=4 --set model.n_kv_heads=4 --set train.microbatch_size=2"
   "canonical_cp2_ring_c4 2 --set parallel.cp=2 --set parallel.reduction=canonical --set parallel.canonical_cp=4 --set model.max_seq_len=512 --set train.seq_len=512 --set train.batch_size=1 --set train.microbatch_size=1"
   "canonical_cp2_allgather_c4 2 --set parallel.cp=2 --set parallel.cp_impl=allgather --set parallel.reduction=canonical --set parallel.canonical_cp=4 --set model.max_seq_len=512 --set train.seq_len=512 --set train.batch_size=1 --set train.microbatch_size=1"
