@@ -103,9 +103,8 @@ struct ModelOptions {
   int64_t moe_groups = 1;
   // train --fingerprint (parallel/probe.h): each site's activations and gradients at global coordinates.
   ActivationProbe* probe = nullptr;
-  // The canonical mode (under ep: parallel/expert_canonical.h); its grains above 1, one process too (0: off):
-  // canonical_tp pieces (parallel/canonical_tp.h, _kv.h), canonical_cp token pieces
-  // (parallel/cp_canonical.h).
+  // The canonical mode (ep: parallel/expert_canonical.h), its grains above 1 in one process too (0: off):
+  // canonical_tp pieces (parallel/canonical_tp.h, _kv.h), canonical_cp pieces (parallel/cp_canonical.h).
   bool canonical = false;
   int64_t canonical_tp = 0, canonical_cp = 0;
   bool split_backward = false;  // B and W apart (pipeline/stage.h): a slot keeps what W needs
