@@ -354,8 +354,7 @@ class Llama : public pp::Stage {
   Group* cp_group() const { return MeshView::live(opts_.mesh.cp); }  // null without context parallelism
   // Features of a residual-stream row here: d_model, or d_model / tp on a grid.
   int64_t resid_width() const { return plan_.width(); }
-  // On a grid (llama.cpp): the buffers and slot 0, one microbatch's
-  // activations and one layer's, sized by GridWidths.
+  // On a grid (llama.cpp): buffers and slot 0 sized by GridWidths.
   void check_grid() const;  // a grid's start-up rules (tp::check_grid)
   void embed_forward(Slot& sl);
   void embed_backward(Slot& sl, float* Eg);
