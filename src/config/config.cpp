@@ -201,9 +201,15 @@ std::vector<Entry> parallel_entries() {
           "vocab_size and a microbatch's tokens: every sum over a tp-split dim (row outputs, column input "
           "gradients, the cross-entropy's sum of exponentials) is a fixed tree over c pieces and the norm "
           "weights' gradients a tree over c token shards, so tp 1 to c (any tp dividing c, with or without "
-          "sp or tp_overlap; no tp2d) is bitwise the one-process run with the same c; 1: no "
+          "sp or tp_overlap; tp2d with canonical_tp_d) is bitwise the one-process run with the same c; 1: no "
           "pieces, tp 1 "
           "only; kept across a resume"),
+      MT_KEY(parallel, canonical_tp_d, "int",
+             "the canonical mode's d grain g, a power of two dividing d_model: every sum over the model "
+             "width (the K of q|k|v, gate|up and the head, the norms' sums over d) is a fixed tree over g "
+             "pieces and every site is cut on both dims, so a 2-D tp grid (parallel.tp2d, tp dividing g) is "
+             "bitwise the one-process run with the same c and g; 1: no d pieces (no tp2d grid, whose "
+             "2 x 2 needs g >= 4); 1-D tp > 1 needs 1; kept across a resume"),
       MT_KEY(parallel, bucket_mb, "float", "gradient bucket size in MiB for the ZeRO 0/1 all-reduce"),
       MT_KEY(parallel, timeout_s, "float",
              "watchdog: a collective not complete after this many seconds ends the job"),

@@ -103,7 +103,13 @@ void validate_reduction(const Config& c, ParsedKeys& keys) {
   MT_REQUIRE(keys.reduction == Reduction::canonical || c.parallel.canonical_tp == 1, ConfigError,
              "parallel.canonical_tp (", c.parallel.canonical_tp,
              ") is the canonical mode's grain: it needs parallel.reduction = canonical");
+  MT_REQUIRE(keys.reduction == Reduction::canonical || c.parallel.canonical_tp_d == 1, ConfigError,
+             "parallel.canonical_tp_d (", c.parallel.canonical_tp_d,
+             ") is the canonical mode's d grain: it needs parallel.reduction = canonical");
   if (keys.reduction != Reduction::canonical) return;
+  MT_REQUIRE(c.parallel.canonical_tp_d == 1 || keys.device == RunDevice::cpu, ConfigError,
+             "parallel.canonical_tp_d (", c.parallel.canonical_tp_d, ") needs train.device = cpu, not ",
+             run_device_name(keys.device), ": its sums over d pieces run on the host");
   MT_REQUIRE(c.parallel.canonical_tp == 1 || keys.device == RunDevice::cpu, ConfigError,
              "parallel.canonical_tp (", c.parallel.canonical_tp, ") needs train.device = cpu, not ",
              run_device_name(keys.device), ": its sums over tp pieces run on the host");
@@ -113,7 +119,8 @@ void validate_reduction(const Config& c, ParsedKeys& keys) {
   check_canonical({p.dp, p.tp, p.cp, p.pp, p.ep, p.sp, p.tp_overlap, keys.tp_grid.two_d(), c.model.moe(),
                    c.model.tie_embeddings, onednn, c.train.batch_size, c.train.microbatch_size,
                    c.train.microbatch_size * c.train.seq_len, p.canonical_tp, c.model.n_heads,
-                   c.model.n_kv_heads, c.model.ffn_hidden, c.model.vocab_size});
+                   c.model.n_kv_heads, c.model.ffn_hidden, c.model.vocab_size, p.canonical_tp_d,
+                   c.model.d_model});
 }
 }  // namespace
 

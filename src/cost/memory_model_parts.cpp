@@ -32,6 +32,10 @@ buffers::Shape shape_of(const Config& cfg, const StageRange& stage) {
   s.ep = std::max<int64_t>(1, p.ep);
   s.recompute = cfg.parsed().recompute;
   if (cfg.parsed().reduction == Reduction::canonical && p.canonical_tp > 1) s.pieces = p.canonical_tp / p.tp;
+  if (cfg.parsed().reduction == Reduction::canonical && p.canonical_tp_d > 1) {
+    s.canonical_c = p.canonical_tp > 1 ? p.canonical_tp : 0;
+    s.canonical_d = p.canonical_tp_d;
+  }
   s.embed = stage.embed;
   s.head = stage.head;
   const int64_t end = stage.end_layer < 0 ? m.n_layers : stage.end_layer;

@@ -80,7 +80,8 @@ Tensor& Llama::Buffers::member(const char* name) {
       {"drlogits", &B::drlogits}, {"dweights", &B::dweights}, {"dyk", &B::dyk},
       {"dys", &B::dys},           {"dxs", &B::dxs},           {"dgu_e", &B::dgu_e},
       {"dh_e", &B::dh_e},         {"xfer", &B::xfer},         {"moeg", &B::moeg},
-      {"grid", &B::grid},         {"leaves", &B::leaves},     {"nshards", &B::nshards}};
+      {"grid", &B::grid},         {"leaves", &B::leaves},     {"nshards", &B::nshards},
+      {"pieces2d", &B::pieces2d}};
   return named(*this, table, name, "Buffers");
 }
 

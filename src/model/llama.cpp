@@ -85,15 +85,18 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
                                     .embed = has_embed(),
                                     .head = has_head(),
                                     .moe_layers = std::move(moe_layers),
-                                    .pieces = opts_.canonical_tp > 1 ? opts_.canonical_tp / tpr_.size : 0});
+                                    .pieces = opts_.canonical_tp > 1 ? opts_.canonical_tp / tpr_.size : 0,
+                                    .canonical_c = opts_.canonical_tp,
+                                    .canonical_d = opts_.canonical_tp_d});
   if (plan_.form() == tp::Form::grid) check_grid();
   Buffers& b = *buf_;  // sized by the buffer plan (model/buffer_plan.h)
   if (opts_.recompute.any()) b.recompute.emplace_back(b.plan.recompute);
   b.allocate(b.plan.shared);
   if (plan_.form() == tp::Form::grid)
-    plan_.bind({nullptr, nullptr, b.grid.data(), nullptr, nullptr});
+    plan_.bind({nullptr, nullptr, b.grid.data(), nullptr, nullptr, nullptr, b.pieces2d.data()});
   else
-    plan_.bind({b.part.data(), b.dfull.data(), nullptr, b.kvg.data(), b.leaves.data(), b.nshards.data()});
+    plan_.bind({b.part.data(), b.dfull.data(), nullptr, b.kvg.data(), b.leaves.data(), b.nshards.data(),
+                b.pieces2d.data()});
   moe_init();
   slot(0);  // one microbatch's activations, allocated up front
 }

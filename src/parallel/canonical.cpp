@@ -24,7 +24,6 @@ namespace {
 
 // The first feature of `l` without a canonical form yet, or null.
 const char* not_canonical_yet(const CanonicalLayout& l) {
-  if (l.tp2d) return "2-D tensor parallelism (parallel.tp2d): its grid's sums are not yet cut into pieces";
   if (l.tp > l.n_kv_heads)
     return "kv heads replicated over tp (parallel.tp > model.n_kv_heads): their replicas' gradient sum is "
            "not yet in the tree";
@@ -65,6 +64,22 @@ void check_canonical_tp(const CanonicalLayout& l) {
              "(docs/PARALLELISM.md \"The canonical mode\")");
 }
 
+// The d grain (canonical_tp2d.h): d is g pieces; a grid's tp ranks hold aligned blocks of them.
+void check_canonical_tp_d(const CanonicalLayout& l) {
+  const int64_t g = l.canonical_tp_d;
+  MT_REQUIRE(is_power_of_two(g) && l.d_model % g == 0, ConfigError, "parallel.canonical_tp_d (", g,
+             ") must be a power of two dividing model.d_model (", l.d_model,
+             "): each d piece is what tp rank q holds of the residual stream at tp = canonical_tp_d");
+  MT_REQUIRE(!l.tp2d || (g > 1 && g % l.tp == 0), ConfigError, "parallel.tp2d with parallel.tp (", l.tp,
+             ") in the canonical mode needs parallel.canonical_tp_d (", g,
+             ") to be a multiple of tp: the grid splits the model width, and each rank's share of it must be "
+             "whole d pieces, an aligned subtree (docs/PARALLELISM.md \"The canonical mode\")");
+  MT_REQUIRE(l.tp2d || l.tp == 1 || g == 1, ConfigError, "parallel.canonical_tp_d (", g,
+             ") with 1-D parallel.tp (", l.tp,
+             ") is not built: 1-D tp keeps the model width whole, so its sums are not cut into d pieces; "
+             "run the grid \"1,", l.tp, "\" only with canonical_tp_d = 1, or one process");
+}
+
 }  // namespace
 
 void check_canonical(const CanonicalLayout& l) {
@@ -78,6 +93,7 @@ void check_canonical(const CanonicalLayout& l) {
              ") to be a power of two: every rank must hold an aligned subtree of the tree over the step's ",
              atoms, " microbatches (docs/PARALLELISM.md \"The canonical mode\")");
   check_canonical_tp(l);
+  check_canonical_tp_d(l);
 }
 
 }  // namespace mt

@@ -12,6 +12,10 @@
 //   tp:     the grain c = parallel.canonical_tp (a power of two, recorded in
 //           checkpoints): every sum over a tp-split dim is a tree over c fixed
 //           pieces, c / tp on each rank, in one process too (canonical_tp.h);
+//   2-D:    the d grain g = parallel.canonical_tp_d (a power of two dividing
+//           d_model, recorded in checkpoints): every sum over the model width
+//           a tree over g d pieces, every site cut on both dims
+//           (canonical_tp2d.h); a grid needs tp to divide g, 1-D tp > 1 g = 1;
 //   scalars: the loss, the gradient norm and LAMB's per-tensor norms as exact
 //           sums (ExactSum), whose value does not depend on any order or split.
 //
@@ -23,7 +27,7 @@
 //           chunk's sum the same tree (canonical_tp.h), with or without SP.
 //
 // What does not yet have a canonical form is refused by name at start-up
-// (check_canonical): 2-D tp and kv heads
+// (check_canonical): kv heads
 // replicated over tp (tp > n_kv_heads), context parallelism (key blocks),
 // experts (token order, per-microbatch aux terms), tied embeddings over
 // pipeline stages (their two copies' gradients would be summed outside the
@@ -50,6 +54,8 @@ struct CanonicalLayout {
   int64_t microbatch_tokens = 1;  // train.microbatch_size × train.seq_len
   int64_t canonical_tp = 1;       // parallel.canonical_tp
   int64_t n_heads = 1, n_kv_heads = 1, ffn_hidden = 1, vocab_size = 1;
+  int64_t canonical_tp_d = 1;  // parallel.canonical_tp_d (canonical_tp2d.h)
+  int64_t d_model = 1;
 };
 
 // The refusals above; the batch rule: with dp > 1 each dp rank's atoms
@@ -57,7 +63,9 @@ struct CanonicalLayout {
 // holds an aligned subtree of the tree over the global atoms; and the tp
 // rule: canonical_tp is a power of two dividing n_heads, n_kv_heads,
 // ffn_hidden, vocab_size (a piece is what tp rank p holds at tp = c,
-// unpadded) and the microbatch's tokens (the norms' shards), and tp divides it.
+// unpadded) and the microbatch's tokens (the norms' shards), and tp divides it;
+// the 2-D rule: canonical_tp_d a power of two dividing d_model, which tp
+// divides on a grid (R > 1) and is 1 under 1-D tp > 1.
 void check_canonical(const CanonicalLayout& l);
 
 // n a power of two (n ≥ 1).

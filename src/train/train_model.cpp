@@ -125,6 +125,8 @@ ModelOptions model_options(const Config& cfg, const RunOptions& opts, const RunM
   mo.moe_groups = mesh.dp;
   if (cfg.parsed().reduction == Reduction::canonical && cfg.parallel.canonical_tp > 1)
     mo.canonical_tp = cfg.parallel.canonical_tp;
+  if (cfg.parsed().reduction == Reduction::canonical && cfg.parallel.canonical_tp_d > 1)
+    mo.canonical_tp_d = cfg.parallel.canonical_tp_d;
   return mo;
 }
 
