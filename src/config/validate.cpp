@@ -116,10 +116,26 @@ void validate_reduction(const Config& c, ParsedKeys& keys) {
   const ParallelConfig& p = c.parallel;
   const bool onednn = keys.precision == MatmulPrecision::bf16 &&
                       resolve_bf16_kernel(std::getenv("MESHTRAIN_BF16_MATMUL")) == Bf16Kernel::onednn;
-  check_canonical({p.dp, p.tp, p.cp, p.pp, p.ep, p.sp, p.tp_overlap, keys.tp_grid.two_d(), c.model.moe(),
-                   c.model.tie_embeddings, onednn, c.train.batch_size, c.train.microbatch_size,
-                   c.train.microbatch_size * c.train.seq_len, p.canonical_tp, c.model.n_heads,
-                   c.model.n_kv_heads, c.model.ffn_hidden, c.model.vocab_size, p.canonical_tp_d,
+  check_canonical({p.dp,
+                   p.tp,
+                   p.cp,
+                   p.pp,
+                   p.ep,
+                   p.sp,
+                   p.tp_overlap,
+                   keys.tp_grid.two_d(),
+                   c.model.moe(),
+                   c.model.tie_embeddings,
+                   onednn,
+                   c.train.batch_size,
+                   c.train.microbatch_size,
+                   c.train.microbatch_size * c.train.seq_len,
+                   p.canonical_tp,
+                   c.model.n_heads,
+                   c.model.n_kv_heads,
+                   c.model.ffn_hidden,
+                   c.model.vocab_size,
+                   p.canonical_tp_d,
                    c.model.d_model});
 }
 }  // namespace

@@ -1,10 +1,9 @@
 #include "model/buffer_plan.h"
 
-#include "parallel/canonical_tp2d.h"
-
 #include <algorithm>
 
 #include "core/error.h"
+#include "parallel/canonical_tp2d.h"
 
 namespace mt::buffers {
 
@@ -223,7 +222,8 @@ Entry pieces2d_scratch(const ModelConfig& c, const TpDims& d, const Sizes& m, co
   const int64_t cc = std::max<int64_t>(s.canonical_c, 1), g = s.canonical_d;
   if (!tp::on_grid(s.grid))
     return {"pieces2d",
-            {tp::pieces2d_scratch_floats(m.N, std::max({m.QKV, 2 * m.F, d.vocab_rows, m.C, m.Q}), std::max(cc, g))},
+            {tp::pieces2d_scratch_floats(m.N, std::max({m.QKV, 2 * m.F, d.vocab_rows, m.C, m.Q}),
+                                         std::max(cc, g))},
             MemKind::scratch};
   const GridWidths w(c, d, s.grid);
   const int64_t widest = std::max({w.QKVC, 2 * w.FC, w.Vl, w.dR, w.QC});

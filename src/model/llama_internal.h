@@ -131,8 +131,8 @@ struct Llama::Buffers {
   // reduce-scattered one. normg [2, C] collects the norm weights' partial
   // gradients (SP) and kvg [2·KVl·D, C] a replicated kv head's gradient.
   Tensor part, dfull, dln, normg, kvg;
-  Tensor leaves;   // the canonical mode's per-piece partial sums (parallel/canonical_tp.h)
-  Tensor nshards;  // the canonical mode's per-shard norm weight gradients (linear_plan.h NormEntry)
+  Tensor leaves;    // the canonical mode's per-piece partial sums (parallel/canonical_tp.h)
+  Tensor nshards;   // the canonical mode's per-shard norm weight gradients (linear_plan.h NormEntry)
   Tensor pieces2d;  // the canonical mode's d-piece scratch (parallel/canonical_tp2d.h)
   // Mixture of experts: router logits and their gradient [N, E], the weights'
   // gradient [N, k], and the expert rows' gradients [N·k, C], [N·k, 2I], [N·k, I].

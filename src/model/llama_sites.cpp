@@ -46,9 +46,15 @@ std::vector<tp::ModelSite> Llama::model_sites() const {
 }
 
 void Llama::make_plan(Group* kv) {
-  const tp::TpGroups groups{
-      tp_group(),      opts_.sp, opts_.tp_overlap,  tp_group() ? opts_.grid : tp::Grid{}, opts_.mesh.tp_r,
-      opts_.mesh.tp_c, kv,       opts_.canonical_tp, opts_.canonical_tp_d};
+  const tp::TpGroups groups{tp_group(),
+                            opts_.sp,
+                            opts_.tp_overlap,
+                            tp_group() ? opts_.grid : tp::Grid{},
+                            opts_.mesh.tp_r,
+                            opts_.mesh.tp_c,
+                            kv,
+                            opts_.canonical_tp,
+                            opts_.canonical_tp_d};
   plan_ = tp::LinearPlan(opts_.plan ? *opts_.plan : tp::llama_plan(), model_sites(), groups, cfg_.d_model);
   for (int64_t l = 0; l < n_stage_layers_; ++l) {
     const std::string at = "layer " + std::to_string(table_.stage.first_layer + l) + " ";

@@ -77,7 +77,8 @@ void check_canonical_tp_d(const CanonicalLayout& l) {
   MT_REQUIRE(l.tp2d || l.tp == 1 || g == 1, ConfigError, "parallel.canonical_tp_d (", g,
              ") with 1-D parallel.tp (", l.tp,
              ") is not built: 1-D tp keeps the model width whole, so its sums are not cut into d pieces; "
-             "run the grid \"1,", l.tp, "\" only with canonical_tp_d = 1, or one process");
+             "run the grid \"1,",
+             l.tp, "\" only with canonical_tp_d = 1, or one process");
 }
 
 }  // namespace

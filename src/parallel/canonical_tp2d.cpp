@@ -138,8 +138,8 @@ namespace {
 // w·g·x (a = g, b = x).
 void sums_over_d(double* sums, const float* a, const float* b, const float* w, int64_t N, int64_t dl,
                  int64_t pieces, Group* tp, std::string_view site, const char* what, const char* dir) {
-  MT_CHECK(pieces >= 1 && dl % pieces == 0, "the norms' ", dl, " features are not ", pieces,
-           " d pieces at ", std::string(site));
+  MT_CHECK(pieces >= 1 && dl % pieces == 0, "the norms' ", dl, " features are not ", pieces, " d pieces at ",
+           std::string(site));
   const int64_t pw = dl / pieces;
   std::vector<double> parts(static_cast<size_t>(pieces * N));
   for (int64_t k = 0; k < pieces; ++k) {

@@ -36,7 +36,7 @@ namespace mt::tp {
 
 // One linear site's cut on this rank.
 struct Pieces2d {
-  int64_t out = 1, in = 1;     // this rank's pieces of the weight's output and input dims
+  int64_t out = 1, in = 1;      // this rank's pieces of the weight's output and input dims
   std::vector<int64_t> blocks;  // the output's fused blocks (local widths; empty: one)
   Group* gather = nullptr;      // the input's feature split (all-gathered forward); null: none
   Group* scatter = nullptr;     // the output's (reduce-scattered forward, by the tree); null: none

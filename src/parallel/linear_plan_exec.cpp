@@ -45,8 +45,14 @@ void chunked_column_forward(float* out, float* saved, const float* inp, const fl
 
 Pieces2d LinearPlan::pieces2d(const LinearEntry& e, std::string_view label) const {
   const bool row = e.role == Role::row;  // o, down: the output is d, the input heads / hidden
-  return {row ? e.dpieces : e.pieces, row ? e.pieces : e.dpieces, e.out_blocks, e.gather, e.scatter, e.reduce,
-          label, scratch_.pieces2d};
+  return {row ? e.dpieces : e.pieces,
+          row ? e.pieces : e.dpieces,
+          e.out_blocks,
+          e.gather,
+          e.scatter,
+          e.reduce,
+          label,
+          scratch_.pieces2d};
 }
 
 void LinearPlan::forward(float* out, float* saved, const float* inp, const float* w, int64_t N,
