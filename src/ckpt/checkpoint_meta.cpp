@@ -255,7 +255,7 @@ void check_resume_reduction(const std::string& dir, const json& saved, const Con
              config_get(cfg, "parallel.canonical_tp"),
              " in this run: in the canonical mode it fixes the pieces of every tp-split sum, kept across a "
              "resume");
-  // The d grain likewise (canonical_tp2d.h); without the key: 1.
+  // The d grain likewise (canonical_tp_grid.h); without the key: 1.
   const std::string g = saved.contains("parallel.canonical_tp_d")
                             ? saved.at("parallel.canonical_tp_d").get<std::string>()
                             : std::string("1");

@@ -188,28 +188,20 @@ std::vector<Entry> parallel_entries() {
              "layers per virtual stage, e.g. \"3,2,2,1\" (pp x virtual_stages entries summing to n_layers); "
              "empty: an even split, the first stages taking one more"),
       MT_KEY(parallel, cp_impl, "string", "context-parallel attention: ring | allgather"),
-      MT_KEY(
-          parallel, reduction, "string",
-          "default | canonical: canonical sums every gradient over a fixed tree of microbatches and the loss "
-          "and gradient norm exactly, so that every layout it covers (dp, ZeRO 0-3, pp, tp up to "
-          "parallel.canonical_tp with parallel.sp and tp_overlap, recompute, dropout) "
-          "is bitwise the one-process run with the same train.microbatch_size (docs/PARALLELISM.md \"The "
-          "canonical mode\")"),
-      MT_KEY(
-          parallel, canonical_tp, "int",
-          "the canonical mode's tp grain c, a power of two dividing n_heads, n_kv_heads, ffn_hidden and "
-          "vocab_size and a microbatch's tokens: every sum over a tp-split dim (row outputs, column input "
-          "gradients, the cross-entropy's sum of exponentials) is a fixed tree over c pieces and the norm "
-          "weights' gradients a tree over c token shards, so tp 1 to c (any tp dividing c, with or without "
-          "sp or tp_overlap; tp2d with canonical_tp_d) is bitwise the one-process run with the same c; 1: no "
-          "pieces, tp 1 "
-          "only; kept across a resume"),
+      MT_KEY(parallel, reduction, "string",
+             "default | canonical: canonical sums every gradient over a fixed tree of microbatches and the "
+             "loss and gradient norm exactly, so that every layout it covers (dp, ZeRO 0-3, pp, tp with "
+             "sp/tp_overlap, tp2d grids, recompute, dropout) is bitwise the one-process run with the same "
+             "train.microbatch_size and grains (docs/PARALLELISM.md \"The canonical mode\")"),
+      MT_KEY(parallel, canonical_tp, "int",
+             "the canonical mode's tp grain c, a power of two dividing n_heads, n_kv_heads, ffn_hidden, "
+             "vocab_size and a microbatch's tokens: every sum over a tp-split dim is a fixed tree over c "
+             "pieces (norm weight gradients: c token shards), so any tp dividing c is bitwise one process "
+             "with the same c; 1: no pieces, tp 1 only; kept across a resume"),
       MT_KEY(parallel, canonical_tp_d, "int",
              "the canonical mode's d grain g, a power of two dividing d_model: every sum over the model "
-             "width (the K of q|k|v, gate|up and the head, the norms' sums over d) is a fixed tree over g "
-             "pieces and every site is cut on both dims, so a 2-D tp grid (parallel.tp2d, tp dividing g) is "
-             "bitwise the one-process run with the same c and g; 1: no d pieces (no tp2d grid, whose "
-             "2 x 2 needs g >= 4); 1-D tp > 1 needs 1; kept across a resume"),
+             "width (K of q|k|v, gate|up, head; the norms' sums) a fixed tree over g pieces, so a tp2d grid "
+             "(tp dividing g) is bitwise one process with the same c and g; 1: none (1-D tp > 1 needs 1)"),
       MT_KEY(parallel, bucket_mb, "float", "gradient bucket size in MiB for the ZeRO 0/1 all-reduce"),
       MT_KEY(parallel, timeout_s, "float",
              "watchdog: a collective not complete after this many seconds ends the job"),

@@ -84,7 +84,7 @@ struct ParallelConfig {
   // pieces (parallel/canonical_tp.h); tp must divide it. 1: no pieces (tp 1 only).
   int64_t canonical_tp = 1;
   // Its d grain: the model width's sums over this many fixed pieces
-  // (parallel/canonical_tp2d.h), needed by 2-D tp. 1: no d pieces.
+  // (parallel/canonical_tp_grid.h), needed by 2-D tp. 1: no d pieces.
   int64_t canonical_tp_d = 1;
   double bucket_mb = 25.0;       // ZeRO 0/1 gradient bucket size
   double timeout_s = 300.0;      // watchdog: a collective not done after this long ends the job

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "parallel/canonical_tp2d.h"
+#include "parallel/canonical_tp_grid.h"
 
 namespace mt::buffers {
 
@@ -216,7 +216,7 @@ void grid_plan(const ModelConfig& c, const TpDims& d, const Sizes& m, ChunkPlan&
             {"logits", {N, w.Vl}}, {"losses", {N}}, {"lse_ce", {N}}};
 }
 
-// The canonical 2-D pieces' scratch (parallel/canonical_tp2d.h): the most
+// The canonical 2-D pieces' scratch (parallel/canonical_tp_grid.h): the most
 // pieces a rank sums at a site and the widest local side of a site.
 Entry pieces2d_scratch(const ModelConfig& c, const TpDims& d, const Sizes& m, const Shape& s) {
   const int64_t cc = std::max<int64_t>(s.canonical_c, 1), g = s.canonical_d;

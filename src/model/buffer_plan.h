@@ -66,7 +66,7 @@ struct Shape {
   bool embed = true, head = true;  // the stage holds the embedding / the final norm, LM head and loss
   std::vector<bool> moe_layers;    // one per stage layer: whether it is a mixture-of-experts layer
   int64_t pieces = 0;              // canonical tp (parallel/canonical_tp.h): this rank's pieces; 0: off
-  int64_t canonical_c = 0;         // canonical 2-D (parallel/canonical_tp2d.h): the grain c (canonical_tp)
+  int64_t canonical_c = 0;         // canonical 2-D (parallel/canonical_tp_grid.h): the grain c (canonical_tp)
   int64_t canonical_d = 0;         // and the d grain g; 0: off
 };
 

@@ -109,9 +109,7 @@ struct ModelOptions {
   // linear sites run in that many fixed pieces (parallel/canonical_tp.h), in
   // one process too. 0: off.
   int64_t canonical_tp = 0;
-  // Its d grain (parallel.canonical_tp_d) when above 1: the sites cut on both
-  // dims and the norms' sums over d pieces (parallel/canonical_tp2d.h). 0: off.
-  int64_t canonical_tp_d = 0;
+  int64_t canonical_tp_d = 0;  // parallel.canonical_tp_d > 1: d pieces (parallel/canonical_tp_grid.h)
 };
 
 // A step's mixture-of-experts statistics on this rank, from the microbatches

@@ -133,7 +133,7 @@ struct Llama::Buffers {
   Tensor part, dfull, dln, normg, kvg;
   Tensor leaves;    // the canonical mode's per-piece partial sums (parallel/canonical_tp.h)
   Tensor nshards;   // the canonical mode's per-shard norm weight gradients (linear_plan.h NormEntry)
-  Tensor pieces2d;  // the canonical mode's d-piece scratch (parallel/canonical_tp2d.h)
+  Tensor pieces2d;  // the canonical mode's d-piece scratch (parallel/canonical_tp_grid.h)
   // Mixture of experts: router logits and their gradient [N, E], the weights'
   // gradient [N, k], and the expert rows' gradients [N·k, C], [N·k, 2I], [N·k, I].
   Tensor rlogits, drlogits, dweights, dyk, dys, dxs, dgu_e, dh_e;

@@ -64,7 +64,7 @@ void check_canonical_tp(const CanonicalLayout& l) {
              "(docs/PARALLELISM.md \"The canonical mode\")");
 }
 
-// The d grain (canonical_tp2d.h): d is g pieces; a grid's tp ranks hold aligned blocks of them.
+// The d grain (canonical_tp_grid.h): d is g pieces; a grid's tp ranks hold aligned blocks of them.
 void check_canonical_tp_d(const CanonicalLayout& l) {
   const int64_t g = l.canonical_tp_d;
   MT_REQUIRE(is_power_of_two(g) && l.d_model % g == 0, ConfigError, "parallel.canonical_tp_d (", g,

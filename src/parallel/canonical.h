@@ -15,7 +15,7 @@
 //   2-D:    the d grain g = parallel.canonical_tp_d (a power of two dividing
 //           d_model, recorded in checkpoints): every sum over the model width
 //           a tree over g d pieces, every site cut on both dims
-//           (canonical_tp2d.h); a grid needs tp to divide g, 1-D tp > 1 g = 1;
+//           (canonical_tp_grid.h); a grid needs tp to divide g, 1-D tp > 1 g = 1;
 //   scalars: the loss, the gradient norm and LAMB's per-tensor norms as exact
 //           sums (ExactSum), whose value does not depend on any order or split.
 //
@@ -54,7 +54,7 @@ struct CanonicalLayout {
   int64_t microbatch_tokens = 1;  // train.microbatch_size × train.seq_len
   int64_t canonical_tp = 1;       // parallel.canonical_tp
   int64_t n_heads = 1, n_kv_heads = 1, ffn_hidden = 1, vocab_size = 1;
-  int64_t canonical_tp_d = 1;  // parallel.canonical_tp_d (canonical_tp2d.h)
+  int64_t canonical_tp_d = 1;  // parallel.canonical_tp_d (canonical_tp_grid.h)
   int64_t d_model = 1;
 };
 

@@ -171,7 +171,7 @@ LinearEntry LinearPlan::make_entry(const ModelSite& s, const std::vector<Role>& 
     e.tp = form_ == Form::megatron ? g.tp : nullptr;
   }
   if (g.canonical_d > 1 && (s.use == SiteUse::linear || s.use == SiteUse::head)) {
-    // Both dims cut (canonical_tp2d.h): the heads / hidden / vocabulary dim over tp_c, d over tp_r.
+    // Both dims cut (canonical_tp_grid.h): the heads / hidden / vocabulary dim over tp_c, d over tp_r.
     const bool grid = form_ == Form::grid;
     e.pieces = std::max<int64_t>(g.canonical_tp, 1) / (grid ? g.grid.cols : 1);
     e.dpieces = g.canonical_d / (grid ? g.grid.rows : 1);

@@ -37,7 +37,7 @@
 
 #include "comm/group.h"
 #include "parallel/canonical_tp.h"
-#include "parallel/canonical_tp2d.h"
+#include "parallel/canonical_tp_grid.h"
 #include "parallel/probe.h"
 #include "parallel/tensor_parallel.h"
 #include "parallel/tp_placement.h"
@@ -59,7 +59,7 @@ struct TpGroups {
   // it is above 1: the linear sites and the head run in c fixed pieces, c / tp
   // on this rank, in one process too. 0: the forms below as they are.
   int64_t canonical_tp = 0;
-  // The canonical mode's d grain g (parallel.canonical_tp_d, canonical_tp2d.h)
+  // The canonical mode's d grain g (parallel.canonical_tp_d, canonical_tp_grid.h)
   // when above 1: every site cut on both dims, the norms' sums over g d
   // pieces (a grid, or one process). 0: none.
   int64_t canonical_d = 0;
@@ -111,7 +111,7 @@ struct LinearEntry {
   int64_t kv_first = 0, kv_count = 0;
   std::string_view kv_site;  // the plan site of its kv-replicated weights ("attn k|v")
   int64_t pieces = 0;        // canonical: this rank's pieces of the split dim (canonical_tp.h); 0: none
-  int64_t dpieces = 0;       // canonical 2-D: this rank's d pieces of the weight (canonical_tp2d.h); 0: none
+  int64_t dpieces = 0;       // canonical 2-D: this rank's d pieces of the weight (canonical_tp_grid.h); 0: none
 
   TpLayer layer(std::string_view label) const { return {tp, label, sp, overlap}; }
   // Whether the forward gathers its input (then saved: the backward's GEMM input).
@@ -130,7 +130,7 @@ struct NormEntry {
   Group* partial = nullptr;  // SP: tp
   int64_t width = 0, d = 0;  // this rank's features of a row, and the row's
   int64_t shards = 0;        // canonical: this rank's token shards; 0: one sum over its rows
-  int64_t dpieces = 0;       // canonical 2-D: this rank's d pieces of a row (canonical_tp2d.h); 0: none
+  int64_t dpieces = 0;       // canonical 2-D: this rank's d pieces of a row (canonical_tp_grid.h); 0: none
 };
 
 // Scratch the entries use, bound once after the model allocates it.
@@ -141,7 +141,7 @@ struct LinearScratch {
   float* kv = nullptr;        // megatron: a replicated kv head's gradient
   float* leaves = nullptr;    // canonical [pieces, N, d]: per-piece partial sums (more than one piece)
   float* shards = nullptr;    // canonical [shards, d]: the norms' per-shard weight gradients (more than one)
-  float* pieces2d = nullptr;  // canonical 2-D: canonical_tp2d.h's scratch
+  float* pieces2d = nullptr;  // canonical 2-D: canonical_tp_grid.h's scratch
 };
 
 // Gradients of replicated weights that each rank computes from its own

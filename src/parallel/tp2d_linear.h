@@ -52,7 +52,7 @@ void gather_features(float* out, float* scratch, const float* inp, int64_t N, in
 // scratch: N·k floats.
 void scatter_features(float* out, float* scratch, const float* inp, int64_t N, int64_t k,
                       const Blocks& blocks, Group& g, std::string_view label);
-// The same with the ranks' parts summed by SumOrder::tree (the canonical mode, canonical_tp2d.h).
+// The same with the ranks' parts summed by SumOrder::tree (the canonical mode, canonical_tp_grid.h).
 void scatter_features_tree(float* out, float* scratch, const float* inp, int64_t N, int64_t k,
                            const Blocks& blocks, Group& g, std::string_view label);
 

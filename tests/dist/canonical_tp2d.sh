@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The canonical mode under 2-D tensor parallelism (parallel/canonical_tp2d.h,
+# The canonical mode under 2-D tensor parallelism (parallel/canonical_tp_grid.h,
 # docs/PARALLELISM.md "The canonical mode", "2-D tensor parallelism"): with the
 # grains parallel.canonical_tp = c = 4 (heads, hidden, vocabulary) and
 # parallel.canonical_tp_d = g = 4 (the model width), every grid is BITWISE the

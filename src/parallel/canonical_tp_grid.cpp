@@ -1,4 +1,4 @@
-#include "parallel/canonical_tp2d.h"
+#include "parallel/canonical_tp_grid.h"
 
 #include <algorithm>
 #include <string>
