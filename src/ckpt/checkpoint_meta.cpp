@@ -264,6 +264,17 @@ void check_resume_reduction(const std::string& dir, const json& saved, const Con
       g == config_get(cfg, "parallel.canonical_cp"), ConfigError, "--resume ", dir,
       ": parallel.canonical_cp is ", g, " in the checkpoint but ", config_get(cfg, "parallel.canonical_cp"),
       " in this run: in the canonical mode it fixes the pieces of every sequence, kept across a resume");
+  {
+    // The d grain likewise (canonical_tp_grid.h); without the key: 1.
+    const std::string gd = saved.contains("parallel.canonical_tp_d")
+                               ? saved.at("parallel.canonical_tp_d").get<std::string>()
+                               : std::string("1");
+    MT_REQUIRE(gd == config_get(cfg, "parallel.canonical_tp_d"), ConfigError, "--resume ", dir,
+               ": parallel.canonical_tp_d is ", gd, " in the checkpoint but ",
+               config_get(cfg, "parallel.canonical_tp_d"),
+               " in this run: in the canonical mode it fixes the d pieces of every sum over the model width, "
+               "kept across a resume");
+  }
   if (!saved.contains("train.microbatch_size")) return;
   const std::string mb = saved.at("train.microbatch_size").get<std::string>();
   MT_REQUIRE(

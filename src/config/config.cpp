@@ -189,10 +189,8 @@ std::vector<Entry> parallel_entries() {
              "empty: an even split, the first stages taking one more"),
       MT_KEY(parallel, cp_impl, "string", "context-parallel attention: ring | allgather"),
       MT_KEY(parallel, reduction, "string",
-             "default | canonical: canonical sums every gradient over a fixed tree of microbatches and the "
-             "loss and gradient norm exactly, so that every layout it covers (dp, ZeRO 0-3, pp, tp up to "
-             "parallel.canonical_tp with parallel.sp and tp_overlap, cp up to parallel.canonical_cp, "
-             "recompute, dropout) is bitwise the one-process run with the same train.microbatch_size "
+             "default | canonical: every gradient summed over a fixed tree, the loss and gradient norm "
+             "exactly: each layout it covers is bitwise one process with the same microbatch and grains "
              "(docs/PARALLELISM.md \"The canonical mode\")"),
       MT_KEY(parallel, canonical_tp, "int",
              "the canonical mode's tp grain c, a power of two dividing n_heads, ffn_hidden, vocab_size and a "
@@ -203,6 +201,9 @@ std::vector<Entry> parallel_entries() {
       MT_KEY(parallel, canonical_cp, "int",
              "the canonical mode's cp grain C (a power of two; cp divides it; microbatch_size 1; seq_len / C "
              "a multiple of 128): fixed pieces and key chunks, bitwise one process with the same C"),
+      MT_KEY(parallel, canonical_tp_d, "int",
+             "the canonical mode's d grain g (a power of two dividing d_model): sums over the model width in "
+             "g fixed pieces, so a tp2d grid (tp dividing g) is bitwise one process; 1: none"),
       MT_KEY(parallel, bucket_mb, "float", "gradient bucket size in MiB for the ZeRO 0/1 all-reduce"),
       MT_KEY(parallel, timeout_s, "float",
              "watchdog: a collective not complete after this many seconds ends the job"),

@@ -91,6 +91,9 @@ struct ParallelConfig {
   // chunks, piece p = chunks {p, 2C-1-p} (parallel/cp_canonical.h); cp must
   // divide it. 1: no pieces (cp 1 only).
   int64_t canonical_cp = 1;
+  // Its d grain: the model width's sums over this many fixed pieces
+  // (parallel/canonical_tp_grid.h), needed by 2-D tp. 1: no d pieces.
+  int64_t canonical_tp_d = 1;
   double bucket_mb = 25.0;       // ZeRO 0/1 gradient bucket size
   double timeout_s = 300.0;      // watchdog: a collective not done after this long ends the job
   double io_timeout_s = 3600.0;  // the same for waits on another rank's long local work (save, trace)

@@ -106,7 +106,13 @@ void validate_reduction(const Config& c, ParsedKeys& keys) {
   MT_REQUIRE(keys.reduction == Reduction::canonical || c.parallel.canonical_cp == 1, ConfigError,
              "parallel.canonical_cp (", c.parallel.canonical_cp,
              ") is the canonical mode's cp grain: it needs parallel.reduction = canonical");
+  MT_REQUIRE(keys.reduction == Reduction::canonical || c.parallel.canonical_tp_d == 1, ConfigError,
+             "parallel.canonical_tp_d (", c.parallel.canonical_tp_d,
+             ") is the canonical mode's d grain: it needs parallel.reduction = canonical");
   if (keys.reduction != Reduction::canonical) return;
+  MT_REQUIRE(c.parallel.canonical_tp_d == 1 || keys.device == RunDevice::cpu, ConfigError,
+             "parallel.canonical_tp_d (", c.parallel.canonical_tp_d, ") needs train.device = cpu, not ",
+             run_device_name(keys.device), ": its sums over d pieces run on the host");
   MT_REQUIRE(c.parallel.canonical_cp == 1 || keys.device == RunDevice::cpu, ConfigError,
              "parallel.canonical_cp (", c.parallel.canonical_cp, ") needs train.device = cpu, not ",
              run_device_name(keys.device), ": its sums over cp pieces run on the host");
@@ -136,7 +142,9 @@ void validate_reduction(const Config& c, ParsedKeys& keys) {
                    c.model.ffn_hidden,
                    c.model.vocab_size,
                    p.canonical_cp,
-                   c.train.seq_len});
+                   c.train.seq_len,
+                   p.canonical_tp_d,
+                   c.model.d_model});
 }
 }  // namespace
 

@@ -36,6 +36,10 @@ buffers::Shape shape_of(const Config& cfg, const StageRange& stage) {
     s.kv_slots = s.pieces;
   if (cfg.parsed().reduction == Reduction::canonical && p.canonical_cp > 1)
     s.cp_pieces = p.canonical_cp / p.cp;
+  if (cfg.parsed().reduction == Reduction::canonical && p.canonical_tp_d > 1) {
+    s.canonical_c = p.canonical_tp > 1 ? p.canonical_tp : 0;
+    s.canonical_d = p.canonical_tp_d;
+  }
   s.embed = stage.embed;
   s.head = stage.head;
   // The trainer splits the backward only along a pipeline (train/train_model.cpp).

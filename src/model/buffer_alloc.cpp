@@ -82,7 +82,7 @@ Tensor& Llama::Buffers::member(const char* name) {
       {"dys", &B::dys},           {"dxs", &B::dxs},           {"dgu_e", &B::dgu_e},
       {"dh_e", &B::dh_e},         {"xfer", &B::xfer},         {"moeg", &B::moeg},
       {"grid", &B::grid},         {"leaves", &B::leaves},     {"nshards", &B::nshards},
-      {"cpwg", &B::cpwg}};
+      {"cpwg", &B::cpwg},         {"pieces2d", &B::pieces2d}};
   return named(*this, table, name, "Buffers");
 }
 

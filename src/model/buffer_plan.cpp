@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "parallel/canonical_tp_grid.h"
 
 namespace mt::buffers {
 
@@ -168,11 +169,11 @@ List shared_buffers(const Sizes& m, const Shape& s) {
     out.push_back({"kvg", {2 * m.kv_heads * m.D, m.C}, MemKind::scratch});
   // The canonical mode's per-piece partial sums of a row output or a column
   // input gradient (parallel/canonical_tp.h), with more than one piece here.
-  if (s.pieces > 1) out.push_back({"leaves", {s.pieces, m.N, m.C}});
+  if (s.pieces > 1 && s.canonical_d == 0) out.push_back({"leaves", {s.pieces, m.N, m.C}});
   // The norms' per-shard weight gradients (linear_plan.h NormEntry): c token
   // shards, c / tp of them here under SP, with more than one here.
   const int64_t shards = s.cp_pieces > 1 ? s.cp_pieces : s.sp ? s.pieces : s.pieces * s.tp;
-  if (shards > 1) out.push_back({"nshards", {shards, m.C}, MemKind::scratch});
+  if (shards > 1 && s.canonical_d == 0) out.push_back({"nshards", {shards, m.C}, MemKind::scratch});
   if (s.sp) {
     out.push_back({"dfull", {m.N, m.C}});
     out.push_back({"dln", {m.Nl, m.C}});
@@ -227,6 +228,21 @@ void grid_plan(const ModelConfig& c, const TpDims& d, const Sizes& m, ChunkPlan&
             {"logits", {N, w.Vl}}, {"losses", {N}}, {"lse_ce", {N}}};
 }
 
+// The canonical 2-D pieces' scratch (parallel/canonical_tp_grid.h): the most
+// pieces a rank sums at a site and the widest local side of a site.
+Entry pieces2d_scratch(const ModelConfig& c, const TpDims& d, const Sizes& m, const Shape& s) {
+  const int64_t cc = std::max<int64_t>(s.canonical_c, 1), g = s.canonical_d;
+  if (!tp::on_grid(s.grid))
+    return {"pieces2d",
+            {tp::pieces2d_scratch_floats(m.N, std::max({m.QKV, 2 * m.F, d.vocab_rows, m.C, m.Q}),
+                                         std::max(cc, g))},
+            MemKind::scratch};
+  const GridWidths w(c, d, s.grid);
+  const int64_t widest = std::max({w.QKVC, 2 * w.FC, w.Vl, w.dR, w.QC});
+  const int64_t most = std::max(cc / s.grid.cols, g / s.grid.rows);
+  return {"pieces2d", {tp::pieces2d_scratch_floats(m.N, widest, most)}, MemKind::scratch};
+}
+
 }  // namespace
 
 ChunkPlan chunk_plan(const ModelConfig& c, const TpDims& d, const Shape& s) {
@@ -264,6 +280,7 @@ ChunkPlan chunk_plan(const ModelConfig& c, const TpDims& d, const Shape& s) {
     // The first stage's W: the embedding's gradient rows, from B to W.
     if (s.split_backward && s.embed) p.head.push_back({"w_embed", {m.Nl, m.C}});
   }
+  if (s.canonical_d > 1) p.shared.push_back(pieces2d_scratch(c, d, m, s));
   p.recomputation = s.recompute.full();
   return p;
 }

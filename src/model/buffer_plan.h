@@ -70,6 +70,8 @@ struct Shape {
   int64_t cp_pieces = 0;           // canonical cp (parallel/cp_pieces.h): this rank's pieces; 0: off
   bool split_backward = false;     // a split schedule (pipeline/schedule.h): a slot also keeps, from
                                    // its B to its W, the output gradients the weight gradients need
+  int64_t canonical_c = 0;         // canonical 2-D (parallel/canonical_tp_grid.h): the grain c (canonical_tp)
+  int64_t canonical_d = 0;         // and the d grain g; 0: off
 };
 
 // The widths one rank works with on an R × C grid (docs/PARALLELISM.md "2-D

@@ -93,16 +93,18 @@ Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<P
                                     .pieces = opts_.canonical_tp > 1 ? opts_.canonical_tp / tpr_.size : 0,
                                     .kv_slots = kv_slots_ ? kv_att_ : 0,
                                     .cp_pieces = plan_.cp_pieces(),
-                                    .split_backward = opts_.split_backward});
+                                    .split_backward = opts_.split_backward,
+                                    .canonical_c = opts_.canonical_tp,
+                                    .canonical_d = opts_.canonical_tp_d});
   if (plan_.form() == tp::Form::grid) check_grid();
   Buffers& b = *buf_;  // sized by the buffer plan (model/buffer_plan.h)
   if (opts_.recompute.any()) b.recompute.emplace_back(b.plan.recompute);
   b.allocate(b.plan.shared);
   if (plan_.form() == tp::Form::grid)
-    plan_.bind({nullptr, nullptr, b.grid.data(), nullptr, nullptr});
+    plan_.bind({nullptr, nullptr, b.grid.data(), nullptr, nullptr, nullptr, nullptr, b.pieces2d.data()});
   else
     plan_.bind({b.part.data(), b.dfull.data(), nullptr, b.kvg.data(), b.leaves.data(), b.nshards.data(),
-                b.cpwg.data()});
+                b.cpwg.data(), b.pieces2d.data()});
   moe_init();
   slot(0);  // one microbatch's activations, allocated up front
 }

@@ -106,7 +106,7 @@ struct ModelOptions {
   // The canonical mode (ep: parallel/expert_canonical.h), its grains above 1 in one process too (0: off):
   // canonical_tp pieces (parallel/canonical_tp.h, _kv.h), canonical_cp pieces (parallel/cp_canonical.h).
   bool canonical = false;
-  int64_t canonical_tp = 0, canonical_cp = 0;
+  int64_t canonical_tp = 0, canonical_cp = 0, canonical_tp_d = 0;  // _tp_d: canonical_tp_grid.h
   bool split_backward = false;  // B and W apart (pipeline/stage.h): a slot keeps what W needs
 };
 

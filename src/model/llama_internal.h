@@ -138,9 +138,10 @@ struct Llama::Buffers {
   // reduce-scattered one. normg [2, C] collects the norm weights' partial
   // gradients (SP) and kvg [2·KVl·D, C] a replicated kv head's gradient.
   Tensor part, dfull, dln, normg, kvg;
-  Tensor leaves;   // the canonical mode's per-piece partial sums (parallel/canonical_tp.h)
-  Tensor nshards;  // the canonical mode's per-shard norm weight gradients (linear_plan.h NormEntry)
-  Tensor cpwg;     // the canonical mode's per-cp-piece weight gradients (parallel/cp_pieces.h)
+  Tensor leaves;    // the canonical mode's per-piece partial sums (parallel/canonical_tp.h)
+  Tensor nshards;   // the canonical mode's per-shard norm weight gradients (linear_plan.h NormEntry)
+  Tensor pieces2d;  // the canonical mode's d-piece scratch (parallel/canonical_tp_grid.h)
+  Tensor cpwg;      // the canonical mode's per-cp-piece weight gradients (parallel/cp_pieces.h)
   // Per stage layer: the canonical mode's expert leaves under ep (parallel/expert_canonical.h), else empty.
   std::vector<ep::ExpertLeaves> expert_leaves;
   // Mixture of experts: router logits and their gradient [N, E], the weights'

@@ -58,7 +58,8 @@ void Llama::make_plan(Group* kv) {
       opts_.mesh.tp_c,
       kv,
       opts_.canonical_tp,
-      opts_.canonical_cp > 1 ? opts_.canonical_cp / (cp_group() ? cp_group()->size() : 1) : 0};
+      opts_.canonical_cp > 1 ? opts_.canonical_cp / (cp_group() ? cp_group()->size() : 1) : 0,
+      opts_.canonical_tp_d};
   plan_ = tp::LinearPlan(opts_.plan ? *opts_.plan : tp::llama_plan(), model_sites(), groups, cfg_.d_model);
   for (int64_t l = 0; l < n_stage_layers_; ++l) {
     const std::string at = "layer " + std::to_string(table_.stage.first_layer + l) + " ";

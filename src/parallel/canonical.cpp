@@ -24,7 +24,6 @@ namespace {
 
 // The first feature of `l` without a canonical form yet, or null.
 const char* not_canonical_yet(const CanonicalLayout& l) {
-  if (l.tp2d) return "2-D tensor parallelism (parallel.tp2d): its grid's sums are not yet cut into pieces";
   if (l.experts && l.sp && l.tp > 1)
     return "mixture-of-experts layers under sequence parallelism (model.n_experts > 0 with parallel.sp): "
            "each tp rank's router and expert gradients are its token shard's, summed over tp outside the "
@@ -32,6 +31,9 @@ const char* not_canonical_yet(const CanonicalLayout& l) {
   if (l.experts && (l.cp > 1 || l.canonical_cp > 1))
     return "mixture-of-experts layers under context parallelism (model.n_experts > 0 with parallel.cp or "
            "parallel.canonical_cp > 1): the experts' rows would be the cp pieces' rows, not in token order";
+  if (l.canonical_tp_d > 1 && (l.cp > 1 || l.canonical_cp > 1 || l.experts || l.canonical_tp > l.n_kv_heads))
+    return "the d grain (parallel.canonical_tp_d > 1) with context parallelism, experts or kv slots "
+           "(canonical_tp > n_kv_heads): their pieces within the d pieces are not built yet";
   if (l.bf16_onednn)
     return "the oneDNN bf16 kernel (train.precision = bf16): its accumulation order is the library's; "
            "MESHTRAIN_BF16_MATMUL=emulated runs the emulated kernel, which the mode covers";
@@ -95,7 +97,23 @@ void check_canonical_cp(const CanonicalLayout& l) {
              " x train.microbatch_size): the sum over cp ranks of each microbatch's "
              "pieces must come before the tree over microbatches, and the store sums over dp x cp once a "
              "step");
-}
+  // The d grain (canonical_tp_grid.h): d is g pieces; a grid's tp ranks hold aligned blocks of them.
+  void check_canonical_tp_d(const CanonicalLayout& l) {
+    const int64_t g = l.canonical_tp_d;
+    MT_REQUIRE(is_power_of_two(g) && l.d_model % g == 0, ConfigError, "parallel.canonical_tp_d (", g,
+               ") must be a power of two dividing model.d_model (", l.d_model,
+               "): each d piece is what tp rank q holds of the residual stream at tp = canonical_tp_d");
+    MT_REQUIRE(
+        !l.tp2d || (g > 1 && g % l.tp == 0), ConfigError, "parallel.tp2d with parallel.tp (", l.tp,
+        ") in the canonical mode needs parallel.canonical_tp_d (", g,
+        ") to be a multiple of tp: the grid splits the model width, and each rank's share of it must be "
+        "whole d pieces, an aligned subtree (docs/PARALLELISM.md \"The canonical mode\")");
+    MT_REQUIRE(l.tp2d || l.tp == 1 || g == 1, ConfigError, "parallel.canonical_tp_d (", g,
+               ") with 1-D parallel.tp (", l.tp,
+               ") is not built: 1-D tp keeps the model width whole, so its sums are not cut into d pieces; "
+               "run the grid \"1,",
+               l.tp, "\" only with canonical_tp_d = 1, or one process");
+  }
 
 }  // namespace
 
@@ -114,6 +132,7 @@ void check_canonical(const CanonicalLayout& l) {
              "atoms of its ep group, which must be an aligned subtree of the tree over the step's atoms");
   check_canonical_tp(l);
   check_canonical_cp(l);
+  check_canonical_tp_d(l);
 }
 
 }  // namespace mt

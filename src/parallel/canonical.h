@@ -12,6 +12,10 @@
 //   tp:     the grain c = parallel.canonical_tp (a power of two, recorded in
 //           checkpoints): every sum over a tp-split dim is a tree over c fixed
 //           pieces, c / tp on each rank, in one process too (canonical_tp.h);
+//   2-D:    the d grain g = parallel.canonical_tp_d (a power of two dividing
+//           d_model, recorded in checkpoints): every sum over the model width
+//           a tree over g d pieces, every site cut on both dims
+//           (canonical_tp_grid.h); a grid needs tp to divide g, 1-D tp > 1 g = 1;
 //   scalars: the loss, the gradient norm and LAMB's per-tensor norms as exact
 //           sums (ExactSum), whose value does not depend on any order or split.
 //
@@ -34,11 +38,11 @@
 //           every weight gradient a tree over the pieces (cp_canonical.h).
 //
 // What does not yet have a canonical form is refused by name at start-up
-// (check_canonical): 2-D tp, cp with tp pieces, with several sequences a
-// microbatch or several microbatches a dp rank (check_canonical_cp), experts
-// under SP (their gradients are token shards' sums over tp) or under cp, an
-// ep that is not a power of two (expert_canonical.h), and the oneDNN bf16
-// kernel (its accumulation order is the library's).
+// (check_canonical): cp with tp pieces, with several sequences a microbatch
+// or several microbatches a dp rank (check_canonical_cp), experts under SP
+// (their gradients are token shards' sums over tp) or under cp, an ep that is
+// not a power of two (expert_canonical.h), the d grain with cp, kv slots or
+// experts, and the oneDNN bf16 kernel (its accumulation order is the library's).
 #pragma once
 
 #include <cstdint>
@@ -61,8 +65,10 @@ struct CanonicalLayout {
   int64_t microbatch_tokens = 1;  // train.microbatch_size × train.seq_len
   int64_t canonical_tp = 1;       // parallel.canonical_tp
   int64_t n_heads = 1, n_kv_heads = 1, ffn_hidden = 1, vocab_size = 1;
-  int64_t canonical_cp = 1;  // parallel.canonical_cp
-  int64_t seq_len = 1;       // train.seq_len
+  int64_t canonical_cp = 1;    // parallel.canonical_cp
+  int64_t seq_len = 1;         // train.seq_len
+  int64_t canonical_tp_d = 1;  // parallel.canonical_tp_d (canonical_tp_grid.h)
+  int64_t d_model = 1;
 };
 
 // The refusals above; the batch rule: with dp > 1 each dp rank's atoms
@@ -73,6 +79,8 @@ struct CanonicalLayout {
 // microbatch's tokens (the norms' shards), dividing n_kv_heads or (1-D)
 // divided by it (kv slots, canonical_tp_kv.h), and tp divides it.
 // The cp rule: check_canonical_cp in canonical.cpp.
+// The 2-D rule: canonical_tp_d a power of two dividing d_model, which tp
+// divides on a grid (R > 1) and is 1 under 1-D tp > 1.
 void check_canonical(const CanonicalLayout& l);
 
 // n a power of two (n ≥ 1).

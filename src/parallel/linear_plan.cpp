@@ -111,7 +111,8 @@ LinearPlan::LinearPlan(const std::vector<PlanRow>& table, const std::vector<Mode
   norms_.width = form_ == Form::grid ? model_width / g.tp->size() : model_width;
   if (form_ == Form::grid) norms_.sums = g.tp;
   if (form_ == Form::megatron && g.sp) norms_.partial = g.tp;
-  if (g.canonical_tp > 1 && form_ != Form::grid)
+  if (g.canonical_d > 1) norms_.dpieces = g.canonical_d / (form_ == Form::grid ? g.tp->size() : 1);
+  if (g.canonical_tp > 1 && form_ != Form::grid && g.canonical_d <= 1)
     norms_.shards = norms_.partial != nullptr ? g.canonical_tp / g.tp->size() : g.canonical_tp;
   cp_pieces_ = g.cp_pieces;
   if (g.cp_pieces > 1) norms_.shards = g.cp_pieces;  // canonical_tp is 1 (check_canonical)
@@ -176,6 +177,13 @@ LinearEntry LinearPlan::make_entry(const ModelSite& s, const std::vector<Role>& 
     }
   }
   e.out = std::accumulate(e.out_blocks.begin(), e.out_blocks.end(), int64_t{0});
+  if (g.canonical_d > 1 && (s.use == SiteUse::linear || s.use == SiteUse::head)) {
+    // Both dims cut (canonical_tp_grid.h): the heads / hidden / vocabulary dim over tp_c, d over tp_r.
+    const bool grid = form_ == Form::grid;
+    e.pieces = std::max<int64_t>(g.canonical_tp, 1) / (grid ? g.grid.cols : 1);
+    e.dpieces = g.canonical_d / (grid ? g.grid.rows : 1);
+    e.tp = nullptr;
+  }
   return e;
 }
 
@@ -192,6 +200,9 @@ int64_t LinearPlan::rows(int64_t N) const {
 
 void LinearPlan::norm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t rows,
                               float eps, std::string_view label) const {
+  if (norms_.dpieces > 0)
+    return pieces2d_norm_forward(out, rstd, inp, w, rows, norms_.width, norms_.d, eps, norms_.dpieces,
+                                 norms_.sums, label);
   if (norms_.sums != nullptr)
     tp2d::rmsnorm2d_forward(out, rstd, inp, w, rows, norms_.width, norms_.d, eps, *norms_.sums, label);
   else
@@ -200,6 +211,9 @@ void LinearPlan::norm_forward(float* out, float* rstd, const float* inp, const f
 
 void LinearPlan::norm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
                                const float* rstd, int64_t rows, std::string_view label) const {
+  if (norms_.dpieces > 0)
+    return pieces2d_norm_backward(dinp, dw, dout, inp, w, rstd, rows, norms_.width, norms_.d, norms_.dpieces,
+                                  norms_.sums, label);
   if (norms_.sums != nullptr)
     tp2d::rmsnorm2d_backward(dinp, dw, dout, inp, w, rstd, rows, norms_.width, norms_.d, *norms_.sums, label);
   else if (norms_.shards > 0)
@@ -278,6 +292,7 @@ std::string LinearPlan::explain() const {
        << (e.overlap == Overlap::on ? "on" : "off");
     if (e.pieces > 0) os << " | canonical: " << e.pieces << " pieces, summed in the tree";
     if (e.slots.on()) os << ", " << e.slots.slots << " kv slots for " << e.slots.heads << " kv heads";
+    if (e.dpieces > 0) os << " x " << e.dpieces << " d pieces";
     os << "\n";
   }
   os << "plan | norms | replicated | " << form_name(form_) << " | width " << norms_.width << " of "
@@ -288,6 +303,7 @@ std::string LinearPlan::explain() const {
          : norms_.partial != nullptr ? "all-reduce weight grads" + over(norms_.partial)
                                      : std::string("none"))
      << " | sp " << (norms_.partial ? "on" : "off");
+  if (norms_.dpieces > 0) os << " | canonical: sums over " << norms_.dpieces << " d pieces, in the tree";
   if (norms_.shards > 0)
     os << " | canonical: weight grads over " << norms_.shards << " token shards, in the tree";
   if (cp_pieces_ > 1)

@@ -37,6 +37,7 @@
 
 #include "comm/group.h"
 #include "parallel/canonical_tp.h"
+#include "parallel/canonical_tp_grid.h"
 #include "parallel/canonical_tp_kv.h"
 #include "parallel/probe.h"
 #include "parallel/tensor_parallel.h"
@@ -63,6 +64,10 @@ struct TpGroups {
   // cp_pieces.h) when the grain is above 1: every weight gradient is a tree
   // over them, the norms' too (their token shards). 0: off.
   int64_t cp_pieces = 0;
+  // The canonical mode's d grain g (parallel.canonical_tp_d, canonical_tp_grid.h)
+  // when above 1: every site cut on both dims, the norms' sums over g d
+  // pieces (a grid, or one process). 0: none.
+  int64_t canonical_d = 0;
 };
 
 enum class Form { local, megatron, grid };
@@ -115,6 +120,7 @@ struct LinearEntry {
   // canonical q|k|v with c > n_kv_heads: its kv slots (canonical_tp_kv.h); then
   // out_blocks are the activation's [Q, S·D, S·D], the weight's kv rows KVl·D.
   KvSlots slots = {};
+  int64_t dpieces = 0;  // canonical 2-D: this rank's d pieces of the weight (canonical_tp_grid.h); 0: none
 
   TpLayer layer(std::string_view label) const { return {tp, label, sp, overlap}; }
   // Whether the forward gathers its input (then saved: the backward's GEMM input).
@@ -133,6 +139,7 @@ struct NormEntry {
   Group* partial = nullptr;  // SP: tp
   int64_t width = 0, d = 0;  // this rank's features of a row, and the row's
   int64_t shards = 0;        // canonical: this rank's token shards; 0: one sum over its rows
+  int64_t dpieces = 0;       // canonical 2-D: this rank's d pieces of a row (canonical_tp_grid.h); 0: none
 };
 
 // Scratch the entries use, bound once after the model allocates it.
@@ -145,6 +152,7 @@ struct LinearScratch {
   float* shards = nullptr;    // canonical [shards, d]: the norms' per-shard weight gradients (more than one)
   float* wpieces =
       nullptr;  // canonical cp [pieces, largest weight]: per-piece weight gradients (more than one)
+  float* pieces2d = nullptr;  // canonical 2-D: canonical_tp_grid.h's scratch
 };
 
 // Gradients of replicated weights that each rank computes from its own
@@ -263,6 +271,7 @@ class LinearPlan {
   // dw += its cp pieces' tree (cp_pieces.h) when this rank has more than one.
   bool weight_grad_by_pieces(float* dw, const float* dout, const float* gemm_in, int64_t N,
                              const LinearEntry& e) const;
+  Pieces2d pieces2d(const LinearEntry& e, std::string_view label) const;
 
   std::vector<LinearEntry> entries_;
   NormEntry norms_;

@@ -51,8 +51,21 @@ void chunked_column_forward(float* out, float* saved, const float* inp, const fl
 
 }  // namespace
 
+Pieces2d LinearPlan::pieces2d(const LinearEntry& e, std::string_view label) const {
+  const bool row = e.role == Role::row;  // o, down: the output is d, the input heads / hidden
+  return {row ? e.dpieces : e.pieces,
+          row ? e.pieces : e.dpieces,
+          e.out_blocks,
+          e.gather,
+          e.scatter,
+          e.reduce,
+          label,
+          scratch_.pieces2d};
+}
+
 void LinearPlan::forward(float* out, float* saved, const float* inp, const float* w, int64_t N,
                          const LinearEntry& e, std::string_view label, const float* resid) const {
+  if (e.dpieces > 0) return pieces2d_forward(out, saved, inp, w, N, e.in, e.out, pieces2d(e, label), resid);
   if (e.pieces > 0 && e.role == Role::row)
     return pieces_row_forward(out, inp, w, N, e.in, e.out, pieces(e, label), resid);
   if (e.pieces > 0) {
@@ -102,6 +115,7 @@ bool LinearPlan::weight_grad_by_pieces(float* dw, const float* dout, const float
 void LinearPlan::backward(float* dinp, float* dw, const float* dout, const float* gemm_in, const float* w,
                           int64_t N, const LinearEntry& e, std::string_view label,
                           std::string_view kv_label) const {
+  if (e.dpieces > 0) return pieces2d_backward(dinp, dw, dout, gemm_in, w, N, e.in, e.out, pieces2d(e, label));
   if (weight_grad_by_pieces(dw, dout, gemm_in, N, e)) {  // tp 1 here (check_canonical): dinp alone below
     if (dinp != nullptr) backward(dinp, nullptr, dout, gemm_in, w, N, e, label, kv_label);
     return;
@@ -168,6 +182,7 @@ void LinearPlan::embed_backward(float* dtable, const float* dout, const int32_t*
 
 void LinearPlan::head_forward(float* logits, float* saved, const float* inp, const float* w, int64_t N,
                               const LinearEntry& e) const {
+  if (e.dpieces > 0) return pieces2d_forward(logits, saved, inp, w, N, e.in, e.out, pieces2d(e, e.site));
   if (e.pieces > 0 && chunked_under_sp(N, pieces(e, e.site)))
     return chunked_column_forward(logits, saved, inp, w, N, e, pieces(e, e.site), e.site);
   if (e.pieces > 0)
@@ -185,6 +200,8 @@ void LinearPlan::head_forward(float* logits, float* saved, const float* inp, con
 
 void LinearPlan::head_backward(float* dinp, float* dw, const float* dlogits, const float* gemm_in,
                                const float* w, int64_t N, const LinearEntry& e) const {
+  if (e.dpieces > 0)
+    return pieces2d_backward(dinp, dw, dlogits, gemm_in, w, N, e.in, e.out, pieces2d(e, e.site));
   if (weight_grad_by_pieces(dw, dlogits, gemm_in, N, e)) {
     if (dinp != nullptr) head_backward(dinp, nullptr, dlogits, gemm_in, w, N, e);
     return;
@@ -203,6 +220,9 @@ void LinearPlan::head_backward(float* dinp, float* dw, const float* dlogits, con
 
 void LinearPlan::loss_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
                               int64_t N, int64_t V, int32_t ignore_index, const LinearEntry& e) const {
+  if (e.dpieces > 0)  // the vocabulary's pieces over tp_c (its split), one process: all
+    return pieces_cross_entropy_forward(losses, lse, logits, targets, N, V, ignore_index,
+                                        {e.pieces, e.vocab, e.site});
   if (e.pieces > 0)
     return pieces_cross_entropy_forward(losses, lse, logits, targets, N, V, ignore_index, pieces(e, e.site));
   if (e.vocab == nullptr) return cross_entropy_forward(losses, lse, logits, targets, N, V, ignore_index);
@@ -212,6 +232,9 @@ void LinearPlan::loss_forward(float* losses, float* lse, const float* logits, co
 void LinearPlan::loss_backward(float* dlogits, const float* logits, const float* lse, const int32_t* targets,
                                float dloss, int64_t N, int64_t V, int32_t ignore_index,
                                const LinearEntry& e) const {
+  if (e.dpieces > 0)
+    return pieces_cross_entropy_backward(dlogits, logits, lse, targets, dloss, N, V, ignore_index,
+                                         {e.pieces, e.vocab, e.site});
   if (e.pieces > 0)
     return pieces_cross_entropy_backward(dlogits, logits, lse, targets, dloss, N, V, ignore_index,
                                          pieces(e, e.site));

@@ -79,6 +79,15 @@ void scatter_features(float* out, float* scratch, const float* inp, int64_t N, i
   g.reduce_scatter(scratch, out, N * (k / P), ElemType::f32, ReduceOp::sum, label);
 }
 
+void scatter_features_tree(float* out, float* scratch, const float* inp, int64_t N, int64_t k,
+                           const Blocks& blocks, Group& g, std::string_view label) {
+  const int P = g.size();
+  if (P == 1) return copy(out, inp, N * k);
+  const Blocks b = checked(blocks, k, P);
+  pack(scratch, inp, N, k, b, P);
+  g.reduce_scatter(scratch, out, N * (k / P), ElemType::f32, SumOrder::tree, label);
+}
+
 void linear2d_forward(float* out, float* x_full, float* scratch, const float* inp, const float* w, int64_t N,
                       int64_t ICl, int64_t OCl, const Linear2d& L) {
   const int gi = L.gather->size();

@@ -52,6 +52,9 @@ void gather_features(float* out, float* scratch, const float* inp, int64_t N, in
 // scratch: N·k floats.
 void scatter_features(float* out, float* scratch, const float* inp, int64_t N, int64_t k,
                       const Blocks& blocks, Group& g, std::string_view label);
+// The same with the ranks' parts summed by SumOrder::tree (the canonical mode, canonical_tp_grid.h).
+void scatter_features_tree(float* out, float* scratch, const float* inp, int64_t N, int64_t k,
+                           const Blocks& blocks, Group& g, std::string_view label);
 
 // One 2-D linear layer: this rank's block w[OCl, ICl] of the full W [OC, IC],
 // OC split over the sub-axis the input is gathered over and IC over the one

@@ -133,6 +133,8 @@ ModelOptions model_options(const Config& cfg, const RunOptions& opts, const RunM
     mo.canonical_tp = cfg.parallel.canonical_tp;
   if (cfg.parsed().reduction == Reduction::canonical && cfg.parallel.canonical_cp > 1)
     mo.canonical_cp = cfg.parallel.canonical_cp;
+  if (cfg.parsed().reduction == Reduction::canonical && cfg.parallel.canonical_tp_d > 1)
+    mo.canonical_tp_d = cfg.parallel.canonical_tp_d;
   return mo;
 }
 

@@ -195,8 +195,6 @@ refused resume_canonical_tp 1 "parallel.canonical_tp is 1 in the checkpoint but 
 refused tp2_grain1 2 "parallel.tp (2) must divide parallel.canonical_tp (1)" "${canon[@]}" --tp 2
 refused grain_tokens 1 "parallel.canonical_tp (4) must divide a microbatch's tokens" "${canon[@]}" "${ctp[@]}" \
   --set train.seq_len=6
-refused tp2d 4 "does not cover 2-D tensor parallelism" "${canon[@]}" --tp 4 --set parallel.tp2d=2,2 \
-  --set parallel.canonical_tp=4 --set model.n_kv_heads=4
 refused grain_heads 1 "parallel.canonical_tp (8) must divide model.n_heads (4)" "${canon[@]}" \
   --set parallel.canonical_tp=8
 refused grain_three 1 "parallel.canonical_tp (3) must be a power of two" "${canon[@]}" \
