@@ -97,23 +97,24 @@ void check_canonical_cp(const CanonicalLayout& l) {
              " x train.microbatch_size): the sum over cp ranks of each microbatch's "
              "pieces must come before the tree over microbatches, and the store sums over dp x cp once a "
              "step");
-  // The d grain (canonical_tp_grid.h): d is g pieces; a grid's tp ranks hold aligned blocks of them.
-  void check_canonical_tp_d(const CanonicalLayout& l) {
-    const int64_t g = l.canonical_tp_d;
-    MT_REQUIRE(is_power_of_two(g) && l.d_model % g == 0, ConfigError, "parallel.canonical_tp_d (", g,
-               ") must be a power of two dividing model.d_model (", l.d_model,
-               "): each d piece is what tp rank q holds of the residual stream at tp = canonical_tp_d");
-    MT_REQUIRE(
-        !l.tp2d || (g > 1 && g % l.tp == 0), ConfigError, "parallel.tp2d with parallel.tp (", l.tp,
-        ") in the canonical mode needs parallel.canonical_tp_d (", g,
-        ") to be a multiple of tp: the grid splits the model width, and each rank's share of it must be "
-        "whole d pieces, an aligned subtree (docs/PARALLELISM.md \"The canonical mode\")");
-    MT_REQUIRE(l.tp2d || l.tp == 1 || g == 1, ConfigError, "parallel.canonical_tp_d (", g,
-               ") with 1-D parallel.tp (", l.tp,
-               ") is not built: 1-D tp keeps the model width whole, so its sums are not cut into d pieces; "
-               "run the grid \"1,",
-               l.tp, "\" only with canonical_tp_d = 1, or one process");
-  }
+}
+
+// The d grain (canonical_tp_grid.h): d is g pieces; a grid's tp ranks hold aligned blocks of them.
+void check_canonical_tp_d(const CanonicalLayout& l) {
+  const int64_t g = l.canonical_tp_d;
+  MT_REQUIRE(is_power_of_two(g) && l.d_model % g == 0, ConfigError, "parallel.canonical_tp_d (", g,
+             ") must be a power of two dividing model.d_model (", l.d_model,
+             "): each d piece is what tp rank q holds of the residual stream at tp = canonical_tp_d");
+  MT_REQUIRE(!l.tp2d || (g > 1 && g % l.tp == 0), ConfigError, "parallel.tp2d with parallel.tp (", l.tp,
+             ") in the canonical mode needs parallel.canonical_tp_d (", g,
+             ") to be a multiple of tp: the grid splits the model width, and each rank's share of it must be "
+             "whole d pieces, an aligned subtree (docs/PARALLELISM.md \"The canonical mode\")");
+  MT_REQUIRE(l.tp2d || l.tp == 1 || g == 1, ConfigError, "parallel.canonical_tp_d (", g,
+             ") with 1-D parallel.tp (", l.tp,
+             ") is not built: 1-D tp keeps the model width whole, so its sums are not cut into d pieces; "
+             "run the grid \"1,",
+             l.tp, "\" only with canonical_tp_d = 1, or one process");
+}
 
 }  // namespace
 
