@@ -40,11 +40,6 @@ make_data
 tiny+=(--set model.n_layers=4 --set train.microbatch_size=1)
 canon=(--set parallel.reduction=canonical)
 
-fail() {
-  echo "FAIL $1"
-  failures=$((failures + 1))
-}
-
 # train NAME RANKS FLAGS...: metrics and model under $tmp/NAME.
 train() {
   local name=$1 np=$2
@@ -174,18 +169,6 @@ else
   fail "resume: the dp 2 x tp 2 run left no step-5 checkpoint"
 fi
 
-# refused NAME RANKS 'TEXT' FLAGS...: a non-zero exit whose message contains TEXT.
-refused() {
-  local name=$1 np=$2 text=$3
-  shift 3
-  if timeout 60 "${mpi[@]}" -np "$np" "$bin" train "${tiny[@]}" "$@" >"$tmp/$name.out" 2>&1; then
-    fail "$name: ran; the canonical mode should refuse it"
-  elif grep -qF -- "$text" "$tmp/$name.out"; then
-    echo "ok   $name refused: $(grep -m1 -F -- "$text" "$tmp/$name.out" | cut -c1-150)"
-  else
-    fail "$name: failed without naming '$text': $(tail -2 "$tmp/$name.out")"
-  fi
-}
 refused resume_default 1 "parallel.reduction is canonical in the checkpoint but default" \
   --resume "$ck/step-00000005"
 refused resume_microbatch 1 "train.microbatch_size is 1 in the checkpoint but 2" "${canon[@]}" \

@@ -24,11 +24,6 @@ tiny+=(--set model.max_seq_len=512 --set train.seq_len=512 --set train.microbatc
   --set train.batch_size=1 --set train.steps=4)
 canon=(--set parallel.reduction=canonical --set parallel.canonical_cp=4)
 
-fail() {
-  echo "FAIL $1"
-  failures=$((failures + 1))
-}
-
 # train NAME RANKS FLAGS...: metrics and model under $tmp/NAME.
 train() {
   local name=$1 np=$2

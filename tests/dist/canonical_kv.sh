@@ -29,11 +29,6 @@ canon=(--set parallel.reduction=canonical --set parallel.canonical_tp=4)
 kv1=(--set model.n_kv_heads=1)
 tied=(--set model.tie_embeddings=true)
 
-fail() {
-  echo "FAIL $1"
-  failures=$((failures + 1))
-}
-
 # train NAME RANKS FLAGS...: metrics and model under $tmp/NAME.
 train() {
   local name=$1 np=$2

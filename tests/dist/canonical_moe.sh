@@ -25,10 +25,6 @@ tiny+=(--set model.n_experts=4 --set model.expert_ffn_hidden=24 --set model.rout
   --set model.router_z_loss_coef=0.001 --set train.seed=2 --set train.microbatch_size=2)
 canon=(--set parallel.reduction=canonical)
 
-fail() {
-  echo "FAIL $1"
-  failures=$((failures + 1))
-}
 train() {
   local name=$1 np=$2
   shift 2
@@ -78,17 +74,6 @@ else
   fail "resume: the dp 2 x ep 2 run left no step-5 checkpoint"
 fi
 
-refused() {
-  local name=$1 np=$2 text=$3
-  shift 3
-  if timeout 60 "${mpi[@]}" -np "$np" "$bin" train "${tiny[@]}" "$@" >"$tmp/$name.out" 2>&1; then
-    fail "$name: ran; the canonical mode should refuse it"
-  elif grep -qF -- "$text" "$tmp/$name.out"; then
-    echo "ok   $name refused: $(grep -m1 -F -- "$text" "$tmp/$name.out" | cut -c1-150)"
-  else
-    fail "$name: failed without naming '$text': $(tail -2 "$tmp/$name.out")"
-  fi
-}
 refused moe_sp 2 "does not cover mixture-of-experts layers under sequence parallelism" "${canon[@]}" --tp 2 \
   --set parallel.sp=true --set parallel.canonical_tp=2
 refused ep3 3 "parallel.ep (3) must be a power of two in the canonical mode" "${canon[@]}" --dp 3 \

@@ -26,11 +26,6 @@ tiny+=(--set model.n_kv_heads=4 --set train.microbatch_size=1 --set train.steps=
 c4=(--set parallel.reduction=canonical --set parallel.canonical_tp=4)
 g4=("${c4[@]}" --set parallel.canonical_tp_d=4)
 
-fail() {
-  echo "FAIL $1"
-  failures=$((failures + 1))
-}
-
 # train NAME RANKS FLAGS...: metrics and model under $tmp/NAME, the output in $tmp/NAME.out.
 train() {
   local name=$1 np=$2

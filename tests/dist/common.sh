@@ -166,3 +166,22 @@ PY
     failures=$((failures + 1))
   fi
 }
+
+# The canonical suites' (tests/dist/canonical*.sh) shared checks; each script sets tmp, bin and failures.
+fail() {
+  echo "FAIL $1"
+  failures=$((failures + 1))
+}
+
+# refused NAME RANKS 'TEXT' FLAGS...: a non-zero exit whose message contains TEXT.
+refused() {
+  local name=$1 np=$2 text=$3
+  shift 3
+  if timeout 60 "${mpi[@]}" -np "$np" "$bin" train "${tiny[@]}" "$@" >"$tmp/$name.out" 2>&1; then
+    fail "$name: ran; the canonical mode should refuse it"
+  elif grep -qF -- "$text" "$tmp/$name.out"; then
+    echo "ok   $name refused: $(grep -m1 -F -- "$text" "$tmp/$name.out" | cut -c1-150)"
+  else
+    fail "$name: failed without naming '$text': $(tail -2 "$tmp/$name.out")"
+  fi
+}
