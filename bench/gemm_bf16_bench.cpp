@@ -5,7 +5,9 @@
 // timed as sgemm sees it, the rounding of both operands included: the linear
 // layers' forward (Y = X·Wᵀ), their input gradient (dX = dY·W) and weight
 // gradient (dW += dYᵀ·X) at `tokens` rows, and attention's 64 × 64 tile
-// products on one thread (as its OpenMP workers call them).
+// products on one thread (as its OpenMP workers call them). Where the oneDNN
+// kernel hands the tiles to AMX tiles (ops/gemm_amx.h), a fourth side,
+// bf16_onednn_matmul, times them through oneDNN's matmul as before.
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
@@ -17,6 +19,8 @@
 #include "config/config.h"
 #include "core/timer.h"
 #include "ops/gemm.h"
+#include "ops/gemm_amx.h"
+#include "ops/gemm_onednn.h"
 
 namespace {
 
@@ -30,14 +34,18 @@ struct Shape {
   bool one_thread;  // timed on one thread, as attention's workers call it
 };
 
+using Direct = void (*)(Trans, Trans, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t,
+                        float*, int64_t, Out);
+
 struct Side {
   const char* name;
   MatmulPrecision precision;
   Bf16Kernel kernel;
+  Direct direct = nullptr;  // called in place of sgemm, on the products amx::fits takes
 };
 
 // Seconds of the best of `reps` calls after a warm-up.
-double best_seconds(const Shape& s, int reps) {
+double best_seconds(const Shape& s, int reps, Direct direct) {
   const int64_t a_size = s.M * s.K, b_size = s.K * s.N;
   std::vector<float> a(static_cast<size_t>(a_size)), b(static_cast<size_t>(b_size)),
       c(static_cast<size_t>(s.M * s.N), 0.0f);
@@ -46,7 +54,12 @@ double best_seconds(const Shape& s, int reps) {
   for (int64_t i = 0; i < b_size; ++i)
     b[static_cast<size_t>(i)] = static_cast<float>((i * 104729) % 1000) / 1000.0f - 0.5f;
   const int64_t lda = s.ta == Trans::yes ? s.M : s.K, ldb = s.tb == Trans::yes ? s.K : s.N;
-  auto call = [&] { sgemm(s.ta, s.tb, s.M, s.N, s.K, a.data(), lda, b.data(), ldb, c.data(), s.N, s.out); };
+  auto call = [&] {
+    if (direct != nullptr)
+      direct(s.ta, s.tb, s.M, s.N, s.K, a.data(), lda, b.data(), ldb, c.data(), s.N, s.out);
+    else
+      sgemm(s.ta, s.tb, s.M, s.N, s.K, a.data(), lda, b.data(), ldb, c.data(), s.N, s.out);
+  };
   call();
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
@@ -95,6 +108,8 @@ int main(int argc, char** argv) {
   if (onednn_bf16_unavailable().empty()) {
     sides.push_back({"bf16_onednn", MatmulPrecision::bf16, Bf16Kernel::onednn});
     set_bf16_kernel(Bf16Kernel::onednn);
+    if (amx::unavailable_reason().empty())
+      sides.push_back({"bf16_onednn_matmul", MatmulPrecision::bf16, Bf16Kernel::onednn, onednn::matmul_bf16});
   } else {
     std::printf("# bf16 oneDNN not measured: %s\n", onednn_bf16_unavailable().c_str());
   }
@@ -103,15 +118,16 @@ int main(int argc, char** argv) {
     std::printf("# %d threads; bf16 matmul: %s\n", omp_get_max_threads(), bf16_kernel_description().c_str());
   }
   const int threads = omp_get_max_threads();
-  std::printf("%-22s %5s %5s %5s %-14s round GFLOP/s\n", "shape", "M", "N", "K", "side");
+  std::printf("%-22s %5s %5s %5s %-18s round GFLOP/s\n", "shape", "M", "N", "K", "side");
   for (const Shape& s : shapes(cfg.model, tokens)) {
     omp_set_num_threads(s.one_thread ? 1 : threads);
     for (int r = 0; r < rounds; ++r) {
       for (const Side& side : sides) {
+        if (side.direct != nullptr && !amx::fits(s.M, s.N, s.K)) continue;
         const MatmulPrecisionGuard g(side.precision);
         set_bf16_kernel(side.kernel);
-        const double sec = best_seconds(s, reps);
-        std::printf("%-22s %5lld %5lld %5lld %-14s %d %8.1f\n", s.what.c_str(), static_cast<long long>(s.M),
+        const double sec = best_seconds(s, reps, side.direct);
+        std::printf("%-22s %5lld %5lld %5lld %-18s %d %8.1f\n", s.what.c_str(), static_cast<long long>(s.M),
                     static_cast<long long>(s.N), static_cast<long long>(s.K), side.name, r + 1,
                     2.0 * static_cast<double>(s.M * s.N * s.K) / sec / 1e9);
       }

@@ -99,10 +99,14 @@ class Stepper {
     double opt_s = t0.seconds();
     const float dloss = 1.0f / static_cast<float>(B * T);  // every target is valid
     double loss_sum = 0;
-    for (int64_t r = 0; r < B; r += mb) {
-      const size_t off = static_cast<size_t>(r * T);
-      loss_sum += model_.forward(b.inputs.data() + off, b.targets.data() + off, mb, T);
-      model_.backward(dloss);
+    {
+      // As train_step: the weights stay put until the update, so bf16 rounds each once.
+      const Bf16WeightBits weight_bits({{model_.params(), static_cast<size_t>(model_.num_params())}});
+      for (int64_t r = 0; r < B; r += mb) {
+        const size_t off = static_cast<size_t>(r * T);
+        loss_sum += model_.forward(b.inputs.data() + off, b.targets.data() + off, mb, T);
+        model_.backward(dloss);
+      }
     }
     Timer t1;
     const double gnorm = std::sqrt(sum_squares(model_.grads(), model_.num_params()));

@@ -22,14 +22,14 @@ constexpr float bf16_to_float(bf16 h) {
 
 constexpr bf16 float_to_bf16(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {  // NaN: keep sign and top payload, force the quiet bit
-    return bf16{static_cast<uint16_t>((u >> 16) | 0x0040u)};
-  }
+  // NaN: keep sign and top payload, force the quiet bit.
+  const auto quiet_nan = static_cast<uint16_t>((u >> 16) | 0x0040u);
   // Adding 0x7fff plus the lowest kept bit rounds the dropped half to nearest
   // and a tie towards the even kept value; a carry ripples into the exponent,
   // which is exactly the next representable value (or Inf past the largest).
-  const uint32_t lsb = (u >> 16) & 1u;
-  return bf16{static_cast<uint16_t>((u + 0x7fffu + lsb) >> 16)};
+  const auto rounded = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  // A select rather than a branch, so that loops of conversions vectorise.
+  return bf16{(u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded};
 }
 
 // fp32 → bf16 → fp32: the value a bf16 store keeps.

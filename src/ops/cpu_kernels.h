@@ -19,6 +19,10 @@ namespace mt::cpu {
 
 void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
            const float* B, int64_t ldb, float* C, int64_t ldc, Out out);
+void linear_forward(float* out, const float* inp, const float* weight, int64_t N, int64_t IC, int64_t OC,
+                    Out mode);
+void linear_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                     int64_t N, int64_t IC, int64_t OC);
 void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int64_t C);
 void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t N, int64_t C);
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C,

@@ -11,6 +11,7 @@
 #include "core/bf16.h"
 #include "core/error.h"
 #include "ops/cpu_kernels.h"
+#include "ops/gemm_amx.h"
 #include "ops/gemm_onednn.h"
 
 namespace mt {
@@ -171,21 +172,49 @@ void cpu::sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, c
   blas_sgemm(trans_a, trans_b, M, N, K, a, ta ? M : K, b, tb ? K : N, C, ldc, out);
 }
 
-void linear_forward(float* out, const float* inp, const float* weight, int64_t N, int64_t IC, int64_t OC,
-                    Out mode) {
-  // out[N, OC] = inp[N, IC] · weight[OC, IC]ᵀ
-  sgemm(Trans::no, Trans::yes, N, OC, IC, inp, IC, weight, IC, out, OC, mode);
+namespace {
+
+// Whether a linear layer's products go through the oneDNN kernel's linear
+// functions: under the onednn bf16 kernel, for products past the AMX tiles'
+// limit (there sgemm would not take the tiles either, so the bits are sgemm's).
+bool onednn_linear(int64_t M, int64_t N, int64_t K) {
+  return M > 0 && N > 0 && K > 0 && matmul_precision() == MatmulPrecision::bf16 &&
+         bf16_kernel() == Bf16Kernel::onednn && !amx::fits(M, N, K);
 }
 
-void linear_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                     int64_t N, int64_t IC, int64_t OC) {
+}  // namespace
+
+Bf16WeightBits::Bf16WeightBits(std::vector<std::span<const float>> ranges) {
+  onednn::set_weight_ranges(std::move(ranges));
+}
+
+Bf16WeightBits::~Bf16WeightBits() {
+  onednn::set_weight_ranges({});
+}
+
+void cpu::linear_forward(float* out, const float* inp, const float* weight, int64_t N, int64_t IC, int64_t OC,
+                         Out mode) {
+  if (onednn_linear(N, OC, IC)) return onednn::linear_forward_bf16(out, inp, weight, N, IC, OC, mode);
+  // out[N, OC] = inp[N, IC] · weight[OC, IC]ᵀ
+  cpu::sgemm(Trans::no, Trans::yes, N, OC, IC, inp, IC, weight, IC, out, OC, mode);
+}
+
+void cpu::linear_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                          const float* weight, int64_t N, int64_t IC, int64_t OC) {
+  // Through the oneDNN kernel's linear function when every product it makes
+  // qualifies: dout rounded once for both gradients, the weight's bits kept.
+  if ((dinp == nullptr || onednn_linear(N, IC, OC)) && (dweight == nullptr || onednn_linear(OC, IC, N)) &&
+      (dinp != nullptr || dweight != nullptr)) {
+    onednn::linear_backward_bf16(dinp, dweight, dout, inp, weight, N, IC, OC);
+    return;
+  }
   if (dinp != nullptr) {
     // dinp[N, IC] = dout[N, OC] · weight[OC, IC]
-    sgemm(Trans::no, Trans::no, N, IC, OC, dout, OC, weight, IC, dinp, IC, Out::assign);
+    cpu::sgemm(Trans::no, Trans::no, N, IC, OC, dout, OC, weight, IC, dinp, IC, Out::assign);
   }
   if (dweight != nullptr) {
     // dweight[OC, IC] += dout[N, OC]ᵀ · inp[N, IC]
-    sgemm(Trans::yes, Trans::no, OC, IC, N, dout, OC, inp, IC, dweight, IC, Out::add);
+    cpu::sgemm(Trans::yes, Trans::no, OC, IC, N, dout, OC, inp, IC, dweight, IC, Out::add);
   }
 }
 

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 namespace mt {
 
@@ -102,6 +104,24 @@ class FixedGemmBlocksGuard {
 // written.
 void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
            const float* B, int64_t ldb, float* C, int64_t ldc, Out out);
+
+// A step's bf16 weights, rounded once (docs/MODEL.md "Weights are rounded once
+// per step"). While one is alive, linear_forward and linear_backward under the
+// onednn bf16 kernel keep the bf16 bits of a weight operand that lies inside
+// one of `ranges` — buffers the caller promises nothing writes until it is
+// destroyed (ParamStore::resident_params) — by address, and reuse them for
+// every later product with that weight: the same bits as rounding it again.
+// Any other weight (a gathered or scratch buffer) is rounded per call as
+// before. The bits are host scratch outside core/memory.h's tracker, like
+// sgemm's operand scratch: 2 bytes per weight element used, kept for the
+// process so that the next step rounds into the same memory. One at a time.
+class Bf16WeightBits {
+ public:
+  explicit Bf16WeightBits(std::vector<std::span<const float>> ranges);
+  ~Bf16WeightBits();
+  Bf16WeightBits(const Bf16WeightBits&) = delete;
+  Bf16WeightBits& operator=(const Bf16WeightBits&) = delete;
+};
 
 // Bias-free linear layer with PyTorch's weight layout [out_features, in_features]:
 //   out[N, OC] = inp[N, IC] · weight[OC, IC]ᵀ        (added to out when mode == Out::add)

@@ -2,15 +2,19 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "ops/gemm_amx.h"
 
 namespace mt::onednn {
 namespace {
@@ -127,6 +131,7 @@ void round_into(const float* X, int64_t rows, int64_t cols, int64_t ld, std::vec
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = X + r * ld;
     uint16_t* y = o + r * cols;
+#pragma omp simd
     for (int64_t c = 0; c < cols; ++c)
       y[c] = float_to_bf16(x[c]).bits;
   }
@@ -146,6 +151,76 @@ std::string probe_implementation() {
   }
 }
 
+// The products that fit go to AMX tiles only where oneDNN would run AMX too.
+bool small_products_on_tiles() {
+  static const bool on =
+      dnnl_get_effective_cpu_isa() == dnnl_cpu_isa_avx512_core_amx && amx::unavailable_reason().empty();
+  return on;
+}
+
+// The step's kept weight bits (Bf16WeightBits, gemm.h): the ranges they may
+// come from and the bits by weight address.
+struct WeightBits {
+  std::mutex mutex;
+  std::vector<std::span<const float>> ranges;
+  struct Kept {
+    int64_t rows = 0, cols = 0;
+    bool fresh = false;  // rounded under the current ranges
+    std::vector<uint16_t> bits;
+  };
+  std::unordered_map<const float*, Kept> bits;
+};
+
+WeightBits& weight_bits_state() {
+  static WeightBits w;
+  return w;
+}
+
+// The bf16 bits of the dense weight W [rows, cols]: kept ones where W lies in
+// a range of the step's Bf16WeightBits (rounded on first use), else rounded
+// into `scratch`.
+const uint16_t* weight_bits(const float* W, int64_t rows, int64_t cols, std::vector<uint16_t>& scratch) {
+  WeightBits& w = weight_bits_state();
+  const std::lock_guard<std::mutex> lock(w.mutex);
+  const auto inside = [&](std::span<const float> r) {
+    return std::less_equal<const float*>()(r.data(), W) &&
+           std::less_equal<const float*>()(W + rows * cols, r.data() + r.size());
+  };
+  if (!std::any_of(w.ranges.begin(), w.ranges.end(), inside)) {
+    round_into(W, rows, cols, cols, scratch);
+    return scratch.data();
+  }
+  WeightBits::Kept& kept = w.bits[W];
+  if (!kept.fresh || kept.rows != rows || kept.cols != cols) {
+    round_into(W, rows, cols, cols, kept.bits);
+    kept.rows = rows;
+    kept.cols = cols;
+    kept.fresh = true;
+  }
+  return kept.bits.data();
+}
+
+// C = (or +=) the product the key describes, of operands already rounded
+// (packed densely as stored).
+void run_rounded(const Key& k, const uint16_t* a_bits, const uint16_t* b_bits, float* C) {
+  const std::shared_ptr<const Entry> entry = cached_entry(k);
+  const Entry& e = *entry;
+  thread_local std::vector<uint8_t> scratchpad;
+  thread_local dnnl::stream stream(cpu_engine());
+  if (scratchpad.size() < e.scratch.get_size()) scratchpad.resize(e.scratch.get_size());
+  try {
+    memory a(e.a, cpu_engine(), const_cast<uint16_t*>(a_bits)),
+        b(e.b, cpu_engine(), const_cast<uint16_t*>(b_bits));
+    memory c(e.c, cpu_engine(), C), s(e.scratch, cpu_engine(), scratchpad.data());
+    e.prim.execute(stream,
+                   {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, s}});
+    stream.wait();
+  } catch (const dnnl::error& err) {
+    MT_THROW(Error, __FILE__, ":", __LINE__, ": oneDNN bf16 matmul ", k.M, " x ", k.N, " x ", k.K,
+             " failed: ", err.what());
+  }
+}
+
 }  // namespace
 
 const std::string& unavailable_reason() {
@@ -161,30 +236,56 @@ const std::string& unavailable_reason() {
 std::string describe() {
   const dnnl_version_t* v = dnnl_version();
   return detail::concat("oneDNN ", v->major, ".", v->minor, ".", v->patch, " ",
-                        isa_name(dnnl_get_effective_cpu_isa()), " (", probe_implementation(), ")");
+                        isa_name(dnnl_get_effective_cpu_isa()), " (", probe_implementation(), ")",
+                        small_products_on_tiles() ? "; products up to 128 x 128 x 256 on AMX tiles" : "");
 }
 
 void sgemm_bf16(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                 const float* B, int64_t ldb, float* C, int64_t ldc, Out out) {
+  if (amx::fits(M, N, K) && small_products_on_tiles())
+    amx::sgemm_bf16(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, out);
+  else
+    matmul_bf16(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, out);
+}
+
+void matmul_bf16(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                 const float* B, int64_t ldb, float* C, int64_t ldc, Out out) {
   const bool ta = trans_a == Trans::yes, tb = trans_b == Trans::yes;
-  const std::shared_ptr<const Entry> entry = cached_entry(Key{M, N, K, ldc, ta, tb, out == Out::add});
-  const Entry& e = *entry;
   thread_local std::vector<uint16_t> a_bits, b_bits;
-  thread_local std::vector<uint8_t> scratchpad;
-  thread_local dnnl::stream stream(cpu_engine());
   // As stored, A is M × K (K × M when transposed) and B is K × N (N × K).
   round_into(A, ta ? K : M, ta ? M : K, lda, a_bits);
   round_into(B, tb ? N : K, tb ? K : N, ldb, b_bits);
-  if (scratchpad.size() < e.scratch.get_size()) scratchpad.resize(e.scratch.get_size());
-  try {
-    memory a(e.a, cpu_engine(), a_bits.data()), b(e.b, cpu_engine(), b_bits.data());
-    memory c(e.c, cpu_engine(), C), s(e.scratch, cpu_engine(), scratchpad.data());
-    e.prim.execute(stream,
-                   {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, s}});
-    stream.wait();
-  } catch (const dnnl::error& err) {
-    MT_THROW(Error, __FILE__, ":", __LINE__, ": oneDNN bf16 matmul ", M, " x ", N, " x ", K,
-             " failed: ", err.what());
+  run_rounded(Key{M, N, K, ldc, ta, tb, out == Out::add}, a_bits.data(), b_bits.data(), C);
+}
+
+void set_weight_ranges(std::vector<std::span<const float>> ranges) {
+  WeightBits& w = weight_bits_state();
+  const std::lock_guard<std::mutex> lock(w.mutex);
+  w.ranges = std::move(ranges);
+  for (auto& [address, kept] : w.bits)
+    kept.fresh = false;  // rounded again on next use, into the memory it has
+}
+
+void linear_forward_bf16(float* out, const float* inp, const float* weight, int64_t N, int64_t IC, int64_t OC,
+                         Out mode) {
+  thread_local std::vector<uint16_t> inp_bits, weight_scratch;
+  round_into(inp, N, IC, IC, inp_bits);
+  // out[N, OC] = inp[N, IC] · weight[OC, IC]ᵀ
+  run_rounded(Key{N, OC, IC, OC, false, true, mode == Out::add}, inp_bits.data(),
+              weight_bits(weight, OC, IC, weight_scratch), out);
+}
+
+void linear_backward_bf16(float* dinp, float* dweight, const float* dout, const float* inp,
+                          const float* weight, int64_t N, int64_t IC, int64_t OC) {
+  thread_local std::vector<uint16_t> dout_bits, inp_bits, weight_scratch;
+  round_into(dout, N, OC, OC, dout_bits);
+  // dinp[N, IC] = dout[N, OC] · weight[OC, IC]; dweight[OC, IC] += dout[N, OC]ᵀ · inp[N, IC]
+  if (dinp != nullptr)
+    run_rounded(Key{N, IC, OC, IC, false, false, false}, dout_bits.data(),
+                weight_bits(weight, OC, IC, weight_scratch), dinp);
+  if (dweight != nullptr) {
+    round_into(inp, N, IC, IC, inp_bits);
+    run_rounded(Key{OC, IC, N, IC, true, false, true}, dout_bits.data(), inp_bits.data(), dweight);
   }
 }
 

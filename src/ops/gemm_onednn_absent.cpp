@@ -19,4 +19,20 @@ void sgemm_bf16(Trans, Trans, int64_t, int64_t, int64_t, const float*, int64_t, 
   MT_CHECK(false, "oneDNN's bf16 matmul called in a build without oneDNN");
 }
 
+void matmul_bf16(Trans, Trans, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t,
+                 float*, int64_t, Out) {
+  MT_CHECK(false, "oneDNN's bf16 matmul called in a build without oneDNN");
+}
+
+void linear_forward_bf16(float*, const float*, const float*, int64_t, int64_t, int64_t, Out) {
+  MT_CHECK(false, "oneDNN's bf16 matmul called in a build without oneDNN");
+}
+
+void set_weight_ranges(std::vector<std::span<const float>>) {}
+
+void linear_backward_bf16(float*, float*, const float*, const float*, const float*, int64_t, int64_t,
+                          int64_t) {
+  MT_CHECK(false, "oneDNN's bf16 matmul called in a build without oneDNN");
+}
+
 }  // namespace mt::onednn

@@ -21,6 +21,8 @@ KernelTable make_cpu_table() {
   KernelTable t;
   t.name = "cpu";
   t.sgemm = &cpu::sgemm;
+  t.linear_forward = &cpu::linear_forward;
+  t.linear_backward = &cpu::linear_backward;
   t.embedding_forward = &cpu::embedding_forward;
   t.embedding_backward = &cpu::embedding_backward;
   t.rmsnorm_forward = &cpu::rmsnorm_forward;
@@ -112,6 +114,8 @@ KernelTable make_fake_table() {
   KernelTable t;
   t.name = "fake";
   t.sgemm = &Untagged<&cpu::sgemm>::call;
+  t.linear_forward = &Untagged<&cpu::linear_forward>::call;
+  t.linear_backward = &Untagged<&cpu::linear_backward>::call;
   t.embedding_forward = &Untagged<&cpu::embedding_forward>::call;
   t.embedding_backward = &Untagged<&cpu::embedding_backward>::call;
   t.rmsnorm_forward = &Untagged<&cpu::rmsnorm_forward>::call;
@@ -225,6 +229,14 @@ void use_run_device(RunDevice d) {
 void sgemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
            const float* B, int64_t ldb, float* C, int64_t ldc, Out out) {
   kernels().sgemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, out);
+}
+void linear_forward(float* out, const float* inp, const float* weight, int64_t N, int64_t IC, int64_t OC,
+                    Out mode) {
+  kernels().linear_forward(out, inp, weight, N, IC, OC, mode);
+}
+void linear_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                     int64_t N, int64_t IC, int64_t OC) {
+  kernels().linear_backward(dinp, dweight, dout, inp, weight, N, IC, OC);
 }
 void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int64_t C) {
   kernels().embedding_forward(out, ids, table, N, C);

@@ -38,6 +38,12 @@ struct KernelTable {
   // GEMM: C = op(A)·op(B) (or C += …), at matmul_precision() (ops/gemm.h).
   void (*sgemm)(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                 const float* B, int64_t ldb, float* C, int64_t ldc, Out out) = nullptr;
+  // The linear layer's products (ops/gemm.h), so that a backend may share
+  // work between them (the bf16 kernel rounds dout once, keeps the weights' bits).
+  void (*linear_forward)(float* out, const float* inp, const float* weight, int64_t N, int64_t IC, int64_t OC,
+                         Out mode) = nullptr;
+  void (*linear_backward)(float* dinp, float* dweight, const float* dout, const float* inp,
+                          const float* weight, int64_t N, int64_t IC, int64_t OC) = nullptr;
 
   // The model's ops, forward and backward (contracts in their headers).
   void (*embedding_forward)(float* out, const int32_t* ids, const float* table, int64_t N,

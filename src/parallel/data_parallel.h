@@ -89,6 +89,10 @@ class DataParallelStore : public ParamStore {
   ~DataParallelStore() override;
 
   const float* acquire_params(int unit, Pass pass) override;
+  std::span<const float> resident_params() const override {
+    if (opts_.zero == 3) return {};
+    return {full_params_.data(), static_cast<size_t>(full_params_.numel())};
+  }
   void release_params(int unit, Pass pass) override;
   float* acquire_grads(int unit) override;
   void release_grads(int unit) override;

@@ -15,6 +15,9 @@ class LocalStore : public ParamStore {
 
   const float* acquire_params(int unit, Pass) override { return params_.data() + unit_begin(unit); }
   void release_params(int, Pass) override {}
+  std::span<const float> resident_params() const override {
+    return {params_.data(), static_cast<size_t>(params_.numel())};
+  }
   float* acquire_grads(int unit) override { return grads_.data() + unit_begin(unit); }
   void release_grads(int) override {}
 

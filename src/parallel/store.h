@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,12 @@ class ParamStore {
   virtual void poll() {}
   // How this store shards parameters, gradients and optimizer state.
   virtual StoreSharding sharding() const { return {}; }
+  // The full parameters where they stay in one buffer that nothing writes
+  // between a step's first forward and its optimizer update (every unit's
+  // acquire_params points into it); empty where they are gathered per use
+  // (ZeRO 3). The bf16 kernel keeps its rounded weights for the step by it
+  // (ops/gemm.h Bf16WeightBits).
+  virtual std::span<const float> resident_params() const { return {}; }
 
   // --- step side: called by the executor only (pp::Executor::run, src/pipeline/executor.h) ---
   // Before the step's first forward: clears gradients. `microbatches` is the

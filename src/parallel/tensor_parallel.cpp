@@ -98,6 +98,10 @@ void column_parallel_backward(float* dinp, float* dweight, float* scratch, const
     column_backward_tp(dinp, dweight, scratch, dout, gemm_inp, weight, N, IC, OCl, layer, replicated);
     return;
   }
+  if (dweight != nullptr && dinp != nullptr && replicated.group == nullptr) {
+    linear_backward(dinp, dweight, dout, gemm_inp, weight, N, IC, OCl);  // one call: a kernel may share dout
+    return;
+  }
   if (dweight != nullptr) column_weight_grad(dweight, dout, gemm_inp, N, IC, OCl, replicated);
   if (dinp != nullptr) linear_backward(dinp, nullptr, dout, nullptr, weight, N, IC, OCl);
 }

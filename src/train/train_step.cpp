@@ -11,6 +11,7 @@
 #include "core/timer.h"
 #include "core/trace_spans.h"
 #include "data/sampler.h"
+#include "ops/gemm.h"
 #include "optim/clip.h"
 #include "parallel/canonical.h"
 #include "parallel/context_parallel.h"
@@ -151,6 +152,16 @@ void update(TrainModel& model, const RunMesh& mesh, const TrainConfig& tc, StepS
   }
 }
 
+// The step's forwards and backwards (the executor's schedule); the loss sum.
+// The weights stay put until the update, so the bf16 kernel rounds each once (ops/gemm.h).
+double run_pass(TrainModel& model, const Batch& mine, int64_t valid) {
+  std::vector<std::span<const float>> resident;
+  for (auto& c : model.chunks)
+    resident.push_back(c->store().resident_params());
+  const Bf16WeightBits weight_bits(std::move(resident));
+  return model.executor->run(mine.inputs.data(), mine.targets.data(), valid);
+}
+
 }  // namespace
 
 StepStats train_step(TrainModel& model, const RunMesh& mesh, const Config& cfg, const TokenFile& train_file,
@@ -183,7 +194,7 @@ StepStats train_step(TrainModel& model, const RunMesh& mesh, const Config& cfg, 
     c->set_dropout(tc.seed, step);
   phase.reset();
   if (model.fingerprint) model.fingerprint->begin_step(step);
-  double loss_sum = model.executor->run(mine.inputs.data(), mine.targets.data(), valid);
+  double loss_sum = run_pass(model, mine, valid);
   phase.emplace("phase", "reduce");
   for (auto& c : model.chunks)
     c->clear_dropout();

@@ -19,6 +19,8 @@
 #include "core/error.h"
 #include "gemm_operands.h"
 #include "ops/gemm.h"
+#include "ops/gemm_amx.h"
+#include "ops/gemm_onednn.h"
 #include "test_helpers.h"
 
 namespace mt {
@@ -115,6 +117,20 @@ std::vector<float> run(const Problem& p, const Operands& o, Bf16Kernel kernel) {
   return C;
 }
 
+// The onednn kernel's two paths called directly, whichever of them sgemm picks
+// for this shape: oneDNN's matmul, and (where the CPU has AMX) the tiles.
+using Bf16Path = void (*)(Trans, Trans, int64_t, int64_t, int64_t, const float*, int64_t, const float*,
+                          int64_t, float*, int64_t, Out);
+std::vector<float> run_path(const Problem& p, const Operands& o, Bf16Path path) {
+  std::vector<float> C = o.C0;
+  path(p.ta, p.tb, p.M, p.N, p.K, o.A.data(), o.lda, o.B.data(), o.ldb, C.data(), o.ldc, p.out);
+  return C;
+}
+
+bool tiles_take(const Problem& p) {
+  return amx::unavailable_reason().empty() && amx::fits(p.M, p.N, p.K);
+}
+
 // The checked rows of C within their bounds (with_flush adds the flush
 // terms); the padding of every row untouched.
 void expect_within(const Problem& p, const Operands& o, const std::vector<float>& C, const Expected& e,
@@ -162,14 +178,20 @@ void check_problem(const Problem& p, uint32_t seed, bool tiny) {
   if (!tiny) expect_within(p, o, run(p, o, Bf16Kernel::emulated), e, rows, false, "emulated");
   const std::vector<float> again = run(p, o, Bf16Kernel::onednn);
   EXPECT_EQ(std::memcmp(onednn.data(), again.data(), onednn.size() * sizeof(float)), 0) << "not repeatable";
+  if (!tiles_take(p)) return;
+  expect_within(p, o, run_path(p, o, onednn::matmul_bf16), e, rows, true, "onednn matmul");
+  const std::vector<float> tiles = run_path(p, o, amx::sgemm_bf16);
+  expect_within(p, o, tiles, e, rows, true, "amx tiles");
+  EXPECT_EQ(std::memcmp(onednn.data(), tiles.data(), tiles.size() * sizeof(float)), 0)
+      << "sgemm took the tiles";
 }
 
 // Awkward shapes: 1 × 1 × 1, primes, K = 1 and K not a multiple of 32 (the
 // units take bf16 pairs; oneDNN blocks K by 32 or more), every transpose,
 // both output modes, ld > width.
 TEST_F(GemmOnednn, AwkwardShapesWithinTheBound) {
-  const int64_t sizes[][3] = {{1, 1, 1},   {7, 13, 33},  {1, 65, 17}, {37, 5, 129},
-                              {19, 23, 1}, {61, 67, 71}, {64, 3, 300}};
+  const int64_t sizes[][3] = {{1, 1, 1},    {7, 13, 33},  {1, 65, 17},  {37, 5, 129},   {19, 23, 1},
+                              {61, 67, 71}, {64, 3, 300}, {33, 31, 65}, {128, 128, 256}};
   uint32_t seed = 101;
   for (const auto& s : sizes) {
     for (Trans ta : {Trans::no, Trans::yes}) {
@@ -261,6 +283,62 @@ TEST_F(GemmOnednn, ConcurrentCallsRepeatable) {
                   expected(p, ops[static_cast<size_t>(t)], rows), rows, true, "onednn concurrent");
     EXPECT_EQ(first[static_cast<size_t>(t)], second[static_cast<size_t>(t)]) << "call " << t;
   }
+}
+
+// linear_backward with both gradients rounds dout once for the two products
+// (gemm_onednn.h's linear_backward_bf16): the same bits as the two sgemm calls
+// it stands for, at shapes past the AMX tiles' limit (where it applies).
+TEST_F(GemmOnednn, LinearBackwardBothGradientsSameBitsAsTwoProducts) {
+  set_bf16_kernel(Bf16Kernel::onednn);
+  const int64_t N = 320, IC = 160, OC = 288;
+  const std::vector<float> dout = random_floats(N * OC, 11), inp = random_floats(N * IC, 12),
+                           weight = random_floats(OC * IC, 13), dw0 = random_floats(OC * IC, 14);
+  std::vector<float> dinp(static_cast<size_t>(N * IC), -1.0f), dw = dw0;
+  linear_backward(dinp.data(), dw.data(), dout.data(), inp.data(), weight.data(), N, IC, OC);
+  std::vector<float> dinp2(dinp.size(), -2.0f), dw2 = dw0;
+  sgemm(Trans::no, Trans::no, N, IC, OC, dout.data(), OC, weight.data(), IC, dinp2.data(), IC, Out::assign);
+  sgemm(Trans::yes, Trans::no, OC, IC, N, dout.data(), OC, inp.data(), IC, dw2.data(), IC, Out::add);
+  EXPECT_EQ(std::memcmp(dinp.data(), dinp2.data(), dinp.size() * sizeof(float)), 0) << "dinp";
+  EXPECT_EQ(std::memcmp(dw.data(), dw2.data(), dw.size() * sizeof(float)), 0) << "dweight";
+}
+
+// Bf16WeightBits: inside its ranges a weight's bits are rounded once and kept
+// for the scope (the same bits as rounding per call; kept even if the caller
+// broke its promise and wrote the weight, which is how the test sees them
+// kept), rounded afresh under the next scope, and never kept for a weight
+// outside the ranges.
+TEST_F(GemmOnednn, WeightBitsKeptForTheScopeOnly) {
+  set_bf16_kernel(Bf16Kernel::onednn);
+  const int64_t N = 192, IC = 144, OC = 160;
+  const std::vector<float> x = random_floats(N * IC, 21), dy = random_floats(N * OC, 22);
+  std::vector<float> w = random_floats(OC * IC, 23);
+  const std::vector<float> w_old = w, w_new = random_floats(OC * IC, 24);
+  auto forward = [&](const std::vector<float>& weight) {
+    std::vector<float> y(static_cast<size_t>(N * OC));
+    linear_forward(y.data(), x.data(), weight.data(), N, IC, OC);
+    return y;
+  };
+  auto dinp = [&](const std::vector<float>& weight) {
+    std::vector<float> dx(static_cast<size_t>(N * IC));
+    linear_backward(dx.data(), nullptr, dy.data(), nullptr, weight.data(), N, IC, OC);
+    return dx;
+  };
+  const std::vector<float> y_old = forward(w_old), y_new = forward(w_new), dx_old = dinp(w_old);
+  ASSERT_NE(y_old, y_new);
+  {
+    const Bf16WeightBits kept({{w.data(), w.size()}});
+    EXPECT_EQ(forward(w), y_old) << "kept bits are the per-call bits";
+    w = w_new;  // written inside the scope: the kept bits stay the old weight's
+    EXPECT_EQ(forward(w), y_old) << "not kept";
+    EXPECT_EQ(dinp(w), dx_old) << "dinp did not read the kept bits";
+    std::vector<float> outside = w_old;  // a weight outside the ranges: rounded per call
+    EXPECT_EQ(forward(outside), y_old);
+    outside = w_new;
+    EXPECT_EQ(forward(outside), y_new) << "kept bits of a weight outside the ranges";
+  }
+  EXPECT_EQ(forward(w), y_new) << "no scope: rounded per call";
+  const Bf16WeightBits next({{w.data(), w.size()}});
+  EXPECT_EQ(forward(w), y_new) << "the next scope reused the last scope's bits";
 }
 
 // MESHTRAIN_BF16_MATMUL: its values, the default, and the refusals by name.
