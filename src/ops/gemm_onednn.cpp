@@ -240,9 +240,13 @@ std::string describe() {
                         small_products_on_tiles() ? "; products up to 128 x 128 x 256 on AMX tiles" : "");
 }
 
+bool tiles_take(int64_t M, int64_t N, int64_t K) {
+  return amx::fits(M, N, K) && small_products_on_tiles();
+}
+
 void sgemm_bf16(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                 const float* B, int64_t ldb, float* C, int64_t ldc, Out out) {
-  if (amx::fits(M, N, K) && small_products_on_tiles())
+  if (tiles_take(M, N, K))
     amx::sgemm_bf16(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, out);
   else
     matmul_bf16(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, out);

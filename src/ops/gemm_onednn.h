@@ -33,6 +33,9 @@ std::string describe();
 void sgemm_bf16(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
                 const float* B, int64_t ldb, float* C, int64_t ldc, Out out);
 
+// Whether sgemm_bf16 hands an M × N × K product to the AMX tiles.
+bool tiles_take(int64_t M, int64_t N, int64_t K);
+
 // The same contract through oneDNN's matmul whatever the size. Safe to call
 // from many threads at once (attention's OpenMP workers): primitives are
 // cached per shape behind a mutex; operand scratch, scratchpad and stream are

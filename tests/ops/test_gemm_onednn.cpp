@@ -127,7 +127,7 @@ std::vector<float> run_path(const Problem& p, const Operands& o, Bf16Path path) 
   return C;
 }
 
-bool tiles_take(const Problem& p) {
+bool tiles_run(const Problem& p) {
   return amx::unavailable_reason().empty() && amx::fits(p.M, p.N, p.K);
 }
 
@@ -178,12 +178,14 @@ void check_problem(const Problem& p, uint32_t seed, bool tiny) {
   if (!tiny) expect_within(p, o, run(p, o, Bf16Kernel::emulated), e, rows, false, "emulated");
   const std::vector<float> again = run(p, o, Bf16Kernel::onednn);
   EXPECT_EQ(std::memcmp(onednn.data(), again.data(), onednn.size() * sizeof(float)), 0) << "not repeatable";
-  if (!tiles_take(p)) return;
+  if (!tiles_run(p)) return;
   expect_within(p, o, run_path(p, o, onednn::matmul_bf16), e, rows, true, "onednn matmul");
   const std::vector<float> tiles = run_path(p, o, amx::sgemm_bf16);
   expect_within(p, o, tiles, e, rows, true, "amx tiles");
-  EXPECT_EQ(std::memcmp(onednn.data(), tiles.data(), tiles.size() * sizeof(float)), 0)
-      << "sgemm took the tiles";
+  if (onednn::tiles_take(p.M, p.N, p.K)) {  // not where ONEDNN_MAX_CPU_ISA caps oneDNN below AMX
+    EXPECT_EQ(std::memcmp(onednn.data(), tiles.data(), tiles.size() * sizeof(float)), 0)
+        << "sgemm took the tiles";
+  }
 }
 
 // Awkward shapes: 1 × 1 × 1, primes, K = 1 and K not a multiple of 32 (the
