@@ -159,16 +159,29 @@ bool small_products_on_tiles() {
 }
 
 // The step's kept weight bits (Bf16WeightBits, gemm.h): the ranges they may
-// come from and the bits by weight address.
+// come from and the bits by weight address and shape (a weight read whole and
+// a block of it from the same address are two entries, so that an entry's
+// bits never change while a product reads them).
+struct WeightKey {
+  const float* address;
+  int64_t rows, cols;
+  bool operator==(const WeightKey&) const = default;
+};
+
+struct WeightKeyHash {
+  size_t operator()(const WeightKey& k) const {
+    return std::hash<const float*>()(k.address) * 1000003u ^ std::hash<int64_t>()(k.rows * 65599 + k.cols);
+  }
+};
+
 struct WeightBits {
   std::mutex mutex;
   std::vector<std::span<const float>> ranges;
   struct Kept {
-    int64_t rows = 0, cols = 0;
     bool fresh = false;  // rounded under the current ranges
     std::vector<uint16_t> bits;
   };
-  std::unordered_map<const float*, Kept> bits;
+  std::unordered_map<WeightKey, Kept, WeightKeyHash> bits;
 };
 
 WeightBits& weight_bits_state() {
@@ -190,11 +203,9 @@ const uint16_t* weight_bits(const float* W, int64_t rows, int64_t cols, std::vec
     round_into(W, rows, cols, cols, scratch);
     return scratch.data();
   }
-  WeightBits::Kept& kept = w.bits[W];
-  if (!kept.fresh || kept.rows != rows || kept.cols != cols) {
+  WeightBits::Kept& kept = w.bits[WeightKey{W, rows, cols}];
+  if (!kept.fresh) {
     round_into(W, rows, cols, cols, kept.bits);
-    kept.rows = rows;
-    kept.cols = cols;
     kept.fresh = true;
   }
   return kept.bits.data();
@@ -266,7 +277,7 @@ void set_weight_ranges(std::vector<std::span<const float>> ranges) {
   WeightBits& w = weight_bits_state();
   const std::lock_guard<std::mutex> lock(w.mutex);
   w.ranges = std::move(ranges);
-  for (auto& [address, kept] : w.bits)
+  for (auto& [key, kept] : w.bits)
     kept.fresh = false;  // rounded again on next use, into the memory it has
 }
 
