@@ -5,6 +5,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "ops/vec_math.h"
 
 #if defined(__x86_64__) && defined(__linux__)
 #include <cpuid.h>
@@ -119,13 +120,8 @@ inline const float* stored_row(const float* X, int64_t ld, int64_t k, int64_t K)
 void pack_a(bool ta, int64_t M, int64_t K, const float* A, int64_t lda, uint16_t* Ap, int64_t Kp,
             uint32_t* words) {
   if (!ta) {
-    for (int64_t m = 0; m < M; ++m) {
-      const float* a = A + m * lda;
-      uint16_t* o = Ap + m * Kp;
-#pragma omp simd
-      for (int64_t k = 0; k < K; ++k)
-        o[k] = float_to_bf16(a[k]).bits;
-    }
+    for (int64_t m = 0; m < M; ++m)
+      to_bf16_bits(A + m * lda, K, Ap + m * Kp);
     return;
   }
   const int64_t pairs = (K + 1) / 2;  // A stored K × M
@@ -145,12 +141,8 @@ void pack_b(bool tb, int64_t K, int64_t N, const float* B, int64_t ldb, uint16_t
   const int64_t Kp = padded(K);  // B stored N × K: round each row, then the pairs become rows
   auto* rounded = reinterpret_cast<uint16_t*>(words);
   for (int64_t n = 0; n < N; ++n) {
-    const float* b = B + n * ldb;
-    uint16_t* o = rounded + n * Kp;
-#pragma omp simd
-    for (int64_t k = 0; k < K; ++k)
-      o[k] = float_to_bf16(b[k]).bits;
-    if (K % 2 == 1) o[K] = 0;
+    to_bf16_bits(B + n * ldb, K, rounded + n * Kp);
+    if (K % 2 == 1) rounded[n * Kp + K] = 0;
   }
   transpose_words(words, N, (K + 1) / 2, Kp / 2, out, Np);
 }

@@ -15,6 +15,7 @@
 #include "core/bf16.h"
 #include "core/error.h"
 #include "ops/gemm_amx.h"
+#include "ops/vec_math.h"
 
 namespace mt::onednn {
 namespace {
@@ -128,13 +129,8 @@ void round_into(const float* X, int64_t rows, int64_t cols, int64_t ld, std::vec
   out.resize(static_cast<size_t>(rows * cols));
   uint16_t* o = out.data();
 #pragma omp parallel for schedule(static) if (rows * cols >= (int64_t{1} << 16))
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = X + r * ld;
-    uint16_t* y = o + r * cols;
-#pragma omp simd
-    for (int64_t c = 0; c < cols; ++c)
-      y[c] = float_to_bf16(x[c]).bits;
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    to_bf16_bits(X + r * ld, cols, o + r * cols);
 }
 
 std::string probe_implementation() {

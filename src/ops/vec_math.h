@@ -8,6 +8,8 @@
 #include <bit>
 #include <cstdint>
 
+#include "core/bf16.h"
+
 namespace mt {
 
 // exp(x) in fp32.
@@ -36,6 +38,13 @@ inline float exp_vec(float x) {
   const float er = p * r * r + r + 1.0f;
   const float scale = std::bit_cast<float>((std::bit_cast<int32_t>(t) - 0x4B400000 + 127) << 23);
   return x < -87.3f ? 0.0f : er * scale;
+}
+
+// y[i] = float_to_bf16(x[i]).bits for i < n: a row of a bf16 operand.
+inline void to_bf16_bits(const float* x, int64_t n, uint16_t* y) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = float_to_bf16(x[i]).bits;
 }
 
 }  // namespace mt
