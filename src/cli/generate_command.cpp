@@ -34,7 +34,11 @@ void check_args(const GenerateArgs& a) {
              "' must be text or jsonl");
   MT_REQUIRE(a.batch_size >= 1, ConfigError, "--batch-size (", a.batch_size, ") must be at least 1");
   check_thread_count("--threads", a.threads);
-  cp::parse_cp_impl(a.cp_impl);  // ConfigError naming the value
+  const cp::CpImpl impl = cp::parse_cp_impl(a.cp_impl);  // ConfigError naming the value
+  MT_REQUIRE(
+      impl == cp::CpImpl::ring || impl == cp::CpImpl::allgather, ConfigError, "--cp-impl ", a.cp_impl,
+      ": generation attends to the KV cache's position shards by ring or allgather (infer/kv_attention.h); "
+      "ulysses and hybrid are training's");
 }
 
 std::vector<std::string> read_prompts(const GenerateArgs& a) {

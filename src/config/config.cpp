@@ -160,8 +160,7 @@ std::vector<Entry> parallel_entries() {
       MT_KEY(parallel, pp, "int",
              "pipeline-parallel degree: layers split into pp stages (pp x virtual_stages, interleaved)"),
       MT_KEY(parallel, cp, "int",
-             "context-parallel degree: each sequence is split over cp ranks in 2 x cp zigzag chunks (seq_len "
-             "divisible by 2 x cp); attention exchanges keys and values (parallel.cp_impl)"),
+             "context-parallel degree: each sequence over cp ranks in 2 x cp zigzag chunks"),
       MT_KEY(parallel, ep, "int",
              "expert-parallel degree: each rank holds n_experts / ep experts, tokens travel by all-to-all; "
              "ep divides dp x cp (groups of ep consecutive dp ranks) and n_experts; any ZeRO stage (0-3)"),
@@ -187,7 +186,8 @@ std::vector<Entry> parallel_entries() {
       MT_KEY(parallel, stage_layers, "string",
              "layers per virtual stage, e.g. \"3,2,2,1\" (pp x virtual_stages entries summing to n_layers); "
              "empty: an even split, the first stages taking one more"),
-      MT_KEY(parallel, cp_impl, "string", "context-parallel attention: ring | allgather"),
+      MT_KEY(parallel, cp_impl, "string", "cp attention: ring | allgather | ulysses (all-to-all) | hybrid"),
+      MT_KEY(parallel, cp_ulysses, "int", "hybrid cp: all-to-all group size (divides cp, 1 < it < cp)"),
       MT_KEY(parallel, reduction, "string",
              "default | canonical: every gradient summed over a fixed tree, the loss and gradient norm "
              "exactly: each layout it covers is bitwise one process with the same microbatch and grains "

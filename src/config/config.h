@@ -81,6 +81,9 @@ struct ParallelConfig {
   int64_t virtual_stages = 1;
   std::string stage_layers;  // "" or "3,2,2,1": layers per virtual stage
   std::string cp_impl = "ring";
+  // cp_impl = hybrid: the all-to-all's ranks, 1 < cp_ulysses < cp dividing cp
+  // (parallel/cp_ulysses.h); 0: not set.
+  int64_t cp_ulysses = 0;
   // "default" or "canonical": every layout bitwise the one-process run
   // (parallel/canonical.h; docs/PARALLELISM.md "The canonical mode").
   std::string reduction = "default";

@@ -11,7 +11,9 @@
 #include "ops/gemm.h"
 #include "optim/optimizer.h"
 #include "parallel/canonical.h"
+#include "parallel/canonical_tp_kv.h"
 #include "parallel/context_parallel.h"
+#include "parallel/cp_ulysses.h"
 #include "parallel/data_parallel.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/tp2d.h"
@@ -95,6 +97,35 @@ void validate_moe_layout(const Config& c, const ParsedKeys& keys) {
              "model.router_bias_rate (", c.model.router_bias_rate, ") with train.checkpoint_dir ('",
              c.train.checkpoint_dir, "') and parallel.pp (", p.pp,
              "): checkpoints do not save the bias of the later pipeline stages yet");
+}
+
+// parallel.cp_impl and parallel.cp_ulysses: the hybrid's group size, and the
+// heads Ulysses splits (parallel/cp_ulysses.h) with the numbers.
+void validate_cp_impl(const Config& c, const ParsedKeys& keys) {
+  const ParallelConfig& p = c.parallel;
+  const bool hybrid = keys.cp_impl == cp::CpImpl::hybrid;
+  MT_REQUIRE(hybrid || p.cp_ulysses == 0, ConfigError, "parallel.cp_ulysses (", p.cp_ulysses,
+             ") is the all-to-all group size of parallel.cp_impl = hybrid, not ", p.cp_impl);
+  MT_REQUIRE(!hybrid || (p.cp_ulysses > 1 && p.cp_ulysses < p.cp && p.cp % p.cp_ulysses == 0), ConfigError,
+             "parallel.cp_impl = hybrid needs parallel.cp_ulysses (", p.cp_ulysses,
+             ") dividing parallel.cp (", p.cp,
+             ") with 1 < cp_ulysses < cp: all-to-all inside groups of "
+             "cp_ulysses ranks, ring across cp / cp_ulysses groups");
+  if (p.cp == 1 || (keys.cp_impl != cp::CpImpl::ulysses && !hybrid)) return;
+  const int U = static_cast<int>(hybrid ? p.cp_ulysses : p.cp);
+  const TpDims td = tp_dims(c.model, TpRank{static_cast<int>(p.tp), 0});
+  std::ostringstream who;
+  who << "parallel.cp_impl = " << p.cp_impl << " (cp " << p.cp << ", tp " << p.tp << ")";
+  const bool canonical = keys.reduction == Reduction::canonical;  // its kv slots are what attention reads
+  const int64_t kv =
+      canonical ? tp::attention_kv_heads(td.kv_heads, p.canonical_tp, c.model.n_kv_heads, p.tp) : td.kv_heads;
+  cp::check_ulysses_heads(td.heads, kv, U, who.str().c_str());
+  if (!canonical) return;
+  MT_REQUIRE(
+      kv % U == 0, ConfigError, who.str(), " in the canonical mode needs the attention's kv heads per rank (",
+      kv, ") divisible by the all-to-all's ", U,
+      " ranks: a kv head shared by several ranks would sum its key gradient across ranks, not in the "
+      "one-process order (parallel.cp_impl = hybrid with cp_ulysses dividing the kv heads keeps each whole)");
 }
 
 // parallel.reduction: the canonical mode's rules (parallel/canonical.h).
@@ -183,6 +214,7 @@ void Config::validate() {
   validate_pipeline(*this, keys);
   validate_moe_layout(*this, keys);
   validate_reduction(*this, keys);
+  validate_cp_impl(*this, keys);
   check_dp_shard({p.dp_shard, p.dp, p.zero, p.ep, keys.reduction == Reduction::canonical});
   keys.recompute = parse_recompute(t.recompute, t.recompute_modules);
   if (p.pp > 1) pp::check_split_schedule(keys.schedule, {p.tp, p.cp, model.moe(), keys.recompute.any()});

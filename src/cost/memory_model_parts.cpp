@@ -105,8 +105,9 @@ CpFloats cp_floats(const Config& cfg, const TpDims& td) {
   const AttentionDims d{cfg.train.microbatch_size, T, T, td.heads, td.kv_heads, D, QKV, QKV, Q};
   const cp::CpImpl impl = cfg.parsed().cp_impl;
   const int64_t grain = cfg.parsed().reduction == Reduction::canonical ? cfg.parallel.canonical_cp : 0;
-  return {cp::CpAttention::peak_floats(d, impl, cp, MemKind::comm, grain),
-          cp::CpAttention::peak_floats(d, impl, cp, MemKind::scratch, grain)};
+  const int a2a = static_cast<int>(cfg.parallel.cp_ulysses);  // the hybrid's all-to-all group
+  return {cp::CpAttention::peak_floats(d, impl, cp, MemKind::comm, grain, a2a),
+          cp::CpAttention::peak_floats(d, impl, cp, MemKind::scratch, grain, a2a)};
 }
 
 int64_t optimizer_states(const Config& cfg) {

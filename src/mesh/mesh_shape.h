@@ -87,5 +87,9 @@ std::string mesh_table(const MeshSizes& sizes);
 // shard groups of dp_shard consecutive dp ranks and the replica groups; "" when
 // dp_shard is 0 or dp (flat ZeRO).
 std::string hsdp_table(const MeshSizes& sizes, int dp_shard);
+// Hybrid cp's sub-axes under --print-mesh (sub_axes.h cp_a2a, cp_ring): the
+// all-to-all groups of `a2a` consecutive cp ranks and the rings across them;
+// "" unless 1 < a2a < cp.
+std::string hybrid_cp_table(const MeshSizes& sizes, int a2a);
 
 }  // namespace mt

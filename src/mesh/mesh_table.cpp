@@ -155,4 +155,26 @@ std::string hsdp_table(const MeshSizes& sizes, int dp_shard) {
   return os.str();
 }
 
+std::string hybrid_cp_table(const MeshSizes& sizes, int a2a) {
+  if (a2a <= 1 || a2a >= sizes.cp) return "";
+  std::vector<std::vector<int>> groups, rings;
+  for (const std::vector<int>& g : mesh_group_ranks(sizes, axis_bit(Axis::cp))) {
+    for (size_t i = 0; i < g.size(); ++i) {  // cut as sub_axes.cpp cuts them
+      if (i % static_cast<size_t>(a2a) == 0) groups.emplace_back();
+      groups.back().push_back(g[i]);
+    }
+    for (int j = 0; j < a2a; ++j) {
+      rings.emplace_back();
+      for (size_t i = static_cast<size_t>(j); i < g.size(); i += static_cast<size_t>(a2a))
+        rings.back().push_back(g[i]);
+    }
+  }
+  std::ostringstream os;
+  os << "hybrid cp: cp " << sizes.cp << " = " << sizes.cp / a2a << " groups x " << a2a
+     << " (parallel.cp_ulysses; consecutive cp ranks, the closest links)\n";
+  os << "cp_a2a groups (Ulysses all-to-all of q, k, v and out): " << braced(groups) << '\n';
+  os << "cp_ring groups (ring of k, v across the groups): " << braced(rings) << '\n';
+  return os.str();
+}
+
 }  // namespace mt

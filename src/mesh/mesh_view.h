@@ -27,6 +27,11 @@ struct MeshView {
   // cp: this rank's context-parallel group, over which attention exchanges keys
   // and values (parallel/context_parallel.h).
   Group* cp = nullptr;
+  // cp_a2a, cp_ring: under hybrid context parallelism, the all-to-all group of
+  // consecutive cp ranks and the ring across those groups (parallel/cp_ulysses.h;
+  // the mesh's cp_a2a and cp_ring sub-axes). Null otherwise.
+  Group* cp_a2a = nullptr;
+  Group* cp_ring = nullptr;
   // ep: this rank's expert-parallel group, over which the MoE layers exchange
   // tokens (parallel/expert_parallel.h); null: every expert here.
   Group* ep = nullptr;

@@ -22,6 +22,10 @@ const char* sub_axis_name(SubAxis s) {
       return "dp_shard";
     case SubAxis::dp_replicas:
       return "dp_replicas";
+    case SubAxis::cp_a2a:
+      return "cp_a2a";
+    case SubAxis::cp_ring:
+      return "cp_ring";
   }
   return "?";
 }
@@ -37,6 +41,9 @@ AxisSet sub_axis_parent(SubAxis s) {
     case SubAxis::tp_r:
     case SubAxis::tp_kv:
       return axis_bit(Axis::tp);
+    case SubAxis::cp_a2a:
+    case SubAxis::cp_ring:
+      return axis_bit(Axis::cp);
     case SubAxis::pp_tied:
       break;
   }
@@ -56,6 +63,9 @@ bool sub_axis_built(SubAxis s, const MeshSizes& sizes, const SubAxisSizes& sub) 
     case SubAxis::dp_shard:
     case SubAxis::dp_replicas:
       return sub.shard_ranks > 0 && sub.shard_ranks < sizes.dp * sizes.cp;
+    case SubAxis::cp_a2a:
+    case SubAxis::cp_ring:
+      return sub.cp_a2a > 1 && sub.cp_a2a < sizes.cp;
     case SubAxis::pp_tied:
       break;
   }
@@ -75,6 +85,7 @@ void validate_sub_axes(const MeshSizes& sizes, const SubAxisSizes& sub) {
   divides("tp_kv (ranks per kv head)", sub.kv_replicas, "tp", sizes.tp);
   if (sub.shard_ranks != 0)
     divides("dp_shard (ranks of a shard group)", sub.shard_ranks, "dp × cp", sizes.dp * sizes.cp);
+  if (sub.cp_a2a != 0) divides("cp_a2a (ranks of a hybrid all-to-all group)", sub.cp_a2a, "cp", sizes.cp);
 }
 
 SubAxisSplit sub_axis_split(SubAxis s, int i, int n, const SubAxisSizes& sub) {
@@ -97,6 +108,10 @@ SubAxisSplit sub_axis_split(SubAxis s, int i, int n, const SubAxisSizes& sub) {
       return {i / sub.shard_ranks, i % sub.shard_ranks};
     case SubAxis::dp_replicas:
       return {i % sub.shard_ranks, i / sub.shard_ranks};
+    case SubAxis::cp_a2a:
+      return {i / sub.cp_a2a, i % sub.cp_a2a};
+    case SubAxis::cp_ring:
+      return {i % sub.cp_a2a, i / sub.cp_a2a};
     case SubAxis::pp_tied:
       break;
   }

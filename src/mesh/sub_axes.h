@@ -14,6 +14,10 @@
 //                         consecutive f with f / shard_ranks equal
 //   dp_replicas  dp+cp    the dp·cp / shard_ranks ranks with f mod shard_ranks  as dp_shard
 //                         equal (they hold the same shard)
+//   cp_a2a       cp       the run of cp_a2a consecutive c with c / cp_a2a      1 < cp_a2a < cp
+//                         equal (the hybrid's all-to-all, parallel/cp_ulysses.h)
+//   cp_ring      cp       the cp / cp_a2a ranks with c mod cp_a2a equal       as cp_a2a
+//                         (the hybrid's ring across the all-to-all groups)
 //
 // f, the flattened (dp, cp) index dp·CP + cp, makes a shard group
 // parallel.dp_shard consecutive dp ranks with all their cp ranks: the
@@ -28,14 +32,25 @@
 
 namespace mt {
 
-enum class SubAxis : int { ep = 0, ep_replicas, tp_c, tp_r, tp_kv, pp_tied, dp_shard, dp_replicas };
-inline constexpr int kNumSubAxes = 8;
+enum class SubAxis : int {
+  ep = 0,
+  ep_replicas,
+  tp_c,
+  tp_r,
+  tp_kv,
+  pp_tied,
+  dp_shard,
+  dp_replicas,
+  cp_a2a,
+  cp_ring
+};
+inline constexpr int kNumSubAxes = 10;
 // In the order DeviceMesh builds them (every rank splits in this order).
 inline constexpr std::array<SubAxis, kNumSubAxes> kAllSubAxes = {
-    SubAxis::ep,    SubAxis::ep_replicas, SubAxis::tp_c,     SubAxis::tp_r,
-    SubAxis::tp_kv, SubAxis::pp_tied,     SubAxis::dp_shard, SubAxis::dp_replicas};
+    SubAxis::ep,      SubAxis::ep_replicas, SubAxis::tp_c,        SubAxis::tp_r,   SubAxis::tp_kv,
+    SubAxis::pp_tied, SubAxis::dp_shard,    SubAxis::dp_replicas, SubAxis::cp_a2a, SubAxis::cp_ring};
 
-// "ep", "ep_replicas", "tp_c", "tp_r", "tp_kv", "pp_tied", "dp_shard", "dp_replicas"
+// "ep", "ep_replicas", "tp_c", "tp_r", "tp_kv", "pp_tied", "dp_shard", "dp_replicas", "cp_a2a", "cp_ring"
 const char* sub_axis_name(SubAxis s);
 
 // What the run asks of each sub-axis (the defaults build none).
@@ -45,6 +60,7 @@ struct SubAxisSizes {
   int kv_replicas = 1;     // tp ranks holding the same kv head (tp / n_kv_heads when tp > n_kv_heads)
   bool tied_ends = false;  // tied embeddings: a group of the first and the last pp stage
   int shard_ranks = 0;     // HSDP: ranks of dp × cp in a shard group (parallel.dp_shard × cp); 0: none
+  int cp_a2a = 0;          // hybrid cp: ranks of cp in an all-to-all group (parallel.cp_ulysses); 0: none
   bool operator==(const SubAxisSizes&) const = default;
 };
 

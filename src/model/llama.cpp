@@ -26,7 +26,7 @@ const char* kernel_name(Kernel k) {
 Llama::Llama(const ModelConfig& cfg, const ModelOptions& opts, std::unique_ptr<ParamStore> store)
     : cfg_(cfg),
       opts_(opts),
-      cp_attention_(cp_group(), opts.cp_impl, opts.canonical_cp),
+      cp_attention_(cp_group(), opts.cp_impl, opts.canonical_cp, opts.mesh.cp_a2a, opts.mesh.cp_ring),
       tpr_{tp_group() ? tp_group()->size() : 1, tp_group() ? tp_group()->rank() : 0},
       td_(tp_dims(cfg, tpr_, tp_group() ? opts.grid : tp::Grid{})),
       table_(make_param_table(cfg, tpr_, opts.stage,

@@ -96,7 +96,7 @@ struct ModelOptions {
   const std::vector<tp::PlanRow>* plan = nullptr;
   // Pipeline parallelism: the layers (and ends) this stage holds (params.h).
   StageRange stage;
-  // Context parallelism: how attention exchanges over mesh.cp (ring or all-gather).
+  // Context parallelism: how attention exchanges over mesh.cp (ring, all-gather, Ulysses, hybrid).
   cp::CpImpl cp_impl = cp::CpImpl::ring;
   // Mixture of experts: the dp ranks whose microbatches make the step's batch. The router losses are
   // a mean over all those microbatches: each one's weight is coef / (microbatches x moe_groups).

@@ -122,7 +122,14 @@ std::string kv_label(std::string_view site, const char* who, const char* dir, co
 CpImpl parse_cp_impl(std::string_view name) {
   if (name == "ring") return CpImpl::ring;
   if (name == "allgather") return CpImpl::allgather;
-  MT_THROW(ConfigError, "parallel.cp_impl ('", name, "') must be ring or allgather");
+  if (name == "ulysses") return CpImpl::ulysses;
+  if (name == "hybrid") return CpImpl::hybrid;
+  MT_THROW(ConfigError, "parallel.cp_impl ('", name, "') must be ring, allgather, ulysses or hybrid");
+}
+
+const char* cp_impl_name(CpImpl impl) {
+  static const char* names[] = {"ring", "allgather", "ulysses", "hybrid"};
+  return names[static_cast<int>(impl)];
 }
 
 void check_zigzag(int64_t T, int cp, const char* seq_name, const char* cp_name) {

@@ -55,10 +55,12 @@
 
 namespace mt::cp {
 
-// The attention strategy (parallel.cp_impl): "ring" or "allgather" (below);
-// ConfigError naming the value otherwise.
-enum class CpImpl { ring, allgather };
+// The attention strategy (parallel.cp_impl): "ring" or "allgather" (below),
+// "ulysses" or "hybrid" (cp_ulysses.h); ConfigError naming the value otherwise.
+enum class CpImpl { ring, allgather, ulysses, hybrid };
 CpImpl parse_cp_impl(std::string_view name);
+// "ring", "allgather", "ulysses", "hybrid".
+const char* cp_impl_name(CpImpl impl);
 
 // ---- zigzag layout ----
 

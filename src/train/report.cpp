@@ -26,6 +26,25 @@
 namespace mt {
 
 namespace {
+// "ring", "all-gather", "Ulysses all-to-all", "hybrid (all-to-all over 2, ring over 2)".
+std::string cp_attention_words(const Config& cfg) {
+  switch (cfg.parsed().cp_impl) {
+    case cp::CpImpl::ring:
+      return "ring";
+    case cp::CpImpl::allgather:
+      return "all-gather";
+    case cp::CpImpl::ulysses:
+      return "Ulysses all-to-all";
+    case cp::CpImpl::hybrid:
+      break;
+  }
+  const int64_t u = cfg.parallel.cp_ulysses;
+  return "hybrid (all-to-all over " + std::to_string(u) + ", ring over " +
+         std::to_string(cfg.parallel.cp / u) + ")";
+}
+}  // namespace
+
+namespace {
 
 std::string describe(const RunMesh& mesh, const Config& cfg, const TrainModel& model, bool mesh_printed) {
   std::ostringstream os;
@@ -38,8 +57,7 @@ std::string describe(const RunMesh& mesh, const Config& cfg, const TrainModel& m
     os << "expert parallel: ep = " << mesh.ep << ", " << cfg.model.n_experts / mesh.ep
        << " experts per rank, each held by " << mesh.dp * mesh.cp / mesh.ep << " rank(s)\n";
   if (mesh.cp > 1)
-    os << "context parallel: cp = " << mesh.cp << " (zigzag, "
-       << (cfg.parsed().cp_impl == cp::CpImpl::ring ? "ring" : "all-gather") << " attention)\n";
+    os << "context parallel: cp = " << mesh.cp << " (zigzag, " << cp_attention_words(cfg) << " attention)\n";
   if (mesh.tp > 1)
     os << "tensor parallel: tp = " << mesh.tp << ", sequence parallel " << (cfg.parallel.sp ? "on" : "off")
        << ", communication overlap " << (cfg.parallel.tp_overlap ? "on" : "off") << "\n";

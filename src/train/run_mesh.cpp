@@ -12,13 +12,15 @@ namespace {
 // What the run asks of the mesh's sub-axes (mesh/sub_axes.h).
 SubAxisSizes sub_axis_sizes(const Config& cfg, const tp2d::Grid& grid) {
   const int tp = static_cast<int>(cfg.parallel.tp);
-  return {.ep = static_cast<int>(cfg.parallel.ep),
-          .tp_rows = grid.two_d() ? static_cast<int>(grid.rows) : 1,
-          .kv_replicas = tp::kv_replicas(tp, cfg.model.n_kv_heads),
-          .tied_ends = cfg.model.tie_embeddings,
-          .shard_ranks = is_hsdp(cfg.parallel.dp_shard, cfg.parallel.dp)
-                             ? static_cast<int>(cfg.parallel.dp_shard * cfg.parallel.cp)
-                             : 0};
+  return {
+      .ep = static_cast<int>(cfg.parallel.ep),
+      .tp_rows = grid.two_d() ? static_cast<int>(grid.rows) : 1,
+      .kv_replicas = tp::kv_replicas(tp, cfg.model.n_kv_heads),
+      .tied_ends = cfg.model.tie_embeddings,
+      .shard_ranks = is_hsdp(cfg.parallel.dp_shard, cfg.parallel.dp)
+                         ? static_cast<int>(cfg.parallel.dp_shard * cfg.parallel.cp)
+                         : 0,
+      .cp_a2a = cfg.parsed().cp_impl == cp::CpImpl::hybrid ? static_cast<int>(cfg.parallel.cp_ulysses) : 0};
 }
 
 std::unique_ptr<Group> held(std::optional<Group> g) {
@@ -48,6 +50,8 @@ RunMesh make_run_mesh(const Config& cfg, const Group* world) {
   m.dp_cp_group_ = std::make_unique<Group>(mesh.group(m.cp > 1 ? "dp+cp" : "dp"));
   m.cp_rank = mesh.coord(Axis::cp);
   if (m.cp > 1) m.cp_group_ = std::make_unique<Group>(mesh.group("cp"));
+  m.cp_a2a_group_ = held(mesh.sub_group(SubAxis::cp_a2a));
+  m.cp_ring_group_ = held(mesh.sub_group(SubAxis::cp_ring));
   m.ep_group_ = held(mesh.sub_group(SubAxis::ep));
   m.expert_replica_group_ = held(mesh.sub_group(SubAxis::ep_replicas));
   if (m.ep_group_) m.ep_rank = m.ep_group_->rank();  // the flattened (dp, cp) index modulo ep

@@ -41,6 +41,11 @@ class RunMesh {
   Group* tp_kv_group() const { return tp_kv_group_.get(); }
   Group* pp_group() const { return pp_group_.get(); }  // null when pp = 1
   Group* cp_group() const { return cp_group_.get(); }  // null when cp = 1
+  // Hybrid cp (parallel.cp_impl = hybrid): the all-to-all group of
+  // parallel.cp_ulysses consecutive cp ranks and the ring across those groups
+  // (mesh/sub_axes.h cp_a2a, cp_ring). Null otherwise.
+  Group* cp_a2a_group() const { return cp_a2a_group_.get(); }
+  Group* cp_ring_group() const { return cp_ring_group_.get(); }
   // With tied embeddings over pp > 1: the first and the last pp rank, which
   // hold the two copies of the embedding (null on the other ranks).
   Group* tied_group() const { return tied_group_.get(); }
@@ -67,6 +72,8 @@ class RunMesh {
                     .tp_c = tp_c_group(),
                     .tp_kv = tp_kv_group(),
                     .cp = cp_group(),
+                    .cp_a2a = cp_a2a_group(),
+                    .cp_ring = cp_ring_group(),
                     .ep = ep_group(),
                     .dp_cp = dp * cp > 1 ? dp_cp_group() : nullptr};
   }
@@ -75,7 +82,8 @@ class RunMesh {
   friend RunMesh make_run_mesh(const Config& cfg, const Group* world);
   std::unique_ptr<DeviceMesh> mesh_;
   std::unique_ptr<Group> world_, dp_cp_group_, tp_group_, tp_kv_group_, pp_group_, tied_group_, cp_group_,
-      ep_group_, expert_replica_group_, tp_r_group_, tp_c_group_, shard_group_, replica_group_;
+      ep_group_, expert_replica_group_, tp_r_group_, tp_c_group_, shard_group_, replica_group_, cp_a2a_group_,
+      cp_ring_group_;
 };
 
 // Builds the groups (collective over `world`). The mesh must fit the world

@@ -179,8 +179,41 @@ TEST(ConfigValidate, NamedChoices) {
   c.parallel.schedule = "zb";
   EXPECT_EQ(validate_error(c), "unknown pipeline schedule 'zb': use gpipe, 1f1b, interleaved or zbh1");
   c = Config{};
+  c.parallel.cp_impl = "striped";
+  EXPECT_EQ(validate_error(c), "parallel.cp_impl ('striped') must be ring, allgather, ulysses or hybrid");
+}
+
+// Ulysses splits the attention's heads over the all-to-all; the hybrid's group
+// size divides cp and lies strictly between 1 and cp (parallel/cp_ulysses.h).
+TEST(ConfigValidate, UlyssesAndHybridRules) {
+  Config c;
+  c.train.seq_len = 16;
+  c.model.max_seq_len = 16;
+  c.model.d_model = 48;
+  c.model.n_heads = 6;
+  c.model.n_kv_heads = 6;
+  c.parallel.cp = 4;
   c.parallel.cp_impl = "ulysses";
-  EXPECT_EQ(validate_error(c), "parallel.cp_impl ('ulysses') must be ring or allgather");
+  EXPECT_EQ(validate_error(c),
+            "parallel.cp_impl = ulysses (cp 4, tp 1): the all-to-all over 4 ranks needs the query heads per "
+            "rank (n_heads / tp = 6) divisible by 4");
+  c.model.n_heads = 8;
+  c.model.n_kv_heads = 8;
+  EXPECT_EQ(validate_error(c), "");
+  c.model.n_kv_heads = 2;  // 4 / 2: each kv head replicated over two ranks
+  EXPECT_EQ(validate_error(c), "");
+  c.parallel.cp_ulysses = 2;
+  EXPECT_EQ(validate_error(c),
+            "parallel.cp_ulysses (2) is the all-to-all group size of parallel.cp_impl = hybrid, not ulysses");
+  c.parallel.cp_impl = "hybrid";
+  EXPECT_EQ(validate_error(c), "");
+  for (int64_t bad : {0, 1, 3, 4}) {
+    c.parallel.cp_ulysses = bad;
+    EXPECT_NE(validate_error(c).find("parallel.cp_impl = hybrid needs parallel.cp_ulysses (" + std::to_string(bad) +
+                                     ") dividing parallel.cp (4) with 1 < cp_ulysses < cp"),
+              std::string::npos)
+        << bad;
+  }
 }
 
 TEST(ConfigSetKeys, FileAndOverridesAreRememberedDefaultsAreNot) {

@@ -6,6 +6,7 @@
 #include "cp_test_util.h"
 #include "ops/attention.h"
 #include "ops/attention_reference.h"
+#include "parallel/cp_ulysses.h"
 
 namespace mt::test {
 
@@ -74,12 +75,24 @@ CpErrors run_cp_attention(const CpCase& c, CpVariant variant, Group& cp, std::st
 
   CpErrors e;
   const bool ring = variant == CpVariant::ring;
-  auto fwd = ring ? cp::ring_attention_forward : cp::allgather_attention_forward;
-  auto bwd = ring ? cp::ring_attention_backward : cp::allgather_attention_backward;
-  e.fwd = fwd(out.data(), lse.data(), xl.data() + q_off, xl.data() + k_off, xl.data() + v_off, posl.data(),
-              posl.data(), d, cp, site);
-  e.bwd = bwd(dx.data() + q_off, dx.data() + k_off, dx.data() + v_off, doutl.data(), out.data(), lse.data(),
-              xl.data() + q_off, xl.data() + k_off, xl.data() + v_off, posl.data(), posl.data(), d, cp, site);
+  const float *q = xl.data() + q_off, *k = xl.data() + k_off, *v = xl.data() + v_off;
+  float *dq = dx.data() + q_off, *dk = dx.data() + k_off, *dv = dx.data() + v_off;
+  if (variant == CpVariant::ring || variant == CpVariant::allgather) {
+    auto fwd = ring ? cp::ring_attention_forward : cp::allgather_attention_forward;
+    auto bwd = ring ? cp::ring_attention_backward : cp::allgather_attention_backward;
+    e.fwd = fwd(out.data(), lse.data(), q, k, v, posl.data(), posl.data(), d, cp, site);
+    e.bwd =
+        bwd(dq, dk, dv, doutl.data(), out.data(), lse.data(), q, k, v, posl.data(), posl.data(), d, cp, site);
+  } else {  // the hybrid's groups as the mesh's cp_a2a and cp_ring sub-axes cut them
+    const bool hybrid = variant == CpVariant::hybrid;
+    Group a2a = hybrid ? cp.split(r / 2, r % 2, "cp_a2a") : cp;
+    Group across = hybrid ? cp.split(r % 2, r / 2, "cp_ring") : cp;
+    Group* ring_group = hybrid ? &across : nullptr;
+    cp::ulysses_attention_forward(out.data(), lse.data(), q, k, v, posl.data(), posl.data(), d, a2a,
+                                  ring_group, 0, site);
+    cp::ulysses_attention_backward(dq, dk, dv, doutl.data(), out.data(), lse.data(), q, k, v, posl.data(),
+                                   posl.data(), d, a2a, ring_group, 0, site);
+  }
 
   // One process, fp32, the whole sequence (its own prior to accumulate onto).
   std::vector<float> out1(static_cast<size_t>(B * T * HD)), lse1(static_cast<size_t>(B * H * T));

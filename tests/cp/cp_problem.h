@@ -20,7 +20,8 @@ struct CpCase {
   std::string str(int cp) const;
 };
 
-enum class CpVariant { ring, allgather };
+// hybrid: all-to-all within pairs of consecutive cp ranks, ring across the pairs (cp 4 and up).
+enum class CpVariant { ring, allgather, ulysses, hybrid };
 
 struct CpErrors {
   double out = 0, lse = 0, dq = 0, dk = 0, dv = 0;  // relative to the oracle's scale

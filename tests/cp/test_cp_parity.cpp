@@ -1,4 +1,4 @@
-// Ring and all-gather attention on a cp group against the whole sequence's
+// Ring, all-gather, Ulysses and hybrid attention on a cp group against the whole sequence's
 // attention by the double reference (one process): this rank's out and lse,
 // dq, and dk/dv equal to the rows of the full dK/dV for this rank's tokens,
 // within 10× the one-process fp32 kernels' distance from the reference. On np 2: cp 2; on np 4: cp 2 (two dp
@@ -39,6 +39,7 @@ std::vector<CpCase> cases(int cp) {
 void expect_parity(CpVariant variant) {
   double worst = 0;
   for (int cp : cp_sizes()) {
+    if (variant == CpVariant::hybrid && cp < 4) continue;  // pairs, and a ring of at least two
     Group g = test::cp_mesh(cp).group("cp");
     for (const CpCase& c : cases(cp)) {
       SCOPED_TRACE(c.str(cp));
@@ -66,6 +67,17 @@ TEST(CpParity, RingMatchesFullAttention) {
 
 TEST(CpParity, AllGatherMatchesFullAttention) {
   expect_parity(CpVariant::allgather);
+}
+
+// Heads exchanged for tokens: H = 4 over 2 or 4 ranks, kv heads split (KV ≥ U)
+// or replicated (KV < U, key gradients summed back at the owner).
+TEST(CpParity, UlyssesMatchesFullAttention) {
+  expect_parity(CpVariant::ulysses);
+}
+
+TEST(CpParity, HybridMatchesFullAttention) {
+  if (test::world().size() < 4) GTEST_SKIP() << "the hybrid needs cp 4 (pairs, a ring of two)";
+  expect_parity(CpVariant::hybrid);
 }
 
 }  // namespace

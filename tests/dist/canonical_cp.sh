@@ -5,13 +5,15 @@
 # of 64, piece p = chunks {p, 7-p}, and every layout is BITWISE one process
 # with the same C — per-step losses, gradient norms and the saved model,
 # `compare --rtol 0`. Checks:
-#   - cp 2 (two pieces a rank) and cp 4 (one), ring and allgather, dp 2 x cp 2
+#   - cp 2 (two pieces a rank) and cp 4 (one), ring and allgather, Ulysses at
+#     cp 2 and the hybrid (pairs, a ring of two) at cp 4, dp 2 x cp 2
 #     (against one process with the same 2 microbatches) and cp 2 x pp 2;
 #   - the default mode at cp 2 is not bitwise one process, nor is one process
 #     at canonical_cp = 1 against 4 (the comparisons can fail);
 #   - a checkpoint saved at cp 2 (ring) at step 2 resumes at cp 4 (allgather) and ends
 #     bitwise one process; resuming it with another grain is refused by name;
-#   - bad grains and what is not built yet are refused at start-up by name.
+#   - bad grains and what is not built yet are refused at start-up by name
+#     (Ulysses at cp 4 over 2 kv heads: a kv head shared by two ranks).
 set -uo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -64,6 +66,11 @@ train cp2_allgather 2 "${canon[@]}" --set parallel.cp=2 --set parallel.cp_impl=a
 for impl in ring allgather; do
   train "cp4_$impl" 4 "${canon[@]}" --set parallel.cp=4 --set parallel.cp_impl=$impl && same "cp4_$impl" ref
 done
+# Ulysses: the heads' attention over the whole sequence, the same key chunks; the
+# hybrid (pairs, a ring of two) over the pair's pieces.
+train cp2_ulysses 2 "${canon[@]}" --set parallel.cp=2 --set parallel.cp_impl=ulysses && same cp2_ulysses ref
+train cp4_hybrid 4 "${canon[@]}" --set parallel.cp=4 --set parallel.cp_impl=hybrid --set parallel.cp_ulysses=2 &&
+  same cp4_hybrid ref
 train dp2_cp2 4 "${canon[@]}" --dp 2 --set parallel.cp=2 --set train.batch_size=2 && same dp2_cp2 ref_b2
 # One microbatch a step: gpipe (1f1b needs at least pp of them).
 train cp2_pp2 4 "${canon[@]}" --set parallel.cp=2 --pp 2 --set parallel.schedule=gpipe && same cp2_pp2 ref
@@ -98,6 +105,8 @@ c=(--set parallel.reduction=canonical)
 refused resume_grain "parallel.canonical_cp is 4 in the checkpoint but 2" "${c[@]}" \
   --set parallel.canonical_cp=2 --set train.checkpoint_dir="$ck" --resume "$ck/step-00000002"
 refused grain_three "parallel.canonical_cp (3) must be a power of two" "${c[@]}" --set parallel.canonical_cp=3
+refused ulysses_shared_kv "in the canonical mode needs the attention's kv heads per rank (2) divisible by the all-to-all's 4 ranks" \
+  "${canon[@]}" --set parallel.cp=4 --set parallel.cp_impl=ulysses
 refused grain_default "it needs parallel.reduction = canonical" --set parallel.canonical_cp=4
 refused grain_blocks "a piece's rows must be whole fixed GEMM blocks" "${c[@]}" --set parallel.canonical_cp=8
 refused grain_microbatch "needs train.microbatch_size = 1, not 2" "${canon[@]}" --set train.microbatch_size=2 \

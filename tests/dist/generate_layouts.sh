@@ -17,7 +17,7 @@
 # block of rows in each prefill step; one prompt's streamed text under
 # tp2 x pp2 is the one-process line, printed once; a tied-embedding model gives the
 # one-process tokens under pp2 and tp2 x pp2. Bad input (world size,
-# heads not divisible by tp, an unknown cp_impl) is refused at start-up,
+# heads not divisible by tp, an unknown cp_impl, training's ulysses) is refused at start-up,
 # once, non-zero. (A mixture of experts generates: tests/cli/generate.sh.)
 # Usage: generate_layouts.sh path/to/meshtrain [path/to/generate_reference (REFTOOL)]
 set -uo pipefail
@@ -218,7 +218,9 @@ refused() {
 }
 refused world "= 1 but the world has 2 ranks" 2 "${g[@]}"
 refused heads "model.n_heads (4) must be divisible by parallel.tp (3)" 3 "${g[@]}" --tp 3
-refused cp_impl "parallel.cp_impl ('ulysses') must be ring or allgather" 2 "${g[@]}" --cp 2 --cp-impl ulysses
+refused cp_impl "parallel.cp_impl ('striped') must be ring, allgather, ulysses or hybrid" 2 "${g[@]}" --cp 2 --cp-impl striped
+refused cp_ulysses "--cp-impl ulysses: generation attends to the KV cache's position shards by ring or allgather" 2 \
+  "${g[@]}" --cp 2 --cp-impl ulysses
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures generate layout check(s) failed"

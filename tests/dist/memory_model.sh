@@ -7,7 +7,8 @@
 # units) within the bound the model states (docs/PARALLELISM.md, "Memory per
 # rank"). Layouts: ZeRO 0-3 at dp 4, tp 2 and tp 4 with and without SP, pp 2
 # under gpipe, 1f1b, interleaved and zbh1 (the split backward's output
-# gradients kept from B to W, its slots freed at W), cp 2 (ring) and cp 4 (all-gather),
+# gradients kept from B to W, its slots freed at W), cp 2 (ring), cp 4 (all-gather, Ulysses,
+# and the hybrid of two pairs),
 # recomputation (full under tp 2 + SP; selective: attention alone, mlp under
 # pp 2 1f1b, norms under tp 2 + SP, all three with a mixture of experts under
 # tp 2 + SP), dp2 x tp2 x pp2, dp2 x cp2 x tp2, an ep 2 mixture of experts
@@ -25,7 +26,7 @@
 # parallel.canonical_tp = 4 (two pieces a rank: the per-piece partial sums,
 # parallel/canonical_tp.h; the norms' 4 token shards) and one process with the
 # same 4 pieces, canonical tp 2 with SP (two token shards a rank) and with
-# tp_overlap and SP (two chunks); canonical cp 2 (ring and all-gather) with
+# tp_overlap and SP (two chunks); canonical cp 2 (ring, all-gather and Ulysses) with
 # parallel.canonical_cp = 4 (two pieces a rank: the per-piece weight gradients,
 # parallel/cp_pieces.h; the key-chunk attention's buffers, cp_canonical.h) and
 # one process with the same 4 pieces; HSDP (parallel.dp_shard = 2 at dp 4)
@@ -57,6 +58,8 @@ layouts=(
   "canonical_pp2_zbh1_m8 2 --pp 2 --set parallel.schedule=zbh1 --set parallel.reduction=canonical --set train.microbatch_size=1"
   "cp2_ring 2 --cp 2"
   "cp4_allgather 4 --cp 4 --set parallel.cp_impl=allgather"
+  "cp4_ulysses 4 --cp 4 --set parallel.cp_impl=ulysses"
+  "cp4_hybrid_2x2 4 --cp 4 --set parallel.cp_impl=hybrid --set parallel.cp_ulysses=2"
   "recompute_tp2_sp 2 --tp 2 --set parallel.sp=true --set train.recompute=true"
   "selective_attention 1 --set train.recompute=selective --set train.recompute_modules=attention"
   "selective_mlp_pp2_1f1b 2 --pp 2 --set train.microbatch_size=2 --set train.recompute=selective --set train.recompute_modules=mlp"
@@ -88,6 +91,7 @@ layouts=(
   "canonical_tp2_sp_c4 2 --tp 2 --set parallel.sp=true --set parallel.reduction=canonical --set parallel.canonical_tp=4 --set model.n_kv_heads=4 --set train.microbatch_size=2"
   "canonical_cp2_ring_c4 2 --set parallel.cp=2 --set parallel.reduction=canonical --set parallel.canonical_cp=4 --set model.max_seq_len=512 --set train.seq_len=512 --set train.batch_size=1 --set train.microbatch_size=1"
   "canonical_cp2_allgather_c4 2 --set parallel.cp=2 --set parallel.cp_impl=allgather --set parallel.reduction=canonical --set parallel.canonical_cp=4 --set model.max_seq_len=512 --set train.seq_len=512 --set train.batch_size=1 --set train.microbatch_size=1"
+  "canonical_cp2_ulysses_c4 2 --set parallel.cp=2 --set parallel.cp_impl=ulysses --set parallel.reduction=canonical --set parallel.canonical_cp=4 --set model.max_seq_len=512 --set train.seq_len=512 --set train.batch_size=1 --set train.microbatch_size=1"
   "canonical_one_cp4 1 --set parallel.reduction=canonical --set parallel.canonical_cp=4 --set model.max_seq_len=512 --set train.seq_len=512 --set train.batch_size=1 --set train.microbatch_size=1"
 )
 for spec in "${layouts[@]}"; do

@@ -15,7 +15,8 @@
 # evaluation (val_loss within the reference's loss bound); training checkpoints saved under one
 # layout and resumed under another (ep 2 → one process, one → ep 4, ep 2 over
 # dp 4 → ep 2 over dp 2, ep 2 over dp 4 with ZeRO 3 → one process). ZeRO 1
-# and 3 with ep 2 over dp 4 (the experts sharded over their 2 replicas). Then the
+# and 3 with ep 2 over dp 4 (the experts sharded over their 2 replicas); ep 2
+# over cp 2 with Ulysses attention (heads exchanged, then tokens). Then the
 # comm ledger of one ep 4 step: the rows each rank's all-to-all-v moves equal
 # the counts implied by the routing (moe_tokens_per_expert), and
 # moe_max_load_over_mean is the busiest rank's share of them; the experts'
@@ -35,7 +36,8 @@ tiny+=(--set model.n_experts=4 --set model.expert_ffn_hidden=24 --set model.rout
 run ref 1
 for spec in "ep2 2 --dp 2 --set parallel.ep=2" "ep4 4 --dp 4 --set parallel.ep=4" \
   "ep2_dp4 4 --dp 4 --set parallel.ep=2" "ep2_recompute 2 --dp 2 --set parallel.ep=2 --set train.recompute=true" \
-  "ep2_dp4_zero1 4 --dp 4 --set parallel.ep=2 --zero 1" "ep2_dp4_zero3 4 --dp 4 --set parallel.ep=2 --zero 3"; do
+  "ep2_dp4_zero1 4 --dp 4 --set parallel.ep=2 --zero 1" "ep2_dp4_zero3 4 --dp 4 --set parallel.ep=2 --zero 3" \
+  "ep2_cp2_ulysses 2 --cp 2 --set parallel.ep=2 --set parallel.cp_impl=ulysses"; do
   read -r name np flags <<<"$spec"
   # shellcheck disable=SC2086
   run "$name" "$np" $flags

@@ -158,6 +158,35 @@ TEST(MeshSubAxes, TiedEndsOnlyOnTheFirstAndLastStage) {
   EXPECT_FALSE(flat.sub_group(SubAxis::pp_tied));
 }
 
+TEST(MeshSubAxes, HybridPairsAndRingsInsideCp) {
+  const int world = test::world().size(), r = test::world().rank();
+  if (world % 4 != 0) GTEST_SKIP() << "needs a multiple of 4 ranks";
+  // dp (world/4) × cp 4, pairs: cp_a2a {c, c+1} for even c, cp_ring {c, c+2};
+  // the table --print-mesh prints lists the same groups.
+  const MeshSizes sizes{.dp = world / 4, .cp = 4};
+  const DeviceMesh mesh(test::world(), sizes, SubAxisSizes{.cp_a2a = 2});
+  const int base = r / 4 * 4, c = r % 4;
+  const std::optional<Group> a2a = mesh.sub_group(SubAxis::cp_a2a), ring = mesh.sub_group(SubAxis::cp_ring);
+  ASSERT_TRUE(a2a && ring);
+  EXPECT_EQ(members(*a2a), run(base + c / 2 * 2, 2, 1));
+  EXPECT_EQ(members(*ring), run(base + c % 2, 2, 2));
+  EXPECT_EQ(a2a->rank(), c % 2);
+  EXPECT_EQ(ring->rank(), c / 2);
+  EXPECT_EQ(a2a->axis(), "cp_a2a");
+  EXPECT_EQ(ring->axis(), "cp_ring");
+  EXPECT_NE(
+      hybrid_cp_table(sizes, 2).find("cp_a2a groups (Ulysses all-to-all of q, k, v and out): {0, 1} {2, 3}"),
+      std::string::npos);
+  EXPECT_NE(hybrid_cp_table(sizes, 2).find("cp_ring groups (ring of k, v across the groups): {0, 2} {1, 3}"),
+            std::string::npos);
+  // all-to-all over the whole cp axis (pure Ulysses) builds neither.
+  const DeviceMesh whole(test::world(), sizes, SubAxisSizes{.cp_a2a = 4});
+  EXPECT_FALSE(whole.sub_group(SubAxis::cp_a2a));
+  EXPECT_FALSE(whole.sub_group(SubAxis::cp_ring));
+  EXPECT_EQ(hybrid_cp_table(sizes, 4), "");
+  EXPECT_THROW(DeviceMesh(test::world(), sizes, SubAxisSizes{.cp_a2a = 3}), ConfigError);
+}
+
 TEST(MeshSubAxes, ASubAxisThatDoesNotDivideItsParentFailsWithTheNumbers) {
   const int world = test::world().size();
   try {
