@@ -11,7 +11,7 @@ CMAKE_FLAGS ?=
 # ours. Every other test runs with leak detection on.
 MPI_TESTS = ^(comm_|mesh_mpi|cli_|dist_|tp_np|tp_seed|cp_np|train_explain)
 
-.PHONY: all deps build demo test test-asan bench bench-bf16 bench-bf16-layouts bench-ddp bench-attention bench-dist bench-tp bench-pp bench-cp bench-moe bench-generate format clean
+.PHONY: all deps build demo test test-asan bench bench-bf16 bench-bf16-layouts bench-ddp bench-attention bench-dist bench-tp bench-pp bench-cp bench-cp-impl bench-moe bench-generate format clean
 
 all: build
 
@@ -65,6 +65,9 @@ bench-pp: build
 
 bench-cp: build
 	bash scripts/bench_cp.sh $(BUILD)
+
+bench-cp-impl: build
+	bash scripts/bench_cp_impl.sh $(BUILD)
 
 bench-moe: build
 	bash bench/moe/moe_bench.sh $(BUILD)

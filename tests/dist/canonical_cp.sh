@@ -10,8 +10,8 @@
 #     (against one process with the same 2 microbatches) and cp 2 x pp 2;
 #   - the default mode at cp 2 is not bitwise one process, nor is one process
 #     at canonical_cp = 1 against 4 (the comparisons can fail);
-#   - a checkpoint saved at cp 2 (ring) at step 2 resumes at cp 4 (allgather) and ends
-#     bitwise one process; resuming it with another grain is refused by name;
+#   - a checkpoint saved at cp 2 (ring) at step 2 resumes at cp 4 (allgather) and at
+#     cp 2 (Ulysses) and ends bitwise one process; resuming it with another grain is refused by name;
 #   - bad grains and what is not built yet are refused at start-up by name
 #     (Ulysses at cp 4 over 2 kv heads: a kv head shared by two ranks).
 set -uo pipefail
@@ -84,6 +84,8 @@ train ref_c1 1 --set parallel.reduction=canonical && differs ref_c1 ref
 if [ -f "$ck/step-00000002/metadata.json" ]; then
   train resumed_cp4 4 "${canon[@]}" --set parallel.cp=4 --set parallel.cp_impl=allgather \
     --set train.checkpoint_dir="$ck" --resume "$ck/step-00000002" && same resumed_cp4 ref
+  train resumed_cp2_ulysses 2 "${canon[@]}" --set parallel.cp=2 --set parallel.cp_impl=ulysses \
+    --set train.checkpoint_dir="$tmp/ck_u" --resume "$ck/step-00000002" && same resumed_cp2_ulysses ref
 else
   fail "resume: the cp 2 run left no step-2 checkpoint"
 fi

@@ -40,6 +40,7 @@ layouts=(
   "tp2_bf16 2 --tp 2 --set train.precision=bf16 --set train.microbatch_size=4"
   "cp2_ring 2 --cp 2 --set train.microbatch_size=4"
   "cp2_allgather 2 --cp 2 --set parallel.cp_impl=allgather --set train.microbatch_size=4"
+  "cp2_ulysses 2 --cp 2 --set parallel.cp_impl=ulysses --set train.microbatch_size=4"
   "moe_one 1 $moe --set train.microbatch_size=4"
   "ep2_moe 2 --dp 2 --set parallel.ep=2 $moe --set train.microbatch_size=2"
   "tp2d_2x2 4 --tp 4 --set parallel.tp2d=2,2 --set model.n_kv_heads=4 --set train.microbatch_size=4"
