@@ -16,6 +16,8 @@
 #include "comm/group.h"
 #include "comm/mpi_test.h"
 #include "mesh/mesh.h"
+#include "ops/attention.h"
+#include "parallel/context_parallel.h"
 
 namespace mt::test {
 
@@ -56,5 +58,30 @@ inline std::vector<LedgerEntry> entries_since(const Group& g, size_t mark, const
     if (all[i].axis == axis) out.push_back(all[i]);
   return out;
 }
+
+// The inputs of one attention call on this rank of `g` (random q|k|v fused
+// with stride d.q_stride, dout; zigzag positions) and room for its outputs
+// and zeroed input gradients: what the buffer tests run a call on.
+struct CallBuffers {
+  std::vector<float> x, dout, out, lse, dx;
+  std::vector<int32_t> pos;
+  const float *q = nullptr, *k = nullptr, *v = nullptr;
+  CallBuffers(const AttentionDims& d, const Group& g, uint32_t seed)
+      : x(random_vec(d.batch * d.q_len * d.q_stride, seed)),
+        dout(random_vec(d.batch * d.q_len * d.out_stride, seed + 1)),
+        out(static_cast<size_t>(d.batch * d.q_len * d.out_stride)),
+        lse(static_cast<size_t>(d.batch * d.q_len * d.n_heads)),
+        dx(static_cast<size_t>(d.batch * d.q_len * d.q_stride), 0.0f),
+        pos(static_cast<size_t>(d.batch * d.q_len)) {
+    for (int64_t b = 0; b < d.batch; ++b)
+      cp::zigzag_positions(pos.data() + b * d.q_len, d.q_len * g.size(), g.size(), g.rank());
+    q = x.data();
+    k = q + d.n_heads * d.head_dim;
+    v = k + d.n_kv_heads * d.head_dim;
+  }
+  float* dq() { return dx.data(); }
+  float* dk() { return dx.data() + (k - q); }
+  float* dv() { return dx.data() + (v - q); }
+};
 
 }  // namespace mt::test

@@ -36,26 +36,18 @@ struct Peak {
 
 // One call of `impl`'s `pass` on random inputs, its tracked peaks in floats.
 Peak run_call(CpImpl impl, Pass pass, const AttentionDims& d, Group& g) {
-  const int64_t W = d.q_stride, N = d.batch * d.q_len;
-  const std::vector<float> x = test::random_vec(N * W, 21), dout = test::random_vec(N * d.out_stride, 22);
-  std::vector<int32_t> pos(static_cast<size_t>(N));
-  for (int64_t b = 0; b < d.batch; ++b)
-    cp::zigzag_positions(pos.data() + b * d.q_len, d.q_len * g.size(), g.size(), g.rank());
-  std::vector<float> out(static_cast<size_t>(N * d.out_stride)), lse(static_cast<size_t>(N * d.n_heads));
-  std::vector<float> dx(static_cast<size_t>(N * W), 0.0f);
-  const float *q = x.data(), *k = q + d.n_heads * d.head_dim, *v = k + d.n_kv_heads * d.head_dim;
+  test::CallBuffers c(d, g, 21);
+  const int32_t* p = c.pos.data();
   const bool ring = impl == CpImpl::ring;
   auto fwd = ring ? cp::ring_attention_forward : cp::allgather_attention_forward;
   auto bwd = ring ? cp::ring_attention_backward : cp::allgather_attention_backward;
-  if (pass == Pass::backward) fwd(out.data(), lse.data(), q, k, v, pos.data(), pos.data(), d, g, "attn");
+  if (pass == Pass::backward) fwd(c.out.data(), c.lse.data(), c.q, c.k, c.v, p, p, d, g, "attn");
   const MemStats before = MemoryTracker::stats();
   MemoryTracker::reset_peaks();
   if (pass == Pass::forward) {
-    fwd(out.data(), lse.data(), q, k, v, pos.data(), pos.data(), d, g, "attn");
+    fwd(c.out.data(), c.lse.data(), c.q, c.k, c.v, p, p, d, g, "attn");
   } else {
-    float* dq = dx.data();
-    bwd(dq, dq + (k - q), dq + (v - q), dout.data(), out.data(), lse.data(), q, k, v, pos.data(), pos.data(),
-        d, g, "attn");
+    bwd(c.dq(), c.dk(), c.dv(), c.dout.data(), c.out.data(), c.lse.data(), c.q, c.k, c.v, p, p, d, g, "attn");
   }
   const MemStats after = MemoryTracker::stats();
   const auto grew = [&](MemKind kind) {

@@ -104,25 +104,17 @@ TEST(CpUlysses, HybridLedgerIsPairsThenARing) {
 
 // One call alone: the growth of the tracker's peak per kind, in floats.
 std::pair<int64_t, int64_t> tracked(cp::Pass pass, const AttentionDims& d, Group& g) {
-  const int64_t W = d.q_stride, N = d.batch * d.q_len;
-  const std::vector<float> x = test::random_vec(N * W, 31), dout = test::random_vec(N * d.out_stride, 32);
-  std::vector<int32_t> pos(static_cast<size_t>(N));
-  for (int64_t b = 0; b < d.batch; ++b)
-    cp::zigzag_positions(pos.data() + b * d.q_len, d.q_len * g.size(), g.size(), g.rank());
-  std::vector<float> out(static_cast<size_t>(N * d.out_stride)), lse(static_cast<size_t>(N * d.n_heads));
-  std::vector<float> dx(static_cast<size_t>(N * W), 0.0f);
-  const float *q = x.data(), *k = q + d.n_heads * d.head_dim, *v = k + d.n_kv_heads * d.head_dim;
-  const int32_t* p = pos.data();
+  test::CallBuffers c(d, g, 31);
+  const int32_t* p = c.pos.data();
   if (pass == cp::Pass::backward)
-    cp::ulysses_attention_forward(out.data(), lse.data(), q, k, v, p, p, d, g, nullptr, 0, "attn");
+    cp::ulysses_attention_forward(c.out.data(), c.lse.data(), c.q, c.k, c.v, p, p, d, g, nullptr, 0, "attn");
   const MemStats before = MemoryTracker::stats();
   MemoryTracker::reset_peaks();
   if (pass == cp::Pass::forward) {
-    cp::ulysses_attention_forward(out.data(), lse.data(), q, k, v, p, p, d, g, nullptr, 0, "attn");
+    cp::ulysses_attention_forward(c.out.data(), c.lse.data(), c.q, c.k, c.v, p, p, d, g, nullptr, 0, "attn");
   } else {
-    float* dq = dx.data();
-    cp::ulysses_attention_backward(dq, dq + (k - q), dq + (v - q), dout.data(), out.data(), lse.data(), q, k,
-                                   v, p, p, d, g, nullptr, 0, "attn");
+    cp::ulysses_attention_backward(c.dq(), c.dk(), c.dv(), c.dout.data(), c.out.data(), c.lse.data(), c.q,
+                                   c.k, c.v, p, p, d, g, nullptr, 0, "attn");
   }
   const MemStats after = MemoryTracker::stats();
   EXPECT_EQ(after.total_current, before.total_current);  // every buffer freed on return
