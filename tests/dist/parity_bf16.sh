@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # train.precision = bf16 (docs/MODEL.md "Precision"): the one-process run is
 # finite, its first-step loss differs from fp32's by less than the rounding
-# allows, a rerun is bitwise; dp2 zero 1, tp2 + SP and pp2 match it within
+# allows, a rerun is bitwise; dp2 zero 1, tp2 + SP, pp2 and cp2 Ulysses match it within
 # bf16's derived bounds, whose first-step part still tells bf16 from fp32 apart; the memory
 # model stays exact in bf16; eval and generate take --precision; a bf16
 # checkpoint refuses an fp32 resume by name.
@@ -35,6 +35,7 @@ else
   failures=$((failures + 1))
 fi
 run bf16_pp2 2 "${bf[@]}" --pp 2 --set train.microbatch_size=2 >/dev/null
+run bf16_cp2_ulysses 2 "${bf[@]}" --cp 2 --set parallel.cp_impl=ulysses --set train.microbatch_size=8 >/dev/null
 
 check_bitwise bf16_again bf16_one "bf16 one process, run twice"
 # First-step losses: finite and different. How far apart is derived below (first_step).
@@ -149,7 +150,7 @@ if [ -e "$tmp/bf16_one.bounds" ]; then
     echo "FAIL first step of bf16 against fp32: $(tr '\n' ' ' <<<"$out")"
     failures=$((failures + 1))
   fi
-  for layout in dp2_zero1 tp2_sp pp2; do
+  for layout in dp2_zero1 tp2_sp pp2 cp2_ulysses; do
     check "bf16_$layout" bf16_one
     if out=$(check_step0 "bf16_$layout" bf16_one); then
       echo "ok   bf16_$layout: $out"
@@ -177,7 +178,7 @@ PY
     echo "FAIL bf16 first-step loss beyond the stated 1e-4 of fp32's"
     failures=$((failures + 1))
   fi
-  for layout in dp2_zero1 tp2_sp pp2; do
+  for layout in dp2_zero1 tp2_sp pp2 cp2_ulysses; do
     check_bf16 "bf16_$layout" bf16_one || failures=$((failures + 1))
   done
   # The tolerance still separates the rules: fp32 is not within it of bf16.
