@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Dropout with masks no layout changes (docs/MODEL.md, "Dropout"):
 # model.attention_dropout and model.hidden_dropout on, 10 steps, against one
-# process — dp2, tp2, tp2 + SP, tp4 (kv heads replicated), cp2 ring, pp2, and
+# process — dp2, tp2, tp2 + SP, tp4 (kv heads replicated), cp2 ring, cp2 Ulysses, pp2, and
 # recomputation: losses, gradient norms and final tensors within 1e-5. Each
 # mask element is keyed by global coordinates, so a rank that drew its own
 # (per-rank or per-shard) mask would differ here by far more. The one-process
@@ -24,9 +24,10 @@ run tp2 2 "${drop[@]}" --tp 2 >/dev/null
 run tp2_sp 2 "${drop[@]}" --tp 2 --set parallel.sp=true >/dev/null
 run tp4 4 "${drop[@]}" --tp 4 >/dev/null
 run cp2 2 "${drop[@]}" --cp 2 >/dev/null
+run cp2_ulysses 2 "${drop[@]}" --cp 2 --set parallel.cp_impl=ulysses >/dev/null  # the mask by global head
 run pp2 2 "${drop[@]}" --pp 2 --set train.microbatch_size=2 >/dev/null
 run recompute 1 "${drop[@]}" --set train.recompute=true >/dev/null
-for layout in dp2 tp2 tp2_sp tp4 cp2 pp2 recompute; do
+for layout in dp2 tp2 tp2_sp tp4 cp2 cp2_ulysses pp2 recompute; do
   check "$layout" one
 done
 run none 1 >/dev/null
