@@ -141,12 +141,23 @@ void check_call(const AttentionDims& d, const Group& a2a, const int32_t* q_pos, 
              ") and kv_len (", d.kv_len, ") must be the same tokens (self-attention, q_pos = k_pos)");
 }
 
+bool query_heads_split(int64_t H, int U) {
+  return U >= 1 && H % U == 0;
+}
+bool kv_heads_split(int64_t KV, int U) {
+  return U >= 1 && KV >= 1 && (KV % U == 0 || U % KV == 0);
+}
+
 }  // namespace
 
+bool ulysses_heads_split(int64_t H, int64_t KV, int U) {
+  return query_heads_split(H, U) && kv_heads_split(KV, U);
+}
+
 void check_ulysses_heads(int64_t H, int64_t KV, int U, const char* who) {
-  MT_REQUIRE(U >= 1 && H % U == 0, ConfigError, who, ": the all-to-all over ", U,
+  MT_REQUIRE(query_heads_split(H, U), ConfigError, who, ": the all-to-all over ", U,
              " ranks needs the query heads per rank (n_heads / tp = ", H, ") divisible by ", U);
-  MT_REQUIRE(KV >= 1 && (KV % U == 0 || U % KV == 0), ConfigError, who, ": the all-to-all over ", U,
+  MT_REQUIRE(kv_heads_split(KV, U), ConfigError, who, ": the all-to-all over ", U,
              " ranks needs the kv heads per rank (", KV, ") divisible by ", U,
              " or dividing it (one kv head replicated over the ranks sharing it)");
 }

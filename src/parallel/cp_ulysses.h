@@ -56,6 +56,8 @@ namespace mt::cp {
 // split over an all-to-all of U ranks: H divisible by U, and KV divisible by
 // U or U by KV. `who` names the setting ("parallel.cp_impl = ulysses (cp 4)").
 void check_ulysses_heads(int64_t H, int64_t KV, int U, const char* who);
+// The same rule as a test (the planner's search proposes only such layouts).
+bool ulysses_heads_split(int64_t H, int64_t KV, int U);
 
 // The buffers of a Ulysses call on an all-to-all group of U ranks, a ring of
 // R groups, canonical grain C (0: off), for the local dims d.

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cost/flops.h"
+#include "model/params.h"
 #include "pipeline/simulate.h"
 #include "plan/memory.h"
 
@@ -41,6 +42,21 @@ struct StageWork {
   double forward = 0, backward = 0, recompute = 0, attention = 0, elementwise = 0;
 };
 
+// cp's attention as the trainer runs it (parallel/cp_ulysses.h): the ranks of
+// its all-to-all (1: none) and of its ring (1: none), and the local query and
+// kv heads the attention sees after the all-to-all (Hu = H_l / U; KVu = KV_l /
+// U, or the one kv head replicated when KV_l < U).
+struct CpShape {
+  int64_t a2a = 1, ring = 1;
+  double heads = 1, kv_heads = 1;
+};
+
+CpShape cp_shape(const PlanInput& in, const PlanLayout& l) {
+  const TpDims td = tp_dims(in.model, TpRank{static_cast<int>(l.tp), 0});
+  const int64_t U = l.cp_a2a_size();
+  return {U, l.cp_ring_size(), double(td.heads / U), double(td.kv_heads >= U ? td.kv_heads / U : 1)};
+}
+
 struct Ctx {
   const PlanInput& in;
   const PlanLayout& l;
@@ -48,6 +64,7 @@ struct Ctx {
   int ranks_on_node;
   PrecisionSizes sizes;
   double tokens;  // rows of a microbatch on this rank: mbs · seq / cp
+  CpShape cps;
   bool crosses(int64_t span) const { return span > m.devices_per_node; }
 };
 
@@ -57,8 +74,9 @@ double gemm_s(const Ctx& c, double rows, double n, double k) {
 }
 
 // A calibrated machine's measured layer kernels (plan/kernels.h), scaled to
-// this layout's microbatch: attention by sequences × T² × d / tp (under cp
-// the ring's blocks, below), norms, RoPE and SwiGLU by tokens × (d + ffn)
+// this layout's microbatch: attention by sequences × T² × d / tp and the
+// heads' share after cp's all-to-all (under a ring its blocks, below), norms,
+// RoPE and SwiGLU by tokens × (d + ffn)
 // with tp's share; a rank has 1 / ranks of the node the measurement had (the
 // one for the ranks this layout puts on the node). False when not measured.
 bool measured_kernels(const Ctx& c, double* attention_forward, double* elementwise) {
@@ -67,16 +85,19 @@ bool measured_kernels(const Ctx& c, double* attention_forward, double* elementwi
   const LayerKernels& k = *measured;
   const ModelConfig& md = c.in.model;
   const double t = double(c.l.tp), T = double(c.in.seq_len), Tk = double(k.seq_len), share = c.ranks_on_node;
-  const double heads = double(c.l.mbs) * double(md.d_model) / t / (double(k.batch) * double(k.d_model));
+  const double heads =
+      double(c.l.mbs) * double(md.d_model) / t / (double(k.batch) * double(k.d_model)) / double(c.cps.a2a);
+  const double R = double(c.cps.ring);
   double attn = k.attention_s * heads * T * T / (Tk * Tk);
-  if (c.l.cp > 1 && k.attention_half_s > 0) {
-    // The ring computes cp blocks of T/cp queries against T/cp keys, each
-    // about half masked with the zigzag split (docs/PARALLELISM.md, "Context
-    // parallelism"): cp of the measured causal half-length attention, scaled.
-    const double block = T / double(c.l.cp), half = Tk / 2;
-    attn = double(c.l.cp) * k.attention_half_s * heads * block * block / (half * half);
+  if (R > 1 && k.attention_half_s > 0) {
+    // A ring of R ranks computes R blocks of T/R queries against T/R keys,
+    // each about half masked with the zigzag split (docs/PARALLELISM.md,
+    // "Context parallelism"): R of the measured causal half-length attention,
+    // scaled. Ulysses (R = 1) attends the whole sequence for its heads at once.
+    const double block = T / R, half = Tk / 2;
+    attn = R * k.attention_half_s * heads * block * block / (half * half);
   } else {
-    attn /= double(c.l.cp);
+    attn /= R;
   }
   const double norms = c.l.sp ? double(md.d_model) / t : double(md.d_model);
   const double work = c.tokens * (norms + double(md.ffn_hidden) / t) /
@@ -90,7 +111,8 @@ bool measured_kernels(const Ctx& c, double* attention_forward, double* elementwi
 // stage, the head: each GEMM at its shape's rate (the MLP's gate and up
 // projections as the one GEMM the trainer runs); causal attention's
 // QKᵀ and PV (halved by the mask with flash-style attention, computed whole
-// when the scores are materialised); element-wise traffic from the count of
+// when the scores are materialised) for the heads after cp's all-to-all, in
+// blocks of T / (the ring's ranks) tokens; element-wise traffic from the count of
 // saved activation elements per token and layer (docs/PLANNER.md, "Time model").
 StageWork stage_work(const Ctx& c) {
   const ModelConfig& md = c.in.model;
@@ -100,9 +122,10 @@ StageWork stage_work(const Ctx& c) {
                        gemm_s(c, tok, d, double(md.q_dim()) / t) + gemm_s(c, tok, 2 * ffn / t, d) +
                        gemm_s(c, tok, d, ffn / t);
   const double T = double(c.in.seq_len), hd = double(md.head_dim());
-  const double attn_flops = double(c.l.mbs) * double(md.n_heads) / t * hd * T * T *
-                            (c.in.flash_attention ? 2.0 : 4.0) / double(c.l.cp);
-  const int64_t Ti = std::max<int64_t>(1, c.in.seq_len / c.l.cp), hdi = md.head_dim();
+  // H_l / U heads over R blocks: U · R = cp, so every cp attention has the ring's FLOPs
+  const double attn_flops =
+      double(c.l.mbs) * c.cps.heads * hd * T * T * (c.in.flash_attention ? 2.0 : 4.0) / double(c.cps.ring);
+  const int64_t Ti = std::max<int64_t>(1, c.in.seq_len / c.cps.ring), hdi = md.head_dim();
   double attn = attn_flops / c.m.gemm_rate(Ti, Ti, hdi, c.ranks_on_node), measured_elementwise = 0;
   const bool measured = measured_kernels(c, &attn, &measured_elementwise);
   const double layers = std::ceil(double(md.n_layers) / double(c.l.pp));
@@ -206,8 +229,59 @@ AxisComm tp_comm(const Ctx& c, double layers, double act) {
   return a;
 }
 
-// Per microbatch (all chunks of this rank): tp's (above); cp's ring passes
-// of k and v (and of their gradients in the backward), behind the attention; ep's
+// cp per microbatch, from the ledgers of parallel/cp_ulysses.h and
+// parallel/context_parallel.h with n = the rank's tokens, D = head_dim:
+// Ulysses's and the hybrid's four all-to-alls per layer over U ranks, each of
+// U·n·width elements — forward [q|k|v|pos] (row + 1, row = (Hu + 2·KVu)·D) and
+// [out|lse] (Hu·D + Hu), backward [q|k|v|out|dout|lse|pos] (row + 2·Hu·D +
+// Hu + 1) and [dq|dk|dv] (row) — blocking, so exposed; the ring's R − 1 hops
+// per layer of [k|v|pos] forward and backward and of [dk|dv] backward over
+// the tokens and kv heads it sees (the all-to-all group's U·n, KVu), behind
+// the attention's compute × overlap. Full recomputation runs each layer's
+// forward exchanges again.
+void cp_comm(const Ctx& c, const StageWork& w, double layers, std::vector<AxisComm>* out) {
+  const CpShape& s = c.cps;
+  const double D = double(c.in.model.head_dim()), n = c.tokens, el = c.sizes.activation;
+  const double forwards = c.l.recompute == Recompute::full ? 2 : 1;
+  if (s.a2a > 1) {
+    const bool inter = c.crosses(c.l.tp * s.a2a);  // consecutive cp ranks, tp innermost
+    const double U = double(s.a2a), Hu = s.heads, row = (Hu + 2 * s.kv_heads) * D;
+    const double widths[] = {row + 1, Hu * D + Hu, row + 2 * Hu * D + Hu + 1, row};
+    const double times[] = {forwards, forwards, 1, 1};  // per layer: the forward's two, the backward's two
+    AxisComm a{"cp", "", 0, 0, 0, inter};
+    double per_layer = 0;
+    for (int i = 0; i < 4; ++i) {
+      const double bytes = U * n * widths[i] * el;
+      per_layer += bytes;
+      a.bytes += layers * times[i] * bytes;
+      a.total_s += layers * times[i] * collective_time(c.m, "all_to_all", s.a2a, bytes, inter);
+    }
+    a.what = describe(
+        "all-to-alls of q, k, v, out forward and q, k, v, out, dout, dq, dk, dv backward (per layer)",
+        per_layer, s.a2a, inter);
+    out->push_back(a);
+  }
+  if (s.ring > 1) {
+    const bool inter = c.crosses(c.l.tp * c.l.cp);
+    const double tokens = double(s.a2a) * n, kv = 2 * s.kv_heads * D;
+    const double block = tokens * (kv + 1) * el, grads = tokens * kv * el, hops = layers * double(s.ring - 1);
+    AxisComm r{"cp",
+               describe(s.a2a > 1 ? "ring passes across the all-to-all groups of k, v, pos"
+                                  : "ring passes of k, v, pos",
+                        block, s.ring, inter),
+               hops * ((forwards + 1) * block + grads),
+               0,
+               0,
+               inter};
+    r.total_s = hops * ((forwards + 1) * collective_time(c.m, "send_recv", 2, block, inter) +
+                        collective_time(c.m, "send_recv", 2, grads, inter));
+    // behind the attention forward, backward (2×) and, with full recomputation, its second forward
+    r.hidden_s = std::min(r.total_s, c.m.overlap * (2 + forwards) * w.attention);
+    out->push_back(r);
+  }
+}
+
+// Per microbatch (all chunks of this rank): tp's (above); cp's (above); ep's
 // exchange of expert counts and its dispatch and combine all-to-alls per MoE
 // layer and direction.
 std::vector<AxisComm> microbatch_comm(const Ctx& c, const StageWork& w) {
@@ -217,15 +291,7 @@ std::vector<AxisComm> microbatch_comm(const Ctx& c, const StageWork& w) {
   const double act = c.tokens * double(md.d_model) * c.sizes.activation;
   std::vector<AxisComm> out;
   if (l.tp > 1) out.push_back(tp_comm(c, layers, act));
-  if (l.cp > 1) {
-    const bool inter = c.crosses(l.tp * l.cp);
-    const double kv = 2 * c.tokens * double(md.kv_dim()) / double(l.tp) * c.sizes.activation;
-    const double steps = layers * 3 * double(l.cp - 1);  // k, v forward; k, v and their gradients backward
-    AxisComm a{"cp", describe("ring passes of k, v", kv, l.cp, inter), steps * kv, 0, 0, inter};
-    a.total_s = steps * collective_time(c.m, "send_recv", 2, kv, inter);
-    a.hidden_s = std::min(a.total_s, c.m.overlap * 3 * w.attention);
-    out.push_back(a);
-  }
+  if (l.cp > 1) cp_comm(c, w, layers, &out);
   if (l.ep > 1 && md.moe()) {
     const bool inter = c.crosses(l.ep <= l.cp ? l.tp * l.ep : l.devices() / l.dp * (l.ep / l.cp));
     const double rows = c.tokens * double(md.top_k) * double(md.d_model) * c.sizes.activation / double(l.tp);
@@ -246,7 +312,8 @@ std::vector<AxisComm> microbatch_comm(const Ctx& c, const StageWork& w) {
 Prediction predict(const PlanInput& in, const PlanLayout& l, const Machine& m) {
   check_layout(in, l);
   const int ranks_on_node = static_cast<int>(std::min<int64_t>(in.devices, m.devices_per_node));
-  const Ctx c{in, l, m, ranks_on_node, precision_sizes(m.precision), double(l.mbs * in.seq_len / l.cp)};
+  const double tokens = double(l.mbs * in.seq_len / l.cp);
+  const Ctx c{in, l, m, ranks_on_node, precision_sizes(m.precision), tokens, cp_shape(in, l)};
   Prediction p;
   p.layout = l;
   p.memory = plan_memory(in, l, m);

@@ -11,10 +11,17 @@ const char* recompute_name(Recompute r) {
   return r == Recompute::full ? "full" : r == Recompute::selective ? "selective" : "none";
 }
 
+std::string cp_attention_name(const PlanLayout& l) {
+  if (l.cp_impl == cp::CpImpl::hybrid) return "hybrid" + std::to_string(l.cp_a2a);
+  return cp::cp_impl_name(l.cp_impl);
+}
+
 std::string to_string(const PlanLayout& l) {
   std::ostringstream os;
-  os << "dp" << l.dp << ",tp" << l.tp << ",pp" << l.pp << ",cp" << l.cp << ",ep" << l.ep << ",zero" << l.zero
-     << ",mbs" << l.mbs << ",v" << l.v << (l.sp ? ",sp" : "") << ",recompute=" << recompute_name(l.recompute);
+  os << "dp" << l.dp << ",tp" << l.tp << ",pp" << l.pp << ",cp" << l.cp;
+  if (l.cp > 1 || l.cp_impl != cp::CpImpl::ring) os << "," << cp_attention_name(l);
+  os << ",ep" << l.ep << ",zero" << l.zero << ",mbs" << l.mbs << ",v" << l.v << (l.sp ? ",sp" : "")
+     << ",recompute=" << recompute_name(l.recompute);
   if (l.shard > 0 && l.shard != l.dp) os << ",shard" << l.shard;
   if (l.zb) os << ",zbh1";
   return os.str();
@@ -42,15 +49,23 @@ LayoutSpec parse_layout(const std::string& text) {
       const char* key;
       int64_t* value;
       bool* has;
-    } fields[] = {
-        {"zero", &l.zero, &s.has_zero}, {"shard", &l.shard, &s.has_shard}, {"mbs", &l.mbs, &s.has_mbs},
-        {"dp", &l.dp, &s.has_dp},       {"tp", &l.tp, &s.has_tp},          {"pp", &l.pp, &s.has_pp},
-        {"cp", &l.cp, &s.has_cp},       {"ep", &l.ep, &s.has_ep},          {"v", &l.v, &s.has_v}};
+    } fields[] = {{"zero", &l.zero, &s.has_zero}, {"shard", &l.shard, &s.has_shard},
+                  {"mbs", &l.mbs, &s.has_mbs},    {"dp", &l.dp, &s.has_dp},
+                  {"tp", &l.tp, &s.has_tp},       {"pp", &l.pp, &s.has_pp},
+                  {"cp", &l.cp, &s.has_cp},       {"ep", &l.ep, &s.has_ep},
+                  {"v", &l.v, &s.has_v},          {"hybrid", &l.cp_a2a, &s.has_cp_impl}};
     bool done = false;
     for (const auto& fd : fields)
       if (!done && number_field(f, fd.key, fd.value)) done = *fd.has = true;
-    if (done) continue;
-    if (f == "zbh1" || f == "nozb") {
+    if (done) {
+      if (f.rfind("hybrid", 0) == 0) l.cp_impl = cp::CpImpl::hybrid;
+      continue;
+    }
+    if (f == "ring" || f == "ulysses") {
+      l.cp_impl = f == "ring" ? cp::CpImpl::ring : cp::CpImpl::ulysses;
+      l.cp_a2a = 0;
+      s.has_cp_impl = true;
+    } else if (f == "zbh1" || f == "nozb") {
       l.zb = f == "zbh1";
       s.has_zb = true;
     } else if (f == "sp" || f == "nosp") {
@@ -63,9 +78,10 @@ LayoutSpec parse_layout(const std::string& text) {
       l.recompute = r == "full" ? Recompute::full : r == "selective" ? Recompute::selective : Recompute::none;
       s.has_recompute = true;
     } else {
-      MT_THROW(ConfigError, "--layout field '", f,
-               "' is not one of dpN, tpN, ppN, cpN, epN, zeroN, mbsN, vN, shardN, sp, nosp, zbh1, nozb, "
-               "recompute=none|selective|full");
+      MT_THROW(
+          ConfigError, "--layout field '", f,
+          "' is not one of dpN, tpN, ppN, cpN, ring, ulysses, hybridN, epN, zeroN, mbsN, vN, shardN, sp, "
+          "nosp, zbh1, nozb, recompute=none|selective|full");
     }
   }
   for (int64_t v : {l.dp, l.tp, l.pp, l.cp, l.ep, l.mbs, l.v})
@@ -86,6 +102,8 @@ Config to_config(const PlanInput& in, const PlanLayout& l) {
   c.parallel.tp = l.tp;
   c.parallel.pp = l.pp;
   c.parallel.cp = l.cp;
+  c.parallel.cp_impl = cp::cp_impl_name(l.cp_impl);  // the memory estimate sizes this attention's buffers
+  c.parallel.cp_ulysses = l.cp_impl == cp::CpImpl::hybrid ? l.cp_a2a : 0;
   c.parallel.ep = l.ep;
   c.parallel.zero = l.zero;
   c.parallel.dp_shard = l.shard_size() < l.dp ? l.shard_size() : 0;  // HSDP: the trainer's parallel.dp_shard
@@ -103,6 +121,10 @@ void check_layout(const PlanInput& in, const PlanLayout& l) {
              ") must divide dp (", l.dp, ")");
   MT_REQUIRE(l.shard == 0 || l.shard == l.dp || l.zero > 0, ConfigError, "shard (", l.shard,
              ") needs a ZeRO stage above 0: HSDP shards the ZeRO state");
+  MT_REQUIRE(l.cp > 1 || l.cp_impl == cp::CpImpl::ring, ConfigError, "--layout's ", cp_attention_name(l),
+             " is a cp attention, but cp is 1");
+  MT_REQUIRE(l.cp_impl != cp::CpImpl::allgather, ConfigError,
+             "the planner models cp's ring, ulysses and hybrid attention, not allgather");
   to_config(in, l);  // Config::validate
 }
 

@@ -1,13 +1,15 @@
-// One candidate layout of the planner: the mesh axes, the ZeRO stage, the
-// microbatch, virtual stages, recomputation and HSDP's shard group, written
-// and read as "dp8,tp8,pp4,cp1,ep1,zero1,mbs1,v2,sp,recompute=full,shard8"
+// One candidate layout of the planner: the mesh axes, cp's attention, the ZeRO
+// stage, the microbatch, virtual stages, recomputation and HSDP's shard group,
+// written and read as "dp8,tp8,pp4,cp4,hybrid2,ep1,zero1,mbs1,v2,sp,recompute=full,shard8"
 // (docs/PLANNER.md, "Layouts").
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
 #include "config/config.h"
+#include "parallel/context_parallel.h"
 
 namespace mt::plan {
 
@@ -27,13 +29,27 @@ struct PlanLayout {
   // v = 1, pp > 1, and what the split backward runs with (tp, cp 1, dense, no
   // recomputation; pipeline/schedule.h check_split_schedule).
   bool zb = false;
+  // cp's attention (parallel.cp_impl): ring, ulysses (all-to-all over all cp
+  // ranks) or hybrid (all-to-all inside groups of cp_a2a consecutive cp ranks,
+  // the ring across the cp / cp_a2a groups: parallel.cp_ulysses);
+  // parallel/cp_ulysses.h. The all-gather variant is not planned.
+  cp::CpImpl cp_impl = cp::CpImpl::ring;
+  int64_t cp_a2a = 0;  // hybrid only: the all-to-all group size U, 1 < U < cp dividing cp
 
   int64_t devices() const { return dp * tp * pp * cp; }
+  // Ranks of cp's all-to-all (1: none) and of its ring (1: none); their product is cp.
+  int64_t cp_a2a_size() const {
+    return cp_impl == cp::CpImpl::ulysses ? cp : cp_impl == cp::CpImpl::hybrid ? cp_a2a : 1;
+  }
+  int64_t cp_ring_size() const { return cp / std::max<int64_t>(1, cp_a2a_size()); }
   int64_t shard_size() const { return shard > 0 ? shard : dp; }
   int64_t replicas() const { return dp / shard_size(); }
 };
 
 const char* recompute_name(Recompute r);
+// The layout token of cp's attention: "ring", "ulysses", "hybrid2".
+std::string cp_attention_name(const PlanLayout& l);
+// The whole layout; cp's attention is written when cp > 1.
 std::string to_string(const PlanLayout& l);
 
 // Which fields a spec set; parse_layout fills only those.
@@ -41,7 +57,7 @@ struct LayoutSpec {
   PlanLayout layout;
   bool has_dp = false, has_tp = false, has_pp = false, has_cp = false, has_ep = false, has_zero = false,
        has_mbs = false, has_v = false, has_sp = false, has_recompute = false, has_shard = false,
-       has_zb = false;
+       has_zb = false, has_cp_impl = false;
   bool complete() const { return has_dp && has_tp && has_pp && has_cp; }
 };
 // "dp2,tp1,..." (fields in any order; a ConfigError names a bad field).
@@ -60,14 +76,15 @@ struct PlanInput {
 };
 
 // The trainer's Config of this layout (what `meshtrain train` would run);
-// HSDP's shard group is parallel.dp_shard; the planner's selective
+// HSDP's shard group is parallel.dp_shard, cp's attention parallel.cp_impl
+// and parallel.cp_ulysses; the planner's selective
 // recomputation, its own analytic form, maps to no recomputation. Validated
 // (Config::validate: ConfigError naming the rule it breaks).
 Config to_config(const PlanInput& in, const PlanLayout& l);
 
 // ConfigError naming the rule when `l` cannot run `in`: the trainer's own
-// start-up rules (Config::validate) and the planner's (devices, the shard
-// group).
+// start-up rules (Config::validate, which names Ulysses's head rule) and the
+// planner's (devices, the shard group, a cp attention that cp 1 has not).
 void check_layout(const PlanInput& in, const PlanLayout& l);
 
 }  // namespace mt::plan

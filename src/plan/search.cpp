@@ -6,6 +6,8 @@
 #include <map>
 
 #include "core/error.h"
+#include "model/params.h"
+#include "parallel/cp_ulysses.h"
 
 namespace mt::plan {
 
@@ -23,6 +25,43 @@ std::vector<int64_t> choices(bool fixed, int64_t value, std::vector<int64_t> can
   return fixed ? std::vector<int64_t>{value} : candidates;
 }
 
+// Whether the local heads of tp split over an all-to-all of U ranks
+// (parallel/cp_ulysses.h; false also when tp does not split them).
+bool heads_split(const ModelConfig& model, int64_t tp, int64_t U) {
+  try {
+    const TpDims td = tp_dims(model, TpRank{static_cast<int>(tp), 0});
+    return cp::ulysses_heads_split(td.heads, td.kv_heads, static_cast<int>(U));
+  } catch (const ConfigError&) {
+    return false;
+  }
+}
+
+struct CpChoice {
+  cp::CpImpl impl;
+  int64_t a2a;
+};
+
+// cp's attentions for these sizes: at cp 1 none (ring, the default); else
+// the ring, Ulysses and the hybrid of each group size U (1 < U < cp dividing
+// cp) whose heads split. The one --layout pins, at each cp it can run on (any
+// cp when --layout pins cp too), unfiltered by heads, so that a rule it
+// breaks is refused by name.
+std::vector<CpChoice> cp_choices(const PlanInput& in, const LayoutSpec& f, int64_t tp, int64_t cp) {
+  const PlanLayout& x = f.layout;
+  if (f.has_cp_impl) {
+    const bool hybrid_fits = x.cp_a2a > 1 && x.cp_a2a < cp && cp % x.cp_a2a == 0;
+    const bool fits = x.cp_impl == cp::CpImpl::hybrid ? hybrid_fits : cp > 1 || x.cp_impl == cp::CpImpl::ring;
+    if (!fits && !f.has_cp) return {};
+    return {{x.cp_impl, x.cp_a2a}};
+  }
+  std::vector<CpChoice> out{{cp::CpImpl::ring, 0}};
+  if (cp == 1) return out;
+  if (heads_split(in.model, tp, cp)) out.push_back({cp::CpImpl::ulysses, 0});
+  for (int64_t U = 2; U < cp; ++U)
+    if (cp % U == 0 && heads_split(in.model, tp, U)) out.push_back({cp::CpImpl::hybrid, U});
+  return out;
+}
+
 // Calls `visit` for every combination of the fields --layout left open.
 void enumerate(const PlanInput& in, const Machine& m, const LayoutSpec& f,
                const std::function<void(const PlanLayout&)>& visit) {
@@ -36,30 +75,33 @@ void enumerate(const PlanInput& in, const Machine& m, const LayoutSpec& f,
         if (f.has_dp && x.dp != dp) continue;
         const std::vector<int64_t> eps =
             in.model.moe() ? divisors(dp * cp, in.model.n_experts) : std::vector<int64_t>{1};
-        for (int64_t ep : choices(f.has_ep, x.ep, eps))
-          for (int64_t zero : choices(f.has_zero, x.zero, {0, 1, 2, 3}))
-            for (int64_t mbs : choices(f.has_mbs, x.mbs, {1, 2, 4, 8}))
-              for (int64_t v :
-                   choices(f.has_v, x.v, pp > 1 ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{1}))
-                for (int64_t rc : choices(f.has_recompute, int64_t(x.recompute), {0, 1, 2}))
-                  for (int64_t sp : choices(f.has_sp, x.sp,
-                                            tp > 1 ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{0})) {
-                    // HSDP: the shard group one node's worth of dp ranks, when dp spans nodes.
-                    std::vector<int64_t> shards{0};
-                    const int64_t per_node = dpn / std::max<int64_t>(1, tp * pp * cp);
-                    if (zero > 0 && per_node > 1 && dp > per_node && dp % per_node == 0)
-                      shards.push_back(per_node);
-                    // zbh1 where the split backward runs (check_split_schedule); 1f1b otherwise.
-                    const bool zb_runs = pp > 1 && v == 1 && tp == 1 && cp == 1 && !in.model.moe() && rc == 0;
-                    for (int64_t shard : choices(f.has_shard, x.shard, shards))
-                      for (int64_t zb :
-                           choices(f.has_zb, x.zb,
-                                   zb_runs ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0})) {
-                        PlanLayout l{dp,    tp,     pp, cp, ep, zero, mbs, v, sp != 0, Recompute(rc),
-                                     shard, zb != 0};
-                        visit(l);
-                      }
-                  }
+        for (const CpChoice& att : cp_choices(in, f, tp, cp))
+          for (int64_t ep : choices(f.has_ep, x.ep, eps))
+            for (int64_t zero : choices(f.has_zero, x.zero, {0, 1, 2, 3}))
+              for (int64_t mbs : choices(f.has_mbs, x.mbs, {1, 2, 4, 8}))
+                for (int64_t v :
+                     choices(f.has_v, x.v, pp > 1 ? std::vector<int64_t>{1, 2, 4} : std::vector<int64_t>{1}))
+                  for (int64_t rc : choices(f.has_recompute, int64_t(x.recompute), {0, 1, 2}))
+                    for (int64_t sp : choices(
+                             f.has_sp, x.sp, tp > 1 ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{0})) {
+                      // HSDP: the shard group one node's worth of dp ranks, when dp spans nodes.
+                      std::vector<int64_t> shards{0};
+                      const int64_t per_node = dpn / std::max<int64_t>(1, tp * pp * cp);
+                      if (zero > 0 && per_node > 1 && dp > per_node && dp % per_node == 0)
+                        shards.push_back(per_node);
+                      // zbh1 where the split backward runs (check_split_schedule); 1f1b otherwise.
+                      const bool zb_runs =
+                          pp > 1 && v == 1 && tp == 1 && cp == 1 && !in.model.moe() && rc == 0;
+                      for (int64_t shard : choices(f.has_shard, x.shard, shards))
+                        for (int64_t zb :
+                             choices(f.has_zb, x.zb,
+                                     zb_runs ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0})) {
+                          const PlanLayout l{dp,    tp,      pp,       cp,      ep,
+                                             zero,  mbs,     v,        sp != 0, Recompute(rc),
+                                             shard, zb != 0, att.impl, att.a2a};
+                          visit(l);
+                        }
+                    }
       }
 }
 

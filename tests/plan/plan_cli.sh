@@ -21,6 +21,13 @@ out=$("$bin" plan --config "$cfg" --machine h100-8x-ib --devices 64 --global-bat
   --layout "dp1,tp16,pp4,cp1,zero1,mbs1,sp,recompute=full")
 grep "tp .*over 16 ranks (crosses nodes)" <<<"$out" >/dev/null
 
+# cp's attention pinned: the hybrid's all-to-alls (exposed) and its ring across the groups.
+out=$("$bin" plan --config "$cfg" --machine h100-8x-ib --devices 64 --global-batch 256 \
+  --layout "dp2,tp8,pp1,cp4,hybrid2,zero1,mbs1,sp,recompute=full")
+grep "^layout dp2,tp8,pp1,cp4,hybrid2," <<<"$out" >/dev/null
+grep "cp .*all-to-alls of q, k, v, out .* over 2 ranks (crosses nodes)" <<<"$out" >/dev/null
+grep "cp .*ring passes across the all-to-all groups of k, v, pos" <<<"$out" >/dev/null
+
 # A layout that does not fit says by how much.
 out=$("$bin" plan --config "$cfg" --machine a100-8x-ib --devices 8 --global-batch 8 --layout "dp8,tp1,pp1,cp1,zero0,mbs1")
 grep "does not fit: .* GiB > 74.5 GiB" <<<"$out" >/dev/null
@@ -59,6 +66,8 @@ refuse "dp \(3\) x tp \(1\) x pp \(1\) x cp \(1\) = 3 but --devices is 64" "${ba
 refuse "train.batch_size \(256\) .*" "${base[@]}" --machine h100-8x-ib --layout dp64,tp1,pp1,cp1,zero0,mbs8
 refuse "--global-batch \(0\) must be at least 1" --config "$cfg" --devices 64 --global-batch 0 --machine h100-8x-ib
 refuse "--layout field 'xx2'" "${base[@]}" --machine h100-8x-ib --layout dp2,xx2
+refuse "parallel.cp_impl = ulysses \(cp 4, tp 16\).*\(n_heads / tp = 6\) divisible by 4" "${base[@]}" \
+  --machine h100-8x-ib --layout dp1,tp16,pp1,cp4,ulysses,zero1,mbs1
 refuse "tp \\(3\\) x pp \\(1\\) x cp \\(1\\) of --layout = 3 does not divide --devices \\(64\\)" "${base[@]}" \
   --machine h100-8x-ib --layout tp3,pp1,cp1
 refuse "no layout fits; the fastest would be" --config "$cfg" --devices 8 --global-batch 8 --machine a100-8x-ib

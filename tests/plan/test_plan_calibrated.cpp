@@ -4,10 +4,10 @@
 // its parts computed by hand (docs/PLANNER.md, "Time model").
 #include <gtest/gtest.h>
 
+#include "cost/memory_estimate.h"
 #include "plan/cost.h"
 #include "plan/kernels.h"
 #include "plan/machine.h"
-#include "cost/memory_estimate.h"
 
 namespace mt::plan {
 namespace {
@@ -113,6 +113,13 @@ TEST(PlanCalibrated, TwoRanksUseTheirOwnRates) {
   const Prediction q = predict(tiny(2, 2), cp, m);
   const double gemm_cp = kGemmFlops / 2 / m.gemm_rate(16, 64, 64, 2);
   EXPECT_NEAR(q.compute_s, gemm_cp + 2 * 1e-4 * 2, 1e-12);
+  // cp 2 Ulysses: the whole sequence for half the heads at once, the measured
+  // full-length attention (node seconds 6e-4 here, × 2 ranks) × 1/2, not the
+  // ring's blocks.
+  Machine u = m;
+  u.kernels[1].attention_s = 6e-4;
+  cp.cp_impl = cp::CpImpl::ulysses;
+  EXPECT_NEAR(predict(tiny(2, 2), cp, u).compute_s, gemm_cp + 6e-4 * 2 / 2, 1e-12);
 }
 
 TEST(PlanCalibrated, LayerGemmsAreTheModelsShapes) {
