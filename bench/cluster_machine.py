@@ -31,6 +31,7 @@ def machine(node_path, link_path, rate, devices_per_node, out):
     node["devices_per_node"] = int(devices_per_node)
     # Calibrated with one rank per node, the "intra" fit is the only link it had: the inter-node one.
     node["inter"] = {"alpha_s": link["intra"]["alpha_s"], "bytes_per_s": tc_rate_bytes(rate)}
+    node["shared_link"] = True  # the node's one veth: its ranks' flows across share it
     json.dump(node, open(out, "w"), indent=1)
 
 

@@ -229,16 +229,32 @@ AxisComm tp_comm(const Ctx& c, double layers, double act) {
   return a;
 }
 
-// cp per microbatch, from the ledgers of parallel/cp_ulysses.h and
-// parallel/context_parallel.h with n = the rank's tokens, D = head_dim:
-// Ulysses's and the hybrid's four all-to-alls per layer over U ranks, each of
-// U·n·width elements — forward [q|k|v|pos] (row + 1, row = (Hu + 2·KVu)·D) and
-// [out|lse] (Hu·D + Hu), backward [q|k|v|out|dout|lse|pos] (row + 2·Hu·D +
-// Hu + 1) and [dq|dk|dv] (row) — blocking, so exposed; the ring's R − 1 hops
-// per layer of [k|v|pos] forward and backward and of [dk|dv] backward over
-// the tokens and kv heads it sees (the all-to-all group's U·n, KVu), behind
-// the attention's compute × overlap. Full recomputation runs each layer's
-// forward exchanges again.
+// Across nodes (tp innermost, consecutive cp ranks): an all-to-all of U with g ranks on a node sends
+// (U − g)/U of a buffer over the link; a ring's members on a node are consecutive in ring order, one
+// edge per direction leaves it per ring. On a shared link (Machine::shared_link) the flows leaving a
+// node at once share it: all its ranks' for the all-to-all, one per ring for a hop.
+double a2a_across_s(const Ctx& c, double U, double bytes) {
+  const double dpn = c.m.devices_per_node, g = std::clamp(dpn / double(c.l.tp), 1.0, U);
+  const double rate = c.m.inter.bytes_per_s / (c.m.shared_link ? dpn : 1.0);
+  const double across = (U - g) / U * bytes / rate, inside = (g - 1) / U * bytes / c.m.intra.bytes_per_s;
+  return (U - 1) * c.m.inter.alpha_s + std::max(across, inside);
+}
+double ring_members_on_node(const Ctx& c, const CpShape& s) {  // of every U-th of the node's cp ranks
+  return std::max(1.0,
+                  std::clamp(double(c.m.devices_per_node) / double(c.l.tp), 1.0, double(c.l.cp)) / s.a2a);
+}
+double ring_hop_s(const Ctx& c, const CpShape& s, double bytes) {
+  const double members = ring_members_on_node(c, s);
+  if (members >= double(s.ring)) return collective_time(c.m, "send_recv", 2, bytes, false);
+  return c.m.inter.alpha_s +
+         bytes * (c.m.shared_link ? c.m.devices_per_node / members : 1.0) / c.m.inter.bytes_per_s;
+}
+
+// cp per microbatch, from the ledgers of parallel/cp_ulysses.h and context_parallel.h (n = the rank's
+// tokens; docs/PLANNER.md "cp's attention"): the four all-to-alls per layer over U ranks, U·n·width
+// elements each, blocking, so exposed; the ring's R − 1 hops per layer of [k|v|pos] forward and
+// backward and of [dk|dv] backward over U·n tokens and KVu heads, behind the attention × overlap.
+// Full recomputation runs each layer's forward exchanges again.
 void cp_comm(const Ctx& c, const StageWork& w, double layers, std::vector<AxisComm>* out) {
   const CpShape& s = c.cps;
   const double D = double(c.in.model.head_dim()), n = c.tokens, el = c.sizes.activation;
@@ -254,7 +270,9 @@ void cp_comm(const Ctx& c, const StageWork& w, double layers, std::vector<AxisCo
       const double bytes = U * n * widths[i] * el;
       per_layer += bytes;
       a.bytes += layers * times[i] * bytes;
-      a.total_s += layers * times[i] * collective_time(c.m, "all_to_all", s.a2a, bytes, inter);
+      a.total_s +=
+          layers * times[i] *
+          (inter ? a2a_across_s(c, U, bytes) : collective_time(c.m, "all_to_all", s.a2a, bytes, false));
     }
     a.what = describe(
         "all-to-alls of q, k, v, out forward and q, k, v, out, dout, dq, dk, dv backward (per layer)",
@@ -262,7 +280,7 @@ void cp_comm(const Ctx& c, const StageWork& w, double layers, std::vector<AxisCo
     out->push_back(a);
   }
   if (s.ring > 1) {
-    const bool inter = c.crosses(c.l.tp * c.l.cp);
+    const bool inter = ring_members_on_node(c, s) < double(s.ring);
     const double tokens = double(s.a2a) * n, kv = 2 * s.kv_heads * D;
     const double block = tokens * (kv + 1) * el, grads = tokens * kv * el, hops = layers * double(s.ring - 1);
     AxisComm r{"cp",
@@ -273,8 +291,7 @@ void cp_comm(const Ctx& c, const StageWork& w, double layers, std::vector<AxisCo
                0,
                0,
                inter};
-    r.total_s = hops * ((forwards + 1) * collective_time(c.m, "send_recv", 2, block, inter) +
-                        collective_time(c.m, "send_recv", 2, grads, inter));
+    r.total_s = hops * ((forwards + 1) * ring_hop_s(c, s, block) + ring_hop_s(c, s, grads));
     // behind the attention forward, backward (2×) and, with full recomputation, its second forward
     r.hidden_s = std::min(r.total_s, c.m.overlap * (2 + forwards) * w.attention);
     out->push_back(r);

@@ -161,6 +161,7 @@ Machine machine_from_json(const std::string& text, const std::string& source) {
     m.memory_bytes_per_s = j.at("memory_bytes_per_s").get<double>();
     m.intra = alpha_beta(j.at("intra"));
     m.inter = alpha_beta(j.at("inter"));
+    m.shared_link = j.value("shared_link", false);
     m.overlap = j.value("overlap", 1.0);
     m.precision = j.value("precision", "bf16");
     for (const auto& g : j.value("gemm", nlohmann::json::array()))
@@ -195,6 +196,7 @@ std::string machine_to_json(const Machine& m) {
                       {"memory_bytes_per_s", m.memory_bytes_per_s},
                       {"intra", ab_json(m.intra)},
                       {"inter", ab_json(m.inter)},
+                      {"shared_link", m.shared_link},
                       {"overlap", m.overlap},
                       {"precision", m.precision}};
   j["gemm"] = nlohmann::json::array();

@@ -64,6 +64,10 @@ struct Machine {
   double memory_bytes = 80e9;        // per device (the CPU node's, for shared_compute)
   double memory_bytes_per_s = 2e12;  // per device: what element-wise work moves at
   AlphaBeta intra, inter;            // a device's link within and between nodes
+  // true: `inter` is the node's one link, shared by the flows its ranks send
+  // across at once (an emulated cluster's veth, docs/CLUSTER.md); false: each
+  // device has its own (a NIC per accelerator).
+  bool shared_link = false;
   // Share of a collective that can run behind independent compute (1: fully
   // asynchronous engines; 0: MPI on CPUs progresses only inside its calls).
   double overlap = 1.0;

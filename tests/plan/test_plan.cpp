@@ -186,6 +186,57 @@ TEST(Plan, UlyssesBytesAreTheLedger) {
   }
 }
 
+// Two-rank nodes with one shared link between them (an emulated cluster):
+// cp 4 Ulysses puts g = 2 ranks of its all-to-all on a node, so half of each
+// rank's buffer crosses, and both ranks of the node send across at once, each
+// at half the link; the plain ring's one crossing edge per direction has the
+// link to itself, and the hybrid's ring of two crosses with both ranks' flows.
+TEST(Plan, SharedLinkDividesTheFlowsThatCrossAtOnce) {
+  PlanInput in = small_input(4);
+  in.model.n_kv_heads = 4;  // 8 heads of 32: at U = 4 Hu = 2, KVu = 1 (row 128); at U = 2 Hu = 4, KVu = 2
+  Machine m;
+  m.name = "two-nodes";
+  m.devices_per_node = 2;
+  m.peak_flops = 1e12;
+  m.memory_bytes = 1e15;
+  m.intra = AlphaBeta{0, 1e12};
+  m.inter = AlphaBeta{0, 1e8};
+  m.shared_link = true;
+  PlanLayout l;
+  l.cp = 4, l.mbs = 2, l.cp_impl = cp::CpImpl::ulysses;
+  const double steps = 8 * 4;  // microbatches (16 sequences, 2 a microbatch) × layers
+  auto cp_rows = [&](const PlanLayout& x) {
+    std::vector<AxisComm> out;
+    for (const AxisComm& a : predict(in, x, m).comm)
+      if (a.axis == "cp") out.push_back(a);
+    return out;
+  };
+  const double n = 2 * 256 / 4;  // tokens a rank
+  {
+    const std::vector<AxisComm> cp = cp_rows(l);
+    ASSERT_EQ(cp.size(), 1u);
+    double s = 0;
+    for (double w : {129, 66, 259, 128})  // half crosses, at 1e8 / 2
+      s += 0.5 * (4 * n * w * 2) / (1e8 / 2);
+    EXPECT_NEAR(cp[0].total_s, steps * s, 1e-12);
+  }
+  {
+    l.cp_impl = cp::CpImpl::ring;
+    const std::vector<AxisComm> cp = cp_rows(l);
+    ASSERT_EQ(cp.size(), 1u);
+    const double block = n * (2 * 4 * 32 + 1) * 2, grads = n * 2 * 4 * 32 * 2;  // 3 hops, the whole link
+    EXPECT_NEAR(cp[0].total_s, steps * 3 * (2 * block + grads) / 1e8, 1e-12);
+  }
+  {
+    l.cp_impl = cp::CpImpl::hybrid, l.cp_a2a = 2;  // pairs inside a node, a ring of two across
+    const std::vector<AxisComm> cp = cp_rows(l);
+    ASSERT_EQ(cp.size(), 2u);
+    EXPECT_FALSE(cp[0].crosses_nodes);
+    const double block = 2 * n * (2 * 2 * 32 + 1) * 2, grads = 2 * n * 2 * 2 * 32 * 2;  // two flows share it
+    EXPECT_NEAR(cp[1].total_s, steps * (2 * block + grads) / (1e8 / 2), 1e-12);
+  }
+}
+
 // A machine of one 8-device node whose numbers make the choice follow from
 // the formulas: every candidate below has the same tokens per rank, so all
 // but the attention's compute and cp's messages are the same.
