@@ -33,6 +33,7 @@ struct PendingOp {
   int64_t seq = -1;   // a collective's number on its backend (Backend::next_collective); −1: send or recv
   int partner = -1;   // send or recv: the other side's rank in the group
   std::string axis;   // the group's axis
+  std::string link;   // the group's link (Group::link)
   std::string label;  // call site
   int64_t elements = 0;
   int64_t bytes = 0;

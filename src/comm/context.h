@@ -34,6 +34,10 @@ struct LedgerEntry {
   // between starting the call and waiting for it.
   double wait_seconds = 0;
   double end_s = 0;  // observed completion on the steady clock (core/trace_spans.h trace_now)
+  // The link the group's traffic takes (Group::link): "node" when every rank
+  // of the group is on one node, "across" when the group spans nodes, "" when
+  // the job's nodes are not known (one process).
+  std::string link = {};
 };
 
 // Every collective and point-to-point call this process made.
@@ -45,7 +49,10 @@ class CommLedger {
   std::vector<LedgerEntry> step_entries(int64_t step) const;
   // Σ bytes per (op, axis) over one step (step < 0: over the whole run).
   std::map<std::pair<std::string, std::string>, int64_t> bytes_by_op_axis(int64_t step = -1) const;
-  // A table per (op, axis): calls, elements, bytes, seconds.
+  // Σ bytes per link ("node", "across"; see LedgerEntry::link) over one step (step < 0: the whole run).
+  std::map<std::string, int64_t> bytes_by_link(int64_t step = -1) const;
+  // A table per (op, axis, link): calls, elements, bytes, seconds; then the
+  // bytes per link when the job's nodes are known.
   std::string summary() const;
   void clear() { entries_.clear(); }
 
@@ -61,6 +68,9 @@ class CommContext {
   // whole job with MPI_Abort. <= 0 disables it.
   double timeout_s = 300.0;
   int64_t step = -1;  // the training step in progress (for the ledger and the watchdog message)
+  // Per MPI world rank, the index of its node (comm/nodes.h NodeMap); empty
+  // until the runtime has discovered the nodes.
+  std::vector<int> node_of_world_rank;
 };
 
 }  // namespace mt

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "comm/backend.h"
 #include "comm/context.h"
@@ -57,6 +59,16 @@ void check_rank(const char* op, const std::string& axis, const char* what, int r
              ")");
 }
 
+std::string link_of(const Backend& b, const CommContext& ctx) {
+  const std::vector<int>& node = ctx.node_of_world_rank;
+  if (node.empty()) return "";
+  const int first = node[static_cast<size_t>(b.world_rank_of(0))];
+  for (int r = 1; r < b.size(); ++r) {
+    if (node[static_cast<size_t>(b.world_rank_of(r))] != first) return "across";
+  }
+  return "node";
+}
+
 // Starts an operation through `call` and describes it for the ledger and the
 // watchdog. `elements` is this rank's send side (see LedgerEntry::bytes).
 // `partner`: a send's or recv's other side (−1: a collective, which gets its
@@ -65,12 +77,14 @@ template <typename Call>
 Work start_op(const std::shared_ptr<Backend>& backend, const std::shared_ptr<CommContext>& ctx,
               const std::string& axis, const char* name, std::string_view label, int64_t elements,
               ElemType type, Call&& call, int partner = -1) {
+  const std::string link = link_of(*backend, *ctx);
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<PendingOp> op = call(need(backend));
   op->seq = partner < 0 ? backend->next_collective() : -1;
   op->partner = partner;
   op->op = name;
   op->axis = axis;
+  op->link = link;
   op->label = std::string(label);
   op->elements = elements;
   op->bytes = elements * elem_size(type);
@@ -88,6 +102,15 @@ int Group::rank() const {
 }
 int Group::size() const {
   return need(backend_).size();
+}
+
+int Group::world_rank_of(int r) const {
+  check_rank("world_rank_of", axis_, "rank", r, size());
+  return need(backend_).world_rank_of(r);
+}
+
+std::string Group::link() const {
+  return link_of(need(backend_), *ctx_);
 }
 
 Group Group::split(int color, int key, std::string axis) const {

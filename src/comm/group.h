@@ -75,6 +75,12 @@ class Group {
   int rank() const;
   int size() const;
   const std::string& axis() const { return axis_; }  // "world", "dp", "tp", "dp+cp", …
+  // The MPI world rank of this group's rank r.
+  int world_rank_of(int r) const;
+  // The link this group's traffic takes, from the job's nodes (CommContext::
+  // node_of_world_rank): "node" when all its ranks share one node, "across"
+  // when it spans nodes, "" when the nodes are not known.
+  std::string link() const;
   CommContext& context() const { return *ctx_; }
 
   // Ranks with the same color form a new group, ordered by key (MPI_Comm_split).

@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <string>
 
+#include "comm/context.h"
 #include "comm/mpi_backend.h"
+#include "core/error.h"
 
 namespace mt {
 
@@ -52,6 +55,41 @@ NodeMap discover_nodes() {
     m.node_of_rank[static_cast<size_t>(r)] = static_cast<int>(it - leaders.begin());
   }
   return m;
+}
+
+NodeSplit split_by_node(const Group& group) {
+  const std::vector<int>& world_node = group.context().node_of_world_rank;
+  MT_CHECK(!world_node.empty(), "split_by_node before the job's nodes are known");
+  NodeSplit s;
+  std::vector<int> first_world_node;  // per node index (group order), its world node
+  std::vector<int> index_in_node(static_cast<size_t>(group.size()));
+  for (int r = 0; r < group.size(); ++r) {
+    const int wn = world_node[static_cast<size_t>(group.world_rank_of(r))];
+    auto it = std::find(first_world_node.begin(), first_world_node.end(), wn);
+    if (it == first_world_node.end()) {
+      first_world_node.push_back(wn);
+      s.node_ranks.push_back(0);
+      it = first_world_node.end() - 1;
+    }
+    const int n = static_cast<int>(it - first_world_node.begin());
+    s.node_of.push_back(n);
+    index_in_node[static_cast<size_t>(r)] = s.node_ranks[static_cast<size_t>(n)]++;
+  }
+  const bool even =
+      std::all_of(s.node_ranks.begin(), s.node_ranks.end(), [&](int c) { return c == s.node_ranks.front(); });
+  if (!even) {
+    std::string counts;
+    for (size_t n = 0; n < s.node_ranks.size(); ++n)
+      counts += (n ? ", " : "") + std::to_string(s.node_ranks[n]);
+    MT_THROW(ConfigError, "the ", group.axis(), " group's ", group.size(), " ranks lie on ",
+             s.node_ranks.size(), " nodes unevenly (", counts,
+             " ranks per node): a split at the nodes needs the same number on each");
+  }
+  const int me = group.rank();
+  s.node = group.split(s.node_of[static_cast<size_t>(me)], me, group.axis() + "@node");
+  s.across = group.split(index_in_node[static_cast<size_t>(me)], s.node_of[static_cast<size_t>(me)],
+                         group.axis() + "@across");
+  return s;
 }
 
 }  // namespace mt

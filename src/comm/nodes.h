@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/group.h"
+
 namespace mt {
 
 struct NodeMap {
@@ -28,5 +30,22 @@ struct NodeMap {
 // same name are told apart by a suffix "#k" (k: the node's index) rather than
 // merged: the boundary is what MPI's shared-memory split says.
 NodeMap discover_nodes();
+
+// A group cut at the job's node boundaries (the hierarchical all-reduce,
+// parallel/dp_allreduce.h): `node` holds the group's ranks on this rank's node,
+// in group order; `across` the ranks holding this rank's index within `node`
+// on every node, in node order (the order of each node's first group rank).
+// `node_ranks[i]` is node i's count of the group's ranks, in that order.
+struct NodeSplit {
+  Group node, across;
+  std::vector<int> node_ranks;
+  // Per group rank, its index among the nodes above.
+  std::vector<int> node_of;
+};
+// Collective over `group`; the sub-groups' axes are "<axis>@node" and
+// "<axis>@across". ConfigError (naming the counts per node) unless every node
+// holds the same number of the group's ranks. Needs the job's nodes in the
+// group's context (CommContext::node_of_world_rank).
+NodeSplit split_by_node(const Group& group);
 
 }  // namespace mt

@@ -36,6 +36,7 @@ CommRuntime::CommRuntime(int* argc, char*** argv) {
   world_ = Group(std::make_shared<MpiBackend>(world), std::make_shared<CommContext>(), "world");
 
   nodes_ = discover_nodes();
+  world_.context().node_of_world_rank = nodes_.node_of_rank;  // every group's link (Group::link)
   const int my_node = nodes_.node_of_rank[static_cast<size_t>(world_.rank())];
   local_ranks_ =
       static_cast<int>(std::count(nodes_.node_of_rank.begin(), nodes_.node_of_rank.end(), my_node));

@@ -47,6 +47,7 @@ void record(PendingOp& op) {
   LedgerEntry e;
   e.op = op.op;
   e.axis = op.axis;
+  e.link = op.link;
   e.label = op.label;
   e.elements = op.elements;
   e.bytes = op.bytes;

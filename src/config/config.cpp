@@ -168,6 +168,9 @@ std::vector<Entry> parallel_entries() {
              "ZeRO stage: 0 replicate, 1 shard AdamW state, 2 + gradients, 3 + parameters (FSDP)"),
       MT_KEY(parallel, dp_shard, "int",
              "HSDP: ZeRO 1-3 shard over groups of dp_shard consecutive dp ranks (divides dp); 0: dp"),
+      MT_KEY(parallel, dp_allreduce, "string",
+             "ZeRO 0/1 gradient all-reduce: flat | hierarchical (reduce-scatter in each node, all-reduce "
+             "across nodes, all-gather in the node)"),
       MT_KEY(parallel, sp, "bool",
              "sequence parallelism (Megatron SP): activations outside the tp regions (norms, residual) are "
              "sharded by token over tp; needs tp > 1 and seq_len divisible by tp"),
@@ -373,10 +376,7 @@ Config parse_config_text(const std::string& toml_text, const std::string& source
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::string text;
-  if (!path.empty()) {
-    text = read_file(path, kMaxConfigFile, "config file");
-  }
+  const std::string text = path.empty() ? std::string() : read_file(path, kMaxConfigFile, "config file");
   return parse_config_text(text, path.empty() ? "(defaults)" : path, overrides);
 }
 

@@ -16,6 +16,7 @@
 #include "optim/optimizer.h"
 #include "parallel/canonical.h"
 #include "parallel/context_parallel.h"
+#include "parallel/dp_allreduce.h"
 #include "parallel/tp2d.h"
 #include "pipeline/schedule.h"
 
@@ -67,6 +68,10 @@ struct ParallelConfig {
   // groups of dp_shard consecutive dp ranks, replicated over dp / dp_shard
   // replicas; 0: dp (flat ZeRO, one shard group).
   int64_t dp_shard = 0;
+  // The ZeRO 0/1 gradient all-reduce: "flat" (one all-reduce over the dp
+  // group) or "hierarchical" (reduce-scatter inside each node, all-reduce
+  // across the nodes, all-gather inside; parallel/data_parallel.h).
+  std::string dp_allreduce = "flat";
   // Expert parallelism: the experts split over runs of ep consecutive ranks of
   // the flattened (dp, cp) index (docs/PARALLELISM.md "Expert parallelism").
   int64_t ep = 1;
@@ -112,6 +117,7 @@ struct ParsedKeys {
   RunDevice device = RunDevice::cpu;                          // train.device
   pp::ScheduleKind schedule = pp::ScheduleKind::one_f_one_b;  // parallel.schedule
   cp::CpImpl cp_impl = cp::CpImpl::ring;                      // parallel.cp_impl
+  DpAllReduce dp_allreduce = DpAllReduce::flat;               // parallel.dp_allreduce
   Reduction reduction = Reduction::standard;                  // parallel.reduction
   tp2d::Grid tp_grid;                                         // parallel.tp2d ("": {1, tp})
   Recompute recompute;                                        // train.recompute, train.recompute_modules

@@ -216,6 +216,8 @@ void Config::validate() {
   validate_reduction(*this, keys);
   validate_cp_impl(*this, keys);
   check_dp_shard({p.dp_shard, p.dp, p.zero, p.ep, keys.reduction == Reduction::canonical});
+  keys.dp_allreduce = parse_dp_allreduce(p.dp_allreduce);
+  check_dp_allreduce({keys.dp_allreduce, p.dp, p.cp, p.zero, p.dp_shard, p.ep});
   keys.recompute = parse_recompute(t.recompute, t.recompute_modules);
   if (p.pp > 1) pp::check_split_schedule(keys.schedule, {p.tp, p.cp, model.moe(), keys.recompute.any()});
   parsed_ = std::move(keys);

@@ -79,6 +79,10 @@ void add_store(const Config& cfg, const ParamTable& table, const std::vector<Uni
   shape.group = store_sharding(p.dp, p.cp, z, p.dp_shard).group == 0 ? 0 : shards;
   shape.replicas = p.ep > 1 && z > 0 ? P / static_cast<int>(p.ep) : 0;  // the experts' replica group
   shape.zero = z;
+  if (cfg.parsed().dp_allreduce == DpAllReduce::hierarchical) {  // g ranks per node: 1 to the whole group
+    shape.node_ranks = {1, P};
+    shape.bucket_bytes = static_cast<int64_t>(p.bucket_mb * (1 << 20));
+  }
   const bool tied_here = table.embed_unit >= 0 && table.lm_head >= 0 && table.lm_head == table.embed;
   // The canonical mode keeps a tied head's gradient apart (parallel/canonical_store.h): the store
   // then never holds the embedding's gradient through the backward.

@@ -9,6 +9,7 @@
 #include "core/timer.h"
 #include "ops/primitives.h"
 #include "optim/clip.h"
+#include "parallel/dp_allreduce.h"
 #include "parallel/expert_grads.h"
 #include "parallel/local_store.h"
 #include "parallel/store_plan.h"
@@ -57,6 +58,8 @@ struct DataParallelStore::Bucket {
   int64_t begin = 0, end = 0;  // range of the flat gradient buffer
   int units = 0, ready = 0;
   std::vector<Work> works;  // one all-reduce, or with experts one per GradRun
+  float* shard = nullptr;   // parallel.dp_allreduce = hierarchical: its node shard (node_shards_)
+  size_t hier = 0;          // and its index in the step's HierarchicalAllReduces
   bool launched = false, done = false;
   std::string label;
 };
@@ -113,6 +116,8 @@ DataParallelStore::DataParallelStore(std::vector<UnitSpec> units, Group dp, cons
   MT_CHECK((opts_.shard == nullptr) == (opts_.replicas == nullptr) &&
                (opts_.shard == nullptr || opts_.ep == nullptr),
            "HSDP needs both its shard and replica groups, and no expert parallelism");
+  MT_CHECK(opts_.nodes == nullptr || (opts_.zero <= 1 && opts_.ep == nullptr && opts_.shard == nullptr),
+           "the hierarchical all-reduce is of ZeRO 0/1 without experts or HSDP");
   for (const auto& u : units_) {
     parts_.push_back(make_parts(u));
     shard_offset_.push_back(local_numel_);
@@ -121,7 +126,15 @@ DataParallelStore::DataParallelStore(std::vector<UnitSpec> units, Group dp, cons
     local_numel_ += shard_numel_.back();
   }
   const int z = opts_.zero;
-  const StorePlan plan = store_plan(units_, {P_, replicas(), z});  // the fixed buffers of stage z
+  StoreShape shape;
+  shape.group = P_;
+  shape.replicas = replicas();
+  shape.zero = z;
+  if (opts_.nodes != nullptr) {
+    shape.node_ranks = {opts_.nodes->node.size(), opts_.nodes->node.size()};
+    shape.bucket_bytes = opts_.bucket_bytes;
+  }
+  const StorePlan plan = store_plan(units_, shape);  // the fixed buffers of stage z
   full_params_ = plan.make("full_params");
   full_grads_ = plan.make("full_grads");
   local_params_ = plan.make("local_params");
@@ -129,20 +142,27 @@ DataParallelStore::DataParallelStore(std::vector<UnitSpec> units, Group dp, cons
   MT_CHECK(plan.local_numel == local_numel(), "the store plan's local share (", plan.local_numel,
            ") is not the store's (", local_numel(), ")");
   if (z <= 1) {
-    // Buckets in backward order: the last units first.
     bucket_of_unit_.assign(units_.size(), -1);
-    for (int u = static_cast<int>(units_.size()) - 1; u >= 0; --u) {
-      const UnitSpec& spec = units_[static_cast<size_t>(u)];
-      if (buckets_.empty() || (buckets_.back()->end - buckets_.back()->begin) * 4 >= opts_.bucket_bytes) {
-        auto b = std::make_unique<Bucket>();
-        b->end = spec.end;
-        b->label = "grad bucket " + std::to_string(buckets_.size());
-        buckets_.push_back(std::move(b));
+    for (const BucketRange& r : bucket_ranges(units_, opts_.bucket_bytes)) {
+      auto b = std::make_unique<Bucket>();
+      b->begin = r.begin;
+      b->end = r.end;
+      b->units = r.units;
+      b->label = "grad bucket " + std::to_string(buckets_.size());
+      for (int u = r.first_unit; u < r.first_unit + r.units; ++u)
+        bucket_of_unit_[static_cast<size_t>(u)] = static_cast<int>(buckets_.size());
+      buckets_.push_back(std::move(b));
+    }
+    if (opts_.nodes != nullptr) {  // each bucket's shard, carved from the plan's one buffer
+      node_shards_ = plan.make("node_shards");
+      int64_t at = 0;
+      for (auto& b : buckets_) {
+        b->shard = node_shards_.data() + at;
+        at += HierarchicalAllReduces::shard_numel(b->end - b->begin, opts_.nodes->node.size());
       }
-      Bucket& b = *buckets_.back();
-      b.begin = spec.begin;
-      b.units += 1;
-      bucket_of_unit_[static_cast<size_t>(u)] = static_cast<int>(buckets_.size()) - 1;
+      MT_CHECK(at == node_shards_.numel(), "the node shards (", at, ") are not the plan's (",
+               node_shards_.numel(), ")");
+      hier_ = std::make_unique<HierarchicalAllReduces>(dp_, *opts_.nodes, opts_.order);
     }
   }
 }
@@ -277,20 +297,24 @@ void DataParallelStore::unit_ready_for_buckets(int unit) {
   if (++b.ready < b.units) return;
   if (first_launch_ < 0) first_launch_ = now_s();
   b.works.clear();
-  if (opts_.ep == nullptr)
+  if (hier_ != nullptr) {
+    b.hier = hier_launched_++;
+    hier_->add(full_grads_.data() + b.begin, b.end - b.begin, b.shard, b.label);
+  } else if (opts_.ep == nullptr) {
     b.works.push_back(dp_.all_reduce_async(full_grads_.data() + b.begin, b.end - b.begin, ElemType::f32,
                                            opts_.order, b.label));
-  else  // the experts over their replicas only
-    b.works =
-        all_reduce_runs(units_, full_grads_.data(), b.begin, b.end, dp_, opts_.expert_replicas, b.label,
-                        opts_.order);
+  } else {  // the experts over their replicas only
+    b.works = all_reduce_runs(units_, full_grads_.data(), b.begin, b.end, dp_, opts_.expert_replicas, b.label,
+                              opts_.order);
+  }
   b.launched = true;
 }
 
 void DataParallelStore::progress() {
   for (auto& b : buckets_) {
     if (b->launched && !b->done)
-      b->done = std::all_of(b->works.begin(), b->works.end(), [](Work& w) { return w.test(); });
+      b->done = std::all_of(b->works.begin(), b->works.end(), [](Work& w) { return w.test(); }) &&
+                (hier_ == nullptr || hier_->test(b->hier));
   }
   for (auto& [u, g] : gathered_) {
     if (!g->unpacked) {
@@ -344,6 +368,8 @@ void DataParallelStore::finish_grads() {
       w.wait();  // nothing to wait for when done
     b->done = true;
   }
+  if (hier_ != nullptr) hier_->wait_all();
+  hier_launched_ = 0;
   retire_scatters(0);
   const double t1 = now_s();
   overlap_.exposed_s = t1 - t0;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "comm/group.h"
+#include "comm/nodes.h"
 #include "core/tensor.h"
 #include "parallel/shard.h"
 #include "parallel/store.h"
@@ -73,6 +74,10 @@ struct DataParallelOptions {
   // as without HSDP. Null: flat ZeRO. Both must outlive the store.
   Group* shard = nullptr;
   Group* replicas = nullptr;
+  // parallel.dp_allreduce = hierarchical (ZeRO 0/1, no ep, no HSDP): the
+  // group cut at its nodes; each bucket reduce-scattered inside the node,
+  // all-reduced across, gathered inside (dp_allreduce.h). Null: flat.
+  NodeSplit* nodes = nullptr;
   int dp_shard = 0;  // the shard group's dp ranks (StoreSharding::dp_shard); 0 without HSDP
 };
 
@@ -182,6 +187,9 @@ class DataParallelStore : public ParamStore {
 
   // zero 0/1 buckets
   std::vector<std::unique_ptr<Bucket>> buckets_;
+  Tensor node_shards_;  // the hierarchical all-reduce's shards, every bucket's
+  std::unique_ptr<class HierarchicalAllReduces> hier_;  // parallel.dp_allreduce = hierarchical
+  size_t hier_launched_ = 0;                            // its buckets added this step
   std::vector<int> bucket_of_unit_;
   // zero 2/3
   std::map<int, Tensor> unit_grads_;  // full-size gradient buffers of units being computed

@@ -63,7 +63,29 @@ StoreBuffer comm_pool(const std::vector<UnitShape>& shapes, int zero) {
           2 * max_gather + max_scatter + stranded};
 }
 
+// Σ over buckets of each one's node shard, g ranks per node.
+int64_t node_shards(const std::vector<BucketRange>& buckets, int g) {
+  int64_t n = 0;
+  for (const BucketRange& b : buckets)
+    n += (b.end - b.begin) / g;
+  return n;
+}
+
 }  // namespace
+
+std::vector<BucketRange> bucket_ranges(const std::vector<UnitSpec>& units, int64_t bucket_bytes) {
+  std::vector<BucketRange> out;
+  for (int u = static_cast<int>(units.size()) - 1; u >= 0; --u) {
+    const UnitSpec& spec = units[static_cast<size_t>(u)];
+    if (out.empty() || (out.back().end - out.back().begin) * 4 >= bucket_bytes)
+      out.push_back({0, spec.end, u, 0});
+    BucketRange& b = out.back();
+    b.begin = spec.begin;
+    b.first_unit = u;
+    b.units += 1;
+  }
+  return out;
+}
 
 std::vector<UnitPart> unit_parts(const UnitSpec& unit, int P, int replicas) {
   std::vector<UnitPart> parts;
@@ -118,6 +140,11 @@ StorePlan store_plan(const std::vector<UnitSpec>& units, const StoreShape& s) {
   }
   if (z == 3) b.push_back({"gathered_unit", MemKind::param, max_unit, 2 * max_unit});
   if (z >= 1) b.push_back(comm_pool(shapes, z));
+  if (z <= 1 && s.node_ranks.most > 0) {
+    const std::vector<BucketRange> buckets = bucket_ranges(units, s.bucket_bytes);
+    b.push_back({"node_shards", MemKind::comm, node_shards(buckets, s.node_ranks.most),
+                 node_shards(buckets, s.node_ranks.least)});
+  }
   plan.local_numel = z == 0 ? total : local;
   return plan;
 }

@@ -37,12 +37,28 @@ std::vector<UnitPart> unit_parts(const UnitSpec& unit, int P, int replicas);
 // for the model's own LocalStore (store_sharding.h says which); tied_unit: the unit whose gradient a head
 // tied to it on the same stage adds into from the head's backward to its own (ZeRO 2/3 hold it beside the
 // others'), −1 without.
+// node_ranks: the hierarchical all-reduce (parallel/dp_allreduce.h) with the
+// group's g ranks per node somewhere in [least, most] (0: flat), its buckets
+// of bucket_bytes.
 struct StoreShape {
   int group = 0;
   int replicas = 0;
   int zero = 0;
   int tied_unit = -1;
+  struct {
+    int least = 0, most = 0;
+  } node_ranks;
+  int64_t bucket_bytes = 0;
 };
+
+// The ZeRO 0/1 gradient buckets of `units`: contiguous runs of units of about
+// bucket_bytes each, in backward order (the last units first), as [begin, end)
+// of the flat buffer with the units each holds.
+struct BucketRange {
+  int64_t begin = 0, end = 0;
+  int first_unit = 0, units = 0;
+};
+std::vector<BucketRange> bucket_ranges(const std::vector<UnitSpec>& units, int64_t bucket_bytes);
 
 // One buffer: floats `least` at the store's peak, `most` the bound (equal for
 // a fixed buffer).
@@ -72,6 +88,7 @@ struct StorePlan {
 //   ZeRO 1-3       local_grads (grad: this rank's shards)
 //   ZeRO 2-3       unit_grads (grad: the full gradients being computed)
 //   ZeRO 1-3       comm_pool (comm: the pooled all-gather and reduce-scatter buffers)
+//   hierarchical   node_shards (comm: each bucket's ⌊n / g⌋ shard, g ranks per node)
 StorePlan store_plan(const std::vector<UnitSpec>& units, const StoreShape& s);
 
 }  // namespace mt

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "parallel/data_parallel.h"
+#include "parallel/dp_allreduce.h"
 #include "parallel/tp_plan.h"
 
 namespace mt {
@@ -66,6 +67,11 @@ RunMesh make_run_mesh(const Config& cfg, const Group* world) {
   m.shard_group_ = held(mesh.sub_group(SubAxis::dp_shard));
   m.replica_group_ = held(mesh.sub_group(SubAxis::dp_replicas));
   if (m.shard_group_) m.dp_shard = static_cast<int>(cfg.parallel.dp_shard);
+  if (cfg.parsed().dp_allreduce == DpAllReduce::hierarchical) {
+    m.dp_nodes_ = std::make_unique<NodeSplit>(split_by_node(*m.dp_cp_group_));
+    if (cfg.parsed().reduction == Reduction::canonical)
+      check_canonical_nodes(*m.dp_nodes_, m.dp_cp_group_->axis());
+  }
   return m;
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "comm/group.h"
+#include "comm/nodes.h"
 #include "config/config.h"
 #include "config/mesh_sizes.h"
 #include "mesh/mesh.h"
@@ -63,6 +64,9 @@ class RunMesh {
   int dp_shard = 0;
   Group* shard_group() const { return shard_group_.get(); }
   Group* replica_group() const { return replica_group_.get(); }
+  // parallel.dp_allreduce = hierarchical: the dp × cp group cut at the job's
+  // nodes (comm/nodes.h split_by_node); null otherwise.
+  NodeSplit* dp_nodes() const { return dp_nodes_.get(); }
   const DeviceMesh* mesh() const { return mesh_.get(); }  // null without MPI
   // The groups a model chunk reads (ModelOptions::mesh), by axis name: the one
   // place they are picked from the groups above.
@@ -84,6 +88,7 @@ class RunMesh {
   std::unique_ptr<Group> world_, dp_cp_group_, tp_group_, tp_kv_group_, pp_group_, tied_group_, cp_group_,
       ep_group_, expert_replica_group_, tp_r_group_, tp_c_group_, shard_group_, replica_group_, cp_a2a_group_,
       cp_ring_group_;
+  std::unique_ptr<NodeSplit> dp_nodes_;
 };
 
 // Builds the groups (collective over `world`). The mesh must fit the world

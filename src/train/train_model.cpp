@@ -61,6 +61,7 @@ std::unique_ptr<ParamStore> make_store(const Config& cfg, const RunMesh& mesh, c
     o.shard = mesh.shard_group();  // HSDP; null: flat ZeRO
     o.replicas = mesh.replica_group();
     o.dp_shard = mesh.dp_shard;
+    o.nodes = mesh.dp_nodes();  // parallel.dp_allreduce = hierarchical; null: flat
     store = std::make_unique<DataParallelStore>(units, *mesh.dp_cp_group(), o);
   } else {
     store = std::make_unique<LocalStore>(units);
