@@ -73,6 +73,8 @@ int run_train_command(const TrainArgs& a) {
     std::printf("%s%s", DeviceMesh::table(sizes).c_str(),
                 mesh_node_table(sizes, positions, nodes.node_of_rank, nodes.names).c_str());
     std::printf("%s", hsdp_table(sizes, static_cast<int>(cfg.parallel.dp_shard)).c_str());
+    if (cfg.parsed().dp_allreduce == DpAllReduce::hierarchical)
+      std::printf("%s", hierarchical_dp_table(sizes, positions, nodes.node_of_rank, nodes.names).c_str());
     if (cfg.parsed().cp_impl == cp::CpImpl::hybrid)
       std::printf("%s", hybrid_cp_table(sizes, static_cast<int>(cfg.parallel.cp_ulysses)).c_str());
   }

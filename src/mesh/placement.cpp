@@ -76,16 +76,69 @@ void print_axis(std::ostream& os, const MeshSizes& sizes, Axis a, const std::vec
     os << " (" << spanning << " of " << groups.size() << " across nodes)\n";
 }
 
+std::vector<int> node_of_positions(const std::vector<int>& position_of_rank,
+                                   const std::vector<int>& node_of_rank) {
+  std::vector<int> node_of_position(position_of_rank.size());
+  for (size_t r = 0; r < position_of_rank.size(); ++r)
+    node_of_position[static_cast<size_t>(position_of_rank[r])] = node_of_rank[r];
+  return node_of_position;
+}
+
+void print_set(std::ostream& os, const std::vector<int>& ranks) {
+  os << '{';
+  for (size_t i = 0; i < ranks.size(); ++i)
+    os << (i ? ", " : "") << ranks[i];
+  os << '}';
+}
+
 }  // namespace
+
+std::string hierarchical_dp_table(const MeshSizes& sizes, const std::vector<int>& position_of_rank,
+                                  const std::vector<int>& node_of_rank,
+                                  const std::vector<std::string>& names) {
+  const std::vector<int> node_of_position = node_of_positions(position_of_rank, node_of_rank);
+  std::ostringstream inside, across;
+  bool first_inside = true, first_across = true;
+  for (const std::vector<int>& group : mesh_group_ranks(sizes, axis_bit(Axis::dp) | axis_bit(Axis::cp))) {
+    std::vector<int>
+        nodes;  // in the order of each node's first rank of the group (comm/nodes.h split_by_node)
+    std::vector<std::vector<int>> parts;
+    for (int r : group) {
+      const int n = node_of_position[static_cast<size_t>(r)];
+      auto it = std::find(nodes.begin(), nodes.end(), n);
+      if (it == nodes.end()) {
+        nodes.push_back(n);
+        parts.emplace_back();
+        it = nodes.end() - 1;
+      }
+      parts[static_cast<size_t>(it - nodes.begin())].push_back(r);
+    }
+    for (size_t i = 0; i < parts.size(); ++i) {
+      inside << (first_inside ? " " : "; ");
+      print_set(inside, parts[i]);
+      inside << " on " << names[static_cast<size_t>(nodes[i])];
+      first_inside = false;
+    }
+    for (size_t k = 0; k < parts.front().size(); ++k) {
+      std::vector<int> a;
+      for (const auto& part : parts)
+        if (k < part.size()) a.push_back(part[k]);
+      across << (first_across ? " " : "; ");
+      print_set(across, a);
+      first_across = false;
+    }
+  }
+  return "DP all-reduce: hierarchical\n  reduce-scatter, all-gather inside a node:" + inside.str() +
+         "\n  all-reduce across the nodes:" + across.str() + "\n";
+}
 
 std::string mesh_node_table(const MeshSizes& sizes, const std::vector<int>& position_of_rank,
                             const std::vector<int>& node_of_rank, const std::vector<std::string>& names) {
   const size_t P = position_of_rank.size();
-  std::vector<int> node_of_position(P), rank_of_position(P);
-  for (size_t r = 0; r < P; ++r) {
-    node_of_position[static_cast<size_t>(position_of_rank[r])] = node_of_rank[r];
+  const std::vector<int> node_of_position = node_of_positions(position_of_rank, node_of_rank);
+  std::vector<int> rank_of_position(P);
+  for (size_t r = 0; r < P; ++r)
     rank_of_position[static_cast<size_t>(position_of_rank[r])] = static_cast<int>(r);
-  }
   std::ostringstream os;
   os << "\nnodes: " << names.size()
      << " (MPI: the ranks that share memory; names from MPI_Get_processor_name)\n";

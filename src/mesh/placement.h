@@ -40,5 +40,11 @@ Group place_world(const Group& world, const std::vector<int>& position_of_rank);
 // group of the axis stays inside one node. Pure.
 std::string mesh_node_table(const MeshSizes& sizes, const std::vector<int>& position_of_rank,
                             const std::vector<int>& node_of_rank, const std::vector<std::string>& names);
+// parallel.dp_allreduce = hierarchical: each dp (× cp) group cut at the nodes,
+// as comm/nodes.h split_by_node cuts it: the ranks that reduce-scatter and
+// all-gather inside each node, and those that all-reduce across the nodes.
+std::string hierarchical_dp_table(const MeshSizes& sizes, const std::vector<int>& position_of_rank,
+                                  const std::vector<int>& node_of_rank,
+                                  const std::vector<std::string>& names);
 
 }  // namespace mt

@@ -6,9 +6,9 @@
 
 #include "comm/context.h"
 #include "core/memory.h"
-#include "train/explain.h"
 #include "cost/memory_estimate.h"
 #include "cost/memory_model.h"
+#include "train/explain.h"
 
 namespace mt {
 
@@ -63,12 +63,13 @@ bool is_header_line(const std::string& line) {
 nlohmann::json rank_line(const RunMesh& mesh, const TrainModel& model, const StepStats& s) {
   const double end = s.start_s + s.step_time_s, opt_end = s.optimizer_start_s + s.optimizer_s;
   std::map<std::string, double> exposed;
-  std::map<std::string, int64_t> bytes;
+  std::map<std::string, int64_t> bytes, links;  // per axis; per link (node | across; context.h)
   double opt_waits = 0;
   if (mesh.world()) {
     for (const LedgerEntry& e : mesh.world()->context().ledger.step_entries(s.step)) {
       if (e.end_s < s.start_s || e.end_s > end) continue;  // the reports after the step
       bytes[e.axis] += e.bytes;
+      if (!e.link.empty()) links[e.link] += e.bytes;
       if (pipeline_transfer(e)) continue;
       exposed[e.axis] += e.wait_seconds;
       if (e.end_s >= s.optimizer_start_s && e.end_s <= opt_end) opt_waits += e.wait_seconds;
@@ -96,6 +97,7 @@ nlohmann::json rank_line(const RunMesh& mesh, const TrainModel& model, const Ste
         {"optimizer", optimizer}}},
       {"cpu_s", s.cpu_s},
       {"comm_bytes_by_axis", bytes},
+      {"comm_bytes_by_link", links},
       {"mem_peak_by_kind", by_kind},
       {"mem_peak_total", mem.total_peak},
       {"rss_peak_bytes", resident_bytes(true)}};

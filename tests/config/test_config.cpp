@@ -209,11 +209,36 @@ TEST(ConfigValidate, UlyssesAndHybridRules) {
   EXPECT_EQ(validate_error(c), "");
   for (int64_t bad : {0, 1, 3, 4}) {
     c.parallel.cp_ulysses = bad;
-    EXPECT_NE(validate_error(c).find("parallel.cp_impl = hybrid needs parallel.cp_ulysses (" + std::to_string(bad) +
-                                     ") dividing parallel.cp (4) with 1 < cp_ulysses < cp"),
-              std::string::npos)
+    EXPECT_NE(
+        validate_error(c).find("parallel.cp_impl = hybrid needs parallel.cp_ulysses (" + std::to_string(bad) +
+                               ") dividing parallel.cp (4) with 1 < cp_ulysses < cp"),
+        std::string::npos)
         << bad;
   }
+}
+
+// The hierarchical all-reduce cuts the ZeRO 0/1 all-reduce over dp x cp
+// (parallel/dp_allreduce.h): each rule it refuses, by name.
+TEST(ConfigValidate, HierarchicalAllReduceRules) {
+  Config c;
+  c.parallel.dp_allreduce = "tree";
+  EXPECT_EQ(validate_error(c), "parallel.dp_allreduce ('tree') must be flat or hierarchical");
+  c.parallel.dp_allreduce = "hierarchical";
+  EXPECT_EQ(
+      validate_error(c),
+      "parallel.dp_allreduce = hierarchical needs a gradient all-reduce: parallel.dp (1) x parallel.cp (1) "
+      "is 1");
+  c.parallel.dp = 4;
+  c.train.batch_size = 8;
+  c.train.microbatch_size = 2;
+  EXPECT_EQ(validate_error(c), "");
+  c.parallel.zero = 1;
+  EXPECT_EQ(validate_error(c), "");
+  c.parallel.zero = 2;
+  EXPECT_NE(validate_error(c).find("parallel.zero (2) reduce-scatters instead"), std::string::npos);
+  c.parallel.zero = 1;
+  c.parallel.dp_shard = 2;
+  EXPECT_NE(validate_error(c).find("with parallel.dp_shard (2) < parallel.dp (4)"), std::string::npos);
 }
 
 TEST(ConfigSetKeys, FileAndOverridesAreRememberedDefaultsAreNot) {

@@ -10,7 +10,13 @@
 #   - the same launch with --placement ranks keeps mpirun's order, and the map
 #     shows both TP groups across the nodes (the check above can fail);
 #   - dp 2 × tp 2 in the default mode matches one process within the derived
-#     bound (tests/dist/common.sh) and is not bitwise it.
+#     bound (tests/dist/common.sh) and is not bitwise it;
+#   - dp 4 with the hierarchical all-reduce (parallel.dp_allreduce, 2 dp ranks
+#     in each node): bitwise one process in the canonical mode, the map shows
+#     the groups it cuts at the nodes, and the ledger puts the reduce-scatter
+#     and all-gather on the node link and half the gradient (1/g, g = 2) on the
+#     link across — what a flat all-reduce sends over it whole; in the default
+#     mode within the derived bound.
 # Exit 77 (CTest: skipped) where the machine does not allow network namespaces.
 set -uo pipefail
 bin=$1
@@ -109,5 +115,43 @@ if on_cluster dp2_tp2 -- --dp 2 --tp 2; then
   else
     echo "ok   dp2_tp2 (default mode) is not bitwise one process"
   fi
+fi
+# The hierarchical all-reduce: dp 4, 2 dp ranks per node.
+hier=(--dp 4 --set parallel.dp_allreduce=hierarchical)
+if on_cluster canon_dp4_hier --map-by node -- "${hier[@]}" "${canon[@]}" --print-mesh; then
+  if "$bin" compare --rtol 0 --grad-norm-rtol 0 "$tmp/canon_dp4_hier.jsonl" "$tmp/ref_c4.jsonl" \
+    --model-a "$tmp/canon_dp4_hier" --model-b "$tmp/ref_c4" >"$tmp/cmp" 2>&1 &&
+    cmp -s "$tmp/canon_dp4_hier/model.safetensors" "$tmp/ref_c4/model.safetensors"; then
+    echo "ok   canon_dp4_hier on 2 nodes: bitwise one process"
+  else
+    fail "canon_dp4_hier on 2 nodes: differs from one process: $(tail -3 "$tmp/cmp")"
+  fi
+  out="$tmp/canon_dp4_hier.out"
+  if grep -q '^DP all-reduce: hierarchical$' "$out" &&
+    grep -q '^  reduce-scatter, all-gather inside a node: {0, 1} on mtct-n0; {2, 3} on mtct-n1$' "$out" &&
+    grep -q '^  all-reduce across the nodes: {0, 2}; {1, 3}$' "$out"; then
+    echo "ok   --print-mesh: the dp group cut at the nodes"
+  else
+    fail "--print-mesh does not show the hierarchical all-reduce's groups:"
+    sed -n '/^DP all-reduce/,+2p' "$out"
+  fi
+  # Rank 0's step 1: the gradient's bytes are the parameters' (ZeRO 0: every parameter on every rank;
+  # the grad peak also holds the canonical mode's partial sums).
+  if python3 - "$tmp/canon_dp4_hier.jsonl" <<'PY'; then
+import json, sys
+r = [l for l in map(json.loads, open(sys.argv[1])) if l.get("rank") == 0 and l.get("step") == 1][0]
+grad, axis, link = r["mem_peak_by_kind"]["param"], r["comm_bytes_by_axis"], r["comm_bytes_by_link"]
+across = axis.get("dp@across", 0)
+ok = grad - 1024 <= 2 * across <= grad and link["across"] < grad / 2 + 1024 and link["node"] >= 1.5 * grad - 2048
+print(f"grad {grad} B: all-reduce across {across} B, by link {link}")
+sys.exit(0 if ok else 1)
+PY
+    echo "ok   the ledger: half the gradient across the link, the rest inside the nodes"
+  else
+    fail "the ledger's bytes by link are not the hierarchical all-reduce's"
+  fi
+fi
+if on_cluster dp4_hier -- "${hier[@]}"; then
+  check dp4_hier ref
 fi
 finish "cluster"
