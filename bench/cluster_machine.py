@@ -5,6 +5,7 @@
   machine NODE LINK RATE DPN OUT       NODE's calibration as a cluster of DPN-rank nodes whose
                                        inter-node link has LINK's latency and the shaped RATE (tc units)
   table ROWS STEPS                     the Markdown table of the runs
+  table_dp ROWS STEPS                  bench/cluster_dp.sh's table: the ledger by link
 """
 import json
 import statistics
@@ -52,6 +53,23 @@ def table(rows_path, steps):
             by_axis.get("dp", 0), int(link) / 1e6, crosses))
 
 
+def table_dp(rows_path, steps):
+    print("| run | link | step (measured, median) | step (planner) | planner's dp term | ledger bytes/step, "
+          "rank 0: inside the node / across | link bytes (tc, %s steps, both ways) |" % steps)
+    print("|---|---|---|---|---|---|---|")
+    for line in open(rows_path):
+        name, bw, metrics, plan, link = line.rstrip("\n").split("\t")
+        recs = [json.loads(l) for l in open(metrics)]
+        r0 = [r for r in recs if r.get("rank") == 0 and "time_s" in r]
+        times = [r["time_s"]["step"] for r in r0][1:]
+        by_link = r0[-1]["comm_bytes_by_link"]
+        p = json.load(open(plan))
+        dp = [c for c in p["comm"] if c["axis"] == "dp"]
+        print("| %s | %s | %.3f s | %.3f s | %s | %.2f / %.2f MB | %.1f MB |" % (
+            name, bw, statistics.median(times), p["step_s"], dp[0]["what"] if dp else "-",
+            by_link.get("node", 0) / 1e6, by_link.get("across", 0) / 1e6, int(link) / 1e6))
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"describe": describe, "machine": machine, "table": table}[cmd](*args)
+    {"describe": describe, "machine": machine, "table": table, "table_dp": table_dp}[cmd](*args)

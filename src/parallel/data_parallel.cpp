@@ -8,7 +8,6 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "ops/primitives.h"
-#include "optim/clip.h"
 #include "parallel/dp_allreduce.h"
 #include "parallel/expert_grads.h"
 #include "parallel/local_store.h"
@@ -378,46 +377,6 @@ void DataParallelStore::finish_grads() {
     for (size_t u = 0; u < units_.size(); ++u)
       extract(u, full_grads_.data() + units_[u].begin, local_grads_.data() + shard_offset_[u]);
   }
-}
-
-double DataParallelStore::grad_sum_squares() {
-  if (opts_.zero <= 1 && opts_.ep != nullptr) return ep_sum_squares(units_, full_grads_.data(), *opts_.ep);
-  if (opts_.zero <= 1)
-    return counted_sum_squares(units_, full_grads_.data());  // replicated: every element once
-  // Disjoint shards (padding is zero): the experts' over their replicas and
-  // ep, so the sum over the whole group counts every element once.
-  double s = 0.0;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    const float* shard = local_grads_.data() + shard_offset_[u];
-    for_each_piece(u, [&](const Part& part, const UnitShards::Piece& p) {
-      if (p.param->norm_counted)
-        s += sum_squares(shard + part.in_shard + p.in_shard, p.shard_rows * p.param->row_size);
-    });
-  }
-  shard_->all_reduce(&s, 1, "grad norm");  // HSDP: the replicas hold the same shards
-  return s;
-}
-
-void DataParallelStore::grad_sum_squares_exact(ExactSum& acc) {
-  if (opts_.zero <= 1 && opts_.ep != nullptr) {
-    ep_sum_squares_exact(units_, full_grads_.data(), *opts_.ep, acc);  // each expert once
-    return;
-  }
-  if (opts_.zero <= 1) {
-    counted_sum_squares_exact(units_, full_grads_.data(), acc);  // replicated: every element once
-    return;
-  }
-  ExactSum mine;  // disjoint shards, then their sum over the group
-  for (size_t u = 0; u < units_.size(); ++u) {
-    const float* shard = local_grads_.data() + shard_offset_[u];
-    for_each_piece(u, [&](const Part& part, const UnitShards::Piece& p) {
-      if (p.param->norm_counted)
-        exact_sum_squares(mine, shard + part.in_shard + p.in_shard, p.shard_rows * p.param->row_size);
-    });
-  }
-  shard_->all_reduce(mine.words(), ExactSum::kWords, "grad norm");
-  mine.normalise();
-  acc.merge(mine);
 }
 
 }  // namespace mt
