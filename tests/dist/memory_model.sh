@@ -32,7 +32,9 @@
 # one process with the same 4 pieces; HSDP (parallel.dp_shard = 2 at dp 4)
 # at ZeRO 1, and at ZeRO 3 with checkpoints (only the first shard group stages a copy: the others hold
 # the same pieces); canonical dp 2 x ep 2 (the
-# expert leaves, parallel/expert_canonical.h).
+# expert leaves, parallel/expert_canonical.h); the hierarchical all-reduce
+# (parallel.dp_allreduce) at dp 4 ZeRO 0 and ZeRO 1, small buckets (its node
+# shards, one node here: g = 4, the model's lower end).
 set -euo pipefail
 bin=$1
 tmp=$(mktemp -d)
@@ -45,6 +47,8 @@ tiny+=(--set model.n_layers=4 --set train.steps=2)
 layouts=(
   "dp4_zero0 4 --dp 4 --zero 0 --set train.microbatch_size=2"
   "dp4_zero1 4 --dp 4 --zero 1 --set train.microbatch_size=2"
+  "dp4_zero0_hier 4 --dp 4 --zero 0 --set train.microbatch_size=2 --set parallel.dp_allreduce=hierarchical --set parallel.bucket_mb=0.02"
+  "dp4_zero1_hier 4 --dp 4 --zero 1 --set train.microbatch_size=2 --set parallel.dp_allreduce=hierarchical --set parallel.bucket_mb=0.02"
   "dp4_zero2 4 --dp 4 --zero 2 --set train.microbatch_size=2"
   "dp4_zero3 4 --dp 4 --zero 3 --set train.microbatch_size=2"
   "tp2 2 --tp 2"
