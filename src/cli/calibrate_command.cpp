@@ -43,6 +43,11 @@ int run_calibrate_command(const CalibrateArgs& a) {
     std::printf("wrote %s: %zu GEMM shapes (1024^3: %.1f GFLOP/s), memory %.2f GB/s, %zu collective fits\n",
                 a.out.c_str(), m.gemm.size(), m.peak_flops / 1e9, m.memory_bytes_per_s / 1e9,
                 m.collectives.size());
+    if (m.devices_per_node < (1 << 20))  // the world spanned nodes: the link between them too
+      std::printf(
+          "  %d ranks a node; the link between nodes: alpha %.1f us, %.3g B/s, %s by a node's ranks\n",
+          m.devices_per_node, m.inter.alpha_s * 1e6, m.inter.bytes_per_s,
+          m.shared_link ? "shared" : "not shared");
   };
   return run_on_every_rank(world, setup, body);
 }

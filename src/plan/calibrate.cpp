@@ -7,12 +7,14 @@
 #include <functional>
 #include <thread>
 
+#include "comm/context.h"
+#include "comm/nodes.h"
 #include "core/error.h"
 #include "core/threads.h"
 #include "core/timer.h"
+#include "cost/memory_estimate.h"
 #include "ops/gemm.h"
 #include "plan/kernels.h"
-#include "cost/memory_estimate.h"
 
 namespace mt::plan {
 
@@ -215,9 +217,8 @@ void measure_collectives(Group& world, const CalibrateOptions& o, Machine& m) {
   }
 }
 
-}  // namespace
-
-Machine calibrate(Group& world, const CalibrateOptions& o) {
+// The node's rates and collectives over `world`, all of it on one node.
+Machine calibrate_node(Group& world, const CalibrateOptions& o) {
   Machine m;
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);
@@ -245,6 +246,81 @@ Machine calibrate(Group& world, const CalibrateOptions& o) {
   m.memory_bytes = double(std::max<int64_t>(0, available_memory_bytes()));
   m.intra = m.inter = {1e-6, m.memory_bytes_per_s / 2};  // replaced by the fits below when ranks > 1
   measure_collectives(world, o, m);
+  return m;
+}
+
+// Bytes per second from this rank to its partner on the other of the first
+// two nodes (`across` rank 0 to rank 1): 4 messages of `bytes` one way, timed
+// to the partner's acknowledgement. One way, so that pairs running at once
+// all load the same direction of the link (a ping-pong's pairs could take
+// turns on the two directions); the mean over the stream, not its best
+// moment, is the rate a step sees under contention.
+double one_way_rate(Group& across, int64_t bytes) {
+  std::vector<float> buf(static_cast<size_t>(bytes / 4));
+  const int me = across.rank(), n = static_cast<int>(buf.size());
+  if (me > 1) return 0.0;
+  float ack = 0;
+  Timer t;
+  for (int k = 0; k < 4; ++k) {
+    if (me == 0) across.send(buf.data(), n, ElemType::f32, 1, 9, "calibrate");
+    if (me == 1) across.recv(buf.data(), n, ElemType::f32, 0, 9, "calibrate");
+  }
+  if (me == 1) across.send(&ack, 1, ElemType::f32, 0, 10, "calibrate");
+  if (me == 0) across.recv(&ack, 1, ElemType::f32, 1, 10, "calibrate");
+  return me == 0 ? 4.0 * double(bytes) / t.seconds() : 0.0;
+}
+
+// The link between nodes, on rank 0 of every node's ranks (`s.across` of
+// index 0): α the one-way time of a 4-byte message, β from 1–16 MiB messages
+// with that α (a shaped link passes its burst at line rate, so a least-squares
+// line through small and large messages would cross below zero). Then all g
+// ranks of each node send at once (g pairs between the same two nodes): g
+// flows on one shared link move together what one moves alone, on g links of
+// their own g times that; below the midpoint, (1 + g) / 2 times, the flows
+// share one link (Machine::shared_link). Every other rank waits asleep.
+void measure_link(Group& world, NodeSplit& s, Machine& m) {
+  const bool leader = s.node.rank() == 0;
+  if (leader) {
+    const double alpha = time_collective(s.across, "send_recv", 4);
+    double bytes = 0, seconds = 0;
+    for (int64_t b : {int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20}) {
+      bytes += double(b);
+      seconds += time_collective(s.across, "send_recv", b) - alpha;
+    }
+    m.inter = {alpha, bytes / seconds};
+  }
+  quiet_barrier(world);
+  const int64_t probe = 4 << 20;
+  const double alone = leader ? one_way_rate(s.across, probe) : 0.0;
+  quiet_barrier(world);
+  const double together = s.node.size() > 1 ? one_way_rate(s.across, probe) : 0.0;  // every pair at once
+  double rates[2] = {alone, together};
+  world.all_reduce(rates, 2, "calibrate", ReduceOp::max);
+  const double g = s.node.size();
+  m.shared_link = g > 1 && g * rates[1] < (1 + g) / 2 * rates[0];
+}
+
+}  // namespace
+
+Machine calibrate(Group& world, const CalibrateOptions& o) {
+  const std::vector<int>& nodes = world.context().node_of_world_rank;
+  int first = nodes.empty() ? 0 : nodes[static_cast<size_t>(world.world_rank_of(0))];
+  bool one_node = true;
+  for (int r = 0; r < world.size() && !nodes.empty(); ++r)
+    one_node = one_node && nodes[static_cast<size_t>(world.world_rank_of(r))] == first;
+  if (one_node) return calibrate_node(world, o);
+  // Across nodes: the node's measurements on the first node's ranks while the
+  // others wait asleep (on a real cluster the nodes are alike; on the emulated
+  // one they share the cores), then the link.
+  NodeSplit s = split_by_node(world);
+  Machine m;
+  if (s.node_of[static_cast<size_t>(world.rank())] == 0) m = calibrate_node(s.node, o);
+  quiet_barrier(world);
+  measure_link(world, s, m);
+  m.devices_per_node = s.node.size();
+  m.description = "measured by meshtrain calibrate over " + std::to_string(world.size()) + " ranks on " +
+                  std::to_string(s.node_ranks.size()) + " nodes: the first node's " +
+                  std::to_string(s.node.size()) + " ranks, and the link between nodes";
   return m;
 }
 

@@ -16,7 +16,12 @@
 #     the groups it cuts at the nodes, and the ledger puts the reduce-scatter
 #     and all-gather on the node link and half the gradient (1/g, g = 2) on the
 #     link across — what a flat all-reduce sends over it whole; in the default
-#     mode within the derived bound.
+#     mode within the derived bound;
+#   - calibrate across the 2 nodes, the link reshaped to 200 Mbit/s: the node's
+#     ranks (2), the link's bandwidth (the shaped 25 MB/s: at most 5 % above,
+#     what the token bucket's burst can add over 1 MiB messages; at least 0.75
+#     of it, which a round trip timed as one way (0.5) would miss), and the
+#     two ranks' flows sharing the node's one link.
 # Exit 77 (CTest: skipped) where the machine does not allow network namespaces.
 set -uo pipefail
 bin=$1
@@ -153,5 +158,24 @@ PY
 fi
 if on_cluster dp4_hier -- "${hier[@]}"; then
   check dp4_hier ref
+fi
+bash "$cluster" shape 200mbit >/dev/null
+if timeout 120 bash "$cluster" mpirun -np 4 --bind-to none "$bin" calibrate --out "$tmp/machine.json" --seconds 0.02 \
+  >"$tmp/cal.out" 2>&1; then
+  if python3 - "$tmp/machine.json" <<'PY'; then
+import json, sys
+m = json.load(open(sys.argv[1]))
+rate = 200e6 / 8
+beta = m["inter"]["bytes_per_s"]
+print(f"calibrate: {m['devices_per_node']} ranks a node, link {beta / 1e6:.2f} MB/s (shaped {rate / 1e6:.0f}), "
+      f"alpha {m['inter']['alpha_s'] * 1e6:.1f} us, shared {m['shared_link']}")
+sys.exit(0 if m["devices_per_node"] == 2 and 0.75 * rate <= beta <= 1.05 * rate and m["shared_link"] else 1)
+PY
+    echo "ok   calibrate: both levels measured, the link at its shaped rate and shared"
+  else
+    fail "calibrate across the nodes: not the shaped link"
+  fi
+else
+  fail "calibrate across the nodes failed: $(tail -3 "$tmp/cal.out")"
 fi
 finish "cluster"
