@@ -24,17 +24,6 @@ double narayanan_flops(const ModelConfig& m, int64_t global_batch, int64_t seq_l
   return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
 }
 
-double collective_time(const Machine& m, const std::string& op, int64_t ranks, double bytes, bool inter) {
-  if (ranks <= 1) return 0;
-  if (!inter)
-    if (const CollectiveFit* f = m.fit(op, static_cast<int>(ranks))) return f->fit.time(bytes);
-  const AlphaBeta& link = inter ? m.inter : m.intra;
-  const double n = double(ranks), share = (n - 1) / n;
-  if (op == "all_reduce") return 2 * (n - 1) * link.alpha_s + 2 * share * bytes / link.bytes_per_s;
-  if (op == "send_recv") return link.time(bytes);
-  return (n - 1) * link.alpha_s + share * bytes / link.bytes_per_s;  // all-gather, reduce-scatter, all-to-all
-}
-
 namespace {
 
 // One stage's work for one microbatch (all its chunks), in seconds.
@@ -164,8 +153,11 @@ std::string describe(const char* op, double bytes, int64_t ranks, bool inter) {
 // Gradient reduction and ZeRO's parameter gathers over dp × cp; HSDP at ZeRO
 // 2/3 reduce-scatters in the shard group and all-reduces the shard over the
 // replicas, at ZeRO 1 all-reduces over dp × cp as the trainer does
-// (parallel/data_parallel.h); its gathers stay in the shard group. `hide`
-// is the compute the reduction can run behind.
+// (parallel/data_parallel.h); its gathers stay in the shard group. ZeRO 0/1
+// with hier: the hierarchical all-reduce (plan/collectives.h); the trainer's
+// < g leftover elements a bucket, all-reduced over the whole group, are not
+// charged (the model has no buckets). `backward_last` is the compute the
+// reduction can run behind.
 AxisComm dp_comm(const Ctx& c, double params, int64_t microbatches, double backward_last, double compute) {
   const PlanLayout& l = c.l;
   AxisComm a{"dp", "", 0, 0, 0, false};
@@ -175,7 +167,13 @@ AxisComm dp_comm(const Ctx& c, double params, int64_t microbatches, double backw
   const bool inter = c.crosses(l.devices()), shard_inter = c.crosses(l.tp * l.cp * l.pp * l.shard_size());
   a.crosses_nodes = inter;
   double reduce = 0, gathers = 0;
-  if (l.zero <= 1) {
+  if (l.zero <= 1 && l.hier_dp) {
+    const DpNodeSplit s = dp_node_split(l, c.m.devices_per_node);
+    const HierAllReduce h = hierarchical_all_reduce(c.m, s, grads);
+    reduce = h.total_s();
+    a.crosses_nodes = s.n > 1;
+    a.what = hier_what(grads, s, h);
+  } else if (l.zero <= 1) {
     reduce = collective_time(c.m, "all_reduce", group, grads, inter);
     a.what = describe("grad all-reduce", grads, group, inter);
   } else {
@@ -328,6 +326,7 @@ std::vector<AxisComm> microbatch_comm(const Ctx& c, const StageWork& w) {
 
 Prediction predict(const PlanInput& in, const PlanLayout& l, const Machine& m) {
   check_layout(in, l);
+  check_hier_nodes(l, m.devices_per_node);  // needs the machine's nodes, which check_layout has not
   const int ranks_on_node = static_cast<int>(std::min<int64_t>(in.devices, m.devices_per_node));
   const double tokens = double(l.mbs * in.seq_len / l.cp);
   const Ctx c{in, l, m, ranks_on_node, precision_sizes(m.precision), tokens, cp_shape(in, l)};

@@ -6,9 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "cost/memory_estimate.h"
+#include "plan/collectives.h"  // collective_time
 #include "plan/layout.h"
 #include "plan/machine.h"
-#include "cost/memory_estimate.h"
 
 namespace mt::plan {
 
@@ -47,10 +48,5 @@ Prediction predict(const PlanInput& in, const PlanLayout& l, const Machine& m);
 // docs/PLANNER.md ("Validation against published runs") count them,
 // 96·B·s·l·h²·(1 + s/6h + V/16lh): how their per-GPU throughput is stated.
 double narayanan_flops(const ModelConfig& m, int64_t global_batch, int64_t seq_len);
-
-// Time of one collective of `bytes` (as CollectiveFit counts them) over
-// `ranks` ranks: the fitted one when the machine has it and the group stays
-// in a node, else ring α-β on the slowest link the group uses.
-double collective_time(const Machine& m, const std::string& op, int64_t ranks, double bytes, bool inter);
 
 }  // namespace mt::plan

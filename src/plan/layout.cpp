@@ -23,6 +23,7 @@ std::string to_string(const PlanLayout& l) {
   os << ",ep" << l.ep << ",zero" << l.zero << ",mbs" << l.mbs << ",v" << l.v << (l.sp ? ",sp" : "")
      << ",recompute=" << recompute_name(l.recompute);
   if (l.shard > 0 && l.shard != l.dp) os << ",shard" << l.shard;
+  if (l.hier_dp) os << ",hier";
   if (l.zb) os << ",zbh1";
   return os.str();
 }
@@ -68,6 +69,9 @@ LayoutSpec parse_layout(const std::string& text) {
     } else if (f == "zbh1" || f == "nozb") {
       l.zb = f == "zbh1";
       s.has_zb = true;
+    } else if (f == "hier" || f == "nohier") {
+      l.hier_dp = f == "hier";
+      s.has_hier = true;
     } else if (f == "sp" || f == "nosp") {
       l.sp = f == "sp";
       s.has_sp = true;
@@ -81,7 +85,7 @@ LayoutSpec parse_layout(const std::string& text) {
       MT_THROW(
           ConfigError, "--layout field '", f,
           "' is not one of dpN, tpN, ppN, cpN, ring, ulysses, hybridN, epN, zeroN, mbsN, vN, shardN, sp, "
-          "nosp, zbh1, nozb, recompute=none|selective|full");
+          "nosp, zbh1, nozb, hier, nohier, recompute=none|selective|full");
     }
   }
   for (int64_t v : {l.dp, l.tp, l.pp, l.cp, l.ep, l.mbs, l.v})
@@ -107,6 +111,7 @@ Config to_config(const PlanInput& in, const PlanLayout& l) {
   c.parallel.ep = l.ep;
   c.parallel.zero = l.zero;
   c.parallel.dp_shard = l.shard_size() < l.dp ? l.shard_size() : 0;  // HSDP: the trainer's parallel.dp_shard
+  c.parallel.dp_allreduce = l.hier_dp ? "hierarchical" : "flat";     // check_dp_allreduce's rules, by name
   c.parallel.sp = l.sp;
   c.parallel.virtual_stages = l.v;
   c.parallel.schedule = l.v > 1 ? "interleaved" : l.zb ? "zbh1" : "1f1b";

@@ -1,7 +1,7 @@
 // One candidate layout of the planner: the mesh axes, cp's attention, the ZeRO
 // stage, the microbatch, virtual stages, recomputation and HSDP's shard group,
 // written and read as "dp8,tp8,pp4,cp4,hybrid2,ep1,zero1,mbs1,v2,sp,recompute=full,shard8"
-// (docs/PLANNER.md, "Layouts").
+// (docs/PLANNER.md, "Layouts"), and the dp all-reduce ("hier").
 #pragma once
 
 #include <algorithm>
@@ -35,6 +35,10 @@ struct PlanLayout {
   // parallel/cp_ulysses.h. The all-gather variant is not planned.
   cp::CpImpl cp_impl = cp::CpImpl::ring;
   int64_t cp_a2a = 0;  // hybrid only: the all-to-all group size U, 1 < U < cp dividing cp
+  // The ZeRO 0/1 gradient all-reduce over dp × cp cut at the nodes (parallel.dp_allreduce =
+  // hierarchical, parallel/dp_allreduce.h) instead of one flat all-reduce; the trainer's rules:
+  // dp · cp > 1, ZeRO 0/1, no HSDP, ep 1, and the same number of the group's ranks on every node.
+  bool hier_dp = false;
 
   int64_t devices() const { return dp * tp * pp * cp; }
   // Ranks of cp's all-to-all (1: none) and of its ring (1: none); their product is cp.
@@ -57,7 +61,7 @@ struct LayoutSpec {
   PlanLayout layout;
   bool has_dp = false, has_tp = false, has_pp = false, has_cp = false, has_ep = false, has_zero = false,
        has_mbs = false, has_v = false, has_sp = false, has_recompute = false, has_shard = false,
-       has_zb = false, has_cp_impl = false;
+       has_zb = false, has_cp_impl = false, has_hier = false;
   bool complete() const { return has_dp && has_tp && has_pp && has_cp; }
 };
 // "dp2,tp1,..." (fields in any order; a ConfigError names a bad field).
@@ -77,14 +81,16 @@ struct PlanInput {
 
 // The trainer's Config of this layout (what `meshtrain train` would run);
 // HSDP's shard group is parallel.dp_shard, cp's attention parallel.cp_impl
-// and parallel.cp_ulysses; the planner's selective
+// and parallel.cp_ulysses, hier parallel.dp_allreduce; the planner's selective
 // recomputation, its own analytic form, maps to no recomputation. Validated
 // (Config::validate: ConfigError naming the rule it breaks).
 Config to_config(const PlanInput& in, const PlanLayout& l);
 
 // ConfigError naming the rule when `l` cannot run `in`: the trainer's own
-// start-up rules (Config::validate, which names Ulysses's head rule) and the
-// planner's (devices, the shard group, a cp attention that cp 1 has not).
+// start-up rules (Config::validate, which names Ulysses's head rule and
+// hier's, check_dp_allreduce) and the planner's (devices, the shard group, a
+// cp attention that cp 1 has not). hier's nodes: check_hier_nodes
+// (plan/collectives.h), which needs the machine.
 void check_layout(const PlanInput& in, const PlanLayout& l);
 
 }  // namespace mt::plan

@@ -67,7 +67,8 @@ struct Machine {
   // true: `inter` is the node's one link, shared by the flows its ranks send
   // across at once (an emulated cluster's veth, docs/CLUSTER.md); false: each
   // device has its own (a NIC per accelerator). Read by cp's all-to-alls and
-  // ring hops (plan/cost.cpp); the other collectives take `inter` per device.
+  // ring hops (plan/cost.cpp) and the hierarchical all-reduce's rings across
+  // (plan/collectives.cpp); the other collectives take `inter` per device.
   bool shared_link = false;
   // Share of a collective that can run behind independent compute (1: fully
   // asynchronous engines; 0: MPI on CPUs progresses only inside its calls).

@@ -1,6 +1,9 @@
 #include "plan/memory.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "plan/collectives.h"
 
 namespace mt::plan {
 
@@ -36,6 +39,21 @@ double scale_for(const std::string& category, const PrecisionSizes& s) {
   if (has("activ")) return s.activation / 4;
   return 1;  // logits, tables and buffers: kept in fp32
 }
+
+// hier: the trainer's model sizes the node shards (Σ over buckets of bucket / g, fp32, kept past the
+// step) for g anywhere in [1, dp·cp], since a Config does not know the nodes, and its peak takes the
+// smallest, g = dp·cp. The planner knows g (its placement): the shards are the flat layout's
+// communication buffers subtracted, × dp·cp / g.
+int64_t hier_node_shards_beyond_model(const PlanInput& in, const PlanLayout& l, const Machine& m,
+                                      const MemoryEstimate& model, size_t comm_part) {
+  PlanLayout flat = l;
+  flat.hier_dp = false;
+  const MemoryEstimate f = estimate_training_memory(to_config(in, flat), MemoryFigure::peak);
+  if (comm_part >= f.parts.size()) return 0;
+  const int64_t shards = model.parts[comm_part].second - f.parts[comm_part].second;
+  const DpNodeSplit split = dp_node_split(l, m.devices_per_node);
+  return std::max<int64_t>(0, shards) * (l.dp * l.cp / split.g - 1);
+}
 }  // namespace
 
 MemoryEstimate plan_memory(const PlanInput& in, const PlanLayout& l, const Machine& m) {
@@ -52,6 +70,8 @@ MemoryEstimate plan_memory(const PlanInput& in, const PlanLayout& l, const Machi
   for (size_t k = 0; k < fp32.parts.size(); ++k) {
     const auto& [name, bytes] = fp32.parts[k];
     double b = double(bytes) * scale_for(name, sizes);
+    if (l.hier_dp && l.zero <= 1 && name.find("communication") != std::string::npos)
+      b += double(hier_node_shards_beyond_model(in, l, m, fp32, k));
     if (l.recompute == Recompute::selective && name.find("activ") != std::string::npos)
       b *= 1.0 - mlp_activation_share(in.model);
     e.parts.emplace_back(name, static_cast<int64_t>(std::llround(b)));

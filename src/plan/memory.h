@@ -3,9 +3,9 @@
 // machine's precision (docs/PLANNER.md, "Memory").
 #pragma once
 
+#include "cost/memory_estimate.h"
 #include "plan/layout.h"
 #include "plan/machine.h"
-#include "cost/memory_estimate.h"
 
 namespace mt::plan {
 
@@ -23,7 +23,8 @@ std::string precision_note(const std::string& precision);
 // model (cost/memory_model.h), its peak figure (MemoryFigure::peak), in the
 // machine's precision; `rank` says which rank. HSDP shards the ZeRO state
 // over the shard group; selective recomputation drops the MLP's saved
-// activations.
+// activations; hier's node shards are sized for the g of the planner's
+// placement (plan/collectives.h).
 MemoryEstimate plan_memory(const PlanInput& in, const PlanLayout& l, const Machine& m);
 
 }  // namespace mt::plan

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "model/params.h"
 #include "parallel/cp_ulysses.h"
+#include "plan/collectives.h"
 
 namespace mt::plan {
 
@@ -62,6 +63,26 @@ std::vector<CpChoice> cp_choices(const PlanInput& in, const LayoutSpec& f, int64
   return out;
 }
 
+// The dp all-reduce of `l`: flat, and also hierarchical where the trainer runs
+// it (check_dp_allreduce, check_hier_nodes) and it differs from flat: g ≥ 2
+// of the dp × cp group's ranks on each of n ≥ 2 nodes (with the group in one
+// node, or one rank a node, there is nothing to cut). A pinned hier stays
+// where a field it conflicts with is pinned too, so that its rule is refused
+// by name, and is dropped where the search chose that field.
+std::vector<int64_t> hier_choices(const LayoutSpec& f, const PlanLayout& l, const Machine& m) {
+  const bool hsdp = l.shard > 0 && l.shard != l.dp;
+  if (f.has_hier && !f.layout.hier_dp) return {0};
+  if (f.has_hier) {
+    const bool pinned_conflict = (l.zero > 1 && f.has_zero) || (l.ep > 1 && f.has_ep) ||
+                                 (hsdp && f.has_shard) || (l.dp * l.cp == 1 && f.has_dp && f.has_cp);
+    const bool conflict = l.zero > 1 || l.ep > 1 || hsdp || l.dp * l.cp == 1;
+    return !conflict || pinned_conflict ? std::vector<int64_t>{1} : std::vector<int64_t>{};
+  }
+  if (l.zero > 1 || l.ep > 1 || hsdp || l.dp * l.cp == 1) return {0};
+  const DpNodeSplit s = dp_node_split(l, m.devices_per_node);
+  return s.even && s.g >= 2 && s.n >= 2 ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0};
+}
+
 // Calls `visit` for every combination of the fields --layout left open.
 void enumerate(const PlanInput& in, const Machine& m, const LayoutSpec& f,
                const std::function<void(const PlanLayout&)>& visit) {
@@ -96,10 +117,13 @@ void enumerate(const PlanInput& in, const Machine& m, const LayoutSpec& f,
                         for (int64_t zb :
                              choices(f.has_zb, x.zb,
                                      zb_runs ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0})) {
-                          const PlanLayout l{dp,    tp,      pp,       cp,      ep,
-                                             zero,  mbs,     v,        sp != 0, Recompute(rc),
-                                             shard, zb != 0, att.impl, att.a2a};
-                          visit(l);
+                          PlanLayout l{dp,    tp,      pp,       cp,      ep,
+                                       zero,  mbs,     v,        sp != 0, Recompute(rc),
+                                       shard, zb != 0, att.impl, att.a2a};
+                          for (int64_t hier : hier_choices(f, l, m)) {
+                            l.hier_dp = hier != 0;
+                            visit(l);
+                          }
                         }
                     }
       }

@@ -1,6 +1,7 @@
 // The planner's search: every layout of the input's devices that the
 // trainer's rules accept (and that --layout's fixed fields allow), cp's
-// attention among them (ring, Ulysses, each hybrid whose heads split), predicted,
+// attention among them (ring, Ulysses, each hybrid whose heads split) and the
+// dp all-reduce (flat, and hierarchical where it cuts a group across nodes), predicted,
 // the ones that do not fit in memory set aside, the rest ranked by step time
 // (docs/PLANNER.md, "Search").
 #pragma once

@@ -6,7 +6,8 @@
 # within ±15% of the paper's figure. The layout is the paper's t, p and dp with
 # its software of the time (no ZeRO, no sequence parallelism, full
 # recomputation, the attention scores materialised, the gradient all-reduce
-# after the backward); the planner picks the microbatch size and interleaving.
+# flat and after the backward); the planner picks the microbatch size and
+# interleaving.
 set -euo pipefail
 bin=$1
 src=$2
@@ -19,7 +20,7 @@ for row in "gpt-1.7b 32 512 1 1 137" "gpt-18b 256 1024 8 1 135" "gpt-310b 1920 2
   read -r model n batch t p paper <<<"$row"
   dp=$((n / (t * p)))
   "$bin" plan --config "$src/configs/plan/$model.toml" --machine a100-8x-ib --devices "$n" --global-batch "$batch" \
-    --layout "dp$dp,tp$t,pp$p,cp1,zero0,nosp,recompute=full" --attention materialized --grad-overlap none \
+    --layout "dp$dp,tp$t,pp$p,cp1,zero0,nosp,nohier,recompute=full" --attention materialized --grad-overlap none \
     --top 1 --json "$tmp/$model.json" >"$tmp/$model.txt"
   /usr/bin/python3 - "$tmp/$model.json" "$src/configs/plan/$model.toml" "$n" "$batch" "$paper" <<'PY' || status=1
 import json, sys, tomllib

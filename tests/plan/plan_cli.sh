@@ -28,6 +28,12 @@ grep "^layout dp2,tp8,pp1,cp4,hybrid2," <<<"$out" >/dev/null
 grep "cp .*all-to-alls of q, k, v, out .* over 2 ranks (crosses nodes)" <<<"$out" >/dev/null
 grep "cp .*ring passes across the all-to-all groups of k, v, pos" <<<"$out" >/dev/null
 
+# The hierarchical dp all-reduce pinned: tp 4 leaves 2 of the 16 dp ranks on each of 8 nodes.
+out=$("$bin" plan --config "$cfg" --machine h100-8x-ib --devices 64 --global-batch 256 \
+  --layout "dp16,tp4,pp1,cp1,zero1,mbs1,sp,recompute=full,hier")
+grep "^layout dp16,tp4,.*,hier " <<<"$out" >/dev/null
+grep "dp .*hierarchical grad all-reduce .* over 2 ranks in the node, .* over 8 nodes (crosses nodes" <<<"$out" >/dev/null
+
 # A layout that does not fit says by how much.
 out=$("$bin" plan --config "$cfg" --machine a100-8x-ib --devices 8 --global-batch 8 --layout "dp8,tp1,pp1,cp1,zero0,mbs1")
 grep "does not fit: .* GiB > 74.5 GiB" <<<"$out" >/dev/null
@@ -70,5 +76,7 @@ refuse "parallel.cp_impl = ulysses \(cp 4, tp 16\).*\(n_heads / tp = 6\) divisib
   --machine h100-8x-ib --layout dp1,tp16,pp1,cp4,ulysses,zero1,mbs1
 refuse "tp \\(3\\) x pp \\(1\\) x cp \\(1\\) of --layout = 3 does not divide --devices \\(64\\)" "${base[@]}" \
   --machine h100-8x-ib --layout tp3,pp1,cp1
+refuse "parallel.dp_allreduce = hierarchical cuts the ZeRO 0/1 all-reduce; parallel.zero \(2\)" "${base[@]}" \
+  --machine h100-8x-ib --layout dp64,tp1,pp1,cp1,zero2,mbs1,hier
 refuse "no layout fits; the fastest would be" --config "$cfg" --devices 8 --global-batch 8 --machine a100-8x-ib
 echo "plan_cli: ok"

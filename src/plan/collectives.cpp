@@ -1,0 +1,86 @@
+#include "plan/collectives.h"
+
+#include <algorithm>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+#include "mesh/mesh_shape.h"
+
+namespace mt::plan {
+
+double ring_time(const AlphaBeta& link, const std::string& op, int64_t ranks, double bytes) {
+  if (ranks <= 1) return 0;
+  const double n = double(ranks), share = (n - 1) / n;
+  if (op == "all_reduce") return 2 * (n - 1) * link.alpha_s + 2 * share * bytes / link.bytes_per_s;
+  if (op == "send_recv") return link.time(bytes);
+  return (n - 1) * link.alpha_s + share * bytes / link.bytes_per_s;  // all-gather, reduce-scatter, all-to-all
+}
+
+double collective_time(const Machine& m, const std::string& op, int64_t ranks, double bytes, bool inter) {
+  if (ranks <= 1) return 0;
+  if (!inter)
+    if (const CollectiveFit* f = m.fit(op, static_cast<int>(ranks))) return f->fit.time(bytes);
+  return ring_time(inter ? m.inter : m.intra, op, ranks, bytes);
+}
+
+namespace {
+// Per node, how many of each dp × cp group's ranks it holds (0: none).
+std::vector<std::vector<int64_t>> group_ranks_per_node(const PlanLayout& l, int64_t devices_per_node) {
+  MeshSizes sizes;
+  sizes.dp = static_cast<int>(l.dp), sizes.pp = static_cast<int>(l.pp);
+  sizes.cp = static_cast<int>(l.cp), sizes.tp = static_cast<int>(l.tp);
+  const int64_t dpn = std::max<int64_t>(1, devices_per_node);
+  const int64_t nodes = (l.devices() + dpn - 1) / dpn;
+  std::vector<std::vector<int64_t>> counts;
+  for (const std::vector<int>& group : mesh_group_ranks(sizes, axis_bit(Axis::dp) | axis_bit(Axis::cp))) {
+    counts.emplace_back(static_cast<size_t>(nodes), 0);
+    for (int r : group)
+      ++counts.back()[static_cast<size_t>(r / dpn)];
+  }
+  return counts;
+}
+}  // namespace
+
+DpNodeSplit dp_node_split(const PlanLayout& l, int64_t devices_per_node) {
+  const std::vector<std::vector<int64_t>> counts = group_ranks_per_node(l, devices_per_node);
+  DpNodeSplit s;
+  s.g = counts.front().front();  // rank 0 is on node 0
+  for (const std::vector<int64_t>& group : counts)
+    for (int64_t c : group)
+      if (c != 0 && c != s.g) s.even = false, s.other = c;
+  s.n = l.dp * l.cp / s.g;
+  return s;
+}
+
+void check_hier_nodes(const PlanLayout& l, int64_t devices_per_node) {
+  if (!l.hier_dp) return;
+  const DpNodeSplit s = dp_node_split(l, devices_per_node);
+  MT_REQUIRE(s.even, ConfigError, "hier (parallel.dp_allreduce = hierarchical) needs every node to hold the ",
+             "same number of each dp x cp group's ranks (the trainer's split_by_node): dp ", l.dp, " x cp ",
+             l.cp, " with pp ", l.pp, " x tp ", l.tp, " on nodes of ", devices_per_node, " devices puts ",
+             s.g, " of a group's ranks on one node and ", s.other, " on another");
+}
+
+HierAllReduce hierarchical_all_reduce(const Machine& m, const DpNodeSplit& s, double bytes) {
+  HierAllReduce h;
+  h.node_s = collective_time(m, "reduce_scatter", s.g, bytes, false) +
+             collective_time(m, "all_gather", s.g, bytes, false);
+  const double shard = bytes / double(s.g), flows = m.shared_link ? double(m.devices_per_node) : 1.0;
+  h.across_s = ring_time(AlphaBeta{m.inter.alpha_s, m.inter.bytes_per_s / flows}, "all_reduce", s.n, shard);
+  h.link_bytes = s.n > 1 ? 2 * double(s.n - 1) / double(s.n) * shard : 0.0;
+  return h;
+}
+
+std::string hier_what(double grads, const DpNodeSplit& s, const HierAllReduce& h) {
+  std::ostringstream os;
+  os.precision(3);
+  const double mib = 1 << 20;
+  os << "hierarchical grad all-reduce " << grads / mib << " MiB: reduce-scatter + all-gather over " << s.g
+     << " ranks in the node, the " << grads / double(s.g) / mib << " MiB shard all-reduced over " << s.n
+     << (s.n > 1 ? " nodes (crosses nodes; " : " node (") << h.link_bytes / mib
+     << " MiB a rank over the link)";
+  return os.str();
+}
+
+}  // namespace mt::plan
