@@ -8,9 +8,10 @@
 # For each: the median step time (rank 0, steps after the first), rank 0's
 # ledger bytes of one step by link (inside the node / across), the bytes the
 # link carried (tc's counters of both nodes' veth ends, whole run), beside the
-# planner's predicted step and its dp term on the machine file of
-# bench/cluster_placement.sh (this node's calibration with 4 ranks, the link's
-# calibrated latency and shaped rate, shared by a node's flows).
+# planner's predicted step and its dp term on the machine `meshtrain calibrate`
+# measures across the cluster at that link speed (both levels: the first
+# node's 4 ranks, and the link with whether a node's flows share it;
+# docs/PLANNER.md, "Calibration").
 #
 #   bench/cluster_dp.sh [BUILD] [LINKS] [STEPS]     LINKS default: "1gbit 200mbit"
 set -euo pipefail
@@ -29,11 +30,6 @@ make_data
 bash "$cluster" up 2 --ranks-per-node 4 --link "${links%% *}"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-bash "$cluster" exec 0 "${mpi[@]}" --bind-to none -np 4 "$bin" calibrate --out "$tmp/node.json" --config "$cfg" \
-  --seconds 0.05 >/dev/null
-bash "$cluster" mpirun -np 2 --host mtcd-n0:1,mtcd-n1:1 --bind-to none "$bin" calibrate --out "$tmp/link.json" \
-  --seconds 0.05 >/dev/null
-python3 "$here/bench/cluster_machine.py" describe "$tmp/node.json" "$tmp/link.json"
 
 link_bytes() { # bytes sent so far out of both nodes' veth ends
   local n total=0
@@ -55,7 +51,8 @@ rows=$tmp/rows.tsv
 : >"$rows"
 for link in $links; do
   bash "$cluster" shape "$link"
-  python3 "$here/bench/cluster_machine.py" machine "$tmp/node.json" "$tmp/link.json" "$link" 4 "$tmp/machine.json"
+  bash "$cluster" mpirun -np 8 --bind-to none "$bin" calibrate --out "$tmp/machine.$link.json" --config "$cfg" \
+    --seconds 0.05 | sed "s/^/$link: /"
   for spec in "${runs[@]}"; do
     read -r name layout rest <<<"$spec"
     tflags=${rest#:: }
@@ -65,7 +62,7 @@ for link in $links; do
       --set train.steps="$steps" --set train.batch_size=16 $tflags --print-mesh \
       --metrics "$tmp/$name.$link.jsonl" >"$tmp/$name.$link.out"
     after=$(link_bytes)
-    "$bin" plan --config "$cfg" --machine "$tmp/machine.json" --devices 8 --global-batch 16 --layout "$layout" \
+    "$bin" plan --config "$cfg" --machine "$tmp/machine.$link.json" --devices 8 --global-batch 16 --layout "$layout" \
       --json "$tmp/$name.$link.plan.json" >/dev/null
     if [ "$link" = "${links%% *}" ]; then
       sed -n '/^DP all-reduce/,+2p' "$tmp/$name.$link.out" | sed "s/^/$name: /"

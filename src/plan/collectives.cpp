@@ -17,10 +17,14 @@ double ring_time(const AlphaBeta& link, const std::string& op, int64_t ranks, do
   return (n - 1) * link.alpha_s + share * bytes / link.bytes_per_s;  // all-gather, reduce-scatter, all-to-all
 }
 
-double collective_time(const Machine& m, const std::string& op, int64_t ranks, double bytes, bool inter) {
+double collective_time(const Machine& m, const std::string& op, int64_t ranks, double bytes, bool inter,
+                       int64_t flows) {
   if (ranks <= 1) return 0;
   if (!inter)
     if (const CollectiveFit* f = m.fit(op, static_cast<int>(ranks))) return f->fit.time(bytes);
+  if (inter)
+    if (const CollectiveFit* f = m.fit_across(op, static_cast<int>(ranks), static_cast<int>(flows)))
+      return f->fit.time(bytes);
   return ring_time(inter ? m.inter : m.intra, op, ranks, bytes);
 }
 
@@ -67,7 +71,11 @@ HierAllReduce hierarchical_all_reduce(const Machine& m, const DpNodeSplit& s, do
   h.node_s = collective_time(m, "reduce_scatter", s.g, bytes, false) +
              collective_time(m, "all_gather", s.g, bytes, false);
   const double shard = bytes / double(s.g), flows = m.shared_link ? double(m.devices_per_node) : 1.0;
-  h.across_s = ring_time(AlphaBeta{m.inter.alpha_s, m.inter.bytes_per_s / flows}, "all_reduce", s.n, shard);
+  // A calibrated fit of the n-rank all-reduce across with a node's devices in it at once, else the ring.
+  const CollectiveFit* f = m.fit_across("all_reduce", static_cast<int>(s.n), m.devices_per_node);
+  h.across_s = f != nullptr ? f->fit.time(shard)
+                            : ring_time(AlphaBeta{m.inter.alpha_s, m.inter.bytes_per_s / flows}, "all_reduce",
+                                        s.n, shard);
   h.link_bytes = s.n > 1 ? 2 * double(s.n - 1) / double(s.n) * shard : 0.0;
   return h;
 }

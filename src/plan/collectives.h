@@ -19,9 +19,11 @@ namespace mt::plan {
 double ring_time(const AlphaBeta& link, const std::string& op, int64_t ranks, double bytes);
 
 // Time of one collective of `bytes` (as CollectiveFit counts them) over
-// `ranks` ranks: the fitted one when the machine has it and the group stays
-// in a node, else ring α-β on the slowest link the group uses.
-double collective_time(const Machine& m, const std::string& op, int64_t ranks, double bytes, bool inter);
+// `ranks` ranks: the fitted one when the machine has it — inside a node, or
+// across the nodes with `flows` such groups in the same call at once (a
+// calibrated cluster's) — else ring α-β on the slowest link the group uses.
+double collective_time(const Machine& m, const std::string& op, int64_t ranks, double bytes, bool inter,
+                       int64_t flows = 1);
 
 // The dp × cp group cut at the node boundaries as the trainer's split_by_node
 // cuts it: g of its ranks on each of n nodes. even: every node holding any of a

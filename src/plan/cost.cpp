@@ -174,7 +174,7 @@ AxisComm dp_comm(const Ctx& c, double params, int64_t microbatches, double backw
     a.crosses_nodes = s.n > 1;
     a.what = hier_what(grads, s, h);
   } else if (l.zero <= 1) {
-    reduce = collective_time(c.m, "all_reduce", group, grads, inter);
+    reduce = collective_time(c.m, "all_reduce", group, grads, inter, l.tp * l.pp);  // every dp group at once
     a.what = describe("grad all-reduce", grads, group, inter);
   } else {
     reduce = collective_time(c.m, "reduce_scatter", shard, grads, shard_inter) +

@@ -57,7 +57,13 @@ double Machine::rank_memory_bytes(int64_t devices) const {
 
 const CollectiveFit* Machine::fit(const std::string& op, int ranks) const {
   for (const CollectiveFit& c : collectives)
-    if (c.op == op && c.ranks == ranks) return &c;
+    if (!c.across && c.op == op && c.ranks == ranks) return &c;
+  return nullptr;
+}
+
+const CollectiveFit* Machine::fit_across(const std::string& op, int ranks, int flows) const {
+  for (const CollectiveFit& c : collectives)
+    if (c.across && c.op == op && c.ranks == ranks && c.flows == flows) return &c;
   return nullptr;
 }
 
@@ -168,7 +174,8 @@ Machine machine_from_json(const std::string& text, const std::string& source) {
       m.gemm.push_back({g.at("m").get<int64_t>(), g.at("n").get<int64_t>(), g.at("k").get<int64_t>(),
                         g.at("flops_per_s").get<double>(), g.value("ranks", 0), g.value("threads", 0)});
     for (const auto& c : j.value("collectives", nlohmann::json::array()))
-      m.collectives.push_back({c.at("op").get<std::string>(), c.at("ranks").get<int>(), alpha_beta(c)});
+      m.collectives.push_back({c.at("op").get<std::string>(), c.at("ranks").get<int>(), alpha_beta(c),
+                               c.value("across", false), c.value("flows", 1)});
     if (j.contains("kernels")) {  // a list, one per number of ranks; one object in older files
       const nlohmann::json& ks = j.at("kernels");
       for (const auto& k : ks.is_array() ? ks : nlohmann::json::array({ks}))
@@ -209,8 +216,12 @@ std::string machine_to_json(const Machine& m) {
                          {"threads", g.threads}});
   j["collectives"] = nlohmann::json::array();
   for (const CollectiveFit& c : m.collectives)
-    j["collectives"].push_back(
-        {{"op", c.op}, {"ranks", c.ranks}, {"alpha_s", c.fit.alpha_s}, {"bytes_per_s", c.fit.bytes_per_s}});
+    j["collectives"].push_back({{"op", c.op},
+                                {"ranks", c.ranks},
+                                {"alpha_s", c.fit.alpha_s},
+                                {"bytes_per_s", c.fit.bytes_per_s},
+                                {"across", c.across},
+                                {"flows", c.flows}});
   j["kernels"] = nlohmann::json::array();
   for (const LayerKernels& k : m.kernels)
     j["kernels"].push_back({{"batch", k.batch},

@@ -22,10 +22,16 @@ struct AlphaBeta {
 // bytes = the buffer as the op's contract counts it (all-reduce: the buffer;
 // all-gather: the gathered output; reduce-scatter: the input; all-to-all: the
 // send buffer; send: the message).
+// across: the group spans the nodes (ranks / nodes of them on each), with
+// `flows` such groups running the same call at once, as a layout's groups do
+// (calibrate across nodes measures all-reduces so; the planner takes them for
+// a group that crosses the link, plan/collectives.cpp collective_time).
 struct CollectiveFit {
   std::string op;  // all_reduce | all_gather | reduce_scatter | all_to_all | send_recv
   int ranks = 2;
   AlphaBeta fit;
+  bool across = false;
+  int flows = 1;
 };
 
 // GEMM rate of one shape (C[m, n] from k), the node's: the sum over the
@@ -94,6 +100,8 @@ struct Machine {
   double rank_memory_bytes(int64_t devices) const;
   // The fitted collective for (op, ranks), or null.
   const CollectiveFit* fit(const std::string& op, int ranks) const;
+  // A fit of `ranks` across the nodes with `flows` such groups at once, or null.
+  const CollectiveFit* fit_across(const std::string& op, int ranks, int flows) const;
 };
 
 // Names of the built-in profiles ("a100-8x-ib", ...).

@@ -10,6 +10,7 @@
 #include "cost/memory_estimate.h"
 #include "plan/collectives.h"
 #include "plan/cost.h"
+#include "plan/machine.h"
 #include "plan/memory.h"
 #include "plan/search.h"
 
@@ -150,6 +151,35 @@ TEST(PlanHier, SlowLinkMakesHierarchicalCheaper) {
   // 2·1/2·B/4 bytes go at β_x / 4; flat's all-reduce keeps the link per device.
   m.shared_link = true;
   EXPECT_NEAR(dp_row(predict(in, l, m)).total_s, node + 2 * inter.alpha_s + B / inter.bytes_per_s, 1e-12);
+}
+
+// A calibrated cluster's all-reduces across the nodes (CollectiveFit::across,
+// `flows` groups at once; plan/calibrate.cpp measure_across_all_reduces) take
+// the place of the ring: flat dp 8 is the 8-rank fit with 1 flow, dp 4 x tp 2
+// the 4-rank fit with 2 (both dp groups at once), hierarchical's middle step
+// the 2-rank fit with the node's 4 flows; and the fields survive the file.
+TEST(PlanHier, CalibratedAcrossFitsReplaceTheRing) {
+  const PlanInput in = small_input(8);
+  const AlphaBeta intra{5e-6, 1e11}, inter{200e-6, 125e6};
+  Machine m = two_nodes(intra, inter);
+  m.collectives.push_back({"all_reduce", 8, AlphaBeta{1e-3, 20e6}, true, 1});
+  m.collectives.push_back({"all_reduce", 4, AlphaBeta{2e-3, 14e6}, true, 2});
+  m.collectives.push_back({"all_reduce", 2, AlphaBeta{3e-3, 5e6}, true, 4});
+  const double B = double(checked_param_count(in.model)) * precision_sizes(m.precision).gradient;
+  PlanLayout l = parse_layout("dp8,tp1,pp1,cp1,ep1,zero0,mbs2,v1,recompute=none,nozb").layout;
+  EXPECT_NEAR(dp_row(predict(in, l, m)).total_s, 1e-3 + B / 20e6, 1e-12);
+  l.hier_dp = true;
+  const double node = 2 * (3 * intra.alpha_s + 0.75 * B / intra.bytes_per_s);
+  EXPECT_NEAR(dp_row(predict(in, l, m)).total_s, node + 3e-3 + (B / 4) / 5e6, 1e-12);
+  PlanLayout l2 = parse_layout("dp4,tp2,pp1,cp1,ep1,zero0,mbs2,v1,recompute=none,nozb").layout;
+  const double B2 = B / 2 + 0.0;  // tp 2 halves the matrices; the norms are whole on each rank
+  EXPECT_GT(dp_row(predict(in, l2, m)).total_s, 2e-3 + 0.9 * B2 / 14e6);
+  EXPECT_LT(dp_row(predict(in, l2, m)).total_s, 2e-3 + 1.1 * B2 / 14e6);
+  const Machine back = machine_from_json(machine_to_json(m), "round trip");
+  const CollectiveFit* f = back.fit_across("all_reduce", 4, 2);
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->fit.bytes_per_s, 14e6);
+  EXPECT_EQ(back.fit("all_reduce", 4), nullptr);  // not taken for a group inside a node
 }
 
 // The trainer keeps each bucket's 1/g node shard in fp32 past the step: at dp 8 with g 4 that is a
