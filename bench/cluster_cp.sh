@@ -46,13 +46,7 @@ bash "$cluster" mpirun -np 2 --host "$MT_CLUSTER_PREFIX-n0:1,$MT_CLUSTER_PREFIX-
   --out "$tmp/link.json" --seconds 0.05 >/dev/null
 python3 "$here/bench/cluster_machine.py" describe "$tmp/node.json" "$tmp/link.json"
 
-link_bytes() { # bytes sent so far out of both nodes' veth ends
-  local n total=0
-  for n in 0 1; do
-    total=$((total + $(ip netns exec "$MT_CLUSTER_PREFIX-n$n" tc -s qdisc show dev mt0 | awk '/Sent/{print $2; exit}')))
-  done
-  echo "$total"
-}
+source "$here/bench/cluster_common.sh" # link_bytes
 
 printf '%-8s %-10s %15s %16s %22s %15s\n' link attention "step s (median)" "link MiB / step" "rank 0 cp ledger MiB" \
   "planner step s"

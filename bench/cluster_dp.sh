@@ -31,13 +31,7 @@ bash "$cluster" up 2 --ranks-per-node 4 --link "${links%% *}"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 
-link_bytes() { # bytes sent so far out of both nodes' veth ends
-  local n total=0
-  for n in 0 1; do
-    total=$((total + $(ip netns exec "mtcd-n$n" tc -s qdisc show dev mt0 | awk '/Sent/{print $2; exit}')))
-  done
-  echo "$total"
-}
+source "$here/bench/cluster_common.sh" # link_bytes
 
 hier=--set\ parallel.dp_allreduce=hierarchical
 # name layout :: train-flags

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Helpers of bench/cluster_placement.sh.
+"""Helpers of the cluster benches (bench/cluster_placement.sh, cluster_cp.sh, cluster_dp.sh).
 
-  describe NODE LINK                   the two calibrations' link fits, one line
+  describe NODE LINK                   the two calibrations' link fits, one line (bench/cluster_cp.sh)
   machine NODE LINK RATE DPN OUT       NODE's calibration as a cluster of DPN-rank nodes whose
                                        inter-node link has LINK's latency and the shaped RATE (tc units)
+  nodes MACHINE DPN OUT                MACHINE (calibrated across the cluster) with DPN devices per node
   table ROWS STEPS                     the Markdown table of the runs
   table_dp ROWS STEPS                  bench/cluster_dp.sh's table: the ledger by link
 """
@@ -36,40 +37,47 @@ def machine(node_path, link_path, rate, devices_per_node, out):
     json.dump(node, open(out, "w"), indent=1)
 
 
-def table(rows_path, steps):
-    print("| run | link | step (measured, median) | step (planner) | ledger bytes/step, rank 0: tp / pp / dp "
-          "| link bytes (tc, %s steps, both ways) | planner: axes over the link |" % steps)
-    print("|---|---|---|---|---|---|---|")
+def nodes(machine_path, devices_per_node, out):
+    """A calibrated machine with another number of devices per node (a layout launched across the nodes)."""
+    m = json.load(open(machine_path))
+    m["devices_per_node"] = int(devices_per_node)
+    json.dump(m, open(out, "w"), indent=1)
+
+
+def runs(rows_path):
+    """Per row of the bench: name, link, rank 0's step lines, its median step after the first, the plan, tc bytes."""
     for line in open(rows_path):
         name, bw, metrics, plan, link = line.rstrip("\n").split("\t")
         recs = [json.loads(l) for l in open(metrics)]
         r0 = [r for r in recs if r.get("rank") == 0 and "time_s" in r]
-        times = [r["time_s"]["step"] for r in r0][1:]
-        by_axis = r0[-1]["comm_bytes_by_axis"]
-        p = json.load(open(plan))
+        median = statistics.median([r["time_s"]["step"] for r in r0][1:])
+        yield name, bw, r0, median, json.load(open(plan)), int(link)
+
+
+def table(rows_path, steps):
+    print("| run | link | step (measured, median) | step (planner) | ledger bytes/step, rank 0: tp / pp / dp "
+          "| by link: node / across | link bytes (tc, %s steps, both ways) | planner: axes over the link |" % steps)
+    print("|---|---|---|---|---|---|---|---|")
+    for name, bw, r0, median, p, link in runs(rows_path):
+        by_axis, by_link = r0[-1]["comm_bytes_by_axis"], r0[-1]["comm_bytes_by_link"]
         crosses = ", ".join(c["axis"] for c in p["comm"] if c["crosses_nodes"]) or "none"
-        print("| %s | %s | %.3f s | %.3f s | %s / %s / %s | %.1f MB | %s |" % (
-            name, bw, statistics.median(times), p["step_s"], by_axis.get("tp", 0), by_axis.get("pp", 0),
-            by_axis.get("dp", 0), int(link) / 1e6, crosses))
+        print("| %s | %s | %.3f s | %.3f s | %s / %s / %s | %s / %s | %.1f MB | %s |" % (
+            name, bw, median, p["step_s"], by_axis.get("tp", 0), by_axis.get("pp", 0),
+            by_axis.get("dp", 0), by_link.get("node", 0), by_link.get("across", 0), link / 1e6, crosses))
 
 
 def table_dp(rows_path, steps):
     print("| run | link | step (measured, median) | step (planner) | planner's dp term | ledger bytes/step, "
           "rank 0: inside the node / across | link bytes (tc, %s steps, both ways) |" % steps)
     print("|---|---|---|---|---|---|---|")
-    for line in open(rows_path):
-        name, bw, metrics, plan, link = line.rstrip("\n").split("\t")
-        recs = [json.loads(l) for l in open(metrics)]
-        r0 = [r for r in recs if r.get("rank") == 0 and "time_s" in r]
-        times = [r["time_s"]["step"] for r in r0][1:]
+    for name, bw, r0, median, p, link in runs(rows_path):
         by_link = r0[-1]["comm_bytes_by_link"]
-        p = json.load(open(plan))
         dp = [c for c in p["comm"] if c["axis"] == "dp"]
         print("| %s | %s | %.3f s | %.3f s | %s | %.2f / %.2f MB | %.1f MB |" % (
-            name, bw, statistics.median(times), p["step_s"], dp[0]["what"] if dp else "-",
-            by_link.get("node", 0) / 1e6, by_link.get("across", 0) / 1e6, int(link) / 1e6))
+            name, bw, median, p["step_s"], dp[0]["what"] if dp else "-",
+            by_link.get("node", 0) / 1e6, by_link.get("across", 0) / 1e6, link / 1e6))
 
 
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"describe": describe, "machine": machine, "table": table, "table_dp": table_dp}[cmd](*args)
+    {"describe": describe, "machine": machine, "nodes": nodes, "table": table, "table_dp": table_dp}[cmd](*args)

@@ -7,13 +7,10 @@
 #   dp2_tp4_across   the same layout launched --map-by node with --placement ranks: TP across the link
 #   pp2_tp4_placed   pp 2 × tp 4 placed: TP inside a node, the pipeline's sends across
 # For each: the median step time (rank 0, steps after the first), the ledger's
-# bytes per axis (rank 0, one step), the bytes the link carried (tc's counters
-# of both nodes' veth ends, whole run), beside the planner's prediction on a
-# machine file made of this node's calibration (4 ranks: compute, the
-# intra-node collectives) and the link: calibrate's 2-rank all-reduce latency
-# over it (1 rank per node) and the shaped rate as its bandwidth (calibrate's
-# fitted bandwidth is higher: its small messages pass the token bucket's burst
-# at line rate).
+# bytes per axis and per link (rank 0, one step), the bytes the link carried
+# (tc's counters of both nodes' veth ends, whole run), beside the planner's
+# prediction on the machine `meshtrain calibrate` measures across the cluster
+# at that link speed (both levels; docs/PLANNER.md, "Calibration").
 #
 #   bench/cluster_placement.sh [BUILD] [LINKS] [STEPS]     LINKS default: "1gbit 200mbit"
 set -euo pipefail
@@ -33,20 +30,8 @@ bash "$cluster" up 2 --ranks-per-node 4 --link "${links%% *}"
 bash "$cluster" ping
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-# The machine: one node's compute and collectives (4 ranks in node 0), the link (1 rank per node).
-bash "$cluster" exec 0 "${mpi[@]}" --bind-to none -np 4 "$bin" calibrate --out "$tmp/node.json" --config "$cfg" \
-  --seconds 0.05 >/dev/null
-bash "$cluster" mpirun -np 2 --host mtcb-n0:1,mtcb-n1:1 --bind-to none "$bin" calibrate --out "$tmp/link.json" \
-  --seconds 0.05 >/dev/null
-python3 "$here/bench/cluster_machine.py" describe "$tmp/node.json" "$tmp/link.json"
 
-link_bytes() { # bytes sent so far out of both nodes' veth ends
-  local n total=0
-  for n in 0 1; do
-    total=$((total + $(ip netns exec "mtcb-n$n" tc -s qdisc show dev mt0 | awk '/Sent/{print $2; exit}')))
-  done
-  echo "$total"
-}
+source "$here/bench/cluster_common.sh" # link_bytes
 
 # name layout mpirun-flags :: train-flags
 runs=(
@@ -58,6 +43,8 @@ rows=$tmp/rows.tsv
 : >"$rows"
 for link in $links; do
   bash "$cluster" shape "$link"
+  bash "$cluster" mpirun -np 8 --bind-to none "$bin" calibrate --out "$tmp/machine.$link.json" --config "$cfg" \
+    --seconds 0.05 | sed "s/^/$link: /"
   for spec in "${runs[@]}"; do
     read -r name layout rest <<<"$spec"
     mflags=${rest%%::*}
@@ -71,8 +58,7 @@ for link in $links; do
     # does), and so does its dp (which in fact stays inside a node: that term of the prediction is high).
     dpn=4
     [ "$name" = dp2_tp4_across ] && dpn=2
-    python3 "$here/bench/cluster_machine.py" machine "$tmp/node.json" "$tmp/link.json" "$link" "$dpn" \
-      "$tmp/machine.json"
+    python3 "$here/bench/cluster_machine.py" nodes "$tmp/machine.$link.json" "$dpn" "$tmp/machine.json"
     "$bin" plan --config "$cfg" --machine "$tmp/machine.json" --devices 8 --global-batch 8 --layout "$layout" \
       --json "$tmp/$name.$link.plan.json" >/dev/null
     if [ "$link" = "${links%% *}" ]; then

@@ -74,6 +74,16 @@ on_cluster() {
     { fail "$name: the run failed: $(tail -3 "$tmp/$name.err")"; return 1; }
 }
 
+# bitwise NAME REF: NAME's run is REF's bit for bit (losses, gradient norms, every tensor, the file).
+bitwise() {
+  if "$bin" compare --rtol 0 --grad-norm-rtol 0 "$tmp/$1.jsonl" "$tmp/$2.jsonl" --model-a "$tmp/$1" \
+    --model-b "$tmp/$2" >"$tmp/cmp" 2>&1 && cmp -s "$tmp/$1/model.safetensors" "$tmp/$2/model.safetensors"; then
+    echo "ok   $1 on 2 nodes: bitwise one process"
+  else
+    fail "$1 on 2 nodes: differs from one process: $(tail -3 "$tmp/cmp")"
+  fi
+}
+
 # The one-process references (not on the cluster: no MPI needed).
 "$bin" train "${tiny[@]}" "${canon[@]}" --metrics "$tmp/ref_c4.jsonl" --save "$tmp/ref_c4" >/dev/null 2>&1 ||
   fail "ref_c4: the one-process run failed"
@@ -82,13 +92,7 @@ on_cluster() {
 
 # Canonical, ranks alternating between nodes: the placement puts each TP group on one node.
 if on_cluster canon_dp2_tp2 --map-by node -- --dp 2 --tp 2 --zero 1 "${canon[@]}" --print-mesh; then
-  if "$bin" compare --rtol 0 --grad-norm-rtol 0 "$tmp/canon_dp2_tp2.jsonl" "$tmp/ref_c4.jsonl" \
-    --model-a "$tmp/canon_dp2_tp2" --model-b "$tmp/ref_c4" >"$tmp/cmp" 2>&1 &&
-    cmp -s "$tmp/canon_dp2_tp2/model.safetensors" "$tmp/ref_c4/model.safetensors"; then
-    echo "ok   canon_dp2_tp2 on 2 nodes: bitwise one process"
-  else
-    fail "canon_dp2_tp2 on 2 nodes: differs from one process: $(tail -3 "$tmp/cmp")"
-  fi
+  bitwise canon_dp2_tp2 ref_c4
   out="$tmp/canon_dp2_tp2.out"
   if grep -q '^nodes: 2 ' "$out" && grep -q '^  mtct-n0: mesh ranks 0 1 (mpirun.s ranks 0 2)$' "$out" &&
     grep -q '^  mtct-n1: mesh ranks 2 3 (mpirun.s ranks 1 3)$' "$out" &&
@@ -124,13 +128,7 @@ fi
 # The hierarchical all-reduce: dp 4, 2 dp ranks per node.
 hier=(--dp 4 --set parallel.dp_allreduce=hierarchical)
 if on_cluster canon_dp4_hier --map-by node -- "${hier[@]}" "${canon[@]}" --print-mesh; then
-  if "$bin" compare --rtol 0 --grad-norm-rtol 0 "$tmp/canon_dp4_hier.jsonl" "$tmp/ref_c4.jsonl" \
-    --model-a "$tmp/canon_dp4_hier" --model-b "$tmp/ref_c4" >"$tmp/cmp" 2>&1 &&
-    cmp -s "$tmp/canon_dp4_hier/model.safetensors" "$tmp/ref_c4/model.safetensors"; then
-    echo "ok   canon_dp4_hier on 2 nodes: bitwise one process"
-  else
-    fail "canon_dp4_hier on 2 nodes: differs from one process: $(tail -3 "$tmp/cmp")"
-  fi
+  bitwise canon_dp4_hier ref_c4
   out="$tmp/canon_dp4_hier.out"
   if grep -q '^DP all-reduce: hierarchical$' "$out" &&
     grep -q '^  reduce-scatter, all-gather inside a node: {0, 1} on mtct-n0; {2, 3} on mtct-n1$' "$out" &&

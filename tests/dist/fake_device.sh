@@ -3,7 +3,7 @@
 # "The kernel seam"): every tensor lives behind pointers that fault if the host
 # dereferences them, the kernels untag and run the cpu code, and collectives
 # stage device buffers through host memory. Checks:
-#   - each covered layout trains bitwise as under cpu (losses, gradient norms,
+#   - each covered layout (dp 4 with the hierarchical all-reduce among them) trains bitwise as under cpu (losses, gradient norms,
 #     saved model: compare --rtol 0);
 #   - the last step's crossings equal the analytic list (number and bytes):
 #     per microbatch of N = mb·T tokens, the stage with the embedding mirrors its
@@ -31,6 +31,7 @@ layouts=(
   "one 1 --set train.microbatch_size=4"
   "dp2_zero1 2 --dp 2 --zero 1 --set train.microbatch_size=2"
   "dp2_zero3 2 --dp 2 --zero 3 --set train.microbatch_size=2"
+  "dp4_hier 4 --dp 4 --set parallel.dp_allreduce=hierarchical --set parallel.bucket_mb=0.02 --set train.microbatch_size=2"
   "tp2_sp 2 --tp 2 --set parallel.sp=true --set train.microbatch_size=4"
   "tp2_overlap 2 --tp 2 --set parallel.tp_overlap=true --set train.microbatch_size=4"
   "pp2_1f1b 2 --pp 2 --set train.microbatch_size=2"
