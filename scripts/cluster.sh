@@ -6,7 +6,9 @@
 # an rsh agent that enters a node's namespace instead of ssh-ing to it, TCP
 # between nodes, shared memory inside one.
 #
-#   scripts/cluster.sh up NODES [--ranks-per-node R] [--link BW]   BW as tc says it: 1gbit, 200mbit
+#   scripts/cluster.sh up NODES [--ranks-per-node R] [--link BW] [--cpus-per-node C]
+#                                             BW as tc says it: 1gbit, 200mbit; C: cores of its own for
+#                                             each node (node i: cores i·C … i·C + C − 1; 0, the default: all)
 #   scripts/cluster.sh mpirun -np N ARGS...   mpirun from node 0 over the cluster
 #   scripts/cluster.sh exec NODE CMD...       CMD inside node NODE (0-based), under its hostname
 #   scripts/cluster.sh shape BW               re-shape every link on the fly
@@ -92,8 +94,11 @@ case $host in
   "$prefix"-n[0-9]*) ;;
   *) echo "cluster agent: unknown host '$host'" >&2; exit 255 ;;
 esac
+# The node's own cores (up --cpus-per-node), else every core.
+pin=()
+[ -f "/tmp/$prefix-cluster/cpus-$host" ] && pin=(taskset -c "$(cat "/tmp/$prefix-cluster/cpus-$host")")
 # As sshd would: the command words joined by spaces, run by a shell.
-exec ip netns exec "$host" unshare --uts /bin/sh -c 'hostname "$0" && exec /bin/sh -c "$1"' "$host" "$*"
+exec "${pin[@]}" ip netns exec "$host" unshare --uts /bin/sh -c 'hostname "$0" && exec /bin/sh -c "$1"' "$host" "$*"
 EOF
   } >"$state/agent"
   chmod +x "$state/agent"
@@ -106,7 +111,7 @@ quiet_v6() {
 }
 
 up() {
-  local nodes=$1 rpn=1 link=1gbit i ns
+  local nodes=$1 rpn=1 link=1gbit cpn=0 i ns
   shift
   [[ $nodes =~ ^[1-9][0-9]?$ ]] || die "NODES ($nodes) must be between 1 and 99"
   while [ $# -gt 0 ]; do
@@ -119,10 +124,16 @@ up() {
         link=$2
         shift 2
         ;;
-      *) die "unknown option '$1' (up NODES [--ranks-per-node R] [--link BW])" ;;
+      --cpus-per-node)
+        cpn=$2
+        shift 2
+        ;;
+      *) die "unknown option '$1' (up NODES [--ranks-per-node R] [--link BW] [--cpus-per-node C])" ;;
     esac
   done
   [[ $rpn =~ ^[1-9][0-9]*$ ]] || die "--ranks-per-node ($rpn) must be a positive integer"
+  [[ $cpn =~ ^[0-9]+$ ]] && [ $((nodes * cpn)) -le "$(nproc)" ] ||
+    die "--cpus-per-node ($cpn) x NODES ($nodes) must be at most this machine's $(nproc) cores"
   tc_rate_bytes "$link" >/dev/null
   command -v ip >/dev/null && command -v tc >/dev/null || die "ip and tc are missing: run scripts/install-deps.sh"
   down
@@ -147,6 +158,9 @@ up() {
     ip -n "$ns" link set "$if_node" up
     ip -n "$switch" link set "$prefix-p$i" master br0 up
     echo "$ns slots=$rpn" >>"$state/hosts"
+    # Cores of its own: every process the node starts is pinned to them (taskset), so that a node's
+    # ranks see its cores only (their threads = its cores / its ranks) and no two nodes share one.
+    [ "$cpn" -eq 0 ] || echo "$((i * cpn))-$((i * cpn + cpn - 1))" >"$state/cpus-$ns"
   done
   echo "$nodes" >"$state/nodes"
   echo "$rpn" >"$state/ranks_per_node"
@@ -160,7 +174,9 @@ in_node() {  # in_node I CMD...: CMD in node I's namespace under its hostname
   ns=$(node_ns "$1")
   shift
   [ -f "$state/nodes" ] || die "no cluster is up (scripts/cluster.sh up NODES)"
-  exec ip netns exec "$ns" unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' "$ns" "$@"
+  local pin=()
+  [ -f "$state/cpus-$ns" ] && pin=(taskset -c "$(cat "$state/cpus-$ns")")
+  exec "${pin[@]}" ip netns exec "$ns" unshare --uts /bin/sh -c 'hostname "$0" && exec "$@"' "$ns" "$@"
 }
 
 cluster_mpirun() {
@@ -206,7 +222,7 @@ print("round trip node 0 - node 1 (64 B over TCP, 200 times): min %.0f us, media
 case ${1:-} in
   up)
     shift
-    [ $# -ge 1 ] || die "usage: up NODES [--ranks-per-node R] [--link BW]"
+    [ $# -ge 1 ] || die "usage: up NODES [--ranks-per-node R] [--link BW] [--cpus-per-node C]"
     up "$@"
     ;;
   down) down ;;
@@ -223,5 +239,5 @@ case ${1:-} in
     shape_all "$2"
     ;;
   ping) ping_rtt ;;
-  *) die "usage: cluster.sh up NODES [--ranks-per-node R] [--link BW] | mpirun ARGS | exec NODE CMD | shape BW | ping | down" ;;
+  *) die "usage: cluster.sh up NODES [--ranks-per-node R] [--link BW] [--cpus-per-node C] | mpirun ARGS | exec NODE CMD | shape BW | ping | down" ;;
 esac

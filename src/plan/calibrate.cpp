@@ -300,12 +300,13 @@ void measure_link(Group& world, NodeSplit& s, Machine& m) {
   m.shared_link = g > 1 && g * rates[1] < (1 + g) / 2 * rates[0];
 }
 
-// The all-reduce of groups that cross the link as a layout's do: positions
+// MPI's all-reduce, reduce-scatter and all-gather over groups that cross the link as a layout's do: positions
 // node by node, groups of r ranks taking every (P / r)-th position (so r / n
 // on each of the n nodes), all P / r groups in the same call at once; for
 // r = n (one rank a node: the hierarchical all-reduce's middle step) up to P
-// (the whole world: a flat dp all-reduce). Fitted to α + bytes / β as the
-// node's collectives are; CollectiveFit::across, flows = P / r.
+// (the whole world: a flat dp all-reduce, or ZeRO's reduce-scatter and
+// gathers). Fitted to α + bytes / β as the node's collectives are (bytes as
+// CollectiveFit counts them); CollectiveFit::across, flows = P / r.
 void measure_across_all_reduces(Group& world, NodeSplit& s, Machine& m) {
   const int P = world.size(), n = static_cast<int>(s.node_ranks.size()), g = s.node.size();
   const int position = s.node_of[static_cast<size_t>(world.rank())] * g + s.node.rank();
@@ -313,15 +314,17 @@ void measure_across_all_reduces(Group& world, NodeSplit& s, Machine& m) {
     if (P % r != 0 || g % (r / n) != 0) continue;
     const int flows = P / r;
     Group group = world.split(position % flows, position, "calibrate");
-    std::vector<double> x, y;
-    for (int64_t b : {int64_t{256} << 10, int64_t{1} << 20, int64_t{4} << 20}) {
-      quiet_barrier(world);  // every group starts together
-      double t = time_collective(group, "all_reduce", b);
-      world.all_reduce(&t, 1, "calibrate", ReduceOp::max);  // a step waits for the slowest group
-      y.push_back(t);
-      x.push_back(double(b));
+    for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"}) {
+      std::vector<double> x, y;
+      for (int64_t b : {int64_t{256} << 10, int64_t{1} << 20, int64_t{4} << 20}) {
+        quiet_barrier(world);  // every group starts together
+        double t = time_collective(group, op, b);
+        world.all_reduce(&t, 1, "calibrate", ReduceOp::max);  // a step waits for the slowest group
+        y.push_back(t);
+        x.push_back(double(b));
+      }
+      m.collectives.push_back({op, r, fit_alpha_beta(x, y), true, flows});
     }
-    m.collectives.push_back({"all_reduce", r, fit_alpha_beta(x, y), true, flows});
   }
 }
 

@@ -22,7 +22,7 @@ double collective_time(const Machine& m, const std::string& op, int64_t ranks, d
   if (ranks <= 1) return 0;
   if (!inter)
     if (const CollectiveFit* f = m.fit(op, static_cast<int>(ranks))) return f->fit.time(bytes);
-  if (inter)
+  if (inter && flows > 0)
     if (const CollectiveFit* f = m.fit_across(op, static_cast<int>(ranks), static_cast<int>(flows)))
       return f->fit.time(bytes);
   return ring_time(inter ? m.inter : m.intra, op, ranks, bytes);

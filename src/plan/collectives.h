@@ -21,9 +21,12 @@ double ring_time(const AlphaBeta& link, const std::string& op, int64_t ranks, do
 // Time of one collective of `bytes` (as CollectiveFit counts them) over
 // `ranks` ranks: the fitted one when the machine has it — inside a node, or
 // across the nodes with `flows` such groups in the same call at once (a
-// calibrated cluster's) — else ring α-β on the slowest link the group uses.
+// calibrated cluster's fits of MPI's own collectives: the dp gradient
+// reduction and ZeRO's gathers pass flows; the rank-ordered sums of tp and
+// the all-to-alls, which are not MPI's algorithms, pass 0 and take the
+// ring) — else ring α-β on the slowest link the group uses.
 double collective_time(const Machine& m, const std::string& op, int64_t ranks, double bytes, bool inter,
-                       int64_t flows = 1);
+                       int64_t flows = 0);
 
 // The dp × cp group cut at the node boundaries as the trainer's split_by_node
 // cuts it: g of its ranks on each of n nodes. even: every node holding any of a

@@ -174,17 +174,19 @@ AxisComm dp_comm(const Ctx& c, double params, int64_t microbatches, double backw
     a.crosses_nodes = s.n > 1;
     a.what = hier_what(grads, s, h);
   } else if (l.zero <= 1) {
-    reduce = collective_time(c.m, "all_reduce", group, grads, inter, l.tp * l.pp);  // every dp group at once
+    reduce = collective_time(c.m, "all_reduce", group, grads, inter,
+                             l.devices() / group);  // all dp groups at once
     a.what = describe("grad all-reduce", grads, group, inter);
   } else {
-    reduce = collective_time(c.m, "reduce_scatter", shard, grads, shard_inter) +
-             collective_time(c.m, "all_reduce", group / shard, grads / double(shard), inter);
+    reduce = collective_time(c.m, "reduce_scatter", shard, grads, shard_inter, l.devices() / shard) +
+             collective_time(c.m, "all_reduce", group / shard, grads / double(shard), inter,
+                             l.devices() * shard / group);
     a.what = describe("grad reduce-scatter", grads, shard, shard_inter);
   }
   a.bytes = grads;
   if (l.zero >= 1) {  // the updated shards gathered again: once per step, or before each use under ZeRO-3
     const double times = l.zero == 3 ? 2.0 * double(microbatches) : 1.0;
-    gathers = times * collective_time(c.m, "all_gather", shard, weights, shard_inter);
+    gathers = times * collective_time(c.m, "all_gather", shard, weights, shard_inter, l.devices() / shard);
     a.bytes += times * weights;
     a.what += l.zero == 3 ? "; param all-gather before each forward and backward" : "; param all-gather";
   }
