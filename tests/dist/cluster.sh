@@ -33,23 +33,7 @@ trap 'bash "$cluster" down; rm -rf "$tmp"' EXIT
 # shellcheck source=tests/dist/common.sh
 source "$here/common.sh"
 
-if [ "$(id -u)" -ne 0 ]; then
-  echo "SKIP: network namespaces need root (uid $(id -u))"
-  exit 77
-fi
-command -v ip >/dev/null && command -v tc >/dev/null || {
-  echo "SKIP: ip and tc (iproute2) are missing: scripts/install-deps.sh installs them"
-  exit 77
-}
-rc=0
-bash "$cluster" up 2 --ranks-per-node 2 --link 1gbit >"$tmp/up.log" 2>&1 || rc=$?
-if [ "$rc" -eq 77 ]; then
-  echo "SKIP: $(tail -1 "$tmp/up.log")"
-  exit 77
-elif [ "$rc" -ne 0 ]; then
-  echo "FAIL cluster up: $(tail -3 "$tmp/up.log")"
-  exit 1
-fi
+cluster_up 2 --ranks-per-node 2 --link 1gbit
 cat "$tmp/up.log"
 
 make_data

@@ -185,3 +185,26 @@ refused() {
     fail "$name: failed without naming '$text': $(tail -2 "$tmp/$name.out")"
   fi
 }
+
+# cluster_up ARGS...: scripts/cluster.sh up ARGS (expects $cluster and $tmp),
+# or the test's exit: 77 (CTest: skipped) with the reason where the machine
+# does not allow network namespaces, 1 when the cluster cannot be built.
+cluster_up() {
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "SKIP: network namespaces need root (uid $(id -u))"
+    exit 77
+  fi
+  command -v ip >/dev/null && command -v tc >/dev/null || {
+    echo "SKIP: ip and tc (iproute2) are missing: scripts/install-deps.sh installs them"
+    exit 77
+  }
+  local rc=0
+  bash "$cluster" up "$@" >"$tmp/up.log" 2>&1 || rc=$?
+  if [ "$rc" -eq 77 ]; then
+    echo "SKIP: $(tail -1 "$tmp/up.log")"
+    exit 77
+  elif [ "$rc" -ne 0 ]; then
+    echo "FAIL cluster up: $(tail -3 "$tmp/up.log")"
+    exit 1
+  fi
+}
