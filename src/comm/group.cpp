@@ -75,9 +75,8 @@ std::string link_of(const Backend& b, const CommContext& ctx) {
 // number for the watchdog's roll call).
 template <typename Call>
 Work start_op(const std::shared_ptr<Backend>& backend, const std::shared_ptr<CommContext>& ctx,
-              const std::string& axis, const char* name, std::string_view label, int64_t elements,
-              ElemType type, Call&& call, int partner = -1) {
-  const std::string link = link_of(*backend, *ctx);
+              const std::string& axis, const std::string& link, const char* name, std::string_view label,
+              int64_t elements, ElemType type, Call&& call, int partner = -1) {
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<PendingOp> op = call(need(backend));
   op->seq = partner < 0 ? backend->next_collective() : -1;
@@ -109,8 +108,10 @@ int Group::world_rank_of(int r) const {
   return need(backend_).world_rank_of(r);
 }
 
-std::string Group::link() const {
-  return link_of(need(backend_), *ctx_);
+const std::string& Group::link() const {
+  // Once the job's nodes are known the answer is fixed: kept, so that a call costs no walk over the ranks.
+  if (link_.empty()) link_ = link_of(need(backend_), *ctx_);
+  return link_;
 }
 
 Group Group::split(int color, int key, std::string axis) const {
@@ -126,14 +127,14 @@ Group Group::for_run_device() const {
 
 Work Group::all_reduce_async(void* buf, int64_t count, ElemType type, ReduceOp op, std::string_view label) {
   check_count("all_reduce", axis_, count);
-  return start_op(backend_, ctx_, axis_, "all_reduce", label, count, type,
+  return start_op(backend_, ctx_, axis_, link(), "all_reduce", label, count, type,
                   [&](Backend& b) { return b.all_reduce(buf, count, type, op); });
 }
 
 Work Group::all_gather_async(const void* send, void* recv, int64_t count, ElemType type,
                              std::string_view label) {
   check_count("all_gather", axis_, count);
-  return start_op(backend_, ctx_, axis_, "all_gather", label, count, type,
+  return start_op(backend_, ctx_, axis_, link(), "all_gather", label, count, type,
                   [&](Backend& b) { return b.all_gather(send, recv, count, type); });
 }
 
@@ -145,7 +146,7 @@ Work Group::reduce_scatter_async(const void* send, void* recv, int64_t count, El
   const auto r = reinterpret_cast<uintptr_t>(recv);
   const bool overlap = bytes > 0 && r < s + static_cast<uintptr_t>(bytes * size()) && s < r + bytes;
   MT_REQUIRE(!overlap, Error, "reduce_scatter on axis ", axis_, " (", label, "): recv must not overlap send");
-  return start_op(backend_, ctx_, axis_, "reduce_scatter", label, count * size(), type,
+  return start_op(backend_, ctx_, axis_, link(), "reduce_scatter", label, count * size(), type,
                   [&](Backend& b) { return b.reduce_scatter(send, recv, count, type, op); });
 }
 
@@ -163,7 +164,7 @@ Work Group::all_reduce_async(void* buf, int64_t count, ElemType type, SumOrder o
   if (order == SumOrder::library) return all_reduce_async(buf, count, type, ReduceOp::sum, label);
   check_count("all_reduce", axis_, count);
   check_ranked(axis_, type, label);
-  return start_op(backend_, ctx_, axis_, "all_reduce", label, count, type,
+  return start_op(backend_, ctx_, axis_, link(), "all_reduce", label, count, type,
                   [&](Backend& b) { return b.all_reduce_ordered(buf, count, type, order); });
 }
 
@@ -176,7 +177,7 @@ Work Group::reduce_scatter_async(const void* send, void* recv, int64_t count, El
   if (order == SumOrder::library) return reduce_scatter_async(send, recv, count, type, ReduceOp::sum, label);
   check_ranked(axis_, type, label);
   check_count("reduce_scatter", axis_, count);
-  return start_op(backend_, ctx_, axis_, "reduce_scatter", label, count * size(), type,
+  return start_op(backend_, ctx_, axis_, link(), "reduce_scatter", label, count * size(), type,
                   [&](Backend& b) { return b.reduce_scatter_ordered(send, recv, count, type, order); });
 }
 
@@ -191,7 +192,7 @@ Work Group::send_async(const void* buf, int64_t count, ElemType type, int peer, 
   check_rank("send", axis_, "peer", peer, size());
   MT_REQUIRE(tag >= 0, Error, "send on axis ", axis_, ": tag (", tag, ") must not be negative");
   return start_op(
-      backend_, ctx_, axis_, "send", label, count, type,
+      backend_, ctx_, axis_, link(), "send", label, count, type,
       [&](Backend& b) { return b.send(buf, count, type, peer, tag); }, peer);
 }
 
@@ -200,7 +201,7 @@ Work Group::recv_async(void* buf, int64_t count, ElemType type, int peer, int ta
   check_rank("recv", axis_, "peer", peer, size());
   MT_REQUIRE(tag >= 0, Error, "recv on axis ", axis_, ": tag (", tag, ") must not be negative");
   return start_op(
-      backend_, ctx_, axis_, "recv", label, count, type,
+      backend_, ctx_, axis_, link(), "recv", label, count, type,
       [&](Backend& b) { return b.recv(buf, count, type, peer, tag); }, peer);
 }
 
@@ -228,14 +229,14 @@ void Group::recv(void* buf, int64_t count, ElemType type, int peer, int tag, std
 void Group::broadcast(void* buf, int64_t count, ElemType type, int root, std::string_view label) {
   check_count("broadcast", axis_, count);
   check_rank("broadcast", axis_, "root", root, size());
-  start_op(backend_, ctx_, axis_, "broadcast", label, count, type, [&](Backend& b) {
+  start_op(backend_, ctx_, axis_, link(), "broadcast", label, count, type, [&](Backend& b) {
     return b.broadcast(buf, count, type, root);
   }).wait();
 }
 
 void Group::all_to_all(const void* send, void* recv, int64_t count, ElemType type, std::string_view label) {
   check_count("all_to_all", axis_, count);
-  start_op(backend_, ctx_, axis_, "all_to_all", label, count * size(), type, [&](Backend& b) {
+  start_op(backend_, ctx_, axis_, link(), "all_to_all", label, count * size(), type, [&](Backend& b) {
     return b.all_to_all(send, recv, count, type);
   }).wait();
 }
@@ -258,13 +259,13 @@ void Group::all_to_allv(const void* send, const std::vector<int64_t>& send_count
   int64_t sent = 0;
   for (int64_t c : send_counts)
     sent += c;
-  start_op(backend_, ctx_, axis_, "all_to_allv", label, sent, type, [&](Backend& b) {
+  start_op(backend_, ctx_, axis_, link(), "all_to_allv", label, sent, type, [&](Backend& b) {
     return b.all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, type);
   }).wait();
 }
 
 void Group::barrier(std::string_view label) {
-  start_op(backend_, ctx_, axis_, "barrier", label, 0, ElemType::f32, [](Backend& b) {
+  start_op(backend_, ctx_, axis_, link(), "barrier", label, 0, ElemType::f32, [](Backend& b) {
     return b.barrier();
   }).wait();
 }

@@ -80,7 +80,7 @@ class Group {
   // The link this group's traffic takes, from the job's nodes (CommContext::
   // node_of_world_rank): "node" when all its ranks share one node, "across"
   // when it spans nodes, "" when the nodes are not known.
-  std::string link() const;
+  const std::string& link() const;
   CommContext& context() const { return *ctx_; }
 
   // Ranks with the same color form a new group, ordered by key (MPI_Comm_split).
@@ -136,6 +136,7 @@ class Group {
   std::shared_ptr<Backend> backend_;
   std::shared_ptr<CommContext> ctx_;
   std::string axis_;
+  mutable std::string link_;  // link(), once known
 };
 
 int64_t elem_size(ElemType t);
