@@ -41,10 +41,21 @@ struct Chart {
 };
 
 // Every chart the runs have data for: losses, step time split per rank, step
-// time per step, bytes per axis, memory per rank against the analytic model,
+// time per step, communication time and bytes per axis, memory per rank against the analytic model,
 // the pipeline bubble against theory (pp > 1), expert load (MoE), and the
 // planner's strong and weak scaling when plans are given.
 std::vector<Chart> make_charts(const std::vector<Run>& runs, const std::vector<Plan>& plans);
+
+// Communication time per axis per step (the most any rank waited for the
+// axis), with the axes that slowed in the second half of a run in its note.
+Chart comm_time_chart(const std::vector<Run>& runs);
+// The axes that slowed: at least 2 steps after a run's first quarter whose
+// wait exceeds kSlowRatio × and kSlowFloorMs more than the median of that
+// quarter (its first step left out; runs of fewer than 8 steps are not
+// judged). "" when none did.
+inline constexpr double kSlowRatio = 3.0;
+inline constexpr double kSlowFloorMs = 5.0;
+std::string slow_axes(const std::vector<Run>& runs);
 
 // The JavaScript that defines `vega` in the page: `path` is a folder of
 // Debian's libjs-vega modules (report_vega.cpp) or a one-file bundle. IoError

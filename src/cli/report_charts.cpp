@@ -110,8 +110,7 @@ Chart scaling_chart(const std::vector<Plan>& plans);
 std::vector<Chart> make_charts(const std::vector<Run>& runs, const std::vector<Plan>& plans) {
   std::vector<Chart> out;
   if (!runs.empty()) out = {losses(runs), breakdown(runs), step_times(runs)};
-  for (Chart c :
-       {bytes(runs), memory_chart(runs), bubble_chart(runs), expert_chart(runs), scaling_chart(plans)})
+  for (Chart c : {comm_time_chart(runs), bytes(runs), memory_chart(runs), bubble_chart(runs), expert_chart(runs), scaling_chart(plans)})
     if (!c.spec.is_null() && !c.spec["data"][0]["values"].empty()) out.push_back(std::move(c));
   return out;
 }

@@ -71,6 +71,7 @@ class CommContext {
   // Per MPI world rank, the index of its node (comm/nodes.h NodeMap); empty
   // until the runtime has discovered the nodes.
   std::vector<int> node_of_world_rank;
+  std::vector<std::string> node_names;  // per node index, as MPI names it (comm/nodes.h)
 };
 
 }  // namespace mt

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/buffer_pool.h"
+#include "comm/lifeline.h"
 #include "core/error.h"
 
 namespace mt {
@@ -264,6 +265,7 @@ std::unique_ptr<PendingOp> MpiBackend::barrier() {
 }
 
 void MpiBackend::abort_job(int status) {
+  lifeline_goodbye();  // the peers end by our MPI_Abort: they must not report this rank lost
   MPI_Abort(MPI_COMM_WORLD, status);
   std::_Exit(status);  // MPI_Abort does not return; this is for an MPI that does
 }

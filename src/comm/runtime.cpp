@@ -9,6 +9,7 @@
 #include <string>
 
 #include "comm/context.h"
+#include "comm/lifeline.h"
 #include "comm/mpi_backend.h"
 #include "core/error.h"
 
@@ -37,12 +38,19 @@ CommRuntime::CommRuntime(int* argc, char*** argv) {
 
   nodes_ = discover_nodes();
   world_.context().node_of_world_rank = nodes_.node_of_rank;  // every group's link (Group::link)
+  world_.context().node_names = nodes_.names;                 // the watchdog's sides of a link
   const int my_node = nodes_.node_of_rank[static_cast<size_t>(world_.rank())];
   local_ranks_ =
       static_cast<int>(std::count(nodes_.node_of_rank.begin(), nodes_.node_of_rank.end(), my_node));
+  const std::string off = start_lifeline(world_, nodes_);
+  if (!off.empty()) {
+    std::fprintf(stderr, "meshtrain: warning (rank %d): the lost-rank detector: %s\n", world_.rank(),
+                 off.c_str());
+  }
 }
 
 CommRuntime::~CommRuntime() {
+  lifeline_goodbye();
   world_ = Group();  // frees our communicator while MPI still runs (other copies free nothing after Finalize)
   if (owns_mpi_) MPI_Finalize();
 }
@@ -85,6 +93,7 @@ void abort_job(const Group& world, const std::string& message, int status) {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   // Alone in the world there is no other rank to end: shut MPI down quietly.
+  lifeline_goodbye();  // the peers end by our MPI_Abort: they must not report this rank lost
   if (initialized && !finalized) {
     if (P > 1)
       MPI_Abort(MPI_COMM_WORLD, status);

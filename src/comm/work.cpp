@@ -11,6 +11,7 @@
 #include "comm/backend.h"
 #include "comm/context.h"
 #include "comm/group.h"
+#include "comm/lifeline.h"
 #include "core/trace_spans.h"
 
 namespace mt {
@@ -72,6 +73,13 @@ double announce_after(double timeout_s) {
   return std::min(1.0, timeout_s / 4);
 }
 
+void announce_on_lifeline(const PendingOp& op) {
+  std::vector<int> to;
+  for (int r = 0; r < op.backend->size(); ++r)
+    if (r != op.backend->rank()) to.push_back(op.backend->world_rank_of(r));
+  lifeline_announce(op.axis, op.seq, op.label, to);
+}
+
 // Who the stalled call waits for: a send's or recv's other side, or the ranks
 // of a collective that never announced waiting in it (and any that announced
 // a later one: they passed it, so the ranks disagree on the order of calls).
@@ -94,21 +102,60 @@ std::string roll_call(PendingOp& op, double grace_s) {
   const int me = op.backend->rank();
   std::string missing, waiting, ahead;
   for (int r = 0; r < static_cast<int>(heard.size()); ++r) {
-    const int64_t h = heard[static_cast<size_t>(r)];
+    // The word on the lifeline (its own connection) where MPI's is behind.
+    const HeardWait lw = lifeline_heard(op.axis, op.backend->world_rank_of(r));
+    const int64_t h = std::max(heard[static_cast<size_t>(r)], lw.seq);
     std::string& list = r == me || h == op.seq ? waiting : h > op.seq ? ahead : missing;
     list += (list.empty() ? "" : ", ") + rank_name(op, r);
+    if (r != me && h >= 0 && h < op.seq && lw.seq == h) {
+      list += " (last heard waiting " + std::to_string(op.seq - h) +
+              " collective(s) of the axis before this one, call site \"" + lw.label + "\")";
+    }
   }
   if (heard.empty()) return "";
   std::string out = "; never arrived: " + (missing.empty() ? std::string("none") : missing);
   out += "; waiting in it: " + waiting;
   if (!ahead.empty()) out += "; waiting in a later collective of axis " + op.axis + ": " + ahead;
+  if (missing.empty() && ahead.empty()) out += "; every rank is in it: its data is what stalls";
   return out;
+}
+
+// The two (or more) sides of a stalled call that crosses nodes, by node: a
+// link that slowed or broke between them stalls a call in which every rank
+// arrived. "" when the call stays inside one node or the nodes are unknown.
+std::string sides(const PendingOp& op) {
+  const std::vector<int>& node_of = op.ctx->node_of_world_rank;
+  const std::vector<std::string>& names = op.ctx->node_names;
+  if (op.link != "across" || node_of.empty() || names.empty()) return "";
+  std::vector<int> ranks;
+  if (op.seq < 0) {
+    ranks = {op.backend->rank(), op.partner};
+  } else {
+    for (int r = 0; r < op.backend->size(); ++r)
+      ranks.push_back(r);
+  }
+  std::vector<std::string> by_node(names.size());
+  for (int r : ranks) {
+    const int w = op.backend->world_rank_of(r);
+    std::string& list = by_node[static_cast<size_t>(node_of[static_cast<size_t>(w)])];
+    list += (list.empty() ? "" : ", ") + std::to_string(w);
+  }
+  std::vector<std::string> parts;
+  for (size_t n = 0; n < names.size(); ++n) {
+    if (by_node[n].empty()) continue;
+    const bool one = by_node[n].find(',') == std::string::npos;
+    parts.push_back("node " + names[n] + " (world rank" + (one ? " " : "s ") + by_node[n] + ")");
+  }
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
+  return "; the call crosses the link between " + out;
 }
 
 // A rank that waits forever is a hang nobody can read; the watchdog names the
 // call and the ranks it waits for instead, and ends the whole job.
 [[noreturn]] void watchdog_fire(PendingOp& op, double timeout_s) {
-  const std::string who = roll_call(op, announce_after(timeout_s) + 0.25);
+  const std::string who = roll_call(op, announce_after(timeout_s) + 0.25) + sides(op);
   std::fprintf(stderr,
                "meshtrain: watchdog (rank %d): %s on axis %s did not complete within %g s "
                "(step %lld, call site \"%s\", %lld elements)%s\n",
@@ -144,6 +191,7 @@ void wait_for(PendingOp& op) {
     const double waited = std::chrono::duration<double>(Clock::now() - begin).count();
     if (!announced && waited > announce_after(timeout_s)) {
       op.backend->announce_wait(op.seq);
+      announce_on_lifeline(op);
       announced = true;
     }
     if (timeout_s > 0 && waited > timeout_s) watchdog_fire(op, timeout_s);

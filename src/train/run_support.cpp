@@ -40,7 +40,7 @@ void MetricsWriter::write_line(const std::string& line) {
 namespace {
 
 std::string fault_grammar() {
-  return "KIND:RANK:STEP[:ARG] with KIND one of throw, bad_alloc, stall, sigterm (no ARG), "
+  return "KIND:RANK:STEP[:ARG] with KIND one of throw, bad_alloc, stall, sigterm, sigkill (no ARG), "
          "enospc:RANK:STEP:BYTES, "
          "slow_io:RANK:STEP:SECONDS, slow_copy:RANK:STEP:SECONDS, slow_steps:RANK:STEP:MILLISECONDS, "
          "kill_bytes:RANK:STEP:BYTES, "
@@ -84,7 +84,8 @@ Fault parse_fault(const std::string& text) {
   const bool takes_arg = kind == "enospc" || kind == "slow_io" || kind == "slow_copy" ||
                          kind == "slow_steps" || kind == "kill_bytes" || kind == "kill_save" ||
                          kind == "skip_reduce";
-  if (kind != "throw" && kind != "bad_alloc" && kind != "stall" && kind != "sigterm" && !takes_arg)
+  if (kind != "throw" && kind != "bad_alloc" && kind != "stall" && kind != "sigterm" && kind != "sigkill" &&
+      !takes_arg)
     bad("unknown kind '" + kind + "'");
   const size_t want = takes_arg ? 4 : 3;
   if (p.size() != want) {
@@ -136,6 +137,7 @@ void inject_fault(const Fault& f, int rank, int64_t step) {
   if (f.kind == "bad_alloc") throw std::bad_alloc();
   if (f.kind == "stall") std::this_thread::sleep_for(std::chrono::hours(1));
   if (f.kind == "sigterm") std::raise(SIGTERM);  // as if a scheduler preempted this rank alone
+  if (f.kind == "sigkill") std::raise(SIGKILL);  // as if its machine lost power (comm/lifeline.h)
   if (f.kind == "enospc") set_write_faults({static_cast<int64_t>(f.arg), 0.0});
   if (f.kind == "slow_io") set_write_faults({-1, f.arg});
   if (f.kind == "slow_copy") set_snapshot_copy_delay(f.arg);

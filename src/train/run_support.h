@@ -41,6 +41,7 @@ class MetricsWriter : public SaveLog {
 //   bad_alloc throws std::bad_alloc (an error that is not one of ours);
 //   stall     sleeps for an hour (the watchdog of the other ranks must end the job);
 //   sigterm   raises SIGTERM in itself (a preemption that reaches one rank first);
+//   sigkill   raises SIGKILL in itself (a lost process: the others' lifelines report it);
 //   enospc    from then on, file writes fail with ENOSPC after ARG more bytes;
 //   slow_io   from then on, each file commit first sleeps ARG seconds;
 //   slow_copy from then on, an async save's copy of the state first sleeps ARG seconds;

@@ -55,8 +55,9 @@ errors = re.search(r'<pre id="errors">(.*?)</pre>', dom, re.S)
 assert errors and errors.group(1).strip() == "", f"page errors: {errors.group(1) if errors else 'no #errors'}"
 parts = re.split(r'<div class="chart" id="chart-(\d+)"', dom)[1:]
 charts = dict(zip(parts[0::2], parts[1::2]))
-# loss, breakdown, step time, bytes, memory, bubble (pp2), expert load (MoE), planned scaling
-assert len(charts) == 8, f"{len(charts)} charts"
+# loss, breakdown, step time, comm time per axis, bytes, memory, bubble (pp2), expert load (MoE),
+# planned scaling
+assert len(charts) == 9, f"{len(charts)} charts"
 for i, html in charts.items():
     html = html.split('<h2>')[0]
     assert "<svg" in html, f"chart {i}: no svg"

@@ -4,7 +4,9 @@
 # checkpoint every 10 steps; once a checkpoint of step 20 or later is in,
 # every process of node 1 (its Open MPI daemon and its two ranks) is
 # SIGKILLed, as a machine that loses power.
-#   - the job ends within 10 s of the kill, non-zero;
+#   - the job ends within 10 s of the kill, non-zero, each of the two
+#     surviving ranks printing once that it lost world ranks 2 and 3, every
+#     rank of node 1, named as MPI names it (comm/lifeline.h);
 #   - every checkpoint a reader can see is complete and `latest` names one
 #     (verify_checkpoints.py, a reader independent of meshtrain's);
 #   - --resume auto on the one node left, 2 ranks at dp 2 (the same global
@@ -46,6 +48,7 @@ for _ in $(seq 1 600); do
   [ -n "$s" ] && [ "$s" -ge 20 ] && break
   sleep 0.05
 done
+node1=$(bash "$cluster" exec 1 hostname)
 pids=$(ip netns pids "$MT_CLUSTER_PREFIX-n1")
 if [ -z "$(latest_step)" ] || [ -z "$pids" ]; then
   fail "no checkpoint of step 20 (latest: '$(latest_step)') or node 1 not running: $(tail -3 "$tmp/lost.out")"
@@ -61,6 +64,14 @@ else
   else
     fail "after the kill the job ended with status $status in ${took} s"
   fi
+  for r in 0 1; do  # each survivor's own message (comm/lifeline.h), naming the lost ranks and their node
+    said="meshtrain: rank $r of 4 lost world ranks 2, 3 on node $node1 (every rank of that node)"
+    if [ "$(grep -cF -- "$said" "$tmp/lost.out")" -eq 1 ]; then
+      echo "ok   rank $r said: $said"
+    else
+      fail "rank $r did not say once '$said': $(grep -F 'meshtrain:' "$tmp/lost.out" | head -5)"
+    fi
+  done
 fi
 if /usr/bin/python3 "$here/verify_checkpoints.py" "$ck" --require-latest >"$tmp/verify" 2>&1; then
   echo "ok   checkpoints after the loss: $(tail -1 "$tmp/verify")"
