@@ -7,6 +7,7 @@
   nodes MACHINE DPN OUT                MACHINE (calibrated across the cluster) with DPN devices per node
   table ROWS STEPS                     the Markdown table of the runs
   table_dp ROWS STEPS                  bench/cluster_dp.sh's table: the ledger by link
+  table_axes ROWS STEPS                bench/cluster_inner.sh's table: the ledger by axis and link
 """
 import json
 import statistics
@@ -78,6 +79,19 @@ def table_dp(rows_path, steps):
             by_link.get("node", 0) / 1e6, by_link.get("across", 0) / 1e6, link / 1e6))
 
 
+def table_axes(rows_path, steps):
+    print("| run | link | step (measured, median) | step (planner) | ledger bytes/step, rank 0, by axis "
+          "| by link: node / across | link bytes (tc, %s steps, both ways) | planner: axes over the link |" % steps)
+    print("|---|---|---|---|---|---|---|---|")
+    for name, bw, r0, median, p, link in runs(rows_path):
+        by_axis, by_link = r0[-1]["comm_bytes_by_axis"], r0[-1]["comm_bytes_by_link"]
+        crosses = ", ".join(c["axis"] for c in p["comm"] if c["crosses_nodes"]) or "none"
+        axes = ", ".join("%s %.2f MB" % (a, b / 1e6) for a, b in sorted(by_axis.items()))
+        print("| %s | %s | %.3f s | %.3f s | %s | %.2f / %.2f MB | %.1f MB | %s |" % (
+            name, bw, median, p["step_s"], axes, by_link.get("node", 0) / 1e6, by_link.get("across", 0) / 1e6,
+            link / 1e6, crosses))
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"describe": describe, "machine": machine, "nodes": nodes, "table": table, "table_dp": table_dp}[cmd](*args)
+    {"describe": describe, "machine": machine, "nodes": nodes, "table": table, "table_dp": table_dp, "table_axes": table_axes}[cmd](*args)

@@ -44,7 +44,7 @@ int run_train_command(const TrainArgs& a) {
   std::vector<std::string> init_notices;
   RunOptions run = a.run;
   run.local_ranks = runtime.local_ranks();
-  RankPlacement placement = RankPlacement::nodes;
+  RankPlacement placement;
   try {
     placement = parse_placement(a.placement);
     cfg = load_config(a.config, overrides);
@@ -57,7 +57,8 @@ int run_train_command(const TrainArgs& a) {
   if (cfg.train.checkpoint_dir.empty()) release_stop_handlers();
   agree_on_startup_errors(world, error);
   // From here on the world is in mesh order (placement.h): its rank r holds mesh position r.
-  const std::vector<int> positions = mesh_positions(runtime.nodes().node_of_rank, placement);
+  const std::vector<int> positions =
+      mesh_positions(runtime.nodes().node_of_rank, placement, mesh_sizes(cfg.parallel));
   world = place_world(world, positions);
   if (world.rank() == 0) {  // keys the user set that this layout ignores: say so rather than stay silent
     for (const std::string& note : ineffective_keys(cfg))

@@ -40,8 +40,9 @@ CLI::App* add_train(CLI::App& app, mt::TrainArgs& train) {
                "Print the rank map of the device mesh (docs/PARALLELISM.md, \"The device mesh\")");
   tr->add_option("--placement", train.placement,
                  "Which process takes which mesh position: 'nodes' (default: node by node as MPI reports "
-                 "the nodes, so a TP group stays inside one) or 'ranks' (mpirun's rank order as given, e.g. "
-                 "by --map-by) (docs/CLUSTER.md)");
+                 "the nodes, tp first, so a TP group stays inside one), 'nodes:AXES' (those mesh axes first, "
+                 "e.g. nodes:cp keeps cp's all-to-all inside a node and sends TP across; nodes:cp+dp) or "
+                 "'ranks' (mpirun's rank order as given, e.g. by --map-by) (docs/CLUSTER.md)");
   tr->add_flag("--explain", train.run.explain,
                "Print rank 0's linear plan (each linear site's collectives) and every collective of the "
                "first step, rank by rank: axis, op, tensor shape, elements, call site (docs/PARALLELISM.md, "

@@ -10,23 +10,74 @@
 namespace mt {
 
 RankPlacement parse_placement(std::string_view name) {
-  if (name == "nodes") return RankPlacement::nodes;
-  if (name == "ranks") return RankPlacement::ranks;
-  MT_THROW(ConfigError, "--placement '", name,
-           "' is not a placement (nodes: the mesh follows MPI's nodes; ranks: mpirun's rank order)");
+  const auto bad = [&](const std::string& why) {
+    MT_THROW(ConfigError, "--placement '", name, "' ", why,
+             " (nodes: the mesh follows MPI's nodes, tp first; nodes:AXES: those mesh axes first, e.g. "
+             "nodes:cp or nodes:cp+dp; ranks: mpirun's rank order)");
+  };
+  if (name == "ranks") return {RankPlacement::Kind::ranks, {}};
+  if (name.substr(0, 5) != "nodes" || (name.size() > 5 && name[5] != ':')) bad("is not a placement");
+  RankPlacement p;
+  if (name.size() <= 5) return p;
+  std::string_view rest = name.substr(6);
+  while (true) {
+    const size_t plus = rest.find('+');
+    const std::string_view a = rest.substr(0, plus);
+    Axis axis = Axis::tp;
+    try {
+      axis = parse_axis(a);
+    } catch (const ConfigError&) {
+      bad("names '" + std::string(a) + "', which is not a mesh axis (tp, cp, pp, dp)");
+    }
+    if (std::find(p.inner.begin(), p.inner.end(), axis) != p.inner.end())
+      bad("names axis " + std::string(a) + " twice");
+    p.inner.push_back(axis);
+    if (plus == std::string_view::npos) break;
+    rest = rest.substr(plus + 1);
+  }
+  return p;
 }
 
-std::vector<int> mesh_positions(const std::vector<int>& node_of_rank, RankPlacement p) {
-  std::vector<int> order(node_of_rank.size());
-  std::iota(order.begin(), order.end(), 0);
-  if (p == RankPlacement::nodes) {
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-      return node_of_rank[static_cast<size_t>(a)] < node_of_rank[static_cast<size_t>(b)];
-    });
+std::string placement_name(const RankPlacement& p) {
+  if (p.kind == RankPlacement::Kind::ranks) return "ranks";
+  std::string s = "nodes";
+  for (size_t i = 0; i < p.inner.size(); ++i) {
+    s.push_back(i ? '+' : ':');
+    s.append(axis_name(p.inner[i]));
   }
-  std::vector<int> position(order.size());
-  for (size_t i = 0; i < order.size(); ++i)
-    position[static_cast<size_t>(order[i])] = static_cast<int>(i);
+  return s;
+}
+
+std::vector<Axis> node_order(const RankPlacement& p) {
+  std::vector<Axis> order = p.inner;
+  for (Axis a : {Axis::tp, Axis::cp, Axis::pp, Axis::dp})
+    if (std::find(order.begin(), order.end(), a) == order.end()) order.push_back(a);
+  return order;
+}
+
+std::vector<int> mesh_positions(const std::vector<int>& node_of_rank, const RankPlacement& p,
+                                const MeshSizes& sizes) {
+  const size_t P = node_of_rank.size();
+  std::vector<int> order(P);
+  std::iota(order.begin(), order.end(), 0);
+  if (p.kind == RankPlacement::Kind::ranks) return order;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return node_of_rank[static_cast<size_t>(a)] < node_of_rank[static_cast<size_t>(b)];
+  });
+  MT_CHECK(static_cast<size_t>(sizes.dp * sizes.pp * sizes.cp * sizes.tp) == P, "a mesh of ",
+           sizes.dp * sizes.pp * sizes.cp * sizes.tp, " positions placed on ", P, " ranks");
+  const std::vector<Axis> axes = node_order(p);
+  std::vector<int> position(P);
+  for (size_t k = 0; k < P; ++k) {
+    MeshCoords c{};
+    size_t rest = k;
+    for (Axis a : axes) {
+      const size_t n = static_cast<size_t>(sizes[a]);
+      c[static_cast<size_t>(axis_index(a))] = static_cast<int>(rest % n);
+      rest /= n;
+    }
+    position[static_cast<size_t>(order[k])] = mesh_rank_of(c, sizes);
+  }
   return position;
 }
 

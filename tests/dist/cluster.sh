@@ -9,6 +9,10 @@
 #     group inside one node (the placement moved the ranks);
 #   - the same launch with --placement ranks keeps mpirun's order, and the map
 #     shows both TP groups across the nodes (the check above can fail);
+#   - tp 2 × cp 2 (Ulysses) with --placement nodes:cp: the map shows each CP
+#     group inside one node and both TP groups across, the ledger puts cp's
+#     bytes (and the gradient's, dp x cp = cp) on the node link and tp's
+#     across, within the derived bound;
 #   - dp 2 × tp 2 in the default mode matches one process within the derived
 #     bound (tests/dist/common.sh) and is not bitwise it;
 #   - dp 4 with the hierarchical all-reduce (parallel.dp_allreduce, 2 dp ranks
@@ -107,6 +111,34 @@ if on_cluster dp2_tp2 -- --dp 2 --tp 2; then
     fail "dp2_tp2 (default mode) is bitwise one process: the bitwise check above would see nothing"
   else
     echo "ok   dp2_tp2 (default mode) is not bitwise one process"
+  fi
+fi
+# nodes:cp: cp's all-to-all (Ulysses) inside the nodes, TP across; within the derived bound, and the
+# ledger puts exactly the tp calls' bytes on the link across.
+if on_cluster cp_inner --map-by node -- --tp 2 --cp 2 --set parallel.cp_impl=ulysses --placement nodes:cp \
+  --print-mesh; then
+  check cp_inner ref
+  out="$tmp/cp_inner.out"
+  if grep -q '^CP groups: {0, 2} on mtct-n0; {1, 3} on mtct-n1 (each inside one node)$' "$out" &&
+    grep -q '^TP groups: {0, 1} on mtct-n0 + mtct-n1; {2, 3} on mtct-n0 + mtct-n1 (2 of 2 across nodes)$' "$out"; then
+    echo "ok   --placement nodes:cp: each CP group inside one node, both TP groups across"
+  else
+    fail "--placement nodes:cp: the map does not show CP inside and TP across:"
+    sed -n '/^nodes:/,$p' "$out"
+  fi
+  if python3 - "$tmp/cp_inner.jsonl" <<'PY'; then
+import json, sys
+r = [l for l in map(json.loads, open(sys.argv[1])) if l.get("rank") == 0 and l.get("step") == 1][0]
+axis, link = r["comm_bytes_by_axis"], r["comm_bytes_by_link"]
+print(f"bytes by axis {axis}, by link {link}")
+# dp 1: the gradient's dp x cp group is the cp group, on the node as well.
+inside = axis.get("cp", 0) + axis.get("dp+cp", 0)
+sys.exit(0 if axis.get("cp", 0) > 0 and link.get("node") == inside and link.get("across") == sum(
+    b for a, b in axis.items() if a not in ("cp", "dp+cp")) else 1)
+PY
+    echo "ok   the ledger: cp's all-to-alls and the gradient's sum over cp on the node link, tp's across"
+  else
+    fail "the ledger's bytes by link do not follow nodes:cp"
   fi
 fi
 # The hierarchical all-reduce: dp 4, 2 dp ranks per node.
