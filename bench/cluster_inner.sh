@@ -60,7 +60,7 @@ for link in $links; do
     "$bin" plan --config "$config" --machine "$tmp/machine.$link.json" --devices 4 --global-batch 8 \
       --layout "$layout" --json "$tmp/$name.$link.plan.json" >/dev/null
     if [ "$link" = "${links%% *}" ]; then
-      grep -E '^(TP|CP|DP) groups: .*\((each|[0-9])' "$tmp/$name.$link.out" | sed "s/^/$name: /"
+      grep -E '^(TP|CP|DP|EP) groups: .*\((each|[0-9])' "$tmp/$name.$link.out" | sed "s/^/$name: /"
     fi
     printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$link" "$tmp/$name.$link.jsonl" "$tmp/$name.$link.plan.json" \
       "$((after - before))" >>"$rows"

@@ -71,8 +71,10 @@ int run_train_command(const TrainArgs& a) {
   if (a.print_mesh && world.rank() == 0) {
     const MeshSizes sizes = mesh_sizes(cfg.parallel);
     const NodeMap& nodes = runtime.nodes();
-    std::printf("%s%s", DeviceMesh::table(sizes).c_str(),
-                mesh_node_table(sizes, positions, nodes.node_of_rank, nodes.names).c_str());
+    std::printf(
+        "%s%s", DeviceMesh::table(sizes).c_str(),
+        mesh_node_table(sizes, positions, nodes.node_of_rank, nodes.names, static_cast<int>(cfg.parallel.ep))
+            .c_str());
     std::printf("%s", hsdp_table(sizes, static_cast<int>(cfg.parallel.dp_shard)).c_str());
     if (cfg.parsed().dp_allreduce == DpAllReduce::hierarchical)
       std::printf("%s", hierarchical_dp_table(sizes, positions, nodes.node_of_rank, nodes.names).c_str());

@@ -100,12 +100,11 @@ std::string axis_label(Axis a) {
   return s;
 }
 
-// One line per axis: "TP groups: {0, 1} on n0; {2, 3} on n1 — each inside one node".
-void print_axis(std::ostream& os, const MeshSizes& sizes, Axis a, const std::vector<int>& node_of_position,
-                const std::vector<std::string>& names) {
+// One line per axis: "TP groups: {0, 1} on n0; {2, 3} on n1 (each inside one node)".
+void print_groups(std::ostream& os, const std::string& label, const std::vector<std::vector<int>>& groups,
+                  const std::vector<int>& node_of_position, const std::vector<std::string>& names) {
   int spanning = 0;
-  const auto groups = mesh_group_ranks(sizes, axis_bit(a));
-  os << axis_label(a) << " groups:";
+  os << label << " groups:";
   for (size_t g = 0; g < groups.size(); ++g) {
     std::set<int> touched;
     os << (g ? "; {" : " {");
@@ -125,6 +124,17 @@ void print_axis(std::ostream& os, const MeshSizes& sizes, Axis a, const std::vec
     os << " (each inside one node)\n";
   else
     os << " (" << spanning << " of " << groups.size() << " across nodes)\n";
+}
+
+// Expert parallelism's groups: runs of `ep` consecutive members of each dp × cp group (sub_axes.h).
+std::vector<std::vector<int>> ep_groups(const MeshSizes& sizes, int ep) {
+  std::vector<std::vector<int>> out;
+  for (const std::vector<int>& parent : mesh_group_ranks(sizes, axis_bit(Axis::dp) | axis_bit(Axis::cp)))
+    for (size_t i = 0; i < parent.size(); ++i) {
+      if (i % static_cast<size_t>(ep) == 0) out.emplace_back();
+      out.back().push_back(parent[i]);
+    }
+  return out;
 }
 
 std::vector<int> node_of_positions(const std::vector<int>& position_of_rank,
@@ -184,7 +194,8 @@ std::string hierarchical_dp_table(const MeshSizes& sizes, const std::vector<int>
 }
 
 std::string mesh_node_table(const MeshSizes& sizes, const std::vector<int>& position_of_rank,
-                            const std::vector<int>& node_of_rank, const std::vector<std::string>& names) {
+                            const std::vector<int>& node_of_rank, const std::vector<std::string>& names,
+                            int ep) {
   const size_t P = position_of_rank.size();
   const std::vector<int> node_of_position = node_of_positions(position_of_rank, node_of_rank);
   std::vector<int> rank_of_position(P);
@@ -207,8 +218,10 @@ std::string mesh_node_table(const MeshSizes& sizes, const std::vector<int>& posi
     os << '\n';
   }
   for (Axis a : {Axis::tp, Axis::cp, Axis::pp, Axis::dp}) {
-    if (sizes[a] > 1) print_axis(os, sizes, a, node_of_position, names);
+    if (sizes[a] > 1)
+      print_groups(os, axis_label(a), mesh_group_ranks(sizes, axis_bit(a)), node_of_position, names);
   }
+  if (ep > 1) print_groups(os, "EP", ep_groups(sizes, ep), node_of_position, names);
   return os.str();
 }
 

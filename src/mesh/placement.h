@@ -57,9 +57,11 @@ Group place_world(const Group& world, const std::vector<int>& position_of_rank);
 // The rank map's node part (--print-mesh): each node with the mesh positions
 // on it (and the world ranks, when placement moved them), then for each axis
 // larger than one its groups with the nodes they touch, and whether every
-// group of the axis stays inside one node. Pure.
+// group of the axis stays inside one node; with ep > 1 the same for expert
+// parallelism's groups (runs of ep consecutive ranks of each dp × cp group). Pure.
 std::string mesh_node_table(const MeshSizes& sizes, const std::vector<int>& position_of_rank,
-                            const std::vector<int>& node_of_rank, const std::vector<std::string>& names);
+                            const std::vector<int>& node_of_rank, const std::vector<std::string>& names,
+                            int ep = 1);
 // parallel.dp_allreduce = hierarchical: each dp (× cp) group cut at the nodes,
 // as comm/nodes.h split_by_node cuts it: the ranks that reduce-scatter and
 // all-gather inside each node, and those that all-reduce across the nodes.

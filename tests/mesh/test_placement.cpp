@@ -78,5 +78,26 @@ TEST(Placement, NodeTableSaysWhereEachAxisLies) {
   EXPECT_NE(kept.find("  a: mesh ranks 0 2\n"), std::string::npos) << kept;
 }
 
+TEST(Placement, NodeTableShowsTheExpertGroups) {
+  // dp 2 x tp 2 at ep 2 on 2 nodes of 2: the dp groups {0, 2}, {1, 3} are the ep groups. nodes: the tp
+  // groups inside, the ep groups across; nodes:dp (k = dp + 2·tp, position = dp·2 + tp) the reverse.
+  const MeshSizes s{.dp = 2, .tp = 2};
+  const std::vector<std::string> names = {"a", "b"};
+  const std::vector<int> nodes = {0, 0, 1, 1};
+  const std::string tp_in = mesh_node_table(s, mesh_positions(nodes, kNodes, s), nodes, names, 2);
+  EXPECT_NE(tp_in.find("EP groups: {0, 2} on a + b; {1, 3} on a + b (2 of 2 across nodes)\n"),
+            std::string::npos)
+      << tp_in;
+  const std::string ep_in =
+      mesh_node_table(s, mesh_positions(nodes, parse_placement("nodes:dp"), s), nodes, names, 2);
+  EXPECT_NE(ep_in.find("EP groups: {0, 2} on a; {1, 3} on b (each inside one node)\n"), std::string::npos)
+      << ep_in;
+  EXPECT_NE(ep_in.find("TP groups: {0, 1} on a + b; {2, 3} on a + b (2 of 2 across nodes)\n"),
+            std::string::npos)
+      << ep_in;
+  EXPECT_EQ(tp_in.find("EP groups"), tp_in.rfind("EP groups"));
+  EXPECT_EQ(mesh_node_table(s, mesh_positions(nodes, kNodes, s), nodes, names).find("EP"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace mt
