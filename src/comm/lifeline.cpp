@@ -308,6 +308,11 @@ std::string start_lifeline(const Group& world, const NodeMap& nodes) {
     std::lock_guard<std::mutex> lock(l->mu);
     l->peers.push_back({fd, r, false, false, {}});
   }
+  // Every greeting is answered once the acceptor's thread has taken it in, so
+  // after this every rank knows every peer that reached it: none announces a
+  // wait before its peers can hear it.
+  int64_t done = 1;
+  g.all_reduce(&done, 1, "lifeline: connected");
   return unreached.empty() ? "" : "world ranks " + unreached + " could not be reached: they are not watched";
 }
 
