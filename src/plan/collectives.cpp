@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <sstream>
-#include <vector>
 
 #include "core/error.h"
-#include "mesh/mesh_shape.h"
+#include "plan/node_order.h"
 
 namespace mt::plan {
 
@@ -28,33 +27,9 @@ double collective_time(const Machine& m, const std::string& op, int64_t ranks, d
   return ring_time(inter ? m.inter : m.intra, op, ranks, bytes);
 }
 
-namespace {
-// Per node, how many of each dp × cp group's ranks it holds (0: none).
-std::vector<std::vector<int64_t>> group_ranks_per_node(const PlanLayout& l, int64_t devices_per_node) {
-  MeshSizes sizes;
-  sizes.dp = static_cast<int>(l.dp), sizes.pp = static_cast<int>(l.pp);
-  sizes.cp = static_cast<int>(l.cp), sizes.tp = static_cast<int>(l.tp);
-  const int64_t dpn = std::max<int64_t>(1, devices_per_node);
-  const int64_t nodes = (l.devices() + dpn - 1) / dpn;
-  std::vector<std::vector<int64_t>> counts;
-  for (const std::vector<int>& group : mesh_group_ranks(sizes, axis_bit(Axis::dp) | axis_bit(Axis::cp))) {
-    counts.emplace_back(static_cast<size_t>(nodes), 0);
-    for (int r : group)
-      ++counts.back()[static_cast<size_t>(r / dpn)];
-  }
-  return counts;
-}
-}  // namespace
-
 DpNodeSplit dp_node_split(const PlanLayout& l, int64_t devices_per_node) {
-  const std::vector<std::vector<int64_t>> counts = group_ranks_per_node(l, devices_per_node);
-  DpNodeSplit s;
-  s.g = counts.front().front();  // rank 0 is on node 0
-  for (const std::vector<int64_t>& group : counts)
-    for (int64_t c : group)
-      if (c != 0 && c != s.g) s.even = false, s.other = c;
-  s.n = l.dp * l.cp / s.g;
-  return s;
+  const GroupNodes g = node_map(l, devices_per_node)[PlanGroup::dp_cp];
+  return {g.g, l.dp * l.cp / g.g, g.even, g.other};
 }
 
 void check_hier_nodes(const PlanLayout& l, int64_t devices_per_node) {
@@ -62,8 +37,9 @@ void check_hier_nodes(const PlanLayout& l, int64_t devices_per_node) {
   const DpNodeSplit s = dp_node_split(l, devices_per_node);
   MT_REQUIRE(s.even, ConfigError, "hier (parallel.dp_allreduce = hierarchical) needs every node to hold the ",
              "same number of each dp x cp group's ranks (the trainer's split_by_node): dp ", l.dp, " x cp ",
-             l.cp, " with pp ", l.pp, " x tp ", l.tp, " on nodes of ", devices_per_node, " devices puts ",
-             s.g, " of a group's ranks on one node and ", s.other, " on another");
+             l.cp, " with pp ", l.pp, " x tp ", l.tp, " on nodes of ", devices_per_node,
+             " devices (node order ", node_order_text(l), ") puts ", s.g,
+             " of a group's ranks on one node and ", s.other, " on another");
 }
 
 HierAllReduce hierarchical_all_reduce(const Machine& m, const DpNodeSplit& s, double bytes) {

@@ -1,8 +1,8 @@
 // The α-β time of the collectives the time model charges (plan/cost.h), and
 // the shape and time of the hierarchical gradient all-reduce
 // (parallel.dp_allreduce = hierarchical, parallel/dp_allreduce.h) under the
-// planner's placement: mesh positions node by node, devices_per_node each
-// (docs/PLANNER.md, "Time model").
+// planner's placement: mesh positions node by node in the layout's node order,
+// devices_per_node each (plan/node_order.h; docs/PLANNER.md, "Time model").
 #pragma once
 
 #include <cstdint>
@@ -37,10 +37,10 @@ struct DpNodeSplit {
   bool even = true;
   int64_t other = 0;  // when not even: a node's count that is not g
 };
-// Counted on the mesh's own groups (mesh_group_ranks), node = position ÷
-// devices_per_node. Where the sizes divide, that is, with S = pp·cp·tp the
-// distance between consecutive dp coordinates of a group and D the devices per
-// node:
+// Counted on the dp × cp groups under the layout's node order (node_map,
+// plan/node_order.h). Under the default order (tp, cp, pp, dp innermost first)
+// and where the sizes divide, that is, with S = pp·cp·tp the distance between
+// consecutive dp coordinates of a group and D the devices per node:
 //   D ≥ S:            D / S whole dp blocks a node, cp members each: g = min(dp·cp, D / (pp·tp))
 //   cp·tp ≤ D < S:    one pp slice of a dp block holds the group's cp members: g = cp
 //   tp ≤ D < cp·tp:   D / tp consecutive cp coordinates: g = D / tp

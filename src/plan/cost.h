@@ -43,6 +43,10 @@ struct Prediction {
 
 // ConfigError (check_layout) when the layout cannot run the input.
 Prediction predict(const PlanInput& in, const PlanLayout& l, const Machine& m);
+// The same with the layout's memory given (plan_memory(in, l, m), which
+// depends on the node order only through hier's g): the search plans one
+// layout under several orders and estimates its memory once.
+Prediction predict(const PlanInput& in, const PlanLayout& l, const Machine& m, const MemoryEstimate& memory);
 
 // FLOPs of a training step with full recomputation as the published runs of
 // docs/PLANNER.md ("Validation against published runs") count them,

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "plan/node_order.h"
 
 namespace mt::plan {
 
@@ -25,6 +26,7 @@ std::string to_string(const PlanLayout& l) {
   if (l.shard > 0 && l.shard != l.dp) os << ",shard" << l.shard;
   if (l.hier_dp) os << ",hier";
   if (l.zb) os << ",zbh1";
+  if (!l.inner.empty()) os << ",inner=" << node_order_name(l.inner);
   return os.str();
 }
 
@@ -81,11 +83,14 @@ LayoutSpec parse_layout(const std::string& text) {
                  "': recompute must be none, selective or full");
       l.recompute = r == "full" ? Recompute::full : r == "selective" ? Recompute::selective : Recompute::none;
       s.has_recompute = true;
+    } else if (f.rfind("inner=", 0) == 0) {
+      l.inner = parse_node_order(f.substr(6));
+      s.has_inner = true;
     } else {
       MT_THROW(
           ConfigError, "--layout field '", f,
           "' is not one of dpN, tpN, ppN, cpN, ring, ulysses, hybridN, epN, zeroN, mbsN, vN, shardN, sp, "
-          "nosp, zbh1, nozb, hier, nohier, recompute=none|selective|full");
+          "nosp, zbh1, nozb, hier, nohier, recompute=none|selective|full, inner=AXES (e.g. inner=cp+dp)");
     }
   }
   for (int64_t v : {l.dp, l.tp, l.pp, l.cp, l.ep, l.mbs, l.v})

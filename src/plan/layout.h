@@ -1,14 +1,17 @@
 // One candidate layout of the planner: the mesh axes, cp's attention, the ZeRO
 // stage, the microbatch, virtual stages, recomputation and HSDP's shard group,
 // written and read as "dp8,tp8,pp4,cp4,hybrid2,ep1,zero1,mbs1,v2,sp,recompute=full,shard8"
-// (docs/PLANNER.md, "Layouts"), and the dp all-reduce ("hier").
+// (docs/PLANNER.md, "Layouts"), the dp all-reduce ("hier") and the order in
+// which a node is filled ("inner=cp": the trainer's --placement nodes:cp).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
+#include "mesh/mesh_shape.h"
 #include "parallel/context_parallel.h"
 
 namespace mt::plan {
@@ -39,6 +42,11 @@ struct PlanLayout {
   // hierarchical, parallel/dp_allreduce.h) instead of one flat all-reduce; the trainer's rules:
   // dp · cp > 1, ZeRO 0/1, no HSDP, ep 1, and the same number of the group's ranks on every node.
   bool hier_dp = false;
+  // The mesh axes a node is filled with innermost, in this order, before the
+  // others in the default order tp, cp, pp, dp (the trainer's --placement
+  // nodes:AXES; plan/node_order.h). Empty: the default, the mesh's rank order.
+  // Kept as short as it can be (parse_node_order), so equal orders compare equal.
+  std::vector<Axis> inner = {};
 
   int64_t devices() const { return dp * tp * pp * cp; }
   // Ranks of cp's all-to-all (1: none) and of its ring (1: none); their product is cp.
@@ -53,7 +61,8 @@ struct PlanLayout {
 const char* recompute_name(Recompute r);
 // The layout token of cp's attention: "ring", "ulysses", "hybrid2".
 std::string cp_attention_name(const PlanLayout& l);
-// The whole layout; cp's attention is written when cp > 1.
+// The whole layout; cp's attention is written when cp > 1, the node order when
+// it is not the default.
 std::string to_string(const PlanLayout& l);
 
 // Which fields a spec set; parse_layout fills only those.
@@ -61,7 +70,7 @@ struct LayoutSpec {
   PlanLayout layout;
   bool has_dp = false, has_tp = false, has_pp = false, has_cp = false, has_ep = false, has_zero = false,
        has_mbs = false, has_v = false, has_sp = false, has_recompute = false, has_shard = false,
-       has_zb = false, has_cp_impl = false, has_hier = false;
+       has_zb = false, has_cp_impl = false, has_hier = false, has_inner = false;
   bool complete() const { return has_dp && has_tp && has_pp && has_cp; }
 };
 // "dp2,tp1,..." (fields in any order; a ConfigError names a bad field).

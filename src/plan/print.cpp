@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "plan/memory.h"
+#include "plan/node_order.h"
 
 namespace mt::plan {
 
@@ -25,6 +26,13 @@ double tokens_per_s(const PlanInput& in, const Prediction& p) {
 std::string format_prediction(const PlanInput& in, const Prediction& p, const Machine& m) {
   std::ostringstream os;
   os << "layout " << to_string(p.layout) << "  (" << p.microbatches << " microbatches per step)\n";
+  if (in.devices > m.devices_per_node) {  // which groups the node order sends over the link
+    const std::string across = groups_across(p.layout, node_map(p.layout, m.devices_per_node));
+    const std::string inner = node_order_name(p.layout.inner);
+    os << "  nodes of " << m.devices_per_node << " filled " << node_order_text(p.layout)
+       << " innermost first (--placement nodes" << (inner.empty() ? "" : ":" + inner)
+       << "); groups across nodes: " << (across.empty() ? "none" : across) << "\n";
+  }
   os << fmt("  step %.4g s   %.4g tokens/s   MFU %.3f", p.step_s, tokens_per_s(in, p), p.mfu) << "\n";
   os << fmt("  compute %.4g s (recomputation %.4g s)   element-wise %.4g s", p.compute_s, p.recompute_s,
             p.elementwise_s)

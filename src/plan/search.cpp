@@ -9,6 +9,7 @@
 #include "model/params.h"
 #include "parallel/cp_ulysses.h"
 #include "plan/collectives.h"
+#include "plan/node_order.h"
 
 namespace mt::plan {
 
@@ -83,6 +84,48 @@ std::vector<int64_t> hier_choices(const LayoutSpec& f, const PlanLayout& l, cons
   return s.even && s.g >= 2 && s.n >= 2 ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0};
 }
 
+// The node orders worth trying for `l` (its other fields set): the default;
+// inner=cp where cp and tp > 1 (cp's all-to-alls or ring inside a node, tp's
+// all-reduces across); inner=cp+dp where cp and dp > 1 (the dp × cp group, and
+// ep's blocks of it, inside a node); inner=dp where dp > 1 (the gradient
+// reduction, and with cp 1 ep's groups, inside; tp, cp and pp across). pp
+// first is not tried: its sends are a step's smallest messages, not worth a
+// node that tp, cp or dp gives up for them. A pinned order: that one alone.
+std::vector<std::vector<Axis>> order_choices(const LayoutSpec& f, const PlanLayout& l) {
+  if (f.has_inner) return {f.layout.inner};
+  std::vector<std::vector<Axis>> out{{}};
+  if (l.cp > 1 && l.tp > 1) out.push_back({Axis::cp});
+  if (l.cp > 1 && l.dp > 1) out.push_back({Axis::cp, Axis::dp});
+  if (l.dp > 1) out.push_back({Axis::dp});
+  return out;
+}
+
+// Calls `visit` for `l` under each node order, HSDP shard group and dp
+// all-reduce the search tries. An order whose groups sit on the nodes as an
+// earlier one's do (the same node_map: the same prediction) is skipped, so on
+// one node only the default is planned. HSDP: the shard group one node's worth
+// of dp ranks (under this order), when dp spans nodes.
+void visit_placed(const Machine& m, const LayoutSpec& f, PlanLayout l,
+                  const std::function<void(const PlanLayout&)>& visit) {
+  std::vector<NodeMap> seen;
+  for (const std::vector<Axis>& inner : order_choices(f, l)) {
+    l.inner = inner, l.shard = 0, l.hier_dp = false;
+    const int64_t per_node = node_map(l, m.devices_per_node)[PlanGroup::dp].g;
+    std::vector<int64_t> shards{0};
+    if (l.zero > 0 && per_node > 1 && l.dp > per_node && l.dp % per_node == 0) shards.push_back(per_node);
+    for (int64_t shard : choices(f.has_shard, f.layout.shard, shards)) {
+      l.shard = shard, l.hier_dp = false;
+      const NodeMap nodes = node_map(l, m.devices_per_node);
+      if (std::find(seen.begin(), seen.end(), nodes) != seen.end()) continue;
+      seen.push_back(nodes);
+      for (int64_t hier : hier_choices(f, l, m)) {
+        l.hier_dp = hier != 0;
+        visit(l);
+      }
+    }
+  }
+}
+
 // Calls `visit` for every combination of the fields --layout left open.
 void enumerate(const PlanInput& in, const Machine& m, const LayoutSpec& f,
                const std::function<void(const PlanLayout&)>& visit) {
@@ -105,26 +148,16 @@ void enumerate(const PlanInput& in, const Machine& m, const LayoutSpec& f,
                   for (int64_t rc : choices(f.has_recompute, int64_t(x.recompute), {0, 1, 2}))
                     for (int64_t sp : choices(
                              f.has_sp, x.sp, tp > 1 ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{0})) {
-                      // HSDP: the shard group one node's worth of dp ranks, when dp spans nodes.
-                      std::vector<int64_t> shards{0};
-                      const int64_t per_node = dpn / std::max<int64_t>(1, tp * pp * cp);
-                      if (zero > 0 && per_node > 1 && dp > per_node && dp % per_node == 0)
-                        shards.push_back(per_node);
                       // zbh1 where the split backward runs (check_split_schedule); 1f1b otherwise.
                       const bool zb_runs =
                           pp > 1 && v == 1 && tp == 1 && cp == 1 && !in.model.moe() && rc == 0;
-                      for (int64_t shard : choices(f.has_shard, x.shard, shards))
-                        for (int64_t zb :
-                             choices(f.has_zb, x.zb,
-                                     zb_runs ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0})) {
-                          PlanLayout l{dp,    tp,      pp,       cp,      ep,
-                                       zero,  mbs,     v,        sp != 0, Recompute(rc),
-                                       shard, zb != 0, att.impl, att.a2a};
-                          for (int64_t hier : hier_choices(f, l, m)) {
-                            l.hier_dp = hier != 0;
-                            visit(l);
-                          }
-                        }
+                      for (int64_t zb :
+                           choices(f.has_zb, x.zb,
+                                   zb_runs ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0}))
+                        visit_placed(m, f,
+                                     {dp, tp, pp, cp, ep, zero, mbs, v, sp != 0, Recompute(rc), 0, zb != 0,
+                                      att.impl, att.a2a},
+                                     visit);
                     }
       }
 }
@@ -133,9 +166,20 @@ void enumerate(const PlanInput& in, const Machine& m, const LayoutSpec& f,
 
 PlanResult search(const PlanInput& in, const Machine& m, const LayoutSpec& fixed) {
   PlanResult r;
+  // The memory of a layout's node orders, visited one after another, estimated once: the order
+  // changes it only through hier's g (plan/memory.h), which the key holds.
+  std::map<std::string, MemoryEstimate> memory;
   enumerate(in, m, fixed, [&](const PlanLayout& l) {
     try {
-      Prediction p = predict(in, l, m);
+      PlanLayout unplaced = l;
+      unplaced.inner = {};
+      const std::string key =
+          to_string(unplaced) +
+          (l.hier_dp ? ",g" + std::to_string(dp_node_split(l, m.devices_per_node).g) : "");
+      if (memory.size() > 16) memory.clear();  // the orders of one layout come together
+      const auto known = memory.find(key);
+      Prediction p = known != memory.end() ? predict(in, l, m, known->second) : predict(in, l, m);
+      memory.emplace(key, p.memory);
       (p.fits ? r.ranked : r.too_big).push_back(std::move(p));
     } catch (const ConfigError& e) {
       if (r.invalid++ == 0) r.first_invalid_reason = to_string(l) + ": " + e.what();

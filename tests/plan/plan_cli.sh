@@ -21,6 +21,13 @@ out=$("$bin" plan --config "$cfg" --machine h100-8x-ib --devices 64 --global-bat
   --layout "dp1,tp16,pp4,cp1,zero1,mbs1,sp,recompute=full")
 grep "tp .*over 16 ranks (crosses nodes)" <<<"$out" >/dev/null
 
+# The node order pinned: inner=dp fills a node with 8 dp ranks, so tp 8 crosses and dp stays inside.
+out=$("$bin" plan --config "$cfg" --machine h100-8x-ib --devices 64 --global-batch 256 \
+  --layout "dp8,tp8,pp1,cp1,zero1,mbs1,sp,recompute=full,inner=dp")
+grep "^layout dp8,tp8,.*,inner=dp " <<<"$out" >/dev/null
+grep "filled dp, tp, cp, pp innermost first (--placement nodes:dp); groups across nodes: tp$" <<<"$out" >/dev/null
+grep "tp .*over 8 ranks (crosses nodes)" <<<"$out" >/dev/null
+
 # cp's attention pinned: the hybrid's all-to-alls (exposed) and its ring across the groups.
 out=$("$bin" plan --config "$cfg" --machine h100-8x-ib --devices 64 --global-batch 256 \
   --layout "dp2,tp8,pp1,cp4,hybrid2,zero1,mbs1,sp,recompute=full")
@@ -78,5 +85,7 @@ refuse "tp \\(3\\) x pp \\(1\\) x cp \\(1\\) of --layout = 3 does not divide --d
   --machine h100-8x-ib --layout tp3,pp1,cp1
 refuse "parallel.dp_allreduce = hierarchical cuts the ZeRO 0/1 all-reduce; parallel.zero \(2\)" "${base[@]}" \
   --machine h100-8x-ib --layout dp64,tp1,pp1,cp1,zero2,mbs1,hier
+refuse "--layout field 'inner=cp\+cp': axis 'cp' is named twice" "${base[@]}" --machine h100-8x-ib \
+  --layout dp64,tp1,pp1,cp1,zero0,mbs1,inner=cp+cp
 refuse "no layout fits; the fastest would be" --config "$cfg" --devices 8 --global-batch 8 --machine a100-8x-ib
 echo "plan_cli: ok"
