@@ -87,9 +87,6 @@ void check_canonical_cp(const CanonicalLayout& l) {
              l.canonical_tp,
              "): cp pieces within tp pieces (the norms' token shards of both) are not built "
              "yet");
-  MT_REQUIRE(!l.tied_embeddings, ConfigError, "parallel.canonical_cp (", c,
-             ") with model.tie_embeddings: the embedding's and the head's trees over pieces would be added "
-             "before the sum over cp ranks, not built yet");
   const int64_t per_rank = l.batch_size / l.microbatch_size / l.dp;
   MT_REQUIRE(l.cp == 1 || per_rank == 1, ConfigError, "parallel.cp (", l.cp,
              ") in the canonical mode needs one microbatch a dp rank (train.batch_size ", l.batch_size,

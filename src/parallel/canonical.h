@@ -30,7 +30,8 @@
 //           process too (canonical_tp_kv.h).
 //   tied:   a tied matrix's gradient is the embedding's tree + the head's,
 //           added once after the dp sums, on one stage (canonical_store.h)
-//           as between the first and the last (train_step.cpp).
+//           as between the first and the last (train_step.cpp); under cp
+//           each tree is over (microbatch, piece), as an untied weight's.
 //   cp:     the grain C = parallel.canonical_cp (a power of two, recorded in
 //           checkpoints): every sequence in 2·C zigzag chunks, piece p =
 //           chunks {p, 2C−1−p}, C / cp pieces on each cp rank, in one process

@@ -19,6 +19,9 @@
 // the embedding's tree + the head's, the order the pipeline's tied exchange
 // gives (train_step.cpp) when the two sit on the first and the last stage. Its
 // buffers are max(1, canonical_buffers_per_unit) of the embedding unit's size.
+// Under cp (cp_pieces.h) each leaf already holds the tree over the rank's
+// pieces and the group is dp × cp, so each root is the tree over microbatches
+// of the tree over pieces, and the sum of the two is still last.
 #pragma once
 
 #include <cstdint>

@@ -12,6 +12,10 @@
 #     at canonical_cp = 1 against 4 (the comparisons can fail);
 #   - a checkpoint saved at cp 2 (ring) at step 2 resumes at cp 4 (allgather) and at
 #     cp 2 (Ulysses) and ends bitwise one process; resuming it with another grain is refused by name;
+#   - tied embeddings (model.tie_embeddings: the embedding's tree over (microbatch, piece) + the head's,
+#     added last; canonical_store.h) at cp 2 (ring, with --explain-memory: every row exact), the cp 4
+#     hybrid, dp 2 x cp 2 and cp 2 x pp 2 (the tied exchange between the stages), each bitwise one
+#     tied process with the same grain, and the tied cp 2 checkpoint resumed at cp 4 (allgather);
 #   - bad grains and what is not built yet are refused at start-up by name
 #     (Ulysses at cp 4 over 2 kv heads: a kv head shared by two ranks).
 set -uo pipefail
@@ -31,7 +35,7 @@ train() {
   local name=$1 np=$2
   shift 2
   timeout 120 "${mpi[@]}" -np "$np" "$bin" train "${tiny[@]}" "$@" --metrics "$tmp/$name.jsonl" \
-    --save "$tmp/$name" >/dev/null 2>"$tmp/$name.err" || { fail "$name: the run failed: $(tail -3 "$tmp/$name.err")"; return 1; }
+    --save "$tmp/$name" >"$tmp/$name.out" 2>"$tmp/$name.err" || { fail "$name: the run failed: $(tail -3 "$tmp/$name.err")"; return 1; }
 }
 
 # same NAME REF: bitwise equal (losses, gradient norms, every tensor).
@@ -75,6 +79,31 @@ train dp2_cp2 4 "${canon[@]}" --dp 2 --set parallel.cp=2 --set train.batch_size=
 # One microbatch a step: gpipe (1f1b needs at least pp of them).
 train cp2_pp2 4 "${canon[@]}" --set parallel.cp=2 --pp 2 --set parallel.schedule=gpipe && same cp2_pp2 ref
 
+# Tied embeddings: the embedding's and the head's trees over (microbatch, piece) apart, added last, in
+# every layout as in one process (canonical_store.h); cp 2 x pp 2 adds them in the tied exchange.
+tied=("${canon[@]}" --set model.tie_embeddings=true)
+train ref_tied 1 "${tied[@]}"
+train ref_tied_b2 1 "${tied[@]}" --set train.batch_size=2
+ckt=$tmp/ck_tied
+train cp2_ring_tied 2 "${tied[@]}" --set parallel.cp=2 --set train.checkpoint_dir="$ckt" \
+  --set train.checkpoint_every=2 --explain-memory && same cp2_ring_tied ref_tied
+if verdict=$(grep '^memory model: ' "$tmp/cp2_ring_tied.out") && [[ $verdict == "memory model: all "*" rows within their bounds" ]]; then
+  echo "ok   cp2_ring_tied: $verdict"
+else
+  fail "cp2_ring_tied: the memory model: ${verdict:-no table} $(grep -m2 OUTSIDE "$tmp/cp2_ring_tied.out")"
+fi
+train cp4_hybrid_tied 4 "${tied[@]}" --set parallel.cp=4 --set parallel.cp_impl=hybrid \
+  --set parallel.cp_ulysses=2 && same cp4_hybrid_tied ref_tied
+train dp2_cp2_tied 4 "${tied[@]}" --dp 2 --set parallel.cp=2 --set train.batch_size=2 && same dp2_cp2_tied ref_tied_b2
+train cp2_pp2_tied 4 "${tied[@]}" --set parallel.cp=2 --pp 2 --set parallel.schedule=gpipe &&
+  same cp2_pp2_tied ref_tied
+if [ -f "$ckt/step-00000002/metadata.json" ]; then
+  train resumed_cp4_tied 4 "${tied[@]}" --set parallel.cp=4 --set parallel.cp_impl=allgather \
+    --set train.checkpoint_dir="$tmp/ck_tied4" --resume "$ckt/step-00000002" && same resumed_cp4_tied ref_tied
+else
+  fail "resume: the tied cp 2 run left no step-2 checkpoint"
+fi
+
 # The default mode at cp 2 against one process; one process without pieces against C = 4.
 train def_ref 1
 train def_cp2 2 --set parallel.cp=2 && differs def_cp2 def_ref
@@ -114,7 +143,6 @@ refused grain_blocks "a piece's rows must be whole fixed GEMM blocks" "${c[@]}" 
 refused grain_microbatch "needs train.microbatch_size = 1, not 2" "${canon[@]}" --set train.microbatch_size=2 \
   --set train.batch_size=2
 refused grain_with_tp "cp pieces within tp pieces" "${canon[@]}" --set parallel.canonical_tp=2
-refused grain_tied "with model.tie_embeddings" "${canon[@]}" --set model.tie_embeddings=true
 refused grain_fake_device "parallel.canonical_cp (4) needs train.device = cpu, not fake" "${canon[@]}" \
   --set train.device=fake
 refused cp2_two_each "needs one microbatch a dp rank" "${canon[@]}" --set parallel.cp=2 --set train.batch_size=2
