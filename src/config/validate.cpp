@@ -162,7 +162,6 @@ void validate_reduction(const Config& c, ParsedKeys& keys) {
                    p.tp_overlap,
                    keys.tp_grid.two_d(),
                    c.model.moe(),
-                   c.model.tie_embeddings,
                    onednn,
                    c.train.batch_size,
                    c.train.microbatch_size,

@@ -61,7 +61,7 @@ const char* reduction_name(Reduction r);
 struct CanonicalLayout {
   int64_t dp = 1, tp = 1, cp = 1, pp = 1, ep = 1;
   bool sp = false, tp_overlap = false, tp2d = false;
-  bool experts = false, tied_embeddings = false, bf16_onednn = false;
+  bool experts = false, bf16_onednn = false;
   int64_t batch_size = 1, microbatch_size = 1;
   int64_t microbatch_tokens = 1;  // train.microbatch_size × train.seq_len
   int64_t canonical_tp = 1;       // parallel.canonical_tp
