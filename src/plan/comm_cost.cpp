@@ -103,8 +103,8 @@ AxisComm tp_comm(const StepCtx& c, double layers, double act) {
 // the link; a ring's members on a node are consecutive in ring order, one edge per direction leaves it
 // per ring. On a shared link (Machine::shared_link) the flows leaving a node at once share it: all its
 // ranks' for the all-to-all, one per ring for a hop.
-double a2a_across_s(const StepCtx& c, double U, double bytes) {
-  const double dpn = c.m.devices_per_node, g = double(c.nodes[PlanGroup::cp_a2a].g);
+double a2a_across_s(const StepCtx& c, PlanGroup group, double U, double bytes) {
+  const double dpn = c.m.devices_per_node, g = double(c.nodes[group].g);
   const double rate = c.m.inter.bytes_per_s / (c.m.shared_link ? dpn : 1.0);
   const double across = (U - g) / U * bytes / rate, inside = (g - 1) / U * bytes / c.m.intra.bytes_per_s;
   return (U - 1) * c.m.inter.alpha_s + std::max(across, inside);
@@ -136,9 +136,9 @@ void cp_comm(const StepCtx& c, const StageWork& w, double layers, std::vector<Ax
       const double bytes = U * n * widths[i] * el;
       per_layer += bytes;
       a.bytes += layers * times[i] * bytes;
-      a.total_s +=
-          layers * times[i] *
-          (inter ? a2a_across_s(c, U, bytes) : collective_time(c.m, "all_to_all", s.a2a, bytes, false));
+      a.total_s += layers * times[i] *
+                   (inter ? a2a_across_s(c, PlanGroup::cp_a2a, U, bytes)
+                          : collective_time(c.m, "all_to_all", s.a2a, bytes, false));
     }
     a.what = describe(
         "all-to-alls of q, k, v, out forward and q, k, v, out, dout, dq, dk, dv backward (per layer)",
@@ -179,15 +179,19 @@ std::vector<AxisComm> microbatch_comm(const StepCtx& c, const StageWork& w) {
   if (l.cp > 1) cp_comm(c, w, layers, &out);
   if (l.ep > 1 && md.moe()) {
     const bool inter = c.crosses(PlanGroup::ep);
-    const double rows = c.tokens * double(md.top_k) * double(md.d_model) * c.sizes.activation / double(l.tp);
+    // Every tp rank routes the tokens it holds: all of the microbatch's, or 1/tp of them under SP
+    // (measured: the ledger's ep bytes at tp 2 without SP are the whole microbatch's rows).
+    const double held = l.sp ? c.tokens / double(l.tp) : c.tokens;
+    const double rows = held * double(md.top_k) * double(md.d_model) * c.sizes.activation;
     const double moe_layers = double(md.n_moe_layers()) / double(l.pp);
-    // each MoE layer: the expert counts, then the rows out and back, forward and backward
-    const double counts = double(l.ep * md.n_experts) * 4, calls = 4 * moe_layers;
-    out.push_back({"ep", describe("token all-to-alls of", rows, l.ep, inter),
-                   calls * rows + moe_layers * counts,
-                   calls * collective_time(c.m, "all_to_all", l.ep, rows, inter) +
-                       moe_layers * collective_time(c.m, "all_to_all", l.ep, counts, inter),
-                   0, inter});
+    // each MoE layer: the expert counts, then the rows out and back, forward and backward; across
+    // nodes every rank of a node sends its share at once (a2a_across_s, as cp's all-to-all)
+    const double counts = double(l.ep * md.n_experts) * 4, calls = 4 * moe_layers, E = double(l.ep);
+    const double rows_s = inter ? a2a_across_s(c, PlanGroup::ep, E, rows)
+                                : collective_time(c.m, "all_to_all", l.ep, rows, false);
+    out.push_back(
+        {"ep", describe("token all-to-alls of", rows, l.ep, inter), calls * rows + moe_layers * counts,
+         calls * rows_s + moe_layers * collective_time(c.m, "all_to_all", l.ep, counts, inter), 0, inter});
   }
   return out;
 }

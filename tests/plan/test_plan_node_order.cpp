@@ -247,6 +247,32 @@ TEST(PlanNodeOrder, EpGroupsInsideUnderDpOrders) {
   EXPECT_NE(r.ranked[0].layout.inner, r.ranked[1].layout.inner);
 }
 
+// The ep row's bytes (small_input, 4 experts, top_k 2, every layer MoE: 4): per microbatch of n = 256
+// tokens each MoE layer sends the rows out and back, forward and backward (4 all-to-alls of
+// n·top_k·d·el = 256·2·256·2 = 262,144 B: the machine's default precision is bf16, el 2) and the
+// expert counts (ep·E·4 = 32 B). Every tp rank routes the
+// tokens it holds: without SP all n (the trainer's ledger at tp 2: the whole microbatch's rows), with SP
+// n / tp. 8 microbatches a dp rank (global batch 16 over dp 2).
+TEST(PlanNodeOrder, EpRowsAreTheTokensATpRankHolds) {
+  PlanInput in = small_input(4, 16);
+  in.model.n_experts = 4;
+  const Machine m = two_rank_nodes(1e12, 1e8);
+  const double rows = 262144, counts = 32, mb = 8;
+  const double nosp = row(predict(in, layout("dp2,tp2,pp1,cp1,ep2,zero0,mbs1"), m), "ep").bytes;
+  EXPECT_DOUBLE_EQ(nosp, mb * 4 * (4 * rows + counts));
+  const double sp = row(predict(in, layout("dp2,tp2,pp1,cp1,ep2,zero0,mbs1,sp"), m), "ep").bytes;
+  EXPECT_DOUBLE_EQ(sp, mb * 4 * (4 * rows / 2 + counts));
+  // Across the link (E − g)/E = 1/2 of the rows leave the rank: (rows / 2) / β a call; on a shared
+  // link the node's two ranks send at once, each at β / 2: rows / β (the counts: 32 B, negligible).
+  const AxisComm own = row(predict(in, layout("dp2,tp2,pp1,cp1,ep2,zero0,mbs1"), m), "ep");
+  ASSERT_TRUE(own.crosses_nodes);
+  EXPECT_NEAR(own.total_s, mb * 4 * 4 * rows / 2 / 1e8, 1e-3 * own.total_s);
+  Machine shared = m;
+  shared.shared_link = true;
+  const AxisComm both = row(predict(in, layout("dp2,tp2,pp1,cp1,ep2,zero0,mbs1"), shared), "ep");
+  EXPECT_NEAR(both.total_s, mb * 4 * 4 * rows / 1e8, 1e-3 * both.total_s);
+}
+
 // tp 2 × cp 2 Ulysses on 4 devices, 2 a node, intra β_i = 1e12, inter β_x = 1e8 B/s, α 0,
 // 64 microbatches of one sequence (n = 256 / 2 = 128 tokens a rank), bf16 or fp32 elements of `el`.
 // Per microbatch (4 layers):
