@@ -229,7 +229,8 @@ CLI::App* add_plan(CLI::App& app, mt::PlanArgs& pl) {
   p->add_option(
       "--layout", pl.layout,
       "Fix fields: 'dp2,tp1,pp1,cp1,ep1,zero1,mbs4,v1,sp,recompute=none,shard2' (cp's attention: ring, "
-      "ulysses or hybridN; the dp all-reduce: hier or nohier; the schedule: zbh1 or nozb); with dp, tp, pp, "
+      "ulysses or hybridN; the dp all-reduce: hier or nohier; the schedule: zbh1 or nozb; the node order: "
+      "inner=cp, inner=cp+dp, ...); with dp, tp, pp, "
       "cp, zero and mbs all given, predict that one layout");
   p->add_option("--top", pl.top, "Layouts to print in detail")->capture_default_str();
   p->add_option("--scaling", pl.scaling, "Device counts of a strong and weak scaling table: 8,16,32")

@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "mesh/placement.h"
 #include "model/params.h"
 #include "plan/collectives.h"
 #include "plan/cost.h"
@@ -396,6 +398,54 @@ TEST(PlanNodeOrder, OneNodePlansTheDefaultOnly) {
   ASSERT_FALSE(r.ranked.empty());
   for (const Prediction& p : r.ranked)
     EXPECT_EQ(node_order_name(p.layout.inner), "cp") << to_string(p.layout);
+}
+
+}  // namespace
+}  // namespace mt::plan
+
+namespace mt::plan {
+namespace {
+
+// The planner's node order is the trainer's: for every order the search tries and a few sizes, the
+// nodes each group touches under plan/node_order.h's count equal those under mesh/placement.h's
+// positions (node = the node of the rank that holds the position, ranks in blocks of D a node).
+TEST(PlanNodeOrder, TheCountIsTheTrainersPlacement) {
+  const std::vector<std::string> orders = {"", "cp", "cp+dp", "dp"};
+  const std::vector<MeshSizes> shapes = {
+      {.dp = 2, .cp = 2, .tp = 2}, {.dp = 4, .tp = 2}, {.dp = 2, .pp = 2, .cp = 2, .tp = 2}};
+  for (const MeshSizes& s : shapes)
+    for (int64_t D : {2, 4})
+      for (const std::string& o : orders) {
+        const int P = s.dp * s.pp * s.cp * s.tp;
+        std::vector<int> node_of_rank(static_cast<size_t>(P));
+        for (int r = 0; r < P; ++r)
+          node_of_rank[static_cast<size_t>(r)] = r / static_cast<int>(D);
+        const std::vector<int> pos =
+            mesh_positions(node_of_rank, parse_placement(o.empty() ? "nodes" : "nodes:" + o), s);
+        std::vector<int> node_of_pos(static_cast<size_t>(P));
+        for (int r = 0; r < P; ++r)
+          node_of_pos[static_cast<size_t>(pos[static_cast<size_t>(r)])] =
+              node_of_rank[static_cast<size_t>(r)];
+        std::string text = "dp" + std::to_string(s.dp) + ",tp" + std::to_string(s.tp) + ",pp" +
+                           std::to_string(s.pp) + ",cp" + std::to_string(s.cp) +
+                           (o.empty() ? "" : ",inner=" + o);
+        const NodeMap n = node_map(layout(text), D);
+        const auto most_nodes = [&](AxisSet set) {
+          int64_t most = 1;
+          for (const std::vector<int>& g : mesh_group_ranks(s, set)) {
+            std::set<int> touched;
+            for (int p : g)
+              touched.insert(node_of_pos[static_cast<size_t>(p)]);
+            most = std::max<int64_t>(most, static_cast<int64_t>(touched.size()));
+          }
+          return most;
+        };
+        const std::string where = text + " on nodes of " + std::to_string(D);
+        EXPECT_EQ(n[PlanGroup::tp].nodes, most_nodes(axis_bit(Axis::tp))) << where;
+        EXPECT_EQ(n[PlanGroup::pp].nodes, most_nodes(axis_bit(Axis::pp))) << where;
+        EXPECT_EQ(n[PlanGroup::dp].nodes, most_nodes(axis_bit(Axis::dp))) << where;
+        EXPECT_EQ(n[PlanGroup::dp_cp].nodes, most_nodes(axis_bit(Axis::dp) | axis_bit(Axis::cp))) << where;
+      }
 }
 
 }  // namespace
