@@ -42,7 +42,6 @@ void check(const Grid& g, const Companions& w) {
   };
   refuse(w.sp, "parallel.sp = true");
   refuse(w.cp > 1, "parallel.cp > 1");
-  refuse(w.pp > 1, "parallel.pp > 1");
   refuse(w.moe, "a mixture of experts (model.n_experts > 0)");
   refuse(w.dropout, "dropout (model.attention_dropout or model.hidden_dropout > 0)");
   refuse(w.tp_overlap, "parallel.tp_overlap = true");

@@ -347,8 +347,8 @@ TEST(ConfigValidate, Tp2dRefusesByName) {
   c.parallel.cp = 2;
   refused(c, "parallel.cp > 1");
   c = with_tp2d(4, "2,2");
-  c.parallel.pp = 2;
-  refused(c, "parallel.pp > 1");
+  c.parallel.pp = 2;  // each stage's tp group a grid (tests/dist/tp2d.sh)
+  EXPECT_EQ(validate_error(c).find("2-D tensor parallelism is not built with it"), std::string::npos);
   c = with_tp2d(4, "2,2");
   c.model.hidden_dropout = 0.1;
   refused(c, "dropout (model.attention_dropout or model.hidden_dropout > 0)");

@@ -59,6 +59,12 @@ if [[ $verdict == "memory model: all "*" rows within their bounds" ]]; then echo
   fail "grid2x2: ${verdict:-no memory model table}"
 fi
 train dp2_grid2x1_zero1 4 "${g4[@]}" --dp 2 --tp 2 --zero 1 --set parallel.tp2d=2,1 && same dp2_grid2x1_zero1 ref
+# A grid under pipeline stages: each stage's grid holds the same d pieces, so its sums are the same trees.
+train grid2x1_pp2 4 "${g4[@]}" --tp 2 --pp 2 --set parallel.tp2d=2,1 --explain-memory && same grid2x1_pp2 ref
+verdict=$(grep '^memory model: ' "$tmp/grid2x1_pp2.out")
+if [[ $verdict == "memory model: all "*" rows within their bounds" ]]; then echo "ok   grid2x1_pp2: $verdict"; else
+  fail "grid2x1_pp2: ${verdict:-no memory model table}"
+fi
 train resume_one 1 "${g4[@]}" --resume "$ck/step-00000005" && same resume_one ref
 train grid1x2 2 "${c4[@]}" --tp 2 --set parallel.tp2d=1,2 && same grid1x2 ref_g1
 differs ref_g1 ref "the d pieces change the sums over the model width"

@@ -3,9 +3,10 @@
 # parallelism"): a 1 x C grid is 1-D tp over C ranks, bitwise (tp4 alone and
 # tp2 under dp2 with ZeRO 3, both also within 1e-5 of one process); grids with
 # R > 1 (2 x 2, with recomputation, under dp2 with ZeRO 3, with tied
-# embeddings; 2 x 1) within 1e-5 of one process over 10 steps, losses and
-# saved models; training checkpoints resumed across 2 x 2 and one process both
-# ways, --init-from into 2 x 2; and the comm
+# embeddings; 2 x 1; 2 x 1 under pp 2, 2 x 2 under pp 2 tied) within the
+# derived bound of one process over 10 steps, losses and saved models; training
+# checkpoints resumed across 2 x 2 and one process both ways and from 2 x 1 x
+# pp 2 into one process, --init-from into 2 x 2; and the comm
 # ledger of one 2 x 2 step, per layer, equal to the analytic count of that
 # section (1-D tp4's too); every bad grid and every refused companion of a grid
 # with R > 1 ends the job with one message naming the value and the rule, a
@@ -59,6 +60,13 @@ run2d grid2x2_tied 4 --tp 4 --set parallel.tp2d=2,2 --set model.tie_embeddings=t
 check grid2x2_tied ref_kv4_tied
 run2d grid2x1 2 --tp 2 --set parallel.tp2d=2,1 --set train.microbatch_size=8
 check grid2x1 ref_kv4
+# Grids under pipeline stages: each stage's tp group is a grid; the boundary passes each rank's d / C
+# slice of the residual (Llama::residual_numel); the tied ends hold the same grid piece.
+run2d grid2x1_pp2 4 --tp 2 --pp 2 --set parallel.tp2d=2,1 --set train.microbatch_size=4
+check grid2x1_pp2 ref_kv4
+run2d grid2x2_pp2_tied 8 --tp 4 --pp 2 --set parallel.tp2d=2,2 --set model.tie_embeddings=true \
+  --set train.microbatch_size=2
+check grid2x2_pp2_tied ref_kv4_tied
 
 # Training checkpoints and --init-from across the 2-D layout: the step-5
 # checkpoint of a 2 x 2 run (stopped by MESHTRAIN_FAULT at the start of step
@@ -79,6 +87,8 @@ reshard2d() {  # reshard2d NAME "RANKS FLAGS..." "RANKS FLAGS...": save under th
   check "$name" ref_kv4
 }
 reshard2d ckpt_grid2x2_to_one "4 --tp 4 --set parallel.tp2d=2,2 --set train.microbatch_size=8" \
+  "1 --set train.microbatch_size=8"
+reshard2d ckpt_grid2x1_pp2_to_one "4 --tp 2 --pp 2 --set parallel.tp2d=2,1 --set train.microbatch_size=4" \
   "1 --set train.microbatch_size=8"
 reshard2d ckpt_one_to_grid2x2_dp2_zero1 "1 --set train.microbatch_size=8" \
   "8 --tp 4 --dp 2 --zero 1 --set parallel.tp2d=2,2 --set train.microbatch_size=4"
@@ -171,7 +181,6 @@ refused "with sp" "with parallel.sp = true: 2-D tensor parallelism is not built 
   "${grid[@]}" --set parallel.sp=true
 refused "with dropout" "with dropout (model.attention_dropout or model.hidden_dropout > 0)" \
   "${grid[@]}" --set model.attention_dropout=0.1
-refused "with pp" "with parallel.pp > 1" --tp 2 --pp 2 --set parallel.tp2d=2,1 --set train.microbatch_size=8
 refused "with cp" "with parallel.cp > 1" --tp 2 --cp 2 --set parallel.tp2d=2,1 --set train.microbatch_size=8
 refused "kv heads replicated" "model.n_kv_heads (2) must be divisible by R x C (4)" "${grid[@]}"
 refused "with experts" "with a mixture of experts (model.n_experts > 0)" "${grid[@]}" "${kv4[@]}" \
